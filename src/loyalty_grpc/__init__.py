@@ -1,0 +1,3 @@
+"""Loyalty point-of-sale integration service."""
+
+__version__ = "0.1.0"

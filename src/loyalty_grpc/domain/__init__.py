@@ -1,0 +1,1 @@
+"""Pure rules of the business: no I/O, no SQLAlchemy, no grpc."""

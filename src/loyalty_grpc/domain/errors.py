@@ -1,0 +1,159 @@
+"""The error catalogue (DESIGN.md §2): the one table of every `error.codigo`.
+
+The gRPC interceptor, Envoy's local replies (checked by a test), the README and the tests
+all read this table; nobody repeats it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+
+class Codigo(StrEnum):
+    SOLICITUD_INVALIDA = "solicitud_invalida"
+    CAMPO_REQUERIDO = "campo_requerido"
+    IMPORTE_INVALIDO = "importe_invalido"
+    TS_INVALIDO = "ts_invalido"
+    DEMASIADOS_CODIGOS = "demasiados_codigos"
+    CODIGO_INVALIDO = "codigo_invalido"
+    CURSOR_INVALIDO = "cursor_invalido"
+    MONEDA_NO_SOPORTADA = "moneda_no_soportada"
+    NO_AUTENTICADO = "no_autenticado"
+    CLAVE_INVALIDA = "clave_invalida"
+    PERMISO_DENEGADO = "permiso_denegado"
+    FAN_NO_ENCONTRADO = "fan_no_encontrado"
+    CODIGO_NO_ENCONTRADO = "codigo_no_encontrado"
+    PROMO_NO_ENCONTRADA = "promo_no_encontrada"
+    RUTA_NO_ENCONTRADA = "ruta_no_encontrada"
+    CODIGO_LIBERADO = "codigo_liberado"
+    CODIGO_NO_ASIGNADO = "codigo_no_asignado"
+    PROMO_NO_ADMITE_CODIGOS = "promo_no_admite_codigos"
+    OPERACION_EN_CURSO = "operacion_en_curso"
+    SOLICITUD_MUY_GRANDE = "solicitud_muy_grande"
+    ID_EXTERNO_EN_CONFLICTO = "id_externo_en_conflicto"
+    DEMASIADAS_LLAMADAS = "demasiadas_llamadas"
+    ERROR_INTERNO = "error_interno"
+    NO_IMPLEMENTADO = "no_implementado"
+    SERVICIO_NO_DISPONIBLE = "servicio_no_disponible"
+    # Back office (internal gRPC only; the HTTP status is what the code would mean over HTTP).
+    FIXTURE_INVALIDO = "fixture_invalido"
+    PERMISO_DESCONOCIDO = "permiso_desconocido"
+    CLAVE_MAL_FORMADA = "clave_mal_formada"
+    PROGRAMA_NO_ENCONTRADO = "programa_no_encontrado"
+    CLAVE_NO_ENCONTRADA = "clave_no_encontrada"
+    FAN_DUPLICADO = "fan_duplicado"
+    CORREO_DUPLICADO = "correo_duplicado"
+    QR_DUPLICADO = "qr_duplicado"
+    PROMO_DUPLICADA = "promo_duplicada"
+    TRANSICION_INVALIDA = "transicion_invalida"
+
+
+@dataclass(frozen=True)
+class Entrada:
+    """One row of the catalogue. `grpc` is a grpc.StatusCode name (the domain does not
+    import grpc; the edge resolves the name)."""
+
+    codigo: Codigo
+    http: int
+    grpc: str
+    mensaje: str
+    cuando: str
+    # True when only the back office produces it (not part of the HTTP API).
+    interno: bool = False
+
+
+def _e(codigo: Codigo, http: int, grpc: str, mensaje: str, cuando: str,
+       *, interno: bool = False) -> Entrada:
+    return Entrada(codigo, http, grpc, mensaje, cuando, interno)
+
+
+C = Codigo
+CATALOGO: dict[Codigo, Entrada] = {e.codigo: e for e in [
+    _e(C.SOLICITUD_INVALIDA, 400, "INVALID_ARGUMENT", "La solicitud no es válida.",
+       "body not JSON, wrong JSON type, bad parameter (detalle names the field)"),
+    _e(C.CAMPO_REQUERIDO, 400, "INVALID_ARGUMENT", "Falta un campo requerido.",
+       "a required field is missing (detalle names it)"),
+    _e(C.IMPORTE_INVALIDO, 400, "INVALID_ARGUMENT", "El importe no es válido.",
+       "amount unreadable, negative, more than 2 decimals, too large"),
+    _e(C.TS_INVALIDO, 400, "INVALID_ARGUMENT", "La fecha y hora no es válida.",
+       "timestamp unreadable or more than 24 h in the future"),
+    _e(C.DEMASIADOS_CODIGOS, 400, "INVALID_ARGUMENT", "Demasiados códigos en una llamada.",
+       "more than 500 in `redeem`, more than 5000 in `codes`"),
+    _e(C.CODIGO_INVALIDO, 400, "INVALID_ARGUMENT", "Un código no es válido.",
+       "a deposited code is empty, over 64 chars or has control characters"),
+    _e(C.CURSOR_INVALIDO, 400, "INVALID_ARGUMENT", "El cursor no es válido.",
+       "`desde` is not a cursor this program issued"),
+    _e(C.MONEDA_NO_SOPORTADA, 400, "INVALID_ARGUMENT", "La moneda no está soportada.",
+       "`moneda` other than the program's currency (MXN)"),
+    _e(C.NO_AUTENTICADO, 401, "UNAUTHENTICATED", "Falta la clave de API.",
+       "no or malformed `Authorization: Bearer` header"),
+    _e(C.CLAVE_INVALIDA, 401, "UNAUTHENTICATED", "La clave de API no es válida.",
+       "unknown or revoked key"),
+    _e(C.PERMISO_DENEGADO, 403, "PERMISSION_DENIED", "La clave no tiene permiso para esto.",
+       "the key lacks the endpoint's permission"),
+    _e(C.FAN_NO_ENCONTRADO, 404, "NOT_FOUND", "No se encontró al fan.",
+       "no fan matches (also a fan in `baja`)"),
+    _e(C.CODIGO_NO_ENCONTRADO, 404, "NOT_FOUND", "No se encontró el código.",
+       "`redeem` of a code the program does not have"),
+    _e(C.PROMO_NO_ENCONTRADA, 404, "NOT_FOUND", "No se encontró la promoción.",
+       "`codes` names no promotion of the program"),
+    _e(C.RUTA_NO_ENCONTRADA, 404, "NOT_FOUND", "La ruta no existe.",
+       "unknown path or method (Envoy)"),
+    _e(C.CODIGO_LIBERADO, 409, "FAILED_PRECONDITION", "El código fue liberado.",
+       "`redeem` of a code in state `liberado`"),
+    _e(C.CODIGO_NO_ASIGNADO, 409, "FAILED_PRECONDITION", "El código no está asignado.",
+       "`redeem` of a code in state `disponible`"),
+    _e(C.PROMO_NO_ADMITE_CODIGOS, 409, "FAILED_PRECONDITION",
+       "La promoción no admite códigos.", "`codes` into a `terminada` promotion"),
+    _e(C.OPERACION_EN_CURSO, 409, "ABORTED", "La operación ya está en curso.",
+       "the same `id_externo` is being processed right now"),
+    _e(C.SOLICITUD_MUY_GRANDE, 413, "INVALID_ARGUMENT", "La solicitud es demasiado grande.",
+       "body over Envoy's limit"),
+    _e(C.ID_EXTERNO_EN_CONFLICTO, 422, "FAILED_PRECONDITION",
+       "El id_externo ya se usó con otros datos.",
+       "known `id_externo` with a different fan or amount"),
+    _e(C.DEMASIADAS_LLAMADAS, 429, "RESOURCE_EXHAUSTED", "Demasiadas llamadas.",
+       "over 600 calls in a minute for the key; `Retry-After` set"),
+    _e(C.ERROR_INTERNO, 500, "INTERNAL", "Error interno.", "a bug; no internals in `mensaje`"),
+    _e(C.NO_IMPLEMENTADO, 501, "UNIMPLEMENTED", "Operación aún no disponible.",
+       "an operation of the contract this release does not serve yet"),
+    _e(C.SERVICIO_NO_DISPONIBLE, 503, "UNAVAILABLE", "Servicio no disponible.",
+       "database or server unreachable; safe to retry"),
+    _e(C.FIXTURE_INVALIDO, 400, "INVALID_ARGUMENT", "El fixture no es válido.",
+       "`apply` of a fixture that fails validation (detalle names entry and field)",
+       interno=True),
+    _e(C.PERMISO_DESCONOCIDO, 400, "INVALID_ARGUMENT", "Permiso desconocido.",
+       "a key is given a permission name that does not exist", interno=True),
+    _e(C.CLAVE_MAL_FORMADA, 400, "INVALID_ARGUMENT", "La clave no tiene un formato válido.",
+       "a key without the `lp_vivo_`/`lp_prueba_` prefix and 24+ letters or digits",
+       interno=True),
+    _e(C.PROGRAMA_NO_ENCONTRADO, 404, "NOT_FOUND", "No se encontró el programa.",
+       "back office names an unknown program", interno=True),
+    _e(C.CLAVE_NO_ENCONTRADA, 404, "NOT_FOUND", "No se encontró la clave.",
+       "back office names an unknown key id", interno=True),
+    _e(C.FAN_DUPLICADO, 409, "ALREADY_EXISTS", "Ya existe un fan con ese id.",
+       "registering a Fan ID the program already has", interno=True),
+    _e(C.CORREO_DUPLICADO, 409, "ALREADY_EXISTS", "Ya existe un fan con ese correo.",
+       "two fans of a program with the same e-mail (case-insensitive)", interno=True),
+    _e(C.QR_DUPLICADO, 409, "ALREADY_EXISTS", "Ya existe un fan con ese token QR.",
+       "two fans of a program with the same QR token", interno=True),
+    _e(C.PROMO_DUPLICADA, 409, "ALREADY_EXISTS", "Ya existe una promoción con ese nombre.",
+       "two promotions of a program with the same name (case-insensitive)", interno=True),
+    _e(C.TRANSICION_INVALIDA, 409, "FAILED_PRECONDITION", "El cambio de estado no es válido.",
+       "a back-office state change the current state does not allow", interno=True),
+]}
+
+
+class LoyaltyError(Exception):
+    """A failure the client can act on. `detalle` helps the person debugging: name the
+    field and the value's problem, never a secret or personal data."""
+
+    def __init__(self, codigo: Codigo, detalle: str = "") -> None:
+        super().__init__(f"{codigo}: {detalle}" if detalle else str(codigo))
+        self.codigo = codigo
+        self.detalle = detalle
+
+    @property
+    def entrada(self) -> Entrada:
+        return CATALOGO[self.codigo]

@@ -1,0 +1,64 @@
+"""API keys: the Bearer header, the prefix that gives the mode, the stored hash."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import secrets
+from enum import StrEnum
+
+from loyalty_grpc.domain.errors import Codigo, LoyaltyError
+
+
+class Modo(StrEnum):
+    VIVO = "vivo"
+    PRUEBA = "prueba"
+
+
+PREFIJOS: dict[Modo, str] = {Modo.VIVO: "lp_vivo_", Modo.PRUEBA: "lp_prueba_"}
+_KEY = re.compile(r"lp_(vivo|prueba)_[A-Za-z0-9]{24,}")
+_BEARER = re.compile(r"Bearer +(\S+)", re.IGNORECASE)
+SECRET_LENGTH = 32
+_ALPHABET = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789"
+
+
+def bearer_token(header: str | None) -> str:
+    """The token of an `Authorization: Bearer <token>` header, or no_autenticado."""
+    if not header:
+        raise LoyaltyError(Codigo.NO_AUTENTICADO, "falta el encabezado Authorization")
+    match = _BEARER.fullmatch(header.strip())
+    if match is None:
+        raise LoyaltyError(Codigo.NO_AUTENTICADO,
+                           "el encabezado Authorization debe ser 'Bearer <clave>'")
+    return match.group(1)
+
+
+def mode_of(key: str) -> Modo | None:
+    """The key's mode from its prefix, or None when it is not a well-formed key."""
+    match = _KEY.fullmatch(key)
+    return Modo(match.group(1)) if match else None
+
+
+def require_well_formed(key: str) -> Modo:
+    """For keys given to the back office or a fixture: the mode, or clave_mal_formada."""
+    modo = mode_of(key)
+    if modo is None:
+        raise LoyaltyError(
+            Codigo.CLAVE_MAL_FORMADA,
+            "una clave es 'lp_vivo_' o 'lp_prueba_' seguido de 24 o más letras o dígitos",
+        )
+    return modo
+
+
+def key_hash(key: str) -> bytes:
+    """What the store keeps: SHA-256 of the whole key."""
+    return hashlib.sha256(key.encode()).digest()
+
+
+def new_key(modo: Modo) -> str:
+    return PREFIJOS[modo] + "".join(secrets.choice(_ALPHABET) for _ in range(SECRET_LENGTH))
+
+
+def suffix(key: str) -> str:
+    """Last four characters: enough to tell keys apart in listings, useless to an attacker."""
+    return key[-4:]

@@ -1,0 +1,1 @@
+"""Running the service: the `loyalty` CLI, embedded PostgreSQL and Envoy supervision."""

