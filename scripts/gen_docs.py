@@ -1,0 +1,53 @@
+"""Regenerate the parts of README.md that derive from code (the error catalogue).
+
+    python scripts/gen_docs.py           # rewrite README.md in place
+    python scripts/gen_docs.py --check   # exit 1 when README.md is stale
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from pathlib import Path
+
+from loyalty_grpc.domain.errors import CATALOGO
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+START, END = "<!-- errors:start -->", "<!-- errors:end -->"
+
+
+def error_table() -> str:
+    rows = ["| HTTP | gRPC | `codigo` | `mensaje` | when |", "|---|---|---|---|---|"]
+    rows += [f"| {e.http} | {e.grpc} | `{e.codigo}` | {e.mensaje} | {e.cuando} |"
+             for e in CATALOGO.values() if not e.interno]
+    rows += ["", "Back office only (internal gRPC; `loyalty admin` prints them):", "",
+             "| gRPC | `codigo` | when |", "|---|---|---|"]
+    rows += [f"| {e.grpc} | `{e.codigo}` | {e.cuando} |" for e in CATALOGO.values() if e.interno]
+    return "\n".join(rows)
+
+
+def render(text: str) -> str:
+    pattern = re.compile(re.escape(START) + r".*?" + re.escape(END), re.DOTALL)
+    if not pattern.search(text):
+        raise SystemExit(f"README.md lacks the {START} ... {END} markers")
+    return pattern.sub(lambda _: f"{START}\n{error_table()}\n{END}", text)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--check", action="store_true")
+    args = parser.parse_args()
+    text = README.read_text()
+    fresh = render(text)
+    if args.check:
+        if fresh != text:
+            print("README.md error table is stale: run python scripts/gen_docs.py")
+            return 1
+        return 0
+    README.write_text(fresh)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,177 @@
+"""BackofficeService: thin. Convert the request, call the use case, convert the result;
+no try/except (the interceptor maps errors and checks the admin token)."""
+
+# Method names are the proto's RPC names (gRPC looks them up by name).
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime
+
+import grpc
+from sqlalchemy import Engine
+
+from loyalty_grpc.domain.programs import format_tasa
+from loyalty_grpc.domain.timestamps import format_iso_utc
+from loyalty_grpc.gen.loyalty.v1 import backoffice_service_pb2 as pb
+from loyalty_grpc.gen.loyalty.v1 import backoffice_service_pb2_grpc as pb_grpc
+from loyalty_grpc.services import codes, fans, keys, programs, promos
+from loyalty_grpc.services.fixtures import apply_fixture
+
+
+def _ts(moment: datetime | None) -> str:
+    return "" if moment is None else format_iso_utc(moment)
+
+
+def _program(p: programs.Programa) -> pb.Program:
+    return pb.Program(id=p.id, nombre=p.nombre, tasa_puntos=format_tasa(p.tasa_puntos),
+                      qr_url=p.qr_url, moneda=p.moneda)
+
+
+def _key(k: keys.ClaveInfo) -> pb.ApiKey:
+    return pb.ApiKey(id=k.id, programa=k.programa, integracion=k.integracion,
+                     modo=k.modo.value, permisos=k.permisos, sufijo=k.sufijo,
+                     creada=_ts(k.creada), revocada=_ts(k.revocada))
+
+
+def _fan(f: fans.FanInfo) -> pb.FanRecord:
+    return pb.FanRecord(
+        programa=f.programa, id=f.fan_id, nombre=f.nombre, correo=f.correo,
+        socio_desde=f.socio_desde, temporadas=f.temporadas, qr_token=f.qr_token,
+        puntos=f.puntos, estado=f.estado.value, baja_en=_ts(f.baja_en),
+        baja_motivo=f.baja_motivo or "", actualizado=_ts(f.actualizado))
+
+
+def _promo(p: promos.PromoInfo) -> pb.PromoRecord:
+    return pb.PromoRecord(
+        programa=p.programa, id=p.id, nombre=p.nombre, descripcion=p.descripcion,
+        estado=p.estado.value, vigencia_fin=p.vigencia_fin.isoformat(),
+        puntos_canje=p.puntos_canje)
+
+
+def _code(c: codes.CodigoInfo) -> pb.CodeRecord:
+    return pb.CodeRecord(promo_id=c.promo_id, codigo=c.codigo, estado=c.estado.value,
+                         fan=c.fan or "")
+
+
+class BackofficeServicer(pb_grpc.BackofficeServiceServicer):
+    """`on_keys_changed` runs after a key is issued or revoked (the server clears its
+    in-process key cache so that a revocation takes effect at once)."""
+
+    def __init__(self, engine: Engine, *, on_keys_changed: Callable[[], None] | None = None
+                 ) -> None:
+        self._engine = engine
+        self._on_keys_changed = on_keys_changed or (lambda: None)
+
+    def ApplyFixture(self, request: pb.ApplyFixtureRequest, context: grpc.ServicerContext
+                     ) -> pb.ApplyFixtureResponse:
+        counts = apply_fixture(self._engine, request.fixture_json)
+        self._on_keys_changed()
+        return pb.ApplyFixtureResponse(counts=[
+            pb.ApplyCount(entidad=c.entidad, creados=c.creados, actualizados=c.actualizados,
+                          sin_cambios=c.sin_cambios) for c in counts])
+
+    # -------------------------------------------------------------- programs
+
+    def UpsertProgram(self, request: pb.UpsertProgramRequest, context: grpc.ServicerContext
+                      ) -> pb.UpsertProgramResponse:
+        p = request.program
+        result = programs.upsert_program(self._engine, p.id, p.nombre, p.tasa_puntos,
+                                         qr_url=p.qr_url, moneda=p.moneda)
+        return pb.UpsertProgramResponse(program=_program(result.programa),
+                                        creado=result.creado)
+
+    def ListPrograms(self, request: pb.ListProgramsRequest, context: grpc.ServicerContext
+                     ) -> pb.ListProgramsResponse:
+        return pb.ListProgramsResponse(
+            programs=[_program(p) for p in programs.list_programs(self._engine)])
+
+    # -------------------------------------------------------------- keys
+
+    def IssueKey(self, request: pb.IssueKeyRequest, context: grpc.ServicerContext
+                 ) -> pb.IssueKeyResponse:
+        issued = keys.issue_key(self._engine, request.programa, request.integracion,
+                                request.modo, request.permisos)
+        self._on_keys_changed()
+        return pb.IssueKeyResponse(key=_key(issued.info), clave=issued.clave)
+
+    def ListKeys(self, request: pb.ListKeysRequest, context: grpc.ServicerContext
+                 ) -> pb.ListKeysResponse:
+        return pb.ListKeysResponse(
+            keys=[_key(k) for k in keys.list_keys(self._engine, request.programa)])
+
+    def RevokeKey(self, request: pb.RevokeKeyRequest, context: grpc.ServicerContext
+                  ) -> pb.RevokeKeyResponse:
+        revoked = keys.revoke_key(self._engine, request.id)
+        self._on_keys_changed()
+        return pb.RevokeKeyResponse(key=_key(revoked))
+
+    # -------------------------------------------------------------- fans
+
+    def RegisterFan(self, request: pb.RegisterFanRequest, context: grpc.ServicerContext
+                    ) -> pb.RegisterFanResponse:
+        fan = fans.register_fan(
+            self._engine, request.programa, request.id, nombre=request.nombre,
+            correo=request.correo, socio_desde=request.socio_desde,
+            temporadas=request.temporadas, qr_token=request.qr_token)
+        return pb.RegisterFanResponse(fan=_fan(fan))
+
+    def UpdateFan(self, request: pb.UpdateFanRequest, context: grpc.ServicerContext
+                  ) -> pb.UpdateFanResponse:
+        fan = fans.update_fan(
+            self._engine, request.programa, request.id,
+            nombre=request.nombre if request.HasField("nombre") else None,
+            correo=request.correo if request.HasField("correo") else None,
+            socio_desde=request.socio_desde if request.HasField("socio_desde") else None,
+            temporadas=request.temporadas if request.HasField("temporadas") else None,
+            qr_token=request.qr_token if request.HasField("qr_token") else None)
+        return pb.UpdateFanResponse(fan=_fan(fan))
+
+    def GetFan(self, request: pb.GetFanRequest, context: grpc.ServicerContext
+               ) -> pb.GetFanResponse:
+        return pb.GetFanResponse(fan=_fan(fans.get_fan(self._engine, request.programa,
+                                                       request.id)))
+
+    def DeactivateFan(self, request: pb.DeactivateFanRequest, context: grpc.ServicerContext
+                      ) -> pb.DeactivateFanResponse:
+        fan = fans.deactivate_fan(self._engine, request.programa, request.id, request.motivo)
+        return pb.DeactivateFanResponse(fan=_fan(fan))
+
+    def ReactivateFan(self, request: pb.ReactivateFanRequest, context: grpc.ServicerContext
+                      ) -> pb.ReactivateFanResponse:
+        fan = fans.reactivate_fan(self._engine, request.programa, request.id)
+        return pb.ReactivateFanResponse(fan=_fan(fan))
+
+    # -------------------------------------------------------------- promotions
+
+    def CreatePromo(self, request: pb.CreatePromoRequest, context: grpc.ServicerContext
+                    ) -> pb.CreatePromoResponse:
+        promo = promos.create_promo(
+            self._engine, request.programa, request.nombre, vigencia_fin=request.vigencia_fin,
+            descripcion=request.descripcion, estado=request.estado,
+            puntos_canje=request.puntos_canje)
+        return pb.CreatePromoResponse(promo=_promo(promo))
+
+    def UpdatePromo(self, request: pb.UpdatePromoRequest, context: grpc.ServicerContext
+                    ) -> pb.UpdatePromoResponse:
+        promo = promos.update_promo(
+            self._engine, request.programa, request.id,
+            estado=request.estado if request.HasField("estado") else None,
+            vigencia_fin=request.vigencia_fin if request.HasField("vigencia_fin") else None,
+            puntos_canje=request.puntos_canje if request.HasField("puntos_canje") else None,
+            descripcion=request.descripcion if request.HasField("descripcion") else None)
+        return pb.UpdatePromoResponse(promo=_promo(promo))
+
+    # -------------------------------------------------------------- codes
+
+    def AssignCode(self, request: pb.AssignCodeRequest, context: grpc.ServicerContext
+                   ) -> pb.AssignCodeResponse:
+        code = codes.assign_code(self._engine, request.programa, request.promo_id,
+                                 request.codigo, request.fan)
+        return pb.AssignCodeResponse(code=_code(code))
+
+    def ReleaseCode(self, request: pb.ReleaseCodeRequest, context: grpc.ServicerContext
+                    ) -> pb.ReleaseCodeResponse:
+        code = codes.release_code(self._engine, request.programa, request.promo_id,
+                                  request.codigo)
+        return pb.ReleaseCodeResponse(code=_code(code))

@@ -1,0 +1,67 @@
+"""Domain errors -> the wire: a real gRPC status with google.rpc.ErrorInfo for gRPC
+callers, plus the HTTP envelope as metadata for Envoy's Lua filter.
+
+The protocol with gateway/envelope.lua: a trailers-only error carrying
+`x-http-status` (the catalogue's HTTP status) and `x-envelope` (the complete envelope JSON,
+ASCII-escaped because metadata must be ASCII).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+import grpc
+from google.protobuf import any_pb2
+from google.rpc import error_details_pb2, status_pb2
+from grpc_status import rpc_status
+
+from loyalty_grpc.domain.errors import LoyaltyError
+
+ERROR_DOMAIN = "loyalty.v1"
+HTTP_STATUS_KEY = "x-http-status"
+ENVELOPE_KEY = "x-envelope"
+
+
+@dataclass(frozen=True)
+class _Status(grpc.Status):
+    code: grpc.StatusCode
+    details: str
+    trailing_metadata: tuple[tuple[str, str | bytes], ...]
+
+
+def envelope(error: LoyaltyError) -> str:
+    """The JSON body an HTTP client sees: `ok` first, then `error`."""
+    entrada = error.entrada
+    body = {
+        "ok": False,
+        "error": {"codigo": entrada.codigo.value, "mensaje": entrada.mensaje,
+                  "detalle": error.detalle},
+    }
+    return json.dumps(body, ensure_ascii=True, separators=(",", ":"))
+
+
+def to_grpc_status(error: LoyaltyError) -> grpc.Status:
+    entrada = error.entrada
+    code: grpc.StatusCode = getattr(grpc.StatusCode, entrada.grpc)
+    info = error_details_pb2.ErrorInfo(
+        reason=entrada.codigo.value,
+        domain=ERROR_DOMAIN,
+        metadata={"http_status": str(entrada.http), "mensaje": entrada.mensaje,
+                  "detalle": error.detalle},
+    )
+    detail = any_pb2.Any()
+    detail.Pack(info)
+    message = error.detalle or entrada.mensaje
+    status = rpc_status.to_status(
+        status_pb2.Status(code=code.value[0], message=message, details=[detail])
+    )
+    return _Status(
+        code=status.code,
+        details=status.details,
+        trailing_metadata=(
+            *status.trailing_metadata,
+            (HTTP_STATUS_KEY, str(entrada.http)),
+            (ENVELOPE_KEY, envelope(error)),
+        ),
+    )

@@ -1,0 +1,29 @@
+"""Plain text fields of the back office. Pure, no I/O."""
+
+from __future__ import annotations
+
+import re
+
+from loyalty_grpc.domain.errors import Codigo, LoyaltyError
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+_CONTROL_MULTILINE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def single_line(text: str, campo: str, *, required: bool = True) -> str:
+    """Single-line text: trimmed, no control characters; empty → campo_requerido unless
+    not `required`."""
+    value = text.strip()
+    if not value and required:
+        raise LoyaltyError(Codigo.CAMPO_REQUERIDO, f"{campo}: vacío")
+    if _CONTROL.search(value):
+        raise LoyaltyError(Codigo.SOLICITUD_INVALIDA, f"{campo}: contiene caracteres de control")
+    return value
+
+
+def multi_line(text: str, campo: str) -> str:
+    """Free text that may span lines (tabs and newlines allowed); may be empty."""
+    value = text.strip()
+    if _CONTROL_MULTILINE.search(value):
+        raise LoyaltyError(Codigo.SOLICITUD_INVALIDA, f"{campo}: contiene caracteres de control")
+    return value

@@ -1,0 +1,358 @@
+"""`loyalty admin …`: the back-office operations, over gRPC to BackofficeService.
+
+The admin token comes from LOYALTY_ADMIN_TOKEN, else from `<data dir>/admin_token` (which
+`loyalty up` creates). Results print as readable lines (`--json`: the response message as
+JSON); a failure prints one line `error: <codigo>: <detalle>` and exits with 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+import grpc
+from google.protobuf import json_format
+from google.protobuf.message import Message
+from google.rpc import error_details_pb2
+from grpc_status import rpc_status
+
+from loyalty_grpc.domain.errors import Codigo
+from loyalty_grpc.gen.loyalty.v1 import backoffice_service_pb2 as pb
+from loyalty_grpc.gen.loyalty.v1 import backoffice_service_pb2_grpc as pb_grpc
+from loyalty_grpc.runtime.admin_token import admin_token_path, read_admin_token
+
+DEFAULT_TARGET = "127.0.0.1:50051"
+DEFAULT_TIMEOUT_SECONDS = 60.0
+
+Metadata = tuple[tuple[str, str], ...]
+Stub = pb_grpc.BackofficeServiceStub
+# One sub-command: (stub, parsed arguments, timeout, metadata) -> the response.
+Call = Callable[[Stub, argparse.Namespace, float, Metadata], Message]
+
+
+# ------------------------------------------------------------------ the command line
+
+
+def add_admin_commands(parser: argparse.ArgumentParser) -> None:
+    """Add the `admin` options and sub-commands to `parser`."""
+    parser.add_argument("--target", default=os.environ.get("LOYALTY_GRPC_TARGET",
+                                                           DEFAULT_TARGET),
+                        help="gRPC server HOST:PORT (env LOYALTY_GRPC_TARGET)")
+    parser.add_argument("--data-dir", type=Path,
+                        default=Path(os.environ.get("LOYALTY_DATA_DIR", ".loyalty")),
+                        help="where `loyalty up` keeps admin_token (when LOYALTY_ADMIN_TOKEN "
+                             "is unset)")
+    parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_SECONDS,
+                        help="seconds to wait for the server")
+    parser.add_argument("--json", action="store_true", default=False,
+                        help="print the response as JSON")
+    groups = parser.add_subparsers(dest="admin_command", required=True, metavar="COMMAND")
+    p = _command(groups, "apply", _apply, "apply a fixture file (DESIGN.md §4); '-' = stdin")
+    p.add_argument("file")
+    _program_commands(_group(groups, "programs", "loyalty programs"))
+    _key_commands(_group(groups, "keys", "API keys"))
+    _fan_commands(_group(groups, "fans", "fans"))
+    _promo_commands(_group(groups, "promos", "promotions"))
+    _code_commands(_group(groups, "codes", "coupon codes"))
+
+
+# argparse has no public name for the sub-command action.
+_Sub = argparse._SubParsersAction
+
+# `--json` also works after the sub-command: the leaves' copy sets it only when given
+# (SUPPRESS), so it never resets the admin-level value.
+_LEAF = argparse.ArgumentParser(add_help=False)
+_LEAF.add_argument("--json", action="store_true", default=argparse.SUPPRESS,
+                   help="print the response as JSON")
+
+
+def _command(sub: _Sub[argparse.ArgumentParser], name: str, call: Call, help_text: str
+             ) -> argparse.ArgumentParser:
+    parser = sub.add_parser(name, help=help_text, parents=[_LEAF])
+    parser.set_defaults(admin_call=call)
+    return parser
+
+
+def _program_commands(sub: _Sub[argparse.ArgumentParser]) -> None:
+    p = _command(sub, "upsert", _program_upsert, "create or change a program")
+    p.add_argument("id")
+    p.add_argument("--nombre", required=True)
+    p.add_argument("--tasa", "--tasa-puntos", dest="tasa", required=True,
+                   help="points per peso, exact decimal, e.g. 0.1")
+    p.add_argument("--qr-url", default="")
+    p.add_argument("--moneda", default="")
+    _command(sub, "list", _program_list, "list programs")
+
+
+def _key_commands(sub: _Sub[argparse.ArgumentParser]) -> None:
+    p = _command(sub, "issue", _key_issue, "issue a key (its secret is shown once)")
+    _programa(p)
+    p.add_argument("--integracion", required=True)
+    p.add_argument("--modo", choices=["vivo", "prueba"], default="vivo")
+    p.add_argument("--permisos", nargs="*", default=[],
+                   help="permission names, separated by spaces or commas")
+    p = _command(sub, "list", _key_list, "list a program's keys (never their secrets)")
+    _programa(p)
+    p = _command(sub, "revoke", _key_revoke, "revoke a key by id")
+    p.add_argument("id", type=int)
+
+
+def _fan_commands(sub: _Sub[argparse.ArgumentParser]) -> None:
+    p = _command(sub, "register", _fan_register, "register a fan")
+    _programa(p, fan=True)
+    p.add_argument("--nombre", required=True)
+    p.add_argument("--correo", required=True)
+    p.add_argument("--socio-desde", type=int, required=True)
+    p.add_argument("--temporadas", type=int, default=0)
+    p.add_argument("--qr-token", default="", help="generated when omitted")
+    p = _command(sub, "update", _fan_update, "change the fields given")
+    _programa(p, fan=True)
+    p.add_argument("--nombre")
+    p.add_argument("--correo")
+    p.add_argument("--socio-desde", type=int)
+    p.add_argument("--temporadas", type=int)
+    p.add_argument("--qr-token")
+    _programa(_command(sub, "get", _fan_get, "show a fan"), fan=True)
+    p = _command(sub, "baja", _fan_baja, "activo -> baja, with a reason")
+    _programa(p, fan=True)
+    p.add_argument("--motivo", required=True)
+    _programa(_command(sub, "reactivate", _fan_reactivate, "baja -> activo"), fan=True)
+
+
+def _promo_commands(sub: _Sub[argparse.ArgumentParser]) -> None:
+    estados = ["activa", "pausada", "terminada"]
+    p = _command(sub, "create", _promo_create, "create a promotion")
+    _programa(p)
+    p.add_argument("nombre")
+    p.add_argument("--vigencia-fin", required=True, help="YYYY-MM-DD")
+    p.add_argument("--descripcion", default="")
+    p.add_argument("--estado", choices=estados, default="")
+    p.add_argument("--puntos-canje", type=int, default=0)
+    p = _command(sub, "update", _promo_update, "change the fields given")
+    _programa(p)
+    p.add_argument("id", type=int, help="promotion id")
+    p.add_argument("--estado", choices=estados)
+    p.add_argument("--vigencia-fin", help="YYYY-MM-DD")
+    p.add_argument("--puntos-canje", type=int)
+    p.add_argument("--descripcion")
+
+
+def _code_commands(sub: _Sub[argparse.ArgumentParser]) -> None:
+    p = _command(sub, "assign", _code_assign, "deliver a code to a fan: disponible -> asignado")
+    _programa(p)
+    p.add_argument("--promo", type=int, required=True, help="promotion id")
+    p.add_argument("codigo")
+    p.add_argument("--fan", required=True, help="Fan ID")
+    p = _command(sub, "release", _code_release,
+                 "take a code out of circulation: disponible/asignado -> liberado")
+    _programa(p)
+    p.add_argument("--promo", type=int, required=True, help="promotion id")
+    p.add_argument("codigo")
+
+
+def _group(groups: _Sub[argparse.ArgumentParser], name: str, help_text: str
+           ) -> _Sub[argparse.ArgumentParser]:
+    parser = groups.add_parser(name, help=help_text)
+    return parser.add_subparsers(dest="admin_action", required=True, metavar="ACTION")
+
+
+def _programa(parser: argparse.ArgumentParser, *, fan: bool = False) -> None:
+    parser.add_argument("--programa", "-p", required=True, help="program id")
+    if fan:
+        parser.add_argument("id", help="Fan ID")
+
+
+# ------------------------------------------------------------------ running
+
+
+def run_admin(args: argparse.Namespace) -> int:
+    """Run the parsed `admin` command; 0 on success, 1 on an error (printed as one line)."""
+    token = os.environ.get("LOYALTY_ADMIN_TOKEN") or read_admin_token(args.data_dir)
+    if not token:
+        return _fail(Codigo.NO_AUTENTICADO.value,
+                     "falta el token de administración: LOYALTY_ADMIN_TOKEN o "
+                     f"{admin_token_path(args.data_dir)}")
+    call: Call = args.admin_call
+    metadata = (("authorization", f"Bearer {token}"),)
+    try:
+        with grpc.insecure_channel(args.target) as channel:
+            response = call(pb_grpc.BackofficeServiceStub(channel), args, args.timeout,
+                            metadata)
+    except grpc.RpcError as exc:
+        return _fail(*error_of(exc))
+    except OSError as exc:  # reading the fixture file
+        return _fail(Codigo.SOLICITUD_INVALIDA.value, str(exc))
+    if args.json:
+        sys.stdout.write(json.dumps(json_format.MessageToDict(
+            response, preserving_proto_field_name=True,
+            always_print_fields_with_no_presence=True), indent=2, ensure_ascii=False) + "\n")
+    else:
+        sys.stdout.write("".join(line + "\n" for line in render(response)))
+    return 0
+
+
+def _fail(codigo: str, detalle: str) -> int:
+    """One line on stderr, the same shape for every failure; exit status 1."""
+    sys.stderr.write(f"error: {codigo}: {' '.join(detalle.split())}\n")
+    return 1
+
+
+_TRANSPORT: dict[grpc.StatusCode, Codigo] = {
+    grpc.StatusCode.UNAVAILABLE: Codigo.SERVICIO_NO_DISPONIBLE,
+    grpc.StatusCode.DEADLINE_EXCEEDED: Codigo.SERVICIO_NO_DISPONIBLE,
+    grpc.StatusCode.UNAUTHENTICATED: Codigo.NO_AUTENTICADO,
+    grpc.StatusCode.UNIMPLEMENTED: Codigo.NO_IMPLEMENTADO,
+}
+
+
+def error_of(exc: grpc.RpcError) -> tuple[str, str]:
+    """(codigo, detalle) of a failed call: the codigo is google.rpc.ErrorInfo's reason;
+    without one (the server was never reached…) it follows the gRPC status code."""
+    # A stub's RpcError is also a grpc.Call (code, details, trailing metadata).
+    call: grpc.Call = exc  # type: ignore[assignment]
+    detalle = call.details() or call.code().name
+    status = rpc_status.from_call(call)
+    if status is not None:
+        for detail in status.details:
+            if detail.Is(error_details_pb2.ErrorInfo.DESCRIPTOR):
+                info = error_details_pb2.ErrorInfo()
+                detail.Unpack(info)
+                return info.reason, detalle
+    return _TRANSPORT.get(call.code(), Codigo.ERROR_INTERNO).value, detalle
+
+
+# ------------------------------------------------------------------ readable output
+
+
+def render(message: Message) -> list[str]:
+    """Readable lines: each record on one line of `campo=valor` (empty text left out);
+    lists one record per line; the response's own fields (`creado`, the secret of a new
+    key) on a line each."""
+    lines: list[str] = []
+    for descriptor in message.DESCRIPTOR.fields:
+        value = getattr(message, descriptor.name)
+        if descriptor.message_type is None:
+            lines.append(f"{descriptor.name}: {_text(value)}")
+        elif descriptor.is_repeated:
+            lines.extend(_record(item) for item in value)
+        elif message.HasField(descriptor.name):
+            lines.append(_record(value))
+    if isinstance(message, pb.IssueKeyResponse):
+        lines.append("(la clave se muestra solo esta vez; guárdala ahora)")
+    if not lines:
+        lines.append("(nada)")
+    return lines
+
+
+def _record(message: Message) -> str:
+    """`campo=valor` for every field; empty text and empty lists are left out (numbers and
+    booleans always show, 0 included)."""
+    pairs = ((d.name, getattr(message, d.name)) for d in message.DESCRIPTOR.fields)
+    return "  ".join(f"{name}={_text(value)}" for name, value in pairs
+                     if not (isinstance(value, str) or hasattr(value, "__len__"))
+                     or len(value) > 0)
+
+
+def _text(value: object) -> str:
+    if isinstance(value, bool):
+        return "sí" if value else "no"
+    if isinstance(value, str):
+        return value if value and not any(c.isspace() for c in value) else json.dumps(
+            value, ensure_ascii=False)
+    if isinstance(value, Iterable):
+        return ",".join(str(v) for v in value)
+    return str(value)
+
+
+# ------------------------------------------------------------------ the calls
+
+
+def _apply(stub: Stub, a: argparse.Namespace, t: float, md: Metadata) -> Message:
+    text = sys.stdin.read() if a.file == "-" else Path(a.file).read_text(encoding="utf-8")
+    return stub.ApplyFixture(pb.ApplyFixtureRequest(fixture_json=text), timeout=t, metadata=md)
+
+
+def _program_upsert(stub: Stub, a: argparse.Namespace, t: float, md: Metadata) -> Message:
+    program = pb.Program(id=a.id, nombre=a.nombre, tasa_puntos=a.tasa, qr_url=a.qr_url,
+                         moneda=a.moneda)
+    return stub.UpsertProgram(pb.UpsertProgramRequest(program=program), timeout=t, metadata=md)
+
+
+def _program_list(stub: Stub, a: argparse.Namespace, t: float, md: Metadata) -> Message:
+    return stub.ListPrograms(pb.ListProgramsRequest(), timeout=t, metadata=md)
+
+
+def _key_issue(stub: Stub, a: argparse.Namespace, t: float, md: Metadata) -> Message:
+    permisos = [n for item in a.permisos for n in item.replace(",", " ").split()]
+    return stub.IssueKey(pb.IssueKeyRequest(programa=a.programa, integracion=a.integracion,
+                                            modo=a.modo, permisos=permisos),
+                         timeout=t, metadata=md)
+
+
+def _key_list(stub: Stub, a: argparse.Namespace, t: float, md: Metadata) -> Message:
+    return stub.ListKeys(pb.ListKeysRequest(programa=a.programa), timeout=t, metadata=md)
+
+
+def _key_revoke(stub: Stub, a: argparse.Namespace, t: float, md: Metadata) -> Message:
+    return stub.RevokeKey(pb.RevokeKeyRequest(id=a.id), timeout=t, metadata=md)
+
+
+def _fan_register(stub: Stub, a: argparse.Namespace, t: float, md: Metadata) -> Message:
+    return stub.RegisterFan(pb.RegisterFanRequest(
+        programa=a.programa, id=a.id, nombre=a.nombre, correo=a.correo,
+        socio_desde=a.socio_desde, temporadas=a.temporadas, qr_token=a.qr_token),
+        timeout=t, metadata=md)
+
+
+def _given(a: argparse.Namespace, *names: str) -> dict[str, object]:
+    """The optional fields the user gave (so that only those change)."""
+    return {n: getattr(a, n) for n in names if getattr(a, n) is not None}
+
+
+def _fan_update(stub: Stub, a: argparse.Namespace, t: float, md: Metadata) -> Message:
+    fields = _given(a, "nombre", "correo", "socio_desde", "temporadas", "qr_token")
+    return stub.UpdateFan(pb.UpdateFanRequest(programa=a.programa, id=a.id, **fields),  # type: ignore[arg-type]
+                          timeout=t, metadata=md)
+
+
+def _fan_get(stub: Stub, a: argparse.Namespace, t: float, md: Metadata) -> Message:
+    return stub.GetFan(pb.GetFanRequest(programa=a.programa, id=a.id), timeout=t, metadata=md)
+
+
+def _fan_baja(stub: Stub, a: argparse.Namespace, t: float, md: Metadata) -> Message:
+    return stub.DeactivateFan(pb.DeactivateFanRequest(programa=a.programa, id=a.id,
+                                                      motivo=a.motivo),
+                              timeout=t, metadata=md)
+
+
+def _fan_reactivate(stub: Stub, a: argparse.Namespace, t: float, md: Metadata) -> Message:
+    return stub.ReactivateFan(pb.ReactivateFanRequest(programa=a.programa, id=a.id),
+                              timeout=t, metadata=md)
+
+
+def _promo_create(stub: Stub, a: argparse.Namespace, t: float, md: Metadata) -> Message:
+    return stub.CreatePromo(pb.CreatePromoRequest(
+        programa=a.programa, nombre=a.nombre, descripcion=a.descripcion, estado=a.estado,
+        vigencia_fin=a.vigencia_fin, puntos_canje=a.puntos_canje), timeout=t, metadata=md)
+
+
+def _promo_update(stub: Stub, a: argparse.Namespace, t: float, md: Metadata) -> Message:
+    fields = _given(a, "estado", "vigencia_fin", "puntos_canje", "descripcion")
+    return stub.UpdatePromo(pb.UpdatePromoRequest(programa=a.programa, id=a.id, **fields),  # type: ignore[arg-type]
+                            timeout=t, metadata=md)
+
+
+def _code_assign(stub: Stub, a: argparse.Namespace, t: float, md: Metadata) -> Message:
+    return stub.AssignCode(pb.AssignCodeRequest(programa=a.programa, promo_id=a.promo,
+                                                codigo=a.codigo, fan=a.fan),
+                           timeout=t, metadata=md)
+
+
+def _code_release(stub: Stub, a: argparse.Namespace, t: float, md: Metadata) -> Message:
+    return stub.ReleaseCode(pb.ReleaseCodeRequest(programa=a.programa, promo_id=a.promo,
+                                                  codigo=a.codigo),
+                            timeout=t, metadata=md)

@@ -1,0 +1,51 @@
+"""The back-office admin token: LOYALTY_ADMIN_TOKEN, else the file `<data dir>/admin_token`
+that `loyalty up` creates (mode 0600) and `loyalty admin` reads."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import tempfile
+from pathlib import Path
+
+FILENAME = "admin_token"
+TOKEN_BYTES = 32
+
+
+def admin_token_path(data_dir: Path) -> Path:
+    return Path(data_dir) / FILENAME
+
+
+def read_admin_token(data_dir: Path) -> str | None:
+    """The token kept in the data dir, or None when there is none (or it is empty)."""
+    try:
+        token = admin_token_path(data_dir).read_text(encoding="utf-8").strip()
+    except FileNotFoundError:
+        return None
+    return token or None
+
+
+def ensure_admin_token(data_dir: Path) -> str:
+    """The token kept in the data dir, created (random, readable by the owner only) when
+    missing. The file appears complete or not at all (written aside, then hard-linked into
+    place), so two processes starting at once agree on one token."""
+    existing = read_admin_token(data_dir)
+    if existing is not None:
+        return existing
+    path = admin_token_path(data_dir)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    token = secrets.token_urlsafe(TOKEN_BYTES)
+    fd, tmp = tempfile.mkstemp(prefix=f".{FILENAME}.", dir=path.parent)  # mode 0600
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            out.write(token + "\n")
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            existing = read_admin_token(data_dir)
+            if existing is not None:
+                return existing
+            os.replace(tmp, path)  # an empty file was left behind: replace it
+    finally:
+        Path(tmp).unlink(missing_ok=True)
+    return token

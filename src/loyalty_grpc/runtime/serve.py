@@ -1,0 +1,20 @@
+"""`loyalty serve`: the gRPC server alone (the database must exist and be migrated)."""
+
+from __future__ import annotations
+
+import logging
+
+from loyalty_grpc.api.server import ServerSettings, build_server
+from loyalty_grpc.runtime.signals import stop_event
+
+log = logging.getLogger(__name__)
+
+
+def serve(settings: ServerSettings) -> int:
+    stop = stop_event()
+    server = build_server(settings)
+    server.start()
+    stop.wait()
+    log.info("stopping")
+    server.stop()
+    return 0

@@ -1,0 +1,90 @@
+"""Back office: delivering a code to a fan and taking a code out of circulation.
+
+The code's row is locked for the change, so a concurrent POS burn of the same code waits
+and then sees the new state."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import Connection, Engine, Row, func, select, update
+
+from loyalty_grpc.domain.codes import normalize_code
+from loyalty_grpc.domain.errors import Codigo, LoyaltyError
+from loyalty_grpc.domain.fans import canonical_fan_id
+from loyalty_grpc.domain.programs import program_id
+from loyalty_grpc.domain.promos import EstadoCodigo, EstadoFan, check_transicion_codigo
+from loyalty_grpc.services.lookups import require_fan, require_promo
+from loyalty_grpc.store.tables import codigos, fans
+from loyalty_grpc.store.uow import UnitOfWork
+
+
+@dataclass(frozen=True)
+class CodigoInfo:
+    promo_id: int
+    codigo: str
+    estado: EstadoCodigo
+    # Fan ID the code was delivered to; None when never delivered.
+    fan: str | None
+
+
+def _locked_code(conn: Connection, programa: str, promo_id: int, codigo: str
+                 ) -> Row[*tuple[Any, ...]]:
+    require_promo(conn, programa, promo_id)
+    row = conn.execute(
+        select(codigos.c.id, codigos.c.estado)
+        .where(codigos.c.promo_id == promo_id, codigos.c.codigo == codigo)
+        .with_for_update()
+    ).one_or_none()
+    if row is None:
+        raise LoyaltyError(Codigo.CODIGO_NO_ENCONTRADO,
+                           f"codigo: la promoción {promo_id} no tiene el código {codigo}")
+    return row
+
+
+def _info(conn: Connection, code_pk: int) -> CodigoInfo:
+    row = conn.execute(
+        select(codigos.c.promo_id, codigos.c.codigo, codigos.c.estado, fans.c.fan_id)
+        .outerjoin(fans, fans.c.pk == codigos.c.fan_pk)
+        .where(codigos.c.id == code_pk)
+    ).one()
+    return CodigoInfo(promo_id=row.promo_id, codigo=row.codigo,
+                      estado=EstadoCodigo(row.estado), fan=row.fan_id)
+
+
+def assign_code(engine: Engine, programa: str, promo_id: int, codigo: str, fan_id: str
+                ) -> CodigoInfo:
+    """disponible → asignado to an `activo` fan, now."""
+    programa = program_id(programa, "programa")
+    codigo = normalize_code(codigo)
+    fid = canonical_fan_id(fan_id, "fan")
+    with UnitOfWork(engine) as uow:
+        code = _locked_code(uow.conn, programa, promo_id, codigo)
+        fan = require_fan(uow.conn, programa, fid, lock=True)
+        if fan.estado != EstadoFan.ACTIVO:
+            raise LoyaltyError(Codigo.FAN_NO_ENCONTRADO, f"fan: {fid} está de baja")
+        check_transicion_codigo(codigo, EstadoCodigo(code.estado), EstadoCodigo.ASIGNADO)
+        uow.conn.execute(
+            update(codigos).where(codigos.c.id == code.id)
+            .values(estado=EstadoCodigo.ASIGNADO.value, fan_pk=fan.pk, asignado_en=func.now())
+        )
+        info = _info(uow.conn, code.id)
+        uow.commit()
+    return info
+
+
+def release_code(engine: Engine, programa: str, promo_id: int, codigo: str) -> CodigoInfo:
+    """disponible or asignado → liberado, now. A delivered code keeps its fan."""
+    programa = program_id(programa, "programa")
+    codigo = normalize_code(codigo)
+    with UnitOfWork(engine) as uow:
+        code = _locked_code(uow.conn, programa, promo_id, codigo)
+        check_transicion_codigo(codigo, EstadoCodigo(code.estado), EstadoCodigo.LIBERADO)
+        uow.conn.execute(
+            update(codigos).where(codigos.c.id == code.id)
+            .values(estado=EstadoCodigo.LIBERADO.value, liberado_en=func.now())
+        )
+        info = _info(uow.conn, code.id)
+        uow.commit()
+    return info

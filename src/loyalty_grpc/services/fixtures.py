@@ -1,0 +1,343 @@
+"""`apply`: load a fixture (DESIGN.md §4, parsed by domain.fixture) into the store.
+
+One transaction for the whole fixture. Entries are upserted by their natural keys:
+program by `id`, key by its hash, fan by (program, Fan ID), promotion by (program,
+lower(nombre)), code by (promotion, code). Only rows whose values differ are written, so
+applying the same fixture twice changes nothing (not even the roster change columns).
+A fan's `puntos` is reached by one ledger adjustment of the difference.
+
+A conflict with rows already in the database (an e-mail or QR token another fan of the
+program uses, a key registered to another program, a code's fan nobody knows) raises
+before anything is committed, so a failed apply leaves the database as it was.
+
+Applies are serialised by an advisory lock; rows about to be compared are read FOR
+UPDATE, so a sale running at the same time cannot slip between a balance read and its
+adjustment.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import (
+    Column,
+    Connection,
+    Engine,
+    Row,
+    Select,
+    Table,
+    Text,
+    any_,
+    bindparam,
+    func,
+    insert,
+    literal,
+    select,
+    update,
+)
+from sqlalchemy.dialects.postgresql import ARRAY, BYTEA
+from sqlalchemy.sql.elements import ColumnElement
+
+from loyalty_grpc.domain.errors import Codigo, LoyaltyError
+from loyalty_grpc.domain.fans import email_key
+from loyalty_grpc.domain.fixture import (
+    ClaveFixture,
+    CodigoFixture,
+    FanFixture,
+    ProgramaFixture,
+    parse_fixture,
+)
+from loyalty_grpc.domain.keys import key_hash, suffix
+from loyalty_grpc.domain.permissions import sorted_names
+from loyalty_grpc.domain.promos import EstadoCodigo, EstadoFan
+from loyalty_grpc.store.ledger import Motivo, move_points
+from loyalty_grpc.store.tables import claves, codigos, fans, programas, promos
+from loyalty_grpc.store.uow import UnitOfWork
+
+ENTIDADES = ("programas", "claves", "fans", "promos", "codigos", "ajustes")
+# Arbitrary constant identifying "a fixture apply" among PostgreSQL advisory locks.
+_LOCK_KEY = 0x10_7A_17_01
+_NOTA = "fixture"
+
+
+@dataclass(frozen=True)
+class ApplyCount:
+    """What `apply` did to one kind of entry. For `ajustes`: `creados` is the number of
+    ledger adjustments written, `sin_cambios` the fans whose balance already matched."""
+
+    entidad: str
+    creados: int
+    actualizados: int
+    sin_cambios: int
+
+
+def apply_fixture(engine: Engine, document: str) -> list[ApplyCount]:
+    """Validate the whole fixture, then apply it in one transaction. Returns one count per
+    entity, in the order of `ENTIDADES`."""
+    fixture = parse_fixture(document)
+    tally = {entidad: _Tally() for entidad in ENTIDADES}
+    with UnitOfWork(engine) as uow:
+        conn = uow.conn
+        conn.execute(select(func.pg_advisory_xact_lock(_LOCK_KEY)))
+        now: datetime = conn.execute(select(func.now())).scalar_one()
+        _apply_programas(conn, fixture.programas, tally["programas"])
+        _apply_claves(conn, fixture.programas, tally["claves"])
+        for programa in fixture.programas:
+            fan_pks, balances = _apply_fans(conn, programa, now, tally["fans"])
+            promo_ids = _apply_promos(conn, programa, tally["promos"])
+            _apply_codigos(conn, programa, promo_ids=promo_ids, fan_pks=fan_pks, now=now,
+                           tally=tally["codigos"])
+            _apply_ajustes(conn, programa.fans, fan_pks, balances, tally["ajustes"])
+        uow.commit()
+    return [ApplyCount(entidad, t.creados, t.actualizados, t.sin_cambios)
+            for entidad, t in tally.items()]
+
+
+@dataclass
+class _Tally:
+    creados: int = 0
+    actualizados: int = 0
+    sin_cambios: int = 0
+
+
+class _Batch:
+    """The writes of one entity: each fixture entry is filed as new (no row yet), changed
+    (some value differs from its row) or unchanged; then the new rows are inserted in one
+    statement and the changed ones updated by primary key in one executemany."""
+
+    def __init__(self, table: Table) -> None:
+        self.table = table
+        self.pk: Column[Any] = next(iter(table.primary_key.columns))
+        self.new: list[dict[str, Any]] = []
+        self.changed: list[dict[str, Any]] = []
+        self.unchanged = 0
+
+    def add(self, row: Row[Any] | None, values: dict[str, Any],
+            identity: dict[str, Any]) -> None:
+        """`values`: the columns the fixture sets; `identity`: the natural key and the
+        columns only set on insert."""
+        if row is None:
+            self.new.append({**identity, **values})
+        elif any(getattr(row, name) != value for name, value in values.items()):
+            self.changed.append({**values, "b_pk": getattr(row, self.pk.name)})
+        else:
+            self.unchanged += 1
+
+    def write(self, conn: Connection, tally: _Tally,
+              key: Column[Any] | None = None) -> dict[Any, int]:
+        """Returns {key: primary key} of the inserted rows when `key` is given."""
+        created: dict[Any, int] = {}
+        if self.new:
+            if key is None:
+                conn.execute(insert(self.table), self.new)
+            else:
+                created = {k: int(pk) for k, pk in conn.execute(
+                    insert(self.table).returning(key, self.pk), self.new)}
+        if self.changed:
+            conn.execute(update(self.table).where(self.pk == bindparam("b_pk")), self.changed)
+        tally.creados += len(self.new)
+        tally.actualizados += len(self.changed)
+        tally.sin_cambios += self.unchanged
+        return created
+
+
+# --- one function per entity --------------------------------------------------------------
+# Each reads the rows the fixture names (FOR UPDATE), checks conflicts, then writes a batch.
+
+def _apply_programas(conn: Connection, wanted: Sequence[ProgramaFixture],
+                     tally: _Tally) -> None:
+    existing = _rows_by(conn, select(programas).where(
+        programas.c.id == any_(_texts(p.id for p in wanted))).with_for_update(), "id")
+    batch = _Batch(programas)
+    for p in wanted:
+        batch.add(existing.get(p.id),
+                  {"nombre": p.nombre, "tasa_puntos": p.tasa_puntos, "qr_url": p.qr_url},
+                  {"id": p.id})
+    batch.write(conn, tally)
+
+
+def _apply_claves(conn: Connection, wanted: Sequence[ProgramaFixture], tally: _Tally) -> None:
+    entries: dict[bytes, tuple[str, ClaveFixture]] = {
+        key_hash(c.clave): (p.id, c) for p in wanted for c in p.claves}
+    existing = _rows_by(conn, select(claves).where(
+        claves.c.hash == any_(literal(list(entries), ARRAY(BYTEA)))).with_for_update(), "hash")
+    batch = _Batch(claves)
+    for digest, (programa_id, c) in entries.items():
+        row = existing.get(digest)
+        if row is not None and row.programa_id != programa_id:
+            raise LoyaltyError(Codigo.FIXTURE_INVALIDO,
+                               f"{c.ruta}.clave: ya está registrada en otro programa "
+                               f"({row.programa_id})")
+        permisos = sorted_names(c.permisos)
+        if row is not None and set(row.permisos) == set(permisos):
+            permisos = list(row.permisos)  # the same set in another order is no change
+        # `revocada` is not a fixture field: a revoked key stays revoked.
+        batch.add(row, {"integracion": c.integracion, "permisos": permisos},
+                  {"programa_id": programa_id, "hash": digest, "modo": c.modo.value,
+                   "sufijo": suffix(c.clave)})
+    batch.write(conn, tally)
+
+
+def _apply_fans(conn: Connection, programa: ProgramaFixture, now: datetime,
+                tally: _Tally) -> tuple[dict[str, int], dict[str, int]]:
+    """Returns the pk of every fan of the fixture and its balance before the apply (by
+    Fan ID; new fans have no balance)."""
+    wanted = programa.fans
+    if not wanted:
+        return {}, {}
+    in_program = fans.c.programa_id == programa.id
+    correo = func.lower(fans.c.correo)
+    _check_taken(conn, programa, select(fans.c.fan_id, correo).where(
+        in_program, correo == any_(_texts(email_key(f.correo) for f in wanted))),
+        campo="correo", codigo=Codigo.CORREO_DUPLICADO, value_of=lambda f: email_key(f.correo))
+    _check_taken(conn, programa, select(fans.c.fan_id, fans.c.qr_token).where(
+        in_program, fans.c.qr_token == any_(_texts(f.qr_token for f in wanted))),
+        campo="qr_token", codigo=Codigo.QR_DUPLICADO, value_of=lambda f: f.qr_token)
+
+    existing = _rows_by(conn, select(fans).where(
+        in_program, fans.c.fan_id == any_(_texts(f.fan_id for f in wanted))).with_for_update(),
+        "fan_id")
+    batch = _Batch(fans)
+    for f in wanted:
+        row = existing.get(f.fan_id)
+        baja_en: datetime | None = None
+        if f.estado is EstadoFan.BAJA:
+            # Already baja: it keeps the moment it left.
+            baja_en = row.baja_en if row is not None and row.baja_en is not None else now
+        batch.add(row, {"nombre": f.nombre, "correo": f.correo, "socio_desde": f.socio_desde,
+                        "temporadas": f.temporadas, "qr_token": f.qr_token,
+                        "estado": f.estado.value, "baja_en": baja_en,
+                        "baja_motivo": f.baja_motivo},
+                  {"programa_id": programa.id, "fan_id": f.fan_id})
+    pks = {fan_id: int(row.pk) for fan_id, row in existing.items()}
+    pks.update(batch.write(conn, tally, key=fans.c.fan_id))
+    balances = {fan_id: int(row.puntos) for fan_id, row in existing.items()}
+    return pks, balances
+
+
+def _apply_promos(conn: Connection, programa: ProgramaFixture, tally: _Tally) -> dict[str, int]:
+    """Returns the id of every promotion of the fixture, by lower-case name."""
+    wanted = programa.promos
+    if not wanted:
+        return {}
+    nombre = func.lower(promos.c.nombre).label("nombre_min")
+    existing = _rows_by(conn, select(promos, nombre).where(
+        promos.c.programa_id == programa.id,
+        nombre == any_(_texts(p.nombre.lower() for p in wanted))).with_for_update(),
+        "nombre_min")
+    batch = _Batch(promos)
+    for p in wanted:
+        batch.add(existing.get(p.nombre.lower()),
+                  {"nombre": p.nombre, "descripcion": p.descripcion, "estado": p.estado.value,
+                   "vigencia_fin": p.vigencia_fin, "puntos_canje": p.puntos_canje},
+                  {"programa_id": programa.id})
+    ids = {key: int(row.id) for key, row in existing.items()}
+    created = batch.write(conn, tally, key=promos.c.nombre)
+    ids.update({name.lower(): promo_id for name, promo_id in created.items()})
+    return ids
+
+
+def _apply_codigos(conn: Connection, programa: ProgramaFixture, *, promo_ids: Mapping[str, int],
+                   fan_pks: Mapping[str, int], now: datetime, tally: _Tally) -> None:
+    fan_pks = {**fan_pks, **_fans_outside(conn, programa, fan_pks)}
+    for promo in programa.promos:
+        if not promo.codigos:
+            continue
+        promo_id = promo_ids[promo.nombre.lower()]
+        existing = _rows_by(conn, select(codigos).where(
+            codigos.c.promo_id == promo_id,
+            codigos.c.codigo == any_(_texts(c.codigo for c in promo.codigos)),
+        ).with_for_update(), "codigo")
+        batch = _Batch(codigos)
+        for c in promo.codigos:
+            row = existing.get(c.codigo)
+            fan_pk = fan_pks[c.fan] if c.fan is not None else None
+            if row is not None and (row.estado, row.fan_pk) == (c.estado.value, fan_pk):
+                batch.unchanged += 1  # same state, same fan: its timestamps stay too
+                continue
+            batch.add(row, _code_state(c, fan_pk, row, now),
+                      {"promo_id": promo_id, "programa_id": programa.id, "codigo": c.codigo})
+        batch.write(conn, tally)
+
+
+def _apply_ajustes(conn: Connection, wanted: Sequence[FanFixture], fan_pks: Mapping[str, int],
+                   balances: Mapping[str, int], tally: _Tally) -> None:
+    """One ledger adjustment per fan whose balance is not the fixture's `puntos`."""
+    for f in wanted:
+        difference = f.puntos - balances.get(f.fan_id, 0)
+        if difference:
+            move_points(conn, fan_pks[f.fan_id], difference, Motivo.AJUSTE, nota=_NOTA)
+            tally.creados += 1
+        else:
+            tally.sin_cambios += 1
+
+
+# --- helpers ------------------------------------------------------------------------------
+
+def _texts(values: Iterable[str]) -> ColumnElement[Any]:
+    """A list as one array parameter (`= ANY(:array)`), however long it is."""
+    return literal(list(values), ARRAY(Text))
+
+
+def _rows_by(conn: Connection, query: Select[Any], column: str) -> dict[Any, Row[Any]]:
+    return {getattr(row, column): row for row in conn.execute(query)}
+
+
+def _check_taken(conn: Connection, programa: ProgramaFixture, holders: Select[Any], *,
+                 campo: str, codigo: Codigo, value_of: Callable[[FanFixture], str]) -> None:
+    """`holders` yields (fan_id, value) for the program's fans holding one of the
+    fixture's values; a holder other than the fixture's fan with that value is a conflict.
+    Values are compared as the database holds them before the apply, so handing a value
+    from one fan to another takes two applies."""
+    by_value = {value_of(f): f for f in programa.fans}
+    for holder, value in conn.execute(holders):
+        f = by_value.get(value)
+        if f is not None and f.fan_id != holder:
+            raise LoyaltyError(codigo, f"{f.ruta}.{campo}: ya lo usa otro fan del programa "
+                                       f"{programa.id} ({holder})")
+
+
+def _fans_outside(conn: Connection, programa: ProgramaFixture,
+                  in_fixture: Mapping[str, int]) -> dict[str, int]:
+    """The pks of the fans the program's codes name that the fixture does not list; a fan
+    that is nowhere is fixture_invalido naming the (first) code."""
+    refs: dict[str, CodigoFixture] = {}
+    for promo in programa.promos:
+        for c in promo.codigos:
+            if c.fan is not None and c.fan not in in_fixture:
+                refs.setdefault(c.fan, c)
+    if not refs:
+        return {}
+    found = {fan_id: int(pk) for fan_id, pk in conn.execute(
+        select(fans.c.fan_id, fans.c.pk).where(
+            fans.c.programa_id == programa.id, fans.c.fan_id == any_(_texts(refs))))}
+    for fan_id, c in refs.items():
+        if fan_id not in found:
+            raise LoyaltyError(Codigo.FIXTURE_INVALIDO,
+                               f"{c.ruta}.fan: el fan {fan_id} no está en el fixture ni en "
+                               f"el programa {programa.id}")
+    return found
+
+
+def _code_state(c: CodigoFixture, fan_pk: int | None, row: Row[Any] | None,
+                now: datetime) -> dict[str, Any]:
+    """A code's columns for its fixture state: the moment of a state it already had with
+    the same fan is kept, a new one is `now`, those of states it is not in are cleared."""
+    same_fan = row is not None and row.fan_pk == fan_pk
+
+    def since(column: str) -> datetime:
+        kept: datetime | None = getattr(row, column) if same_fan else None
+        return kept if kept is not None else now
+
+    canjeado = c.estado is EstadoCodigo.CANJEADO
+    return {
+        "estado": c.estado.value,
+        "fan_pk": fan_pk,
+        "asignado_en": since("asignado_en") if fan_pk is not None else None,
+        "canjeado_en": since("canjeado_en") if canjeado else None,
+        "canje_terminal": row.canje_terminal if canjeado and same_fan and row else None,
+        "liberado_en": since("liberado_en") if c.estado is EstadoCodigo.LIBERADO else None,
+    }

@@ -1,0 +1,133 @@
+"""Back office: API keys (issue, list, revoke) and the lookup that authenticates a key.
+
+A key's secret is shown once, when issued; the store keeps only its SHA-256 and its last
+four characters."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Connection, Engine, Row, func, insert, select, update
+
+from loyalty_grpc.domain.caller import Caller
+from loyalty_grpc.domain.errors import Codigo, LoyaltyError
+from loyalty_grpc.domain.keys import Modo, key_hash, mode_of, new_key, suffix
+from loyalty_grpc.domain.permissions import parse_permisos, sorted_names
+from loyalty_grpc.domain.programs import program_id
+from loyalty_grpc.domain.text import single_line
+from loyalty_grpc.services.lookups import require_program
+from loyalty_grpc.store.tables import claves, programas
+from loyalty_grpc.store.uow import UnitOfWork
+
+
+@dataclass(frozen=True)
+class ClaveInfo:
+    """A key as listed: never its secret."""
+
+    id: int
+    programa: str
+    integracion: str
+    modo: Modo
+    permisos: tuple[str, ...]
+    sufijo: str
+    creada: datetime
+    revocada: datetime | None
+
+
+@dataclass(frozen=True)
+class ClaveEmitida:
+    info: ClaveInfo
+    # The secret, returned this once.
+    clave: str = field(repr=False)
+
+
+_COLUMNS = (claves.c.id, claves.c.programa_id, claves.c.integracion, claves.c.modo,
+            claves.c.permisos, claves.c.sufijo, claves.c.creado, claves.c.revocada)
+
+
+def _info(row: Row[*tuple[Any, ...]]) -> ClaveInfo:
+    return ClaveInfo(
+        id=row.id, programa=row.programa_id, integracion=row.integracion, modo=Modo(row.modo),
+        permisos=tuple(sorted_names(parse_permisos(row.permisos))), sufijo=row.sufijo,
+        creada=row.creado, revocada=row.revocada,
+    )
+
+
+def parse_modo(text: str, campo: str = "modo") -> Modo:
+    value = text.strip().lower()
+    if not value:
+        raise LoyaltyError(Codigo.CAMPO_REQUERIDO, f"{campo}: vacío")
+    try:
+        return Modo(value)
+    except ValueError:
+        raise LoyaltyError(Codigo.SOLICITUD_INVALIDA,
+                           f"{campo}: debe ser 'vivo' o 'prueba'") from None
+
+
+def issue_key(engine: Engine, programa: str, integracion: str, modo: str,
+              permisos: Iterable[str]) -> ClaveEmitida:
+    """A new key of the program for the integration, with those permissions; the secret
+    is in the result and nowhere else."""
+    programa = program_id(programa, "programa")
+    integracion = single_line(integracion, "integracion")
+    parsed_modo = parse_modo(modo)
+    names = sorted_names(parse_permisos(p.strip() for p in permisos))
+    clave = new_key(parsed_modo)
+    with UnitOfWork(engine) as uow:
+        require_program(uow.conn, programa)
+        row = uow.conn.execute(
+            insert(claves).values(
+                programa_id=programa, hash=key_hash(clave), modo=parsed_modo.value,
+                integracion=integracion, permisos=names, sufijo=suffix(clave),
+            ).returning(*_COLUMNS)
+        ).one()
+        uow.commit()
+    return ClaveEmitida(_info(row), clave)
+
+
+def list_keys(engine: Engine, programa: str) -> list[ClaveInfo]:
+    """The program's keys, revoked ones included, oldest first."""
+    programa = program_id(programa, "programa")
+    with UnitOfWork(engine) as uow:
+        require_program(uow.conn, programa)
+        rows = uow.conn.execute(
+            select(*_COLUMNS).where(claves.c.programa_id == programa).order_by(claves.c.id)
+        ).all()
+    return [_info(r) for r in rows]
+
+
+def revoke_key(engine: Engine, clave_id: int) -> ClaveInfo:
+    """Revoke the key `clave_id` from now on. Revoking it again keeps the first time."""
+    with UnitOfWork(engine) as uow:
+        row = uow.conn.execute(
+            update(claves).where(claves.c.id == clave_id)
+            .values(revocada=func.coalesce(claves.c.revocada, func.now()))
+            .returning(*_COLUMNS)
+        ).one_or_none()
+        if row is None:
+            raise LoyaltyError(Codigo.CLAVE_NO_ENCONTRADA, f"id: no hay clave {clave_id}")
+        uow.commit()
+    return _info(row)
+
+
+def authenticate(conn: Connection, key: str) -> Caller | None:
+    """Who `key` is: its program, integration, mode and permissions; None when the key is
+    malformed, unknown or revoked. One indexed lookup by the key's hash."""
+    if mode_of(key) is None:
+        return None
+    row = conn.execute(
+        select(claves.c.id, claves.c.programa_id, programas.c.nombre, claves.c.integracion,
+               claves.c.modo, claves.c.permisos)
+        .join(programas, programas.c.id == claves.c.programa_id)
+        .where(claves.c.hash == key_hash(key), claves.c.revocada.is_(None))
+    ).one_or_none()
+    if row is None:
+        return None
+    return Caller(
+        programa_id=row.programa_id, programa_nombre=row.nombre, clave_id=row.id,
+        integracion=row.integracion, modo=Modo(row.modo),
+        permisos=parse_permisos(row.permisos),
+    )

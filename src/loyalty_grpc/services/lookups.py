@@ -1,0 +1,48 @@
+"""Lookups the back-office use cases share: a program, a fan, a promotion of a program,
+each locked or not, each with its not-found error."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import Connection, Row, select
+
+from loyalty_grpc.domain.errors import Codigo, LoyaltyError
+from loyalty_grpc.store.tables import fans, programas, promos
+
+
+def require_program(conn: Connection, programa: str) -> None:
+    """programa_no_encontrado unless the program exists (locked against a concurrent
+    change of its row until the transaction ends: KEY SHARE, so it blocks nobody else)."""
+    found = conn.execute(
+        select(programas.c.id).where(programas.c.id == programa).with_for_update(key_share=True)
+    ).scalar_one_or_none()
+    if found is None:
+        raise LoyaltyError(Codigo.PROGRAMA_NO_ENCONTRADO, f"programa: no existe {programa!r}")
+
+
+def require_fan(conn: Connection, programa: str, fan_id: str, *, lock: bool = False
+                ) -> Row[*tuple[Any, ...]]:
+    """The fan's row (any state), or fan_no_encontrado; the program must exist."""
+    query = select(fans).where(fans.c.programa_id == programa, fans.c.fan_id == fan_id)
+    if lock:
+        query = query.with_for_update()
+    row = conn.execute(query).one_or_none()
+    if row is None:
+        require_program(conn, programa)
+        raise LoyaltyError(Codigo.FAN_NO_ENCONTRADO, f"fan: no existe {fan_id} en {programa}")
+    return row
+
+
+def require_promo(conn: Connection, programa: str, promo_id: int, *, lock: bool = False
+                  ) -> Row[*tuple[Any, ...]]:
+    """The promotion's row, or promo_no_encontrada; the program must exist."""
+    query = select(promos).where(promos.c.programa_id == programa, promos.c.id == promo_id)
+    if lock:
+        query = query.with_for_update()
+    row = conn.execute(query).one_or_none()
+    if row is None:
+        require_program(conn, programa)
+        raise LoyaltyError(Codigo.PROMO_NO_ENCONTRADA,
+                           f"promo_id: no existe la promoción {promo_id} en {programa}")
+    return row

@@ -1,0 +1,532 @@
+"""Back-office use cases on a real PostgreSQL, called directly: every happy path, and
+every failure leaves the database exactly as it was."""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from datetime import date
+from decimal import Decimal
+from typing import Any
+
+import pytest
+from sqlalchemy import Engine, insert, select, text
+
+from loyalty_grpc.domain.errors import Codigo, LoyaltyError
+from loyalty_grpc.domain.keys import Modo
+from loyalty_grpc.domain.permissions import Permiso
+from loyalty_grpc.domain.promos import EstadoCodigo, EstadoFan, EstadoPromo
+from loyalty_grpc.services import codes, fans, keys, programs, promos
+from loyalty_grpc.store.tables import LEDGER_MISMATCH_SQL, claves, codigos, metadata
+from loyalty_grpc.store.tables import fans as fans_table
+
+P = "halcones"
+OTRO = "otro"
+
+
+def snapshot(engine: Engine) -> dict[str, list[tuple[Any, ...]]]:
+    with engine.connect() as conn:
+        return {
+            t.name: [tuple(r) for r in conn.execute(
+                select(t).order_by(*t.primary_key.columns))]
+            for t in metadata.sorted_tables
+        }
+
+
+@contextmanager
+def fails(engine: Engine, codigo: Codigo, *in_detalle: str) -> Iterator[None]:
+    """The block raises LoyaltyError(codigo) and changes nothing."""
+    before = snapshot(engine)
+    with pytest.raises(LoyaltyError) as err:
+        yield
+    assert err.value.codigo is codigo, err.value
+    for part in in_detalle:
+        assert part in err.value.detalle
+    assert snapshot(engine) == before
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _programs(engine: Engine) -> None:
+    programs.upsert_program(engine, P, "Club Halcones", "0.1",
+                            qr_url="https://halcones.example/fan")
+    programs.upsert_program(engine, OTRO, "Otro Club", "1")
+
+
+_seq = iter(range(1, 10_000))
+
+
+def fan_id() -> str:
+    return f"T{next(_seq):04d}"
+
+
+def new_fan(engine: Engine, programa: str = P, **kw: Any) -> fans.FanInfo:
+    fid = kw.pop("fan_id", None) or fan_id()
+    values: dict[str, Any] = {"nombre": "Ana", "correo": f"{fid.lower()}@example.com",
+                              "socio_desde": 2018}
+    values.update(kw)
+    return fans.register_fan(engine, programa, fid, **values)
+
+
+# ================================================================ programs
+
+
+def test_upsert_program_creates_then_updates(engine):
+    created = programs.upsert_program(engine, "nuevo", " Club Nuevo ", "0.25")
+    assert created.creado
+    assert created.programa == programs.Programa("nuevo", "Club Nuevo", Decimal("0.25"), "",
+                                                 "MXN")
+    again = programs.upsert_program(engine, "nuevo", "Club Nuevo 2", "0.5",
+                                    qr_url="https://n.example/v", moneda="mxn")
+    assert not again.creado
+    assert again.programa == programs.Programa("nuevo", "Club Nuevo 2", Decimal("0.5"),
+                                               "https://n.example/v", "MXN")
+    listed = programs.list_programs(engine)
+    assert [p.id for p in listed] == sorted(p.id for p in listed)
+    assert again.programa in listed
+
+
+@pytest.mark.parametrize(("args", "codigo", "campo"), [
+    (("Mal Id", "X", "0.1"), Codigo.SOLICITUD_INVALIDA, "id"),
+    (("", "X", "0.1"), Codigo.CAMPO_REQUERIDO, "id"),
+    ((P, "", "0.1"), Codigo.CAMPO_REQUERIDO, "nombre"),
+    ((P, "X", "-1"), Codigo.SOLICITUD_INVALIDA, "tasa_puntos"),
+    ((P, "X", "0.1234567"), Codigo.SOLICITUD_INVALIDA, "tasa_puntos"),
+    ((P, "X", "diez"), Codigo.SOLICITUD_INVALIDA, "tasa_puntos"),
+])
+def test_upsert_program_invalid(engine, args, codigo, campo):
+    with fails(engine, codigo, campo):
+        programs.upsert_program(engine, *args)
+
+
+# ================================================================ keys
+
+
+def test_issue_authenticate_revoke(engine):
+    issued = keys.issue_key(engine, P, " Caja Norte ", "vivo",
+                            ["tx:escribir", "fan:leer", "tx:escribir"])
+    clave = issued.clave
+    assert clave.startswith("lp_vivo_")
+    assert clave not in repr(issued)
+    info = issued.info
+    assert (info.programa, info.integracion, info.modo) == (P, "Caja Norte", Modo.VIVO)
+    assert info.permisos == ("fan:leer", "tx:escribir")
+    assert info.sufijo == clave[-4:]
+    assert info.revocada is None
+
+    with engine.connect() as conn:
+        stored = conn.execute(select(claves).where(claves.c.id == info.id)).one()
+        caller = keys.authenticate(conn, clave)
+    assert stored.hash == hashlib.sha256(clave.encode()).digest()
+    assert clave.encode() not in stored.hash
+    assert all(clave not in str(v) for v in stored)  # the secret is stored nowhere
+    assert caller is not None
+    assert (caller.programa_id, caller.programa_nombre, caller.clave_id, caller.integracion,
+            caller.modo) == (P, "Club Halcones", info.id, "Caja Norte", Modo.VIVO)
+    assert caller.permisos == frozenset({Permiso.TX_ESCRIBIR, Permiso.FAN_LEER})
+
+    revoked = keys.revoke_key(engine, info.id)
+    assert revoked.revocada is not None
+    with engine.connect() as conn:
+        assert keys.authenticate(conn, clave) is None
+    again = keys.revoke_key(engine, info.id)
+    assert again.revocada == revoked.revocada  # the first revocation time stays
+
+
+def test_test_key_and_listing(engine):
+    prueba = keys.issue_key(engine, OTRO, "Pruebas", "prueba", [])
+    assert prueba.clave.startswith("lp_prueba_")
+    assert prueba.info.modo is Modo.PRUEBA
+    assert prueba.info.permisos == ()
+    with engine.connect() as conn:
+        caller = keys.authenticate(conn, prueba.clave)
+    assert caller is not None
+    assert caller.modo is Modo.PRUEBA
+    assert caller.permisos == frozenset()
+    second = keys.issue_key(engine, OTRO, "Caja 2", "vivo", ["roster:leer"])
+    listed = keys.list_keys(engine, OTRO)
+    assert listed == [prueba.info, second.info]
+    assert not hasattr(listed[0], "clave")
+
+
+def test_authenticate_unknown_or_malformed(engine):
+    with engine.connect() as conn:
+        assert keys.authenticate(conn, "lp_vivo_" + "x" * 32) is None
+        assert keys.authenticate(conn, "nope") is None
+        assert keys.authenticate(conn, "") is None
+
+
+@pytest.mark.parametrize(("args", "codigo", "campo"), [
+    (("nadie", "Caja", "vivo", []), Codigo.PROGRAMA_NO_ENCONTRADO, "programa"),
+    ((P, "Caja", "vivo", ["fan:leer", "fan:escribir"]), Codigo.PERMISO_DESCONOCIDO,
+     "fan:escribir"),
+    ((P, "Caja", "real", []), Codigo.SOLICITUD_INVALIDA, "modo"),
+    ((P, "Caja", "", []), Codigo.CAMPO_REQUERIDO, "modo"),
+    ((P, " ", "vivo", []), Codigo.CAMPO_REQUERIDO, "integracion"),
+])
+def test_issue_key_invalid(engine, args, codigo, campo):
+    with fails(engine, codigo, campo):
+        keys.issue_key(engine, *args)
+
+
+def test_key_not_found(engine):
+    with fails(engine, Codigo.CLAVE_NO_ENCONTRADA, "999999"):
+        keys.revoke_key(engine, 999999)
+    with fails(engine, Codigo.PROGRAMA_NO_ENCONTRADO):
+        keys.list_keys(engine, "nadie")
+
+
+# ================================================================ fans
+
+
+def test_register_and_get(engine):
+    fan = fans.register_fan(engine, P, " hal 9001 ", nombre=" Ana ", correo=" Ana@Example.com ",
+                            socio_desde=2018, temporadas=5)
+    assert (fan.programa, fan.fan_id, fan.nombre, fan.correo) == (
+        P, "HAL9001", "Ana", "Ana@Example.com")
+    assert (fan.socio_desde, fan.temporadas, fan.puntos, fan.estado) == (
+        2018, 5, 0, EstadoFan.ACTIVO)
+    assert fan.baja_en is None
+    assert fan.baja_motivo is None
+    assert len(fan.qr_token) == 16  # generated, URL-safe
+    assert fan.qr_token.replace("-", "").replace("_", "").isalnum()
+    assert fans.get_fan(engine, P, "hal9001") == fan
+    other = new_fan(engine)
+    assert other.qr_token != fan.qr_token
+
+
+def test_register_with_qr_token(engine):
+    fan = new_fan(engine, qr_token=" q7Hk2Pz ")
+    assert fan.qr_token == "q7Hk2Pz"
+
+
+def test_register_duplicates(engine):
+    first = new_fan(engine, fan_id="DUP01", correo="Dup@Example.com", qr_token="dupqr")
+    with fails(engine, Codigo.FAN_DUPLICADO, "DUP01"):
+        new_fan(engine, fan_id=" dup 01", correo="otro@example.com", qr_token="x1")
+    with fails(engine, Codigo.CORREO_DUPLICADO, "correo"):
+        new_fan(engine, correo=" dup@EXAMPLE.com ")
+    with fails(engine, Codigo.QR_DUPLICADO, "qr_token"):
+        new_fan(engine, qr_token="dupqr")
+    # qr tokens are case-sensitive; other programs are separate.
+    new_fan(engine, qr_token="DUPQR")
+    again = new_fan(engine, programa=OTRO, fan_id="DUP01", correo="dup@example.com",
+                    qr_token="dupqr")
+    assert again.fan_id == first.fan_id
+
+
+@pytest.mark.parametrize(("kw", "codigo", "campo"), [
+    ({"fan_id": "ana@x"}, Codigo.SOLICITUD_INVALIDA, "id"),
+    ({"correo": "ana"}, Codigo.SOLICITUD_INVALIDA, "correo"),
+    ({"nombre": " "}, Codigo.CAMPO_REQUERIDO, "nombre"),
+    ({"socio_desde": 0}, Codigo.SOLICITUD_INVALIDA, "socio_desde"),
+    ({"temporadas": -1}, Codigo.SOLICITUD_INVALIDA, "temporadas"),
+    ({"qr_token": "a b"}, Codigo.SOLICITUD_INVALIDA, "qr_token"),
+])
+def test_register_invalid(engine, kw, codigo, campo):
+    with fails(engine, codigo, campo):
+        new_fan(engine, **kw)
+
+
+def test_register_in_unknown_program(engine):
+    with fails(engine, Codigo.PROGRAMA_NO_ENCONTRADO, "nadie"):
+        new_fan(engine, programa="nadie")
+
+
+def test_update_only_given_fields(engine):
+    fan = new_fan(engine, temporadas=1)
+    same = fans.update_fan(engine, P, fan.fan_id)
+    assert same == fan
+    changed = fans.update_fan(engine, P, fan.fan_id.lower(), nombre="Ana María", temporadas=2)
+    assert changed.nombre == "Ana María"
+    assert changed.temporadas == 2
+    assert (changed.correo, changed.socio_desde, changed.qr_token) == (
+        fan.correo, fan.socio_desde, fan.qr_token)
+    assert changed.actualizado > fan.actualizado  # nombre is a roster field
+    # Its own e-mail in another case is not a duplicate.
+    recased = fans.update_fan(engine, P, fan.fan_id, correo=fan.correo.upper(),
+                              qr_token="nuevo-qr-" + fan.fan_id, socio_desde=2000)
+    assert recased.correo == fan.correo.upper()
+    assert recased.qr_token == "nuevo-qr-" + fan.fan_id
+    assert recased.socio_desde == 2000
+
+
+def test_update_duplicates_and_errors(engine):
+    a = new_fan(engine)
+    b = new_fan(engine)
+    with fails(engine, Codigo.CORREO_DUPLICADO):
+        fans.update_fan(engine, P, b.fan_id, nombre="B", correo=a.correo.title())
+    with fails(engine, Codigo.QR_DUPLICADO):
+        fans.update_fan(engine, P, b.fan_id, qr_token=a.qr_token)
+    with fails(engine, Codigo.FAN_NO_ENCONTRADO, "NOEXISTE"):
+        fans.update_fan(engine, P, "noexiste", nombre="X")
+    with fails(engine, Codigo.SOLICITUD_INVALIDA, "correo"):
+        fans.update_fan(engine, P, b.fan_id, nombre="X", correo="x@")
+    with fails(engine, Codigo.PROGRAMA_NO_ENCONTRADO):
+        fans.update_fan(engine, "nadie", b.fan_id, nombre="X")
+
+
+def test_get_not_found(engine):
+    with fails(engine, Codigo.FAN_NO_ENCONTRADO):
+        fans.get_fan(engine, P, "NOEXISTE")
+    with fails(engine, Codigo.PROGRAMA_NO_ENCONTRADO):
+        fans.get_fan(engine, "nadie", "X")
+    with fails(engine, Codigo.CAMPO_REQUERIDO, "id"):
+        fans.get_fan(engine, P, "  ")
+
+
+def test_baja_and_reactivation(engine):
+    fan = new_fan(engine)
+    with fails(engine, Codigo.CAMPO_REQUERIDO, "motivo"):
+        fans.deactivate_fan(engine, P, fan.fan_id, " ")
+    with fails(engine, Codigo.TRANSICION_INVALIDA, "activo"):
+        fans.reactivate_fan(engine, P, fan.fan_id)
+    baja = fans.deactivate_fan(engine, P, fan.fan_id, " solicitud del socio ")
+    assert baja.estado is EstadoFan.BAJA
+    assert baja.baja_en is not None
+    assert baja.baja_motivo == "solicitud del socio"
+    assert baja.actualizado > fan.actualizado
+    assert fans.get_fan(engine, P, fan.fan_id) == baja  # the back office still sees it
+    with fails(engine, Codigo.TRANSICION_INVALIDA, "baja"):
+        fans.deactivate_fan(engine, P, fan.fan_id, "otra vez")
+    back = fans.reactivate_fan(engine, P, fan.fan_id)
+    assert back.estado is EstadoFan.ACTIVO
+    assert back.baja_en is None
+    assert back.baja_motivo is None
+    with fails(engine, Codigo.FAN_NO_ENCONTRADO):
+        fans.deactivate_fan(engine, P, "NOEXISTE", "x")
+
+
+@pytest.mark.parametrize("round_", range(5))
+def test_concurrent_registration_same_email(engine, round_):
+    """Two threads register two fans with the same e-mail at once: one wins."""
+    correo = f"carrera{round_}@example.com"
+    barrier = threading.Barrier(2)
+
+    def register(fid: str) -> str:
+        barrier.wait()
+        try:
+            new_fan(engine, fan_id=fid, correo=correo)
+        except LoyaltyError as err:
+            return err.codigo.value
+        return "ok"
+
+    with ThreadPoolExecutor(2) as pool:
+        results = sorted(pool.map(register, [fan_id(), fan_id()]))
+    assert results == ["correo_duplicado", "ok"]
+
+
+def _wait_for_lock_waiter(engine: Engine) -> None:
+    """Until some session of this database waits on a lock (the racing insert)."""
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        with engine.connect() as conn:
+            waiting = conn.execute(text(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                "AND wait_event_type = 'Lock'")).scalar_one()
+        if waiting:
+            return
+        time.sleep(0.02)
+    raise AssertionError("the racing registration never waited on the unique index")
+
+
+@pytest.mark.parametrize(("field", "codigo"), [
+    ("fan_id", Codigo.FAN_DUPLICADO),
+    ("correo", Codigo.CORREO_DUPLICADO),
+    ("qr_token", Codigo.QR_DUPLICADO),
+])
+def test_race_past_the_pre_check_is_translated(engine, field, codigo):
+    """The other writer's row is not yet committed when the pre-check runs: the unique
+    index makes the insert wait, then refuses it; the violation is told apart by the
+    index's name."""
+    n = next(_seq)
+    theirs = {"fan_id": f"R{n}", "correo": f"r{n}@example.com", "qr_token": f"rq{n}"}
+    mine = {"fan_id": f"M{n}", "correo": f"m{n}@example.com", "qr_token": f"mq{n}"}
+    mine[field] = theirs[field].lower() if field == "fan_id" else theirs[field]
+    with engine.connect() as other:
+        other.begin()
+        other.execute(insert(fans_table).values(
+            programa_id=P, nombre="Otro", socio_desde=2000, **theirs))
+        with ThreadPoolExecutor(1) as pool:
+            future = pool.submit(new_fan, engine, **mine)
+            _wait_for_lock_waiter(engine)
+            other.commit()
+            with pytest.raises(LoyaltyError) as err:
+                future.result(timeout=10)
+    assert err.value.codigo is codigo
+    with engine.connect() as conn:
+        stored = conn.execute(select(fans_table.c.fan_id).where(
+            fans_table.c.fan_id.in_([f"R{n}", f"M{n}"]))).scalars().all()
+    assert stored == [f"R{n}"]  # only theirs
+
+
+# ================================================================ promotions
+
+
+def test_create_and_update_promo(engine):
+    promo = promos.create_promo(engine, P, " 2x1 Hot Dog ", vigencia_fin="2099-12-31",
+                                descripcion="Dos por uno\nen el estadio", puntos_canje=50)
+    assert (promo.programa, promo.nombre, promo.estado, promo.vigencia_fin,
+            promo.puntos_canje, promo.descripcion) == (
+        P, "2x1 Hot Dog", EstadoPromo.ACTIVA, date(2099, 12, 31), 50,
+        "Dos por uno\nen el estadio")
+    assert promos.update_promo(engine, P, promo.id) == promo
+    paused = promos.update_promo(engine, P, promo.id, estado="pausada", puntos_canje=10)
+    assert (paused.estado, paused.puntos_canje, paused.vigencia_fin, paused.descripcion) == (
+        EstadoPromo.PAUSADA, 10, promo.vigencia_fin, promo.descripcion)
+    moved = promos.update_promo(engine, P, promo.id, estado="activa",
+                                vigencia_fin="2030-01-31", descripcion="")
+    assert (moved.estado, moved.vigencia_fin, moved.descripcion) == (
+        EstadoPromo.ACTIVA, date(2030, 1, 31), "")
+    ended = promos.update_promo(engine, P, promo.id, estado="terminada")
+    assert ended.estado is EstadoPromo.TERMINADA
+    with fails(engine, Codigo.TRANSICION_INVALIDA, "terminada"):
+        promos.update_promo(engine, P, promo.id, estado="activa", puntos_canje=1)
+    # Other fields of an ended promotion may still change.
+    assert promos.update_promo(engine, P, promo.id, puntos_canje=0).puntos_canje == 0
+
+
+def test_create_promo_with_estado(engine):
+    promo = promos.create_promo(engine, P, "Pausada desde el inicio",
+                                vigencia_fin="2099-01-01", estado="pausada")
+    assert promo.estado is EstadoPromo.PAUSADA
+
+
+def test_promo_errors(engine):
+    promo = promos.create_promo(engine, P, "Única", vigencia_fin="2099-12-31")
+    with fails(engine, Codigo.PROMO_DUPLICADA, "ÚNICA"):
+        promos.create_promo(engine, P, " ÚNICA ", vigencia_fin="2099-12-31")
+    promos.create_promo(engine, OTRO, "Única", vigencia_fin="2099-12-31")
+    with fails(engine, Codigo.PROGRAMA_NO_ENCONTRADO):
+        promos.create_promo(engine, "nadie", "X", vigencia_fin="2099-12-31")
+    with fails(engine, Codigo.SOLICITUD_INVALIDA, "vigencia_fin"):
+        promos.create_promo(engine, P, "X", vigencia_fin="31/12/2099")
+    with fails(engine, Codigo.CAMPO_REQUERIDO, "vigencia_fin"):
+        promos.create_promo(engine, P, "X", vigencia_fin="")
+    with fails(engine, Codigo.SOLICITUD_INVALIDA, "puntos_canje"):
+        promos.create_promo(engine, P, "X", vigencia_fin="2099-12-31", puntos_canje=-1)
+    with fails(engine, Codigo.SOLICITUD_INVALIDA, "estado"):
+        promos.create_promo(engine, P, "X", vigencia_fin="2099-12-31", estado="vigente")
+    with fails(engine, Codigo.CAMPO_REQUERIDO, "nombre"):
+        promos.create_promo(engine, P, "", vigencia_fin="2099-12-31")
+    with fails(engine, Codigo.PROMO_NO_ENCONTRADA, "999999"):
+        promos.update_promo(engine, P, 999999, estado="pausada")
+    with fails(engine, Codigo.PROMO_NO_ENCONTRADA):
+        promos.update_promo(engine, OTRO, promo.id, estado="pausada")
+    with fails(engine, Codigo.SOLICITUD_INVALIDA, "estado"):
+        promos.update_promo(engine, P, promo.id, estado="x")
+    with fails(engine, Codigo.SOLICITUD_INVALIDA, "vigencia_fin"):
+        promos.update_promo(engine, P, promo.id, estado="pausada", vigencia_fin="2099-02-30")
+
+
+# ================================================================ codes
+
+
+@pytest.fixture(scope="module")
+def promo(engine: Engine) -> promos.PromoInfo:
+    return promos.create_promo(engine, P, "Códigos", vigencia_fin="2099-12-31",
+                               puntos_canje=5)
+
+
+def add_code(engine: Engine, promo: promos.PromoInfo, estado: str = "disponible",
+             fan: fans.FanInfo | None = None) -> str:
+    codigo = f"CD-{next(_seq):05d}"
+    with engine.begin() as conn:
+        fan_pk = None if fan is None else conn.execute(select(fans_table.c.pk).where(
+            fans_table.c.programa_id == fan.programa,
+            fans_table.c.fan_id == fan.fan_id)).scalar_one()
+        conn.execute(insert(codigos).values(promo_id=promo.id, programa_id=P, codigo=codigo,
+                                            estado=estado, fan_pk=fan_pk))
+    return codigo
+
+
+def code_row(engine: Engine, promo: promos.PromoInfo, codigo: str) -> Any:
+    with engine.connect() as conn:
+        return conn.execute(select(codigos).where(codigos.c.promo_id == promo.id,
+                                                  codigos.c.codigo == codigo)).one()
+
+
+def test_assign_then_release(engine, promo):
+    fan = new_fan(engine)
+    codigo = add_code(engine, promo)
+    assigned = codes.assign_code(engine, P, promo.id, f"  {codigo.lower()} ", fan.fan_id.lower())
+    assert assigned == codes.CodigoInfo(promo.id, codigo, EstadoCodigo.ASIGNADO, fan.fan_id)
+    row = code_row(engine, promo, codigo)
+    assert row.asignado_en is not None
+    assert row.liberado_en is None
+    with fails(engine, Codigo.TRANSICION_INVALIDA, codigo, "asignado"):
+        codes.assign_code(engine, P, promo.id, codigo, fan.fan_id)
+    released = codes.release_code(engine, P, promo.id, codigo)
+    # A delivered code keeps its fan once liberado.
+    assert released == codes.CodigoInfo(promo.id, codigo, EstadoCodigo.LIBERADO, fan.fan_id)
+    assert code_row(engine, promo, codigo).liberado_en is not None
+    with fails(engine, Codigo.TRANSICION_INVALIDA, "liberado"):
+        codes.release_code(engine, P, promo.id, codigo)
+    with fails(engine, Codigo.TRANSICION_INVALIDA, "liberado"):
+        codes.assign_code(engine, P, promo.id, codigo, fan.fan_id)
+
+
+def test_release_disponible(engine, promo):
+    codigo = add_code(engine, promo)
+    released = codes.release_code(engine, P, promo.id, codigo)
+    assert released == codes.CodigoInfo(promo.id, codigo, EstadoCodigo.LIBERADO, None)
+
+
+def test_canjeado_is_final_for_the_back_office(engine, promo):
+    fan = new_fan(engine)
+    codigo = add_code(engine, promo, "canjeado", fan)
+    with fails(engine, Codigo.TRANSICION_INVALIDA, "canjeado"):
+        codes.release_code(engine, P, promo.id, codigo)
+    with fails(engine, Codigo.TRANSICION_INVALIDA, "canjeado"):
+        codes.assign_code(engine, P, promo.id, codigo, fan.fan_id)
+
+
+def test_code_errors(engine, promo):
+    fan = new_fan(engine)
+    codigo = add_code(engine, promo)
+    with fails(engine, Codigo.CODIGO_NO_ENCONTRADO, "NOPE"):
+        codes.assign_code(engine, P, promo.id, "nope", fan.fan_id)
+    with fails(engine, Codigo.CODIGO_NO_ENCONTRADO):
+        codes.release_code(engine, P, promo.id, "nope")
+    with fails(engine, Codigo.PROMO_NO_ENCONTRADA):
+        codes.assign_code(engine, P, 999999, codigo, fan.fan_id)
+    with fails(engine, Codigo.PROMO_NO_ENCONTRADA):
+        codes.release_code(engine, OTRO, promo.id, codigo)
+    with fails(engine, Codigo.PROGRAMA_NO_ENCONTRADO):
+        codes.release_code(engine, "nadie", promo.id, codigo)
+    with fails(engine, Codigo.FAN_NO_ENCONTRADO, "NOEXISTE"):
+        codes.assign_code(engine, P, promo.id, codigo, "noexiste")
+    with fails(engine, Codigo.CAMPO_REQUERIDO, "codigo"):
+        codes.assign_code(engine, P, promo.id, " ", fan.fan_id)
+    fans.deactivate_fan(engine, P, fan.fan_id, "baja")
+    with fails(engine, Codigo.FAN_NO_ENCONTRADO, "baja"):
+        codes.assign_code(engine, P, promo.id, codigo, fan.fan_id)
+    assert code_row(engine, promo, codigo).estado == "disponible"
+
+
+def test_concurrent_assign_of_one_code(engine, promo):
+    """Two deliveries of the same code at once: one wins, the other sees it asignado."""
+    codigo = add_code(engine, promo)
+    a, b = new_fan(engine), new_fan(engine)
+    barrier = threading.Barrier(2)
+
+    def assign(fan: fans.FanInfo) -> str:
+        barrier.wait()
+        try:
+            codes.assign_code(engine, P, promo.id, codigo, fan.fan_id)
+        except LoyaltyError as err:
+            return err.codigo.value
+        return "ok"
+
+    with ThreadPoolExecutor(2) as pool:
+        results: list[str] = sorted(pool.map(assign, [a, b]))
+    assert results == ["ok", "transicion_invalida"]
+
+
+def test_nothing_left_half_done(engine: Engine) -> None:
+    """The balance cache still equals the ledger after everything above."""
+    with engine.connect() as conn:
+        assert conn.execute(text(LEDGER_MISMATCH_SQL)).all() == []

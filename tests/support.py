@@ -1,0 +1,58 @@
+"""Helpers shared by the tests that talk to real servers."""
+
+from __future__ import annotations
+
+import socket
+from dataclasses import dataclass
+
+import grpc
+from google.rpc import error_details_pb2
+from grpc_status import rpc_status
+
+from loyalty_grpc.gen.loyalty.v1 import backoffice_service_pb2 as bo
+from loyalty_grpc.gen.loyalty.v1 import backoffice_service_pb2_grpc as bo_grpc
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def error_info(error: grpc.RpcError) -> error_details_pb2.ErrorInfo:
+    """The google.rpc.ErrorInfo a failed call carries (fails the test when absent)."""
+    status = rpc_status.from_call(error)  # type: ignore[arg-type]
+    assert status is not None, f"no rich status on {error!r}"
+    for detail in status.details:
+        if detail.Is(error_details_pb2.ErrorInfo.DESCRIPTOR):
+            info = error_details_pb2.ErrorInfo()
+            detail.Unpack(info)
+            return info
+    raise AssertionError(f"no ErrorInfo in {status}")
+
+
+@dataclass
+class Admin:
+    """The back office over a real channel, with the admin token."""
+
+    stub: bo_grpc.BackofficeServiceStub
+    token: str
+
+    @property
+    def md(self) -> tuple[tuple[str, str], ...]:
+        return (("authorization", f"Bearer {self.token}"),)
+
+    def program(self, programa: str, nombre: str) -> None:
+        self.stub.UpsertProgram(bo.UpsertProgramRequest(program=bo.Program(
+            id=programa, nombre=nombre, tasa_puntos="0.1", qr_url="https://x.example/fan")),
+            metadata=self.md)
+
+    def key(self, programa: str, integracion: str, permisos: list[str],
+            modo: str = "vivo") -> tuple[int, str]:
+        response = self.stub.IssueKey(bo.IssueKeyRequest(
+            programa=programa, integracion=integracion, modo=modo, permisos=permisos),
+            metadata=self.md)
+        return response.key.id, response.clave
+
+    def revoke(self, key_id: int) -> None:
+        self.stub.RevokeKey(bo.RevokeKeyRequest(id=key_id), metadata=self.md)
