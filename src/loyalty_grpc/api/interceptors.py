@@ -12,6 +12,7 @@ from __future__ import annotations
 import hmac
 import logging
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import grpc
 from sqlalchemy import exc as sa_exc
@@ -28,6 +29,8 @@ POS_SERVICE = "loyalty.v1.PosService"
 BACKOFFICE_SERVICE = "loyalty.v1.BackofficeService"
 
 Behavior = Callable[[object, grpc.ServicerContext], object]
+if TYPE_CHECKING:  # grpc-stubs make it generic; the runtime class is not subscriptable
+    Handler = grpc.RpcMethodHandler[object, object]
 
 # Errors that mean "the database is not there right now": safe for the client to retry.
 _UNAVAILABLE = (sa_exc.OperationalError, sa_exc.InterfaceError, sa_exc.DisconnectionError,
@@ -43,9 +46,9 @@ class EdgeInterceptor(grpc.ServerInterceptor):  # type: ignore[type-arg]
 
     def intercept_service(
         self,
-        continuation: Callable[[grpc.HandlerCallDetails], grpc.RpcMethodHandler[object, object] | None],
+        continuation: Callable[[grpc.HandlerCallDetails], Handler | None],
         handler_call_details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler[object, object] | None:
+    ) -> Handler | None:
         handler = continuation(handler_call_details)
         if handler is None or handler.unary_unary is None:
             return handler  # health watch, reflection streams: not ours

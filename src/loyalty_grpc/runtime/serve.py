@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 
 from loyalty_grpc.api.server import ServerSettings, build_server
+from loyalty_grpc.runtime.console import say
 from loyalty_grpc.runtime.signals import stop_event
 
 log = logging.getLogger(__name__)
@@ -14,6 +15,7 @@ def serve(settings: ServerSettings) -> int:
     stop = stop_event()
     server = build_server(settings)
     server.start()
+    say(f"gRPC: {settings.host}:{server.port}")
     stop.wait()
     log.info("stopping")
     server.stop()

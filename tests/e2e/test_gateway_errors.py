@@ -1,0 +1,368 @@
+"""The real Envoy (gateway/envoy.yaml + envelope.lua) in front of a tiny in-test gRPC
+server: every response a POS terminal can get is the envelope, with the catalogue's
+status and mensaje, `ok` first, Content-Type application/json and no internal header;
+native gRPC through Envoy's HTTP port never reaches the server.
+
+The in-test server speaks the error protocol of the real one (api/errors.py): a
+trailers-only gRPC error whose metadata carries `x-http-status`, `x-envelope` (ASCII JSON)
+and `grpc-status-details-bin`.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import socket
+import threading
+from collections.abc import Iterator
+from concurrent import futures
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+import httpx
+import pytest
+from google.protobuf import any_pb2
+from google.rpc import error_details_pb2, status_pb2
+from grpc_status import rpc_status
+
+from loyalty_grpc.domain.errors import CATALOGO, Codigo
+from loyalty_grpc.gen.loyalty.v1 import (
+    backoffice_service_pb2,
+    backoffice_service_pb2_grpc,
+    pos_service_pb2,
+    pos_service_pb2_grpc,
+)
+from loyalty_grpc.runtime.envoy import EnvoyProcess
+
+ROOT = Path(__file__).resolve().parents[2]
+INTERNAL_DETAILS = "Traceback: psycopg.OperationalError at 10.0.0.7"
+
+
+def envelope_bytes(codigo: Codigo, detalle: str) -> bytes:
+    """The envelope exactly as the server (and envelope.lua) write it."""
+    body = {"ok": False, "error": {"codigo": codigo.value,
+                                   "mensaje": CATALOGO[codigo].mensaje, "detalle": detalle}}
+    return json.dumps(body, ensure_ascii=True, separators=(",", ":")).encode()
+
+
+@dataclass(frozen=True)
+class _Status(grpc.Status):
+    code: grpc.StatusCode
+    details: str
+    trailing_metadata: tuple[tuple[str, str | bytes], ...]
+
+
+def server_error(codigo: Codigo, detalle: str) -> grpc.Status:
+    """What the real server's interceptor sends: real gRPC status + ErrorInfo, and the
+    HTTP status and envelope for envelope.lua."""
+    entrada = CATALOGO[codigo]
+    code: grpc.StatusCode = getattr(grpc.StatusCode, entrada.grpc)
+    detail = any_pb2.Any()
+    detail.Pack(error_details_pb2.ErrorInfo(reason=codigo.value, domain="loyalty.v1"))
+    status = rpc_status.to_status(
+        status_pb2.Status(code=code.value[0], message=detalle, details=[detail]))
+    return _Status(code=status.code, details=status.details, trailing_metadata=(
+        *status.trailing_metadata,
+        ("x-http-status", str(entrada.http)),
+        ("x-envelope", envelope_bytes(codigo, detalle).decode()),
+    ))
+
+
+class Calls:
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.names: list[str] = []
+
+    def record(self, name: str) -> None:
+        with self.lock:
+            self.names.append(name)
+
+
+class Pos(pos_service_pb2_grpc.PosServiceServicer):
+    def __init__(self, calls: Calls) -> None:
+        self.calls = calls
+
+    def Ping(self, request, context):  # noqa: N802
+        self.calls.record("Ping")
+        return pos_service_pb2.PingResponse(ok=True, data=pos_service_pb2.PingData(
+            integracion="Caja Norte", programa="Club Halcones", modo="prueba",
+            permisos=["fan:leer"], hora="2026-01-01T00:00:00Z"))
+
+    def PingGet(self, request, context):  # noqa: N802
+        self.calls.record("PingGet")
+        context.set_trailing_metadata((("x-internal-trailer", "secreto"),))
+        return pos_service_pb2.PingGetResponse(ok=True, data=pos_service_pb2.PingGetData(
+            programa="Club Halcones", modo="prueba", hora="2026-01-01T00:00:00Z"))
+
+    def ResolveFan(self, request, context):  # noqa: N802
+        self.calls.record("ResolveFan")
+        context.abort_with_status(
+            server_error(Codigo.FAN_NO_ENCONTRADO, f"Ningún fan con «{request.fan}»."))
+
+    def RegisterTx(self, request, context):  # noqa: N802
+        # A failure without the envelope (a bug, or a server without the interceptor).
+        self.calls.record("RegisterTx")
+        context.abort(grpc.StatusCode.INTERNAL, INTERNAL_DETAILS)
+
+    def DepositCodes(self, request, context):  # noqa: N802
+        self.calls.record("DepositCodes")
+        context.abort_with_status(server_error(Codigo.PROMO_NO_ENCONTRADA, "promo 7"))
+
+
+class Backoffice(backoffice_service_pb2_grpc.BackofficeServiceServicer):
+    def __init__(self, calls: Calls) -> None:
+        self.calls = calls
+
+    def ListPrograms(self, request, context):  # noqa: N802
+        self.calls.record("ListPrograms")
+        return backoffice_service_pb2.ListProgramsResponse()
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def calls() -> Calls:
+    return Calls()
+
+
+@pytest.fixture(scope="module")
+def grpc_port(calls: Calls) -> Iterator[int]:
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
+    # The methods left out answer UNIMPLEMENTED (grpcio's default), like a server without
+    # the error interceptor would.
+    pos = Pos(calls)  # type: ignore[abstract]
+    backoffice = Backoffice(calls)  # type: ignore[abstract]
+    pos_service_pb2_grpc.add_PosServiceServicer_to_server(pos, server)
+    backoffice_service_pb2_grpc.add_BackofficeServiceServicer_to_server(backoffice, server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    yield port
+    server.stop(grace=None)
+
+
+@pytest.fixture(scope="module")
+def gateway(grpc_port: int, tmp_path_factory: pytest.TempPathFactory) -> Iterator[EnvoyProcess]:
+    proxy = EnvoyProcess.start(http_port=free_port(), upstream_host="127.0.0.1",
+                               upstream_port=grpc_port, listen_host="127.0.0.1",
+                               work_dir=tmp_path_factory.mktemp("envoy"))
+    yield proxy
+    proxy.stop()
+
+
+@pytest.fixture(scope="module")
+def gateway_without_upstream(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EnvoyProcess]:
+    """Envoy pointed at a port where nothing listens."""
+    proxy = EnvoyProcess.start(http_port=free_port(), upstream_host="127.0.0.1",
+                               upstream_port=free_port(), listen_host="127.0.0.1",
+                               work_dir=tmp_path_factory.mktemp("envoy-down"))
+    yield proxy
+    proxy.stop()
+
+
+@pytest.fixture(scope="module")
+def client(gateway: EnvoyProcess) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=gateway.url, timeout=30) as http:
+        yield http
+
+
+def assert_no_internal_headers(headers: httpx.Headers) -> None:
+    for name in headers:
+        lowered = name.lower()
+        assert not lowered.startswith("grpc-"), name
+        assert not lowered.startswith("x-envoy-"), name
+        assert lowered not in ("x-envelope", "x-http-status", "x-internal-trailer", "server")
+
+
+def assert_envelope(response: httpx.Response, codigo: Codigo) -> dict[str, str]:
+    """The response is the envelope of `codigo`: status, content type, exact mensaje,
+    keys in order, and the bytes exactly as json.dumps(ensure_ascii) writes them."""
+    entrada = CATALOGO[codigo]
+    assert response.status_code == entrada.http, response.text
+    assert response.headers["content-type"] == "application/json"
+    assert_no_internal_headers(response.headers)
+    body = json.loads(response.content, object_pairs_hook=list)
+    assert [key for key, _ in body] == ["ok", "error"]
+    assert body[0] == ("ok", False)
+    error = body[1][1]
+    assert [key for key, _ in error] == ["codigo", "mensaje", "detalle"]
+    fields = dict(error)
+    assert fields["codigo"] == codigo.value
+    assert fields["mensaje"] == entrada.mensaje
+    assert response.content == envelope_bytes(codigo, fields["detalle"])
+    return fields
+
+
+# ---------------------------------------------------------------- success
+
+
+def test_success_is_the_transcoded_envelope(client: httpx.Client) -> None:
+    response = client.post("/api/v1/ping", json={})
+    assert response.status_code == 200
+    assert response.content.startswith(b'{"ok":true,"data":')
+    assert response.headers["content-type"] == "application/json"
+    assert_no_internal_headers(response.headers)
+    assert response.json()["data"]["permisos"] == ["fan:leer"]
+
+
+def test_get_ignores_unknown_query_parameters_and_hides_trailers(client: httpx.Client) -> None:
+    response = client.get("/api/v1/ping", params={"desconocido": "1"})
+    assert response.status_code == 200
+    assert response.content.startswith(b'{"ok":true,"data":')
+    assert_no_internal_headers(response.headers)
+
+
+# ---------------------------------------------------------------- server errors
+
+
+def test_server_error_becomes_its_envelope(client: httpx.Client) -> None:
+    response = client.post("/api/v1/fan/resolve", json={"fan": "HAL9999"})
+    fields = assert_envelope(response, Codigo.FAN_NO_ENCONTRADO)
+    assert fields["detalle"] == "Ningún fan con «HAL9999»."
+    assert response.content == envelope_bytes(Codigo.FAN_NO_ENCONTRADO,
+                                              "Ningún fan con «HAL9999».")
+
+
+def test_another_server_error_keeps_its_status(client: httpx.Client) -> None:
+    response = client.post("/api/v1/codes", json={"promo": 7, "codigos": ["A"]})
+    assert response.content == envelope_bytes(Codigo.PROMO_NO_ENCONTRADA, "promo 7")
+    assert_envelope(response, Codigo.PROMO_NO_ENCONTRADA)
+
+
+def test_server_error_without_envelope_leaks_nothing(client: httpx.Client) -> None:
+    response = client.post("/api/v1/tx", json={"id_externo": "1"})
+    fields = assert_envelope(response, Codigo.ERROR_INTERNO)
+    assert "psycopg" not in response.text
+    assert fields["detalle"] == ""
+
+
+def test_unimplemented_method_is_no_implementado(client: httpx.Client) -> None:
+    response = client.get("/api/v1/promos")  # the in-test server does not implement it
+    assert_envelope(response, Codigo.NO_IMPLEMENTADO)
+
+
+# ---------------------------------------------------------------- Envoy's own replies
+
+
+def test_malformed_json_is_solicitud_invalida(client: httpx.Client, calls: Calls) -> None:
+    before = len(calls.names)
+    response = client.post("/api/v1/fan/resolve", content=b'{"fan": "HAL0001"',
+                           headers={"content-type": "application/json"})
+    fields = assert_envelope(response, Codigo.SOLICITUD_INVALIDA)
+    assert fields["detalle"]  # Envoy's reason
+    assert len(calls.names) == before
+
+
+def test_wrong_json_type_names_the_field(client: httpx.Client) -> None:
+    response = client.post("/api/v1/fan/resolve", json={"fan": 12345})
+    fields = assert_envelope(response, Codigo.SOLICITUD_INVALIDA)
+    assert "fan" in fields["detalle"]
+
+
+def test_reason_with_quotes_and_bytes_stays_valid_json(client: httpx.Client) -> None:
+    response = client.post("/api/v1/fan/resolve", content=b'{"fan": "\xff\xfe\\"" "x\n\t}',
+                           headers={"content-type": "application/json"})
+    assert_envelope(response, Codigo.SOLICITUD_INVALIDA)
+    assert response.content.isascii()
+
+
+@pytest.mark.parametrize("path", ["/api/v1/nope", "/nope", "/", "/api/v1",
+                                  "/loyalty.v1.BackofficeService/ListPrograms"])
+def test_unknown_path_is_ruta_no_encontrada(client: httpx.Client, path: str) -> None:
+    fields = assert_envelope(client.get(path), Codigo.RUTA_NO_ENCONTRADA)
+    assert path in fields["detalle"]
+
+
+def test_wrong_method_is_ruta_no_encontrada(client: httpx.Client) -> None:
+    fields = assert_envelope(client.delete("/api/v1/ping"), Codigo.RUTA_NO_ENCONTRADA)
+    assert fields["detalle"] == "No existe DELETE /api/v1/ping."
+
+
+def test_body_over_the_limit_is_solicitud_muy_grande(client: httpx.Client) -> None:
+    body = json.dumps({"codigos": ["A" * 64] * 20_000}).encode()  # ~1.3 MB
+    assert len(body) > 1024 * 1024
+    response = client.post("/api/v1/codes", content=body,
+                           headers={"content-type": "application/json"})
+    assert_envelope(response, Codigo.SOLICITUD_MUY_GRANDE)
+
+
+def test_largest_legitimate_body_passes(client: httpx.Client) -> None:
+    body = json.dumps({"promo": 7, "codigos": ["A" * 64] * 5000}).encode()
+    response = client.post("/api/v1/codes", content=body,
+                           headers={"content-type": "application/json"})
+    assert_envelope(response, Codigo.PROMO_NO_ENCONTRADA)  # reached the server
+
+
+def test_huge_headers_are_solicitud_muy_grande(client: httpx.Client) -> None:
+    response = client.get("/api/v1/ping", headers={"x-relleno": "a" * 100_000})
+    assert_envelope(response, Codigo.SOLICITUD_MUY_GRANDE)
+
+
+def test_upstream_down_is_servicio_no_disponible(gateway_without_upstream: EnvoyProcess) -> None:
+    with httpx.Client(base_url=gateway_without_upstream.url, timeout=30) as http:
+        response = http.post("/api/v1/ping", json={})
+    fields = assert_envelope(response, Codigo.SERVICIO_NO_DISPONIBLE)
+    assert "127.0.0.1" not in fields["detalle"]
+
+
+# ---------------------------------------------------------------- what must not get through
+
+
+def raw_get(gateway: EnvoyProcess, path: str) -> tuple[int, bytes, list[tuple[str, str]]]:
+    """A GET with the path sent exactly as written (httpx would normalise it)."""
+    connection = http.client.HTTPConnection("127.0.0.1", gateway.http_port, timeout=30)
+    try:
+        connection.request("GET", path)
+        response = connection.getresponse()
+        return response.status, response.read(), response.getheaders()
+    finally:
+        connection.close()
+
+
+@pytest.mark.parametrize(("path", "codigo"), [
+    ("/api/v1/../loyalty.v1.BackofficeService/ListPrograms", Codigo.RUTA_NO_ENCONTRADA),
+    ("/api/v1/..%2Floyalty.v1.BackofficeService/ListPrograms", Codigo.SOLICITUD_INVALIDA),
+    ("/api/v1/%2E%2E/loyalty.v1.BackofficeService/ListPrograms", Codigo.RUTA_NO_ENCONTRADA),
+    ("//api/v1//ping/../../loyalty.v1.BackofficeService/ListPrograms",
+     Codigo.RUTA_NO_ENCONTRADA),
+])
+def test_path_tricks_do_not_reach_the_back_office(gateway: EnvoyProcess, calls: Calls,
+                                                  path: str, codigo: Codigo) -> None:
+    before = list(calls.names)
+    status, body, headers = raw_get(gateway, path)
+    assert status == CATALOGO[codigo].http
+    assert json.loads(body)["error"]["codigo"] == codigo.value
+    assert dict(headers)["content-type"] == "application/json"
+    assert calls.names == before
+
+
+@pytest.mark.parametrize("method", ["/loyalty.v1.BackofficeService/ListPrograms",
+                                    "/loyalty.v1.PosService/Ping",
+                                    "/api/v1/ping"])
+def test_native_grpc_through_envoy_never_reaches_the_server(gateway: EnvoyProcess,
+                                                            calls: Calls, method: str) -> None:
+    before = list(calls.names)
+    with grpc.insecure_channel(f"127.0.0.1:{gateway.http_port}") as channel:
+        call = channel.unary_unary(method, request_serializer=None, response_deserializer=None)
+        with pytest.raises(grpc.RpcError) as raised:
+            call(b"", timeout=30)
+    error = raised.value
+    assert isinstance(error, grpc.Call)
+    assert error.code() != grpc.StatusCode.OK
+    assert calls.names == before
+
+
+def test_the_back_office_is_served_on_the_grpc_port(grpc_port: int) -> None:
+    """Control for the test above: the same call straight to the server works."""
+    with grpc.insecure_channel(f"127.0.0.1:{grpc_port}") as channel:
+        stub = backoffice_service_pb2_grpc.BackofficeServiceStub(channel)
+        stub.ListPrograms(backoffice_service_pb2.ListProgramsRequest(), timeout=30)
+
+
+def test_envoy_is_still_running(gateway: EnvoyProcess) -> None:
+    assert gateway.poll() is None
+    assert "envelope.lua" not in gateway.log_path.read_text(encoding="utf-8", errors="replace")
