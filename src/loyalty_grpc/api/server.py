@@ -84,7 +84,8 @@ def build_server(settings: ServerSettings, engine: Engine | None = None) -> Grpc
         futures.ThreadPoolExecutor(max_workers=settings.max_workers,
                                    thread_name_prefix="grpc-worker"),
         interceptors=[EdgeInterceptor(keys_cache, settings.admin_token)],
-        options=[("grpc.so_reuseport", 1)],
+        # A port already in use must fail loudly, not be shared with another server.
+        options=[("grpc.so_reuseport", 0)],
     )
     pos_service_pb2_grpc.add_PosServiceServicer_to_server(PosServicer(engine), server)
     backoffice_service_pb2_grpc.add_BackofficeServiceServicer_to_server(
@@ -93,7 +94,9 @@ def build_server(settings: ServerSettings, engine: Engine | None = None) -> Grpc
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     reflection.enable_server_reflection(
         [POS_SERVICE, BACKOFFICE_SERVICE, health.SERVICE_NAME, reflection.SERVICE_NAME], server)
-    port = server.add_insecure_port(f"{settings.host}:{settings.port}")
-    if port == 0:
-        raise OSError(f"cannot listen on {settings.host}:{settings.port}")
+    address = f"{settings.host}:{settings.port}"
+    try:
+        port = server.add_insecure_port(address)
+    except RuntimeError as exc:  # grpcio's way of saying the bind failed
+        raise OSError(f"cannot listen on {address}: is the port in use?") from exc
     return GrpcServer(server, port, health_servicer, engine, settings)

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from loyalty_grpc import __version__
+from loyalty_grpc.runtime.envoy import EnvoyError
 
 
 def _env_int(name: str, default: int) -> int:
@@ -69,6 +70,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    try:
+        return _run(args)
+    except (OSError, EnvoyError) as exc:  # a port in use, Envoy failing to start
+        sys.stderr.write(f"error: {exc}\n")
+        return 1
+
+
+def _run(args: argparse.Namespace) -> int:
     level = args.log_level.upper()
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if level != "DEBUG":
