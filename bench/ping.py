@@ -34,6 +34,12 @@ within run-to-run noise) while start-up is simpler. `--grpc-server-process` inst
 `python -m loyalty_grpc.runtime.cli serve` as a child process (env LOYALTY_DATABASE_URL and
 LOYALTY_ADMIN_TOKEN), i.e. the deployed `loyalty serve` path, to check that claim.
 
+What limits it (measured on 2 cores): the server process sits at ~100 % of one core (the
+GIL), Envoy at ~0.5 core and wrk at <0.1 core, so the HTTP row is the Python server's
+ceiling. In the gRPC row 16 Python client processes take ~0.9 core away from the server,
+which is why direct gRPC can come out *slower* than HTTP through Envoy on a small machine.
+wrk's percentiles include failed requests, if there were any (the error column says so).
+
 Bounds: every loop stops at its deadline or after MAX_REQUESTS_PER_WORKER requests; every
 request has a 5 s timeout; start-up, shutdown and result collection have timeouts.
 """
@@ -41,6 +47,7 @@ request has a 5 s timeout; start-up, shutdown and result collection have timeout
 from __future__ import annotations
 
 import argparse
+import contextlib
 import http.client
 import json
 import logging
@@ -55,6 +62,7 @@ import sys
 import tempfile
 import time
 from array import array
+from collections.abc import Iterator
 from dataclasses import dataclass
 from multiprocessing.context import SpawnContext
 from multiprocessing.process import BaseProcess
@@ -71,6 +79,7 @@ MAX_CONCURRENCY = 256
 REQUEST_TIMEOUT = 5.0
 MAX_REQUESTS_PER_WORKER = 5_000_000
 WARMUP_REQUESTS = 20
+WRK_WARMUP_SECONDS = 1.0
 STARTUP_TIMEOUT = 60.0
 SERVER_STOP_TIMEOUT = 20.0
 PING_PATH = "/api/v1/ping"
@@ -306,10 +315,17 @@ def run_wrk(wrk: str, url: str, *, key: str, seconds: float, concurrency: int,
     script = work_dir / "ping.lua"
     script.write_text(WRK_SCRIPT % {"key": key}, encoding="utf-8")
     threads = max(1, min(concurrency, os.cpu_count() or 1))
-    command = [wrk, "-t", str(threads), "-c", str(concurrency), "-d", f"{seconds:g}s",
-               "--timeout", f"{REQUEST_TIMEOUT:g}s", "-s", str(script), url + PING_PATH]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=seconds + 30,
-                          check=False)
+
+    def wrk_for(duration: float) -> subprocess.CompletedProcess[str]:
+        command = [wrk, "-t", str(threads), "-c", str(concurrency), "-d", f"{duration:g}s",
+                   "--timeout", f"{REQUEST_TIMEOUT:g}s", "-s", str(script), url + PING_PATH]
+        return subprocess.run(command, capture_output=True, text=True,
+                              timeout=duration + 30, check=False)
+
+    # Warm-up (connections, Envoy's upstream connection, the server's worker threads, the
+    # key cache), like the Python workers' WARMUP_REQUESTS; not reported.
+    wrk_for(WRK_WARMUP_SECONDS)
+    done = wrk_for(seconds)
     lines = done.stdout.splitlines()
     numbers = next((line.split()[1:] for line in lines if line.startswith("BENCH ")), None)
     if done.returncode != 0 or numbers is None:
@@ -402,71 +418,81 @@ def fixture_json(key: str) -> str:
     }]})
 
 
-def run(args: argparse.Namespace) -> int:
+@dataclass
+class Stack:
+    key: str
+    grpc_port: int
+    http_port: int
+    http_url: str
+    where: str  # where the gRPC server runs, for the report
+
+
+@contextlib.contextmanager
+def running_stack(work: Path, *, server_process: bool) -> Iterator[Stack]:
+    """Fresh embedded PostgreSQL (migrated, one key), the gRPC server with its default
+    settings, Envoy in front; all on loopback, all stopped on exit."""
     from loyalty_grpc.api.server import ServerSettings, build_server
     from loyalty_grpc.runtime.envoy import EnvoyProcess
-    from loyalty_grpc.runtime.postgres import Database, start_embedded
+    from loyalty_grpc.runtime.postgres import start_embedded
     from loyalty_grpc.services.fixtures import apply_fixture
     from loyalty_grpc.store.db import make_engine
     from loyalty_grpc.store.migrate import upgrade
 
+    key = "lp_vivo_" + secrets.token_hex(16)
+    admin_token = secrets.token_urlsafe(24)
+    with contextlib.ExitStack() as cleanup:
+        db = start_embedded(work / "pgdata", delete_on_stop=True)
+        cleanup.callback(db.stop)
+        upgrade(db.url)
+        engine = make_engine(db.url, pool_size=1)
+        try:
+            apply_fixture(engine, fixture_json(key))
+        finally:
+            engine.dispose()
+        server: ServerHandle
+        if server_process:
+            server = ChildServer(database_url=db.url, admin_token=admin_token, work_dir=work)
+            where = "in a child process (`python -m loyalty_grpc.runtime.cli serve`)"
+        else:
+            grpc_server = build_server(ServerSettings(
+                database_url=db.url, admin_token=admin_token, port=0))
+            grpc_server.start()
+            server = grpc_server
+            where = "in the benchmark process"
+        cleanup.callback(server.stop)
+        proxy = EnvoyProcess.start(http_port=free_port(), upstream_host="127.0.0.1",
+                                   upstream_port=server.port, work_dir=work / "envoy",
+                                   listen_host="127.0.0.1")
+        cleanup.callback(proxy.stop)
+        yield Stack(key=key, grpc_port=server.port, http_port=proxy.http_port,
+                    http_url=proxy.url, where=where)
+
+
+def run(args: argparse.Namespace) -> int:
     wrk = shutil.which("wrk") if args.load_generator in ("auto", "wrk") else None
     if args.load_generator == "wrk" and wrk is None:
         raise SystemExit("error: --load-generator wrk but wrk is not on PATH")
     ctx = multiprocessing.get_context("spawn")
-    key = "lp_vivo_" + secrets.token_hex(16)
-    admin_token = secrets.token_urlsafe(24)
     results: list[Result] = []
-    where = ""
     began = time.monotonic()
-    with tempfile.TemporaryDirectory(prefix="loyalty-bench-") as tmp:
-        work = Path(tmp)
-        db: Database | None = None
-        server: ServerHandle | None = None
-        proxy: EnvoyProcess | None = None
-        try:
-            print("starting embedded PostgreSQL, gRPC server and Envoy ...", flush=True)
-            db = start_embedded(work / "pgdata", delete_on_stop=True)
-            upgrade(db.url)
-            engine = make_engine(db.url, pool_size=1)
-            try:
-                apply_fixture(engine, fixture_json(key))
-            finally:
-                engine.dispose()
-            if args.grpc_server_process:
-                server = ChildServer(database_url=db.url, admin_token=admin_token,
-                                     work_dir=work)
-                where = "child process (`python -m loyalty_grpc.runtime.cli serve`)"
-            else:
-                grpc_server = build_server(ServerSettings(
-                    database_url=db.url, admin_token=admin_token, port=0))
-                grpc_server.start()
-                server = grpc_server
-                where = "in the benchmark process"
-            proxy = EnvoyProcess.start(http_port=free_port(), upstream_host="127.0.0.1",
-                                       upstream_port=server.port, work_dir=work / "envoy",
-                                       listen_host="127.0.0.1")
-            print(f"stack up in {time.monotonic() - began:.1f} s; measuring "
-                  f"{args.seconds:g} s per row ...", flush=True)
-
-            label_http = "POST /api/v1/ping via Envoy (HTTP/1.1 keep-alive)"
-            if wrk is not None:
-                results.append(run_wrk(wrk, proxy.url, key, args.seconds, args.concurrency,
-                                       work, label_http))
-            else:
-                results.append(run_python_load(
-                    ctx, WorkerJob("http", "127.0.0.1", proxy.http_port, key, args.seconds),
-                    args.concurrency, label_http))
+    print("starting embedded PostgreSQL, gRPC server and Envoy ...", flush=True)
+    with tempfile.TemporaryDirectory(prefix="loyalty-bench-") as tmp, \
+            running_stack(Path(tmp), server_process=args.grpc_server_process) as stack:
+        print(f"stack up in {time.monotonic() - began:.1f} s; measuring {args.seconds:g} s "
+              "per row ...", flush=True)
+        label_http = "POST /api/v1/ping via Envoy (HTTP/1.1 keep-alive)"
+        if wrk is not None:
+            results.append(run_wrk(wrk, stack.http_url, key=stack.key, seconds=args.seconds,
+                                   concurrency=args.concurrency, work_dir=Path(tmp),
+                                   label=label_http))
+        else:
             results.append(run_python_load(
-                ctx, WorkerJob("grpc", "127.0.0.1", server.port, key, args.seconds),
-                args.concurrency, "Ping over native gRPC, direct to the server"))
-        finally:
-            if proxy is not None:
-                proxy.stop()
-            if server is not None:
-                server.stop()
-            if db is not None:
-                db.stop()
+                ctx, WorkerJob("http", "127.0.0.1", stack.http_port, stack.key, args.seconds),
+                args.concurrency, label_http))
+        results.append(run_python_load(
+            ctx, WorkerJob("grpc", "127.0.0.1", stack.grpc_port, stack.key, args.seconds),
+            args.concurrency, "Ping over native gRPC, direct to the server"))
+        where = stack.where
     print_report(results, args=args, where=where, total=time.monotonic() - began)
     return 1 if any(r.errors for r in results) else 0
 
