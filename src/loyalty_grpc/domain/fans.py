@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 
 from loyalty_grpc.domain.errors import Codigo, LoyaltyError
+from loyalty_grpc.domain.text import matching
 
 _WHITESPACE = re.compile(r"\s+")
 
@@ -57,13 +58,7 @@ def new_fan_id(text: str, campo: str = "id") -> str:
 def check_qr_token(text: str, campo: str = "qr_token") -> str:
     """A QR token as stored: trimmed, URL-safe characters only (letters, digits, `.`, `_`,
     `~`, `-`), compared case-sensitively."""
-    token = text.strip()
-    if not token:
-        raise LoyaltyError(Codigo.CAMPO_REQUERIDO, f"{campo}: vacío")
-    if not _QR_TOKEN.fullmatch(token):
-        raise LoyaltyError(Codigo.SOLICITUD_INVALIDA,
-                           f"{campo}: solo letras, dígitos, '.', '_', '~' y '-'")
-    return token
+    return matching(text, _QR_TOKEN, campo, "letras, dígitos, '.', '_', '~' y '-'")
 
 
 def check_socio_desde(year: int, campo: str = "socio_desde") -> int:

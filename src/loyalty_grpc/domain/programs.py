@@ -6,6 +6,7 @@ import re
 from decimal import Decimal, InvalidOperation
 
 from loyalty_grpc.domain.errors import Codigo, LoyaltyError
+from loyalty_grpc.domain.text import matching
 
 _PROGRAMA_ID = re.compile(r"[a-z0-9][a-z0-9_-]*")
 _MONEDA = re.compile(r"[A-Z]{3}")
@@ -17,13 +18,7 @@ MONEDA_POR_OMISION = "MXN"
 
 def program_id(text: str, campo: str = "id") -> str:
     """A program's natural key: lower-case letters, digits, `-` and `_` (trimmed)."""
-    value = text.strip()
-    if not value:
-        raise LoyaltyError(Codigo.CAMPO_REQUERIDO, f"{campo}: vacío")
-    if not _PROGRAMA_ID.fullmatch(value):
-        raise LoyaltyError(Codigo.SOLICITUD_INVALIDA,
-                           f"{campo}: solo minúsculas, dígitos, '-' y '_'")
-    return value
+    return matching(text, _PROGRAMA_ID, campo, "minúsculas, dígitos, '-' y '_'")
 
 
 def parse_tasa(text: str, campo: str = "tasa_puntos") -> Decimal:

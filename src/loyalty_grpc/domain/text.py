@@ -21,6 +21,17 @@ def single_line(text: str, campo: str, *, required: bool = True) -> str:
     return value
 
 
+def matching(text: str, pattern: re.Pattern[str], campo: str, allowed: str) -> str:
+    """A required token (trimmed) that must match `pattern` whole; `allowed` tells the
+    person what the pattern admits."""
+    value = text.strip()
+    if not value:
+        raise LoyaltyError(Codigo.CAMPO_REQUERIDO, f"{campo}: vacío")
+    if not pattern.fullmatch(value):
+        raise LoyaltyError(Codigo.SOLICITUD_INVALIDA, f"{campo}: solo {allowed}")
+    return value
+
+
 def multi_line(text: str, campo: str) -> str:
     """Free text that may span lines (tabs and newlines allowed); may be empty."""
     value = text.strip()
