@@ -12,13 +12,16 @@ from pathlib import Path
 import grpc
 import httpx
 import pytest
+from sqlalchemy import Engine
 
 from loyalty_grpc.api.server import GrpcServer, ServerSettings, build_server
+from loyalty_grpc.gen.loyalty.v1 import backoffice_service_pb2 as bo
 from loyalty_grpc.gen.loyalty.v1 import backoffice_service_pb2_grpc as bo_grpc
 from loyalty_grpc.runtime.envoy import EnvoyProcess
 from loyalty_grpc.services.fixtures import apply_fixture
 from loyalty_grpc.store.db import make_engine
 from loyalty_grpc.store.migrate import upgrade
+from loyalty_grpc.wallet import LocalProvider, WalletSender
 from tests.support import Admin, free_port
 
 ALL = ["fan:leer", "tx:escribir", "redeem:escribir", "codigos:escribir", "roster:leer"]
@@ -26,6 +29,10 @@ ALL = ["fan:leer", "tx:escribir", "redeem:escribir", "codigos:escribir", "roster
 
 def _key(modo: str) -> str:
     return f"lp_{modo}_" + secrets.token_hex(16)
+
+
+STANDARD_KEYS = {"todo": ("vivo", ALL), "prueba": ("prueba", ALL), "ping": ("vivo", []),
+                 "tx": ("vivo", ["tx:escribir"]), "redeem": ("vivo", ["redeem:escribir"])}
 
 
 @dataclass
@@ -36,9 +43,26 @@ class Stack:
     admin: Admin
     # integration name -> key
     keys: dict[str, str]
+    # For assertions on what was stored (tests only read).
+    engine: Engine
 
     def http(self) -> httpx.Client:
         return httpx.Client(base_url=self.base_url, timeout=10)
+
+    def program(self, programa: str, *, tasa: str = "0.1", fans: list[dict[str, object]],
+                promos: list[dict[str, object]] | None = None) -> dict[str, str]:
+        """A program of the test module's own (so modules never see each other's rows),
+        applied through the back office; returns its keys by the names of STANDARD_KEYS."""
+        keys = {name: _key(modo) for name, (modo, _) in STANDARD_KEYS.items()}
+        document = {"programas": [{
+            "id": programa, "nombre": f"Club {programa}", "tasa_puntos": tasa,
+            "qr_url": f"https://{programa}.example/fan",
+            "claves": [{"clave": keys[name], "integracion": f"Caja {name}", "permisos": perms}
+                       for name, (_, perms) in STANDARD_KEYS.items()],
+            "fans": fans, "promos": promos or []}]}
+        self.admin.stub.ApplyFixture(bo.ApplyFixtureRequest(fixture_json=json.dumps(document)),
+                                     metadata=self.admin.md)
+        return keys
 
 
 @pytest.fixture(scope="session")
@@ -60,14 +84,16 @@ def stack(create_database: Callable[[], str], tmp_path_factory: pytest.TempPathF
         "fans": [{"id": "E2E0001", "nombre": "Ana", "correo": "ana@example.com",
                   "socio_desde": 2018, "temporadas": 5, "qr_token": "q7Hk2Pz", "puntos": 100}],
     }]}
-    engine = make_engine(url, pool_size=1)
+    engine = make_engine(url, pool_size=4)
     apply_fixture(engine, json.dumps(fixture))
-    engine.dispose()
 
     admin_token = secrets.token_urlsafe(24)
     server: GrpcServer = build_server(ServerSettings(
         database_url=url, admin_token=admin_token, port=0, key_cache_seconds=0, max_workers=8))
     server.start()
+    # The wallet-pass sender runs beside the server, as in `loyalty up`.
+    sender = WalletSender(engine, LocalProvider(engine), interval=0.2)
+    sender.start()
     http_port = free_port()
     proxy = EnvoyProcess.start(http_port=http_port, upstream_host="127.0.0.1",
                                upstream_port=server.port,
@@ -76,11 +102,14 @@ def stack(create_database: Callable[[], str], tmp_path_factory: pytest.TempPathF
     try:
         yield Stack(base_url=proxy.url, grpc_target=f"127.0.0.1:{server.port}",
                     envoy_port=http_port,
-                    admin=Admin(bo_grpc.BackofficeServiceStub(channel), admin_token), keys=keys)
+                    admin=Admin(bo_grpc.BackofficeServiceStub(channel), admin_token), keys=keys,
+                    engine=engine)
     finally:
         channel.close()
         proxy.stop()
+        sender.stop()
         server.stop()
+        engine.dispose()
 
 
 @pytest.fixture

@@ -116,7 +116,7 @@ def test_revoked_key_is_refused(admin, pos_stub):
     assert error_info(error).reason == "clave_invalida"
 
 
-def test_permission_denied_then_not_implemented(admin, pos_stub):
+def test_permission_denied_then_the_operation(admin, pos_stub):
     _, ping_only = admin.key("grpc", "Kiosko", [])
     _, all_perms = admin.key("grpc", "Todo", ALL)
     error = fail(pos_stub.ResolveFan, pos.ResolveFanRequest(fan="X"), bearer(ping_only))
@@ -124,6 +124,9 @@ def test_permission_denied_then_not_implemented(admin, pos_stub):
     assert error_info(error).reason == "permiso_denegado"
     assert "fan:leer" in (error.details() or "")
     error = fail(pos_stub.ResolveFan, pos.ResolveFanRequest(fan="X"), bearer(all_perms))
+    assert error.code() == grpc.StatusCode.NOT_FOUND
+    assert error_info(error).reason == "fan_no_encontrado"
+    error = fail(pos_stub.ListPromos, pos.ListPromosRequest(), bearer(all_perms))
     assert error.code() == grpc.StatusCode.UNIMPLEMENTED
     assert error_info(error).reason == "no_implementado"
 

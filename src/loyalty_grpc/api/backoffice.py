@@ -15,7 +15,7 @@ from loyalty_grpc.domain.programs import format_tasa
 from loyalty_grpc.domain.timestamps import format_iso_utc
 from loyalty_grpc.gen.loyalty.v1 import backoffice_service_pb2 as pb
 from loyalty_grpc.gen.loyalty.v1 import backoffice_service_pb2_grpc as pb_grpc
-from loyalty_grpc.services import codes, fans, keys, programs, promos
+from loyalty_grpc.services import codes, fans, keys, points_admin, programs, promos
 from loyalty_grpc.services.fixtures import apply_fixture
 
 
@@ -52,6 +52,19 @@ def _promo(p: promos.PromoInfo) -> pb.PromoRecord:
 def _code(c: codes.CodigoInfo) -> pb.CodeRecord:
     return pb.CodeRecord(promo_id=c.promo_id, codigo=c.codigo, estado=c.estado.value,
                          fan=c.fan or "")
+
+
+def _ledger_entry(e: points_admin.LedgerEntryInfo) -> pb.LedgerEntry:
+    return pb.LedgerEntry(id=e.id, puntos=e.puntos, motivo=e.motivo.value,
+                          venta=e.venta_id or 0, codigo=e.codigo or "", nota=e.nota,
+                          creado=_ts(e.creado), saldo=e.saldo)
+
+
+def _sale(v: points_admin.VentaInfo) -> pb.Sale:
+    return pb.Sale(folio=v.folio, id_externo=v.id_externo, modo=v.modo.value, fan=v.fan,
+                   importe_centavos=v.importe_centavos, moneda=v.moneda,
+                   terminal=v.terminal or "", sitio=v.sitio or "", ts=_ts(v.ts),
+                   puntos=v.puntos, anulada=_ts(v.anulada_en))
 
 
 class BackofficeServicer(pb_grpc.BackofficeServiceServicer):
@@ -175,3 +188,23 @@ class BackofficeServicer(pb_grpc.BackofficeServiceServicer):
         code = codes.release_code(self._engine, request.programa, request.promo_id,
                                   request.codigo)
         return pb.ReleaseCodeResponse(code=_code(code))
+
+    # -------------------------------------------------------------- points (support desk)
+
+    def GetLedger(self, request: pb.GetLedgerRequest, context: grpc.ServicerContext
+                  ) -> pb.GetLedgerResponse:
+        fan, entries = points_admin.get_ledger(self._engine, request.programa, request.fan)
+        return pb.GetLedgerResponse(fan=_fan(fan), entries=[_ledger_entry(e) for e in entries])
+
+    def AdjustPoints(self, request: pb.AdjustPointsRequest, context: grpc.ServicerContext
+                     ) -> pb.AdjustPointsResponse:
+        entry = points_admin.adjust_points(self._engine, request.programa, request.fan,
+                                           request.puntos, request.motivo)
+        return pb.AdjustPointsResponse(entry=_ledger_entry(entry))
+
+    def VoidSale(self, request: pb.VoidSaleRequest, context: grpc.ServicerContext
+                 ) -> pb.VoidSaleResponse:
+        result = points_admin.void_sale(self._engine, request.programa, request.folio,
+                                        request.motivo)
+        return pb.VoidSaleResponse(sale=_sale(result.venta), revertidos=result.revertidos,
+                                   ya_anulada=result.ya_anulada)

@@ -6,13 +6,29 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 import grpc
+from google.protobuf import struct_pb2
 from sqlalchemy import Engine
 
 from loyalty_grpc.api.context import current_caller
+from loyalty_grpc.api.requests import fan_ref, new_sale
 from loyalty_grpc.domain.errors import Codigo, LoyaltyError
+from loyalty_grpc.domain.permissions import Permiso
 from loyalty_grpc.gen.loyalty.v1 import pos_service_pb2 as pb
 from loyalty_grpc.gen.loyalty.v1 import pos_service_pb2_grpc as pb_grpc
 from loyalty_grpc.services.ping import ping
+from loyalty_grpc.services.resolve import CurrentPromo, resolve_fan
+from loyalty_grpc.services.sales import register_sale
+
+
+def _promo_value(promo: CurrentPromo | None) -> struct_pb2.Value:
+    """The offered promotion as a JSON object, or JSON null (not an error)."""
+    if promo is None:
+        return struct_pb2.Value(null_value=struct_pb2.NULL_VALUE)
+    value = struct_pb2.Value()
+    value.struct_value.update({"nombre": promo.nombre, "descripcion": promo.descripcion,
+                               "vigencia_fin": promo.vigencia_fin.isoformat(),
+                               "codigo": promo.codigo})
+    return value
 
 
 def _not_yet(operation: str) -> LoyaltyError:
@@ -38,11 +54,28 @@ class PosServicer(pb_grpc.PosServiceServicer):
 
     def ResolveFan(self, request: pb.ResolveFanRequest, context: grpc.ServicerContext
                    ) -> pb.ResolveFanResponse:
-        raise _not_yet("fan/resolve")
+        caller = current_caller()
+        found = resolve_fan(self._engine, caller, fan_ref(request), datetime.now(UTC))
+        fan = found.fan
+        sees_pii = Permiso.FAN_LEER in caller.permisos
+        return pb.ResolveFanResponse(ok=True, data=pb.ResolveFanData(
+            fan=pb.FanView(
+                id=fan.fan_id,
+                nombre=fan.nombre if sees_pii else None,
+                correo=fan.correo if sees_pii else None,
+                socio_desde=fan.socio_desde, temporadas=fan.temporadas, puntos=fan.puntos),
+            promo=_promo_value(found.promo)))
 
     def RegisterTx(self, request: pb.RegisterTxRequest, context: grpc.ServicerContext
                    ) -> pb.RegisterTxResponse:
-        raise _not_yet("tx")
+        caller = current_caller()
+        result = register_sale(self._engine, caller, new_sale(request, datetime.now(UTC)))
+        return pb.RegisterTxResponse(ok=True, data=pb.RegisterTxData(
+            duplicado=result.duplicado, tx=result.folio,
+            puntos_otorgados=result.puntos_otorgados, saldo=result.saldo,
+            fan=pb.TxFan(id=result.fan_id,
+                         correo=result.correo if Permiso.FAN_LEER in caller.permisos
+                         else None)))
 
     def Redeem(self, request: pb.RedeemRequest, context: grpc.ServicerContext
                ) -> pb.RedeemResponse:

@@ -42,6 +42,7 @@ class Codigo(StrEnum):
     CLAVE_MAL_FORMADA = "clave_mal_formada"
     PROGRAMA_NO_ENCONTRADO = "programa_no_encontrado"
     CLAVE_NO_ENCONTRADA = "clave_no_encontrada"
+    VENTA_NO_ENCONTRADA = "venta_no_encontrada"
     FAN_DUPLICADO = "fan_duplicado"
     CORREO_DUPLICADO = "correo_duplicado"
     QR_DUPLICADO = "qr_duplicado"
@@ -132,6 +133,8 @@ CATALOGO: dict[Codigo, Entrada] = {e.codigo: e for e in [
        "back office names an unknown program", interno=True),
     _e(C.CLAVE_NO_ENCONTRADA, 404, "NOT_FOUND", "No se encontró la clave.",
        "back office names an unknown key id", interno=True),
+    _e(C.VENTA_NO_ENCONTRADA, 404, "NOT_FOUND", "No se encontró la venta.",
+       "back office names a sale folio the program does not have", interno=True),
     _e(C.FAN_DUPLICADO, 409, "ALREADY_EXISTS", "Ya existe un fan con ese id.",
        "registering a Fan ID the program already has", interno=True),
     _e(C.CORREO_DUPLICADO, 409, "ALREADY_EXISTS", "Ya existe un fan con ese correo.",

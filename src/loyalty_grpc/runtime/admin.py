@@ -58,6 +58,8 @@ def add_admin_commands(parser: argparse.ArgumentParser) -> None:
     _fan_commands(_group(groups, "fans", "fans"))
     _promo_commands(_group(groups, "promos", "promotions"))
     _code_commands(_group(groups, "codes", "coupon codes"))
+    _points_commands(_group(groups, "points", "points (support desk)"))
+    _sale_commands(_group(groups, "sales", "sales (support desk)"))
 
 
 # argparse has no public name for the sub-command action.
@@ -121,6 +123,9 @@ def _fan_commands(sub: _Sub[argparse.ArgumentParser]) -> None:
     _programa(p, fan=True)
     p.add_argument("--motivo", required=True)
     _programa(_command(sub, "reactivate", _fan_reactivate, "baja -> activo"), fan=True)
+    _programa(_command(sub, "ledger", _fan_ledger,
+                       "a fan's points ledger, oldest first, with the running balance"),
+              fan=True)
 
 
 def _promo_commands(sub: _Sub[argparse.ArgumentParser]) -> None:
@@ -152,6 +157,39 @@ def _code_commands(sub: _Sub[argparse.ArgumentParser]) -> None:
     _programa(p)
     p.add_argument("--promo", type=int, required=True, help="promotion id")
     p.add_argument("codigo")
+
+
+def _points_commands(sub: _Sub[argparse.ArgumentParser]) -> None:
+    p = _command(sub, "adjust", _points_adjust,
+                 "a manual adjustment: --puntos 100 credits, --puntos -50 debits")
+    _programa(p, fan=True)
+    # A negative number is a value here, not an option (argparse: no option looks like one).
+    p.add_argument("--puntos", type=_int_bits(64), required=True,
+                   help="points, + credit, - debit")
+    p.add_argument("--motivo", required=True, help="why (kept in the ledger entry)")
+
+
+def _sale_commands(sub: _Sub[argparse.ArgumentParser]) -> None:
+    p = _command(sub, "void", _sale_void,
+                 "void a sale: takes back the points it credited, once")
+    _programa(p)
+    p.add_argument("folio", type=_int_bits(32),
+                   help="the sale's folio (`tx` in the POS response)")
+    p.add_argument("--motivo", required=True, help="why (kept in the reversing entry)")
+
+
+def _int_bits(bits: int) -> Callable[[str], int]:
+    """An argparse type: an integer that fits the proto field (signed, `bits` wide)."""
+    limit = 2 ** (bits - 1)
+
+    def parse(text: str) -> int:
+        value = int(text)
+        if not -limit <= value < limit:
+            raise argparse.ArgumentTypeError(f"{text}: fuera de rango")
+        return value
+
+    parse.__name__ = "int"  # argparse says "invalid int value: ..."
+    return parse
 
 
 def _group(groups: _Sub[argparse.ArgumentParser], name: str, help_text: str
@@ -231,7 +269,9 @@ def error_of(exc: grpc.RpcError) -> tuple[str, str]:
 def render(message: Message) -> list[str]:
     """Readable lines: each record on one line of `campo=valor` (empty text left out);
     lists one record per line; the response's own fields (`creado`, the secret of a new
-    key) on a line each."""
+    key) on a line each. A ledger: the fan's line, then a table of its entries."""
+    if isinstance(message, pb.GetLedgerResponse):
+        return [_record(message.fan), *ledger_table(message.entries)]
     lines: list[str] = []
     for descriptor in message.DESCRIPTOR.fields:
         value = getattr(message, descriptor.name)
@@ -246,6 +286,27 @@ def render(message: Message) -> list[str]:
     if not lines:
         lines.append("(nada)")
     return lines
+
+
+LEDGER_COLUMNS = ("fecha (UTC)", "motivo", "puntos", "venta", "código", "saldo", "nota")
+
+
+def ledger_table(entries: Iterable[pb.LedgerEntry]) -> list[str]:
+    """The ledger as an aligned table, one entry a line, oldest first; numbers right-aligned,
+    credits with `+`."""
+    rows = [(e.creado.replace("T", " ").removesuffix("Z")[:19], e.motivo, f"{e.puntos:+d}",
+             str(e.venta) if e.venta else "", e.codigo, str(e.saldo),
+             " ".join(e.nota.split())) for e in entries]
+    if not rows:
+        return ["(sin movimientos)"]
+    widths = [max(len(r[i]) for r in [LEDGER_COLUMNS, *rows]) for i in range(len(LEDGER_COLUMNS))]
+    numeric = {2, 3, 5}
+
+    def line(cells: tuple[str, ...]) -> str:
+        return "  ".join(c.rjust(w) if i in numeric else c.ljust(w)
+                         for i, (c, w) in enumerate(zip(cells, widths, strict=True))).rstrip()
+
+    return [line(LEDGER_COLUMNS), *(line(r) for r in rows)]
 
 
 def _record(message: Message) -> str:
@@ -356,3 +417,20 @@ def _code_release(stub: Stub, a: argparse.Namespace, t: float, md: Metadata) -> 
     return stub.ReleaseCode(pb.ReleaseCodeRequest(programa=a.programa, promo_id=a.promo,
                                                   codigo=a.codigo),
                             timeout=t, metadata=md)
+
+
+def _fan_ledger(stub: Stub, a: argparse.Namespace, t: float, md: Metadata) -> Message:
+    return stub.GetLedger(pb.GetLedgerRequest(programa=a.programa, fan=a.id),
+                          timeout=t, metadata=md)
+
+
+def _points_adjust(stub: Stub, a: argparse.Namespace, t: float, md: Metadata) -> Message:
+    return stub.AdjustPoints(pb.AdjustPointsRequest(programa=a.programa, fan=a.id,
+                                                    puntos=a.puntos, motivo=a.motivo),
+                             timeout=t, metadata=md)
+
+
+def _sale_void(stub: Stub, a: argparse.Namespace, t: float, md: Metadata) -> Message:
+    return stub.VoidSale(pb.VoidSaleRequest(programa=a.programa, folio=a.folio,
+                                            motivo=a.motivo),
+                         timeout=t, metadata=md)

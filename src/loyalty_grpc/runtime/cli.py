@@ -63,6 +63,14 @@ def build_parser() -> argparse.ArgumentParser:
     grun.add_argument("--admin-port", type=int, default=_env_int("LOYALTY_ENVOY_ADMIN_PORT", 0))
     grun.add_argument("--work-dir", type=Path, default=Path(".loyalty/envoy"))
 
+    wallet = sub.add_parser("wallet", help="wallet pass: deliver pending balances")
+    wsub = wallet.add_subparsers(dest="wallet_command", required=True)
+    wsend = wsub.add_parser("send", help="deliver every due balance once, print a summary "
+                                         "(LOYALTY_WALLET_* configure the provider)")
+    wsend.add_argument("--data-dir", type=_data_dir,
+                       default=_data_dir(os.environ.get("LOYALTY_DATA_DIR", ".loyalty")))
+    wsend.add_argument("--batch", type=int, default=100)
+
     admin = sub.add_parser("admin", help="back-office operations over gRPC")
     add_admin_commands(admin)
     return parser
@@ -77,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
 
 
-def _run(args: argparse.Namespace) -> int:
+def _run(args: argparse.Namespace) -> int:  # noqa: PLR0911 (one return per command)
     level = args.log_level.upper()
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if level != "DEBUG":
@@ -98,6 +106,10 @@ def _run(args: argparse.Namespace) -> int:
         from loyalty_grpc.runtime.up import migrate_command
 
         return migrate_command(args.data_dir)
+    if args.command == "wallet":
+        from loyalty_grpc.runtime.wallet import send_command
+
+        return send_command(args.data_dir, batch=args.batch)
     if args.command == "gateway":
         from loyalty_grpc.runtime import envoy
 

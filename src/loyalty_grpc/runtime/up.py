@@ -10,7 +10,7 @@ from importlib import resources
 from pathlib import Path
 
 from loyalty_grpc.api.server import ServerSettings, build_server
-from loyalty_grpc.runtime import envoy
+from loyalty_grpc.runtime import envoy, wallet
 from loyalty_grpc.runtime.admin_token import ensure_admin_token
 from loyalty_grpc.runtime.console import say
 from loyalty_grpc.runtime.postgres import Database, open_database
@@ -62,11 +62,13 @@ def _load_demo(db: Database) -> list[dict[str, object]]:
 
 
 def up(*, http_port: int, grpc_port: int, grpc_host: str, data_dir: Path, demo: bool) -> int:
+    wallet_settings = wallet.load_settings()
     stop = stop_event()
     data_dir.mkdir(parents=True, exist_ok=True)
     admin_token = _admin_token(data_dir)
     db = open_database(data_dir)
     server = None
+    sender = None
     proxy = None
     try:
         migrate.upgrade(db.url)
@@ -74,6 +76,7 @@ def up(*, http_port: int, grpc_port: int, grpc_host: str, data_dir: Path, demo: 
         server = build_server(ServerSettings(database_url=db.url, admin_token=admin_token,
                                              host=grpc_host, port=grpc_port))
         server.start()
+        sender = wallet.start_sender(server.engine, wallet_settings)
         proxy = envoy.EnvoyProcess.start(
             http_port=http_port, upstream_host=_connect_host(grpc_host),
             upstream_port=server.port, work_dir=data_dir / "envoy")
@@ -83,6 +86,8 @@ def up(*, http_port: int, grpc_port: int, grpc_host: str, data_dir: Path, demo: 
     finally:
         if proxy is not None:
             proxy.stop()
+        if sender is not None:
+            sender.stop()
         if server is not None:
             server.stop()
         db.stop()

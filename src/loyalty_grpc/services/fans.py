@@ -52,7 +52,7 @@ class FanInfo:
     actualizado: datetime
 
 
-def _info(row: Row[*tuple[Any, ...]]) -> FanInfo:
+def fan_info(row: Row[*tuple[Any, ...]]) -> FanInfo:
     return FanInfo(
         programa=row.programa_id, fan_id=row.fan_id, nombre=row.nombre, correo=row.correo,
         socio_desde=row.socio_desde, temporadas=row.temporadas, qr_token=row.qr_token,
@@ -124,7 +124,7 @@ def register_fan(engine: Engine, programa: str, fan_id: str, *, nombre: str, cor
         except IntegrityError as exc:
             raise translate(exc, _duplicates(fid)) from exc
         uow.commit()
-    return _info(row)
+    return fan_info(row)
 
 
 def update_fan(engine: Engine, programa: str, fan_id: str, *, nombre: str | None = None,
@@ -150,7 +150,7 @@ def update_fan(engine: Engine, programa: str, fan_id: str, *, nombre: str | None
     with UnitOfWork(engine) as uow:
         current = require_fan(uow.conn, programa, fid, lock=True)
         if not values:
-            return _info(current)
+            return fan_info(current)
         _check_free(uow.conn, programa, fid, correo=new_correo, qr_token=new_qr,
                     self_pk=current.pk)
         try:
@@ -160,7 +160,7 @@ def update_fan(engine: Engine, programa: str, fan_id: str, *, nombre: str | None
         except IntegrityError as exc:
             raise translate(exc, _duplicates(fid)) from exc
         uow.commit()
-    return _info(row)
+    return fan_info(row)
 
 
 def get_fan(engine: Engine, programa: str, fan_id: str) -> FanInfo:
@@ -168,7 +168,7 @@ def get_fan(engine: Engine, programa: str, fan_id: str) -> FanInfo:
     programa = program_id(programa, "programa")
     fid = canonical_fan_id(fan_id, "id")
     with UnitOfWork(engine) as uow:
-        return _info(require_fan(uow.conn, programa, fid))
+        return fan_info(require_fan(uow.conn, programa, fid))
 
 
 def deactivate_fan(engine: Engine, programa: str, fan_id: str, motivo: str) -> FanInfo:
@@ -198,4 +198,4 @@ def _change_estado(engine: Engine, programa: str, fid: str, nuevo: EstadoFan,
             .values(estado=nuevo.value, **values).returning(fans)
         ).one()
         uow.commit()
-    return _info(row)
+    return fan_info(row)

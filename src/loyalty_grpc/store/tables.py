@@ -193,6 +193,51 @@ movimientos = Table(
     Index("ix_movimientos_fan", "fan_pk", "id"),
 )
 
+# Wallet pass (DESIGN.md §2): every balance change appends the fan's new balance here, in
+# the transaction of the change (store/ledger.move_points); the sender (loyalty_grpc.wallet)
+# delivers the latest row per fan to the wallet provider and deletes the rows it covered.
+# Balance changes only INSERT here (no row a sender locks), so a sale never waits for it.
+wallet_outbox = Table(
+    "wallet_outbox",
+    metadata,
+    Column("id", BigInteger, Identity(), primary_key=True),
+    Column("fan_pk", BigInteger, ForeignKey("fans.pk"), nullable=False),
+    Column("saldo", BigInteger, nullable=False),
+    _now(),
+    # The sender: pending fans (GROUP BY fan_pk), a fan's latest row, delete rows <= id.
+    Index("ix_wallet_outbox_fan", "fan_pk", "id"),
+)
+
+# The sender's state per fan: created by the sender for a fan with outbox rows, locked only
+# by senders (FOR UPDATE SKIP LOCKED), never by a sale. `proximo_intento` is both the claim
+# lease (while a delivery runs) and the retry back-off (after a failure).
+wallet_pases = Table(
+    "wallet_pases",
+    metadata,
+    Column("fan_pk", BigInteger, ForeignKey("fans.pk"), primary_key=True),
+    # Consecutive failed attempts (0 after a delivery).
+    Column("intentos", Integer, nullable=False, server_default="0"),
+    Column("proximo_intento", DateTime(timezone=True), nullable=False,
+           server_default=func.now()),
+    Column("ultimo_error", Text),
+    Column("error_en", DateTime(timezone=True)),
+    Column("entregado_saldo", BigInteger),
+    Column("entregado_en", DateTime(timezone=True)),
+    CheckConstraint("intentos >= 0", name="intentos"),
+)
+
+# What the local provider (the default) records: one row per delivery.
+wallet_entregas = Table(
+    "wallet_entregas",
+    metadata,
+    Column("id", BigInteger, Identity(), primary_key=True),
+    Column("fan_pk", BigInteger, ForeignKey("fans.pk"), nullable=False),
+    Column("saldo", BigInteger, nullable=False),
+    Column("proveedor", Text, nullable=False),
+    Column("entregado", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    Index("ix_wallet_entregas_fan", "fan_pk", "id"),
+)
+
 # Balance sanity: `puntos_ok` compares cache and ledger (used by tests and `loyalty status`).
 LEDGER_MISMATCH_SQL = """
 SELECT f.pk FROM fans f
@@ -201,4 +246,4 @@ WHERE f.puntos <> coalesce(m.s, 0)
 """
 
 __all__ = ["claves", "codigos", "fans", "metadata", "movimientos", "programas",
-           "promos", "ventas"]
+           "promos", "ventas", "wallet_entregas", "wallet_outbox", "wallet_pases"]

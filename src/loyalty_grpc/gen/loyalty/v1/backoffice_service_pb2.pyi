@@ -992,3 +992,256 @@ class ReleaseCodeResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ReleaseCodeResponse: _TypeAlias = ReleaseCodeResponse  # noqa: Y015
+
+@_typing.final
+class LedgerEntry(_message.Message):
+    """---------------------------------------------------------------- ledger"""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ID_FIELD_NUMBER: _builtins.int
+    PUNTOS_FIELD_NUMBER: _builtins.int
+    MOTIVO_FIELD_NUMBER: _builtins.int
+    VENTA_FIELD_NUMBER: _builtins.int
+    CODIGO_FIELD_NUMBER: _builtins.int
+    NOTA_FIELD_NUMBER: _builtins.int
+    CREADO_FIELD_NUMBER: _builtins.int
+    SALDO_FIELD_NUMBER: _builtins.int
+    id: _builtins.int
+    puntos: _builtins.int
+    motivo: _builtins.str
+    """"venta", "canje", "ajuste" or "anulacion"."""
+    venta: _builtins.int
+    """Folio of the sale (venta, anulacion); 0 otherwise."""
+    codigo: _builtins.str
+    """The coupon code burned (canje); empty otherwise."""
+    nota: _builtins.str
+    creado: _builtins.str
+    """ISO 8601 UTC."""
+    saldo: _builtins.int
+    """Balance after this entry."""
+    def __init__(
+        self,
+        *,
+        id: _builtins.int = ...,
+        puntos: _builtins.int = ...,
+        motivo: _builtins.str = ...,
+        venta: _builtins.int = ...,
+        codigo: _builtins.str = ...,
+        nota: _builtins.str = ...,
+        creado: _builtins.str = ...,
+        saldo: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["codigo", b"codigo", "creado", b"creado", "id", b"id", "motivo", b"motivo", "nota", b"nota", "puntos", b"puntos", "saldo", b"saldo", "venta", b"venta"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___LedgerEntry: _TypeAlias = LedgerEntry  # noqa: Y015
+
+@_typing.final
+class GetLedgerRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PROGRAMA_FIELD_NUMBER: _builtins.int
+    FAN_FIELD_NUMBER: _builtins.int
+    programa: _builtins.str
+    fan: _builtins.str
+    """Fan ID."""
+    def __init__(
+        self,
+        *,
+        programa: _builtins.str = ...,
+        fan: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["fan", b"fan", "programa", b"programa"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetLedgerRequest: _TypeAlias = GetLedgerRequest  # noqa: Y015
+
+@_typing.final
+class GetLedgerResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    FAN_FIELD_NUMBER: _builtins.int
+    ENTRIES_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def fan(self) -> Global___FanRecord: ...
+    @_builtins.property
+    def entries(self) -> _containers.RepeatedCompositeFieldContainer[Global___LedgerEntry]: ...
+    def __init__(
+        self,
+        *,
+        fan: Global___FanRecord | None = ...,
+        entries: _abc.Iterable[Global___LedgerEntry] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["fan", b"fan"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["entries", b"entries", "fan", b"fan"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetLedgerResponse: _TypeAlias = GetLedgerResponse  # noqa: Y015
+
+@_typing.final
+class AdjustPointsRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PROGRAMA_FIELD_NUMBER: _builtins.int
+    FAN_FIELD_NUMBER: _builtins.int
+    PUNTOS_FIELD_NUMBER: _builtins.int
+    MOTIVO_FIELD_NUMBER: _builtins.int
+    programa: _builtins.str
+    fan: _builtins.str
+    """Fan ID."""
+    puntos: _builtins.int
+    """Positive credits, negative debits; never 0."""
+    motivo: _builtins.str
+    """Why (required): kept in the ledger entry's nota."""
+    def __init__(
+        self,
+        *,
+        programa: _builtins.str = ...,
+        fan: _builtins.str = ...,
+        puntos: _builtins.int = ...,
+        motivo: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["fan", b"fan", "motivo", b"motivo", "programa", b"programa", "puntos", b"puntos"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AdjustPointsRequest: _TypeAlias = AdjustPointsRequest  # noqa: Y015
+
+@_typing.final
+class AdjustPointsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ENTRY_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def entry(self) -> Global___LedgerEntry: ...
+    def __init__(
+        self,
+        *,
+        entry: Global___LedgerEntry | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["entry", b"entry"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["entry", b"entry"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AdjustPointsResponse: _TypeAlias = AdjustPointsResponse  # noqa: Y015
+
+@_typing.final
+class Sale(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    FOLIO_FIELD_NUMBER: _builtins.int
+    ID_EXTERNO_FIELD_NUMBER: _builtins.int
+    MODO_FIELD_NUMBER: _builtins.int
+    FAN_FIELD_NUMBER: _builtins.int
+    IMPORTE_CENTAVOS_FIELD_NUMBER: _builtins.int
+    MONEDA_FIELD_NUMBER: _builtins.int
+    TERMINAL_FIELD_NUMBER: _builtins.int
+    SITIO_FIELD_NUMBER: _builtins.int
+    TS_FIELD_NUMBER: _builtins.int
+    PUNTOS_FIELD_NUMBER: _builtins.int
+    ANULADA_FIELD_NUMBER: _builtins.int
+    folio: _builtins.int
+    id_externo: _builtins.str
+    modo: _builtins.str
+    """"vivo" or "prueba"."""
+    fan: _builtins.str
+    """Fan ID."""
+    importe_centavos: _builtins.int
+    moneda: _builtins.str
+    terminal: _builtins.str
+    sitio: _builtins.str
+    ts: _builtins.str
+    """ISO 8601 UTC."""
+    puntos: _builtins.int
+    anulada: _builtins.str
+    """ISO 8601 UTC; empty while the sale stands."""
+    def __init__(
+        self,
+        *,
+        folio: _builtins.int = ...,
+        id_externo: _builtins.str = ...,
+        modo: _builtins.str = ...,
+        fan: _builtins.str = ...,
+        importe_centavos: _builtins.int = ...,
+        moneda: _builtins.str = ...,
+        terminal: _builtins.str = ...,
+        sitio: _builtins.str = ...,
+        ts: _builtins.str = ...,
+        puntos: _builtins.int = ...,
+        anulada: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["anulada", b"anulada", "fan", b"fan", "folio", b"folio", "id_externo", b"id_externo", "importe_centavos", b"importe_centavos", "modo", b"modo", "moneda", b"moneda", "puntos", b"puntos", "sitio", b"sitio", "terminal", b"terminal", "ts", b"ts"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___Sale: _TypeAlias = Sale  # noqa: Y015
+
+@_typing.final
+class VoidSaleRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PROGRAMA_FIELD_NUMBER: _builtins.int
+    FOLIO_FIELD_NUMBER: _builtins.int
+    MOTIVO_FIELD_NUMBER: _builtins.int
+    programa: _builtins.str
+    folio: _builtins.int
+    """The sale's folio (`tx` in the POS response)."""
+    motivo: _builtins.str
+    """Why (required): kept in the reversing ledger entry's nota."""
+    def __init__(
+        self,
+        *,
+        programa: _builtins.str = ...,
+        folio: _builtins.int = ...,
+        motivo: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["folio", b"folio", "motivo", b"motivo", "programa", b"programa"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___VoidSaleRequest: _TypeAlias = VoidSaleRequest  # noqa: Y015
+
+@_typing.final
+class VoidSaleResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SALE_FIELD_NUMBER: _builtins.int
+    REVERTIDOS_FIELD_NUMBER: _builtins.int
+    YA_ANULADA_FIELD_NUMBER: _builtins.int
+    revertidos: _builtins.int
+    """Points taken back by this call (0 when the sale had been voided before)."""
+    ya_anulada: _builtins.bool
+    """True when the sale had already been voided: nothing changed."""
+    @_builtins.property
+    def sale(self) -> Global___Sale: ...
+    def __init__(
+        self,
+        *,
+        sale: Global___Sale | None = ...,
+        revertidos: _builtins.int = ...,
+        ya_anulada: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["sale", b"sale"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["revertidos", b"revertidos", "sale", b"sale", "ya_anulada", b"ya_anulada"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___VoidSaleResponse: _TypeAlias = VoidSaleResponse  # noqa: Y015

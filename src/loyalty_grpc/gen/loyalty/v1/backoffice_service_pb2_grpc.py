@@ -99,6 +99,21 @@ class BackofficeServiceStub:
                 request_serializer=loyalty_dot_v1_dot_backoffice__service__pb2.UpdatePromoRequest.SerializeToString,
                 response_deserializer=loyalty_dot_v1_dot_backoffice__service__pb2.UpdatePromoResponse.FromString,
                 _registered_method=True)
+        self.GetLedger = channel.unary_unary(
+                '/loyalty.v1.BackofficeService/GetLedger',
+                request_serializer=loyalty_dot_v1_dot_backoffice__service__pb2.GetLedgerRequest.SerializeToString,
+                response_deserializer=loyalty_dot_v1_dot_backoffice__service__pb2.GetLedgerResponse.FromString,
+                _registered_method=True)
+        self.AdjustPoints = channel.unary_unary(
+                '/loyalty.v1.BackofficeService/AdjustPoints',
+                request_serializer=loyalty_dot_v1_dot_backoffice__service__pb2.AdjustPointsRequest.SerializeToString,
+                response_deserializer=loyalty_dot_v1_dot_backoffice__service__pb2.AdjustPointsResponse.FromString,
+                _registered_method=True)
+        self.VoidSale = channel.unary_unary(
+                '/loyalty.v1.BackofficeService/VoidSale',
+                request_serializer=loyalty_dot_v1_dot_backoffice__service__pb2.VoidSaleRequest.SerializeToString,
+                response_deserializer=loyalty_dot_v1_dot_backoffice__service__pb2.VoidSaleResponse.FromString,
+                _registered_method=True)
         self.AssignCode = channel.unary_unary(
                 '/loyalty.v1.BackofficeService/AssignCode',
                 request_serializer=loyalty_dot_v1_dot_backoffice__service__pb2.AssignCodeRequest.SerializeToString,
@@ -197,6 +212,28 @@ class BackofficeServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetLedger(self, request, context):
+        """A fan's points ledger, oldest first, with the running balance.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def AdjustPoints(self, request, context):
+        """A manual points adjustment with a reason (support desk).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def VoidSale(self, request, context):
+        """Voids a sale: reverses exactly the points it credited, once. The sale stays on
+        record and its id_externo still answers `duplicado`.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def AssignCode(self, request, context):
         """Delivers a code to a fan: disponible -> asignado.
         """
@@ -278,6 +315,21 @@ def add_BackofficeServiceServicer_to_server(servicer, server):
                     servicer.UpdatePromo,
                     request_deserializer=loyalty_dot_v1_dot_backoffice__service__pb2.UpdatePromoRequest.FromString,
                     response_serializer=loyalty_dot_v1_dot_backoffice__service__pb2.UpdatePromoResponse.SerializeToString,
+            ),
+            'GetLedger': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetLedger,
+                    request_deserializer=loyalty_dot_v1_dot_backoffice__service__pb2.GetLedgerRequest.FromString,
+                    response_serializer=loyalty_dot_v1_dot_backoffice__service__pb2.GetLedgerResponse.SerializeToString,
+            ),
+            'AdjustPoints': grpc.unary_unary_rpc_method_handler(
+                    servicer.AdjustPoints,
+                    request_deserializer=loyalty_dot_v1_dot_backoffice__service__pb2.AdjustPointsRequest.FromString,
+                    response_serializer=loyalty_dot_v1_dot_backoffice__service__pb2.AdjustPointsResponse.SerializeToString,
+            ),
+            'VoidSale': grpc.unary_unary_rpc_method_handler(
+                    servicer.VoidSale,
+                    request_deserializer=loyalty_dot_v1_dot_backoffice__service__pb2.VoidSaleRequest.FromString,
+                    response_serializer=loyalty_dot_v1_dot_backoffice__service__pb2.VoidSaleResponse.SerializeToString,
             ),
             'AssignCode': grpc.unary_unary_rpc_method_handler(
                     servicer.AssignCode,
@@ -641,6 +693,87 @@ class BackofficeService:
             '/loyalty.v1.BackofficeService/UpdatePromo',
             loyalty_dot_v1_dot_backoffice__service__pb2.UpdatePromoRequest.SerializeToString,
             loyalty_dot_v1_dot_backoffice__service__pb2.UpdatePromoResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetLedger(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/loyalty.v1.BackofficeService/GetLedger',
+            loyalty_dot_v1_dot_backoffice__service__pb2.GetLedgerRequest.SerializeToString,
+            loyalty_dot_v1_dot_backoffice__service__pb2.GetLedgerResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AdjustPoints(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/loyalty.v1.BackofficeService/AdjustPoints',
+            loyalty_dot_v1_dot_backoffice__service__pb2.AdjustPointsRequest.SerializeToString,
+            loyalty_dot_v1_dot_backoffice__service__pb2.AdjustPointsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def VoidSale(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/loyalty.v1.BackofficeService/VoidSale',
+            loyalty_dot_v1_dot_backoffice__service__pb2.VoidSaleRequest.SerializeToString,
+            loyalty_dot_v1_dot_backoffice__service__pb2.VoidSaleResponse.FromString,
             options,
             channel_credentials,
             insecure,

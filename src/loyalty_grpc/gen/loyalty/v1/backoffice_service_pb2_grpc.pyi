@@ -52,6 +52,14 @@ class BackofficeServiceStub:
     CreatePromo: _grpc.UnaryUnaryMultiCallable[_backoffice_service_pb2.CreatePromoRequest, _backoffice_service_pb2.CreatePromoResponse]
     UpdatePromo: _grpc.UnaryUnaryMultiCallable[_backoffice_service_pb2.UpdatePromoRequest, _backoffice_service_pb2.UpdatePromoResponse]
     """Changes estado, vigencia_fin, puntos_canje or descripcion."""
+    GetLedger: _grpc.UnaryUnaryMultiCallable[_backoffice_service_pb2.GetLedgerRequest, _backoffice_service_pb2.GetLedgerResponse]
+    """A fan's points ledger, oldest first, with the running balance."""
+    AdjustPoints: _grpc.UnaryUnaryMultiCallable[_backoffice_service_pb2.AdjustPointsRequest, _backoffice_service_pb2.AdjustPointsResponse]
+    """A manual points adjustment with a reason (support desk)."""
+    VoidSale: _grpc.UnaryUnaryMultiCallable[_backoffice_service_pb2.VoidSaleRequest, _backoffice_service_pb2.VoidSaleResponse]
+    """Voids a sale: reverses exactly the points it credited, once. The sale stays on
+    record and its id_externo still answers `duplicado`.
+    """
     AssignCode: _grpc.UnaryUnaryMultiCallable[_backoffice_service_pb2.AssignCodeRequest, _backoffice_service_pb2.AssignCodeResponse]
     """Delivers a code to a fan: disponible -> asignado."""
     ReleaseCode: _grpc.UnaryUnaryMultiCallable[_backoffice_service_pb2.ReleaseCodeRequest, _backoffice_service_pb2.ReleaseCodeResponse]
@@ -78,6 +86,14 @@ class BackofficeServiceAsyncStub(BackofficeServiceStub):
     CreatePromo: _aio.UnaryUnaryMultiCallable[_backoffice_service_pb2.CreatePromoRequest, _backoffice_service_pb2.CreatePromoResponse]  # type: ignore[assignment]
     UpdatePromo: _aio.UnaryUnaryMultiCallable[_backoffice_service_pb2.UpdatePromoRequest, _backoffice_service_pb2.UpdatePromoResponse]  # type: ignore[assignment]
     """Changes estado, vigencia_fin, puntos_canje or descripcion."""
+    GetLedger: _aio.UnaryUnaryMultiCallable[_backoffice_service_pb2.GetLedgerRequest, _backoffice_service_pb2.GetLedgerResponse]  # type: ignore[assignment]
+    """A fan's points ledger, oldest first, with the running balance."""
+    AdjustPoints: _aio.UnaryUnaryMultiCallable[_backoffice_service_pb2.AdjustPointsRequest, _backoffice_service_pb2.AdjustPointsResponse]  # type: ignore[assignment]
+    """A manual points adjustment with a reason (support desk)."""
+    VoidSale: _aio.UnaryUnaryMultiCallable[_backoffice_service_pb2.VoidSaleRequest, _backoffice_service_pb2.VoidSaleResponse]  # type: ignore[assignment]
+    """Voids a sale: reverses exactly the points it credited, once. The sale stays on
+    record and its id_externo still answers `duplicado`.
+    """
     AssignCode: _aio.UnaryUnaryMultiCallable[_backoffice_service_pb2.AssignCodeRequest, _backoffice_service_pb2.AssignCodeResponse]  # type: ignore[assignment]
     """Delivers a code to a fan: disponible -> asignado."""
     ReleaseCode: _aio.UnaryUnaryMultiCallable[_backoffice_service_pb2.ReleaseCodeRequest, _backoffice_service_pb2.ReleaseCodeResponse]  # type: ignore[assignment]
@@ -179,6 +195,32 @@ class BackofficeServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_backoffice_service_pb2.UpdatePromoResponse, _abc.Awaitable[_backoffice_service_pb2.UpdatePromoResponse]]:
         """Changes estado, vigencia_fin, puntos_canje or descripcion."""
+
+    @_abc_1.abstractmethod
+    def GetLedger(
+        self,
+        request: _backoffice_service_pb2.GetLedgerRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_backoffice_service_pb2.GetLedgerResponse, _abc.Awaitable[_backoffice_service_pb2.GetLedgerResponse]]:
+        """A fan's points ledger, oldest first, with the running balance."""
+
+    @_abc_1.abstractmethod
+    def AdjustPoints(
+        self,
+        request: _backoffice_service_pb2.AdjustPointsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_backoffice_service_pb2.AdjustPointsResponse, _abc.Awaitable[_backoffice_service_pb2.AdjustPointsResponse]]:
+        """A manual points adjustment with a reason (support desk)."""
+
+    @_abc_1.abstractmethod
+    def VoidSale(
+        self,
+        request: _backoffice_service_pb2.VoidSaleRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_backoffice_service_pb2.VoidSaleResponse, _abc.Awaitable[_backoffice_service_pb2.VoidSaleResponse]]:
+        """Voids a sale: reverses exactly the points it credited, once. The sale stays on
+        record and its id_externo still answers `duplicado`.
+        """
 
     @_abc_1.abstractmethod
     def AssignCode(

@@ -1,0 +1,67 @@
+"""The `fan` value of `fan/resolve` and `tx`: what the scanner delivered, classified in the
+order of DESIGN.md §2. Pure, no I/O; the store tries the readings in this order."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import TypeVar
+from urllib.parse import urlsplit
+
+from loyalty_grpc.domain.errors import Codigo, LoyaltyError
+
+_URL = re.compile(r"https?://", re.IGNORECASE)
+_WHITESPACE = re.compile(r"\s+")
+# The request fields that carry the fan, the contract's name first.
+FAN_FIELDS = ("fan", "fan_id", "qr", "codigo")
+
+T = TypeVar("T")
+
+
+class Forma(StrEnum):
+    # `{qr_url}/v/<token>`: the last non-empty path segment is the QR token.
+    QR_URL = "qr_url"
+    # Contains `@`: the e-mail, case-insensitive.
+    CORREO = "correo"
+    # Anything else: a Fan ID, else a coupon code delivered to a fan, else a raw QR token.
+    TEXTO = "texto"
+
+
+@dataclass(frozen=True)
+class FanRef:
+    forma: Forma
+    # QR_URL: the token; CORREO: the e-mail in lower case; TEXTO: whitespace removed and
+    # upper-cased (the canonical Fan ID / code form).
+    valor: str
+    # TEXTO only: the trimmed value as scanned, tried last as a QR token (case matters).
+    crudo: str = ""
+
+
+def parse_fan_ref(text: str) -> FanRef:
+    value = text.strip()
+    if _URL.match(value):
+        segments = [s for s in urlsplit(value).path.split("/") if s]
+        if not segments:
+            raise LoyaltyError(Codigo.FAN_NO_ENCONTRADO, "la URL del QR no trae un token")
+        return FanRef(Forma.QR_URL, segments[-1])
+    if "@" in value:
+        return FanRef(Forma.CORREO, value.lower())
+    return FanRef(Forma.TEXTO, _WHITESPACE.sub("", value).upper(), value)
+
+
+def one_of(values: Mapping[str, T | None], *, required: bool = True) -> tuple[str, T] | None:
+    """The one field of `values` (a field and its aliases, in the contract's order) that
+    the client set: campo_requerido when none (and `required`), solicitud_invalida when
+    more than one."""
+    given = [(name, value) for name, value in values.items() if value is not None]
+    names = " / ".join(values)
+    if len(given) > 1:
+        raise LoyaltyError(Codigo.SOLICITUD_INVALIDA,
+                           f"envíe solo uno de {names} (llegaron {', '.join(n for n, _ in given)})")
+    if not given:
+        if required:
+            raise LoyaltyError(Codigo.CAMPO_REQUERIDO, f"falta {names}")
+        return None
+    return given[0]

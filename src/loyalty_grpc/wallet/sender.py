@@ -1,0 +1,101 @@
+"""The background sender a server process runs: `send_pending` every `interval` seconds,
+or at once when woken."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from datetime import datetime
+
+from sqlalchemy import Engine
+
+from loyalty_grpc.wallet.outbox import SendReport, send_pending, utcnow
+from loyalty_grpc.wallet.providers import SupportsClose, WalletProvider
+
+log = logging.getLogger(__name__)
+
+# Longest pause after consecutive failed runs (database unreachable…).
+_MAX_ERROR_WAIT = 60.0
+
+
+class WalletSender:
+    """Usage: `sender.start()` after the server starts, `sender.stop()` before it stops.
+    `wake()` asks for a run now (e.g. right after a sale commits); otherwise it runs every
+    `interval` seconds. Each wake-up runs `send_pending` until a run finds less than a full
+    batch. Several processes may each run one: they never deliver the same fan at once."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        provider: WalletProvider,
+        *,
+        interval: float = 1.0,
+        batch: int = 100,
+        workers: int = 4,
+        now: Callable[[], datetime] = utcnow,
+    ) -> None:
+        if interval <= 0:
+            raise ValueError("interval must be positive")
+        self.engine = engine
+        self.provider = provider
+        self.interval = interval
+        self.batch = batch
+        self.workers = workers
+        self._now = now
+        self._wakeup = threading.Event()
+        self._stopping = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        if self._thread is not None:
+            raise RuntimeError("WalletSender already started")
+        self._thread = threading.Thread(target=self._run, name="wallet-sender", daemon=True)
+        self._thread.start()
+        log.info("wallet sender started (%s provider, every %gs)",
+                 getattr(self.provider, "name", type(self.provider).__name__), self.interval)
+
+    def wake(self) -> None:
+        self._wakeup.set()
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """Finish the delivery in progress (the rest of the batch is handed back), then
+        close the provider. Safe to call more than once."""
+        self._stopping.set()
+        self._wakeup.set()
+        thread, self._thread = self._thread, None
+        if thread is None:
+            return
+        thread.join(timeout)
+        if thread.is_alive():
+            log.warning("wallet sender did not stop within %gs", timeout)
+        if isinstance(self.provider, SupportsClose):
+            self.provider.close()
+        log.info("wallet sender stopped")
+
+    def _run(self) -> None:
+        failures = 0
+        while not self._stopping.is_set():
+            # Cleared before the run: a wake() during the run triggers another one.
+            self._wakeup.clear()
+            try:
+                self._drain()
+                failures = 0
+                wait = self.interval
+            except Exception:
+                failures += 1
+                wait = min(self.interval * 2 ** min(failures, 10), _MAX_ERROR_WAIT)
+                log.exception("wallet sender run failed; next try in %gs", wait)
+            self._wakeup.wait(wait)
+
+    def _drain(self) -> None:
+        total = SendReport()
+        while not self._stopping.is_set():
+            report = send_pending(self.engine, self.provider, batch=self.batch,
+                                  workers=self.workers, now=self._now, stop=self._stopping)
+            total += report
+            if report.claimed < self.batch:
+                break
+        if total.claimed:
+            level = logging.WARNING if total.retrying or total.dropped else logging.DEBUG
+            log.log(level, "wallet: %s", total.summary())
