@@ -114,23 +114,11 @@ ENDPOINTS = [
     ("GET", "/api/v1/roster", None),
     ("POST", "/api/v1/roster", {"limite": 10}),
 ]
-NOT_YET = {"/api/v1/redeem", "/api/v1/promos", "/api/v1/codes", "/api/v1/roster"}
-
-
 @pytest.mark.parametrize(("method", "path", "body"), ENDPOINTS)
 def test_permission_denied(stack: Stack, http: httpx.Client, method, path, body):
     denied = http.request(method, path, headers=auth(stack.keys["ping"]), json=body)
     error = assert_error(denied, Codigo.PERMISO_DENEGADO)
     assert "permiso" in error["detalle"]
-
-
-@pytest.mark.parametrize(("method", "path", "body"),
-                         [e for e in ENDPOINTS if e[1] in NOT_YET])
-def test_not_implemented_yet(stack: Stack, http: httpx.Client, method, path, body):
-    """With the permission, an operation whose issue has not landed answers 501
-    no_implementado (never a fake success)."""
-    reached = http.request(method, path, headers=auth(stack.keys["todo"]), json=body)
-    assert_error(reached, Codigo.NO_IMPLEMENTADO)
 
 
 def test_tx_only_key_cannot_resolve(stack: Stack, http: httpx.Client):

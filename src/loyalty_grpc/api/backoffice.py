@@ -11,11 +11,20 @@ from datetime import datetime
 import grpc
 from sqlalchemy import Engine
 
+from loyalty_grpc.domain.codes import PromoRef, code_batch_of_list
 from loyalty_grpc.domain.programs import format_tasa
 from loyalty_grpc.domain.timestamps import format_iso_utc
 from loyalty_grpc.gen.loyalty.v1 import backoffice_service_pb2 as pb
 from loyalty_grpc.gen.loyalty.v1 import backoffice_service_pb2_grpc as pb_grpc
-from loyalty_grpc.services import codes, fans, keys, points_admin, programs, promos
+from loyalty_grpc.services import (
+    code_deposit,
+    codes,
+    fans,
+    keys,
+    points_admin,
+    programs,
+    promos,
+)
 from loyalty_grpc.services.fixtures import apply_fixture
 
 
@@ -188,6 +197,21 @@ class BackofficeServicer(pb_grpc.BackofficeServiceServicer):
         code = codes.release_code(self._engine, request.programa, request.promo_id,
                                   request.codigo)
         return pb.ReleaseCodeResponse(code=_code(code))
+
+    def AssignNextCode(self, request: pb.AssignNextCodeRequest, context: grpc.ServicerContext
+                       ) -> pb.AssignNextCodeResponse:
+        code = codes.assign_next_code(self._engine, request.programa, request.promo_id,
+                                      request.fan)
+        return pb.AssignNextCodeResponse(code=_code(code))
+
+    def ImportCodes(self, request: pb.ImportCodesRequest, context: grpc.ServicerContext
+                    ) -> pb.ImportCodesResponse:
+        result = code_deposit.deposit_codes(self._engine, request.programa,
+                                            PromoRef(id=request.promo_id, nombre=None),
+                                            code_batch_of_list(request.codigos),
+                                            campo="promo_id")
+        return pb.ImportCodesResponse(recibidos=result.recibidos, agregados=result.agregados,
+                                      duplicados=result.duplicados)
 
     # -------------------------------------------------------------- points (support desk)
 

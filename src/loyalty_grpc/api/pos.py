@@ -9,14 +9,17 @@ import grpc
 from google.protobuf import struct_pb2
 from sqlalchemy import Engine
 
+from loyalty_grpc.api.codes import deposit_codes_response, list_promos_response
 from loyalty_grpc.api.context import current_caller
+from loyalty_grpc.api.redeem import redeem_response
 from loyalty_grpc.api.requests import fan_ref, new_sale
-from loyalty_grpc.domain.errors import Codigo, LoyaltyError
+from loyalty_grpc.api.roster import query_of_get, query_of_post, roster_data
 from loyalty_grpc.domain.permissions import Permiso
 from loyalty_grpc.gen.loyalty.v1 import pos_service_pb2 as pb
 from loyalty_grpc.gen.loyalty.v1 import pos_service_pb2_grpc as pb_grpc
 from loyalty_grpc.services.ping import ping
 from loyalty_grpc.services.resolve import CurrentPromo, resolve_fan
+from loyalty_grpc.services.roster import read_roster
 from loyalty_grpc.services.sales import register_sale
 
 
@@ -29,11 +32,6 @@ def _promo_value(promo: CurrentPromo | None) -> struct_pb2.Value:
                                "vigencia_fin": promo.vigencia_fin.isoformat(),
                                "codigo": promo.codigo})
     return value
-
-
-def _not_yet(operation: str) -> LoyaltyError:
-    return LoyaltyError(Codigo.NO_IMPLEMENTADO,
-                        f"{operation} está en el contrato pero este servidor aún no lo atiende")
 
 
 class PosServicer(pb_grpc.PosServiceServicer):
@@ -79,20 +77,26 @@ class PosServicer(pb_grpc.PosServiceServicer):
 
     def Redeem(self, request: pb.RedeemRequest, context: grpc.ServicerContext
                ) -> pb.RedeemResponse:
-        raise _not_yet("redeem")
+        return redeem_response(self._engine, current_caller(), request, datetime.now(UTC))
 
     def ListPromos(self, request: pb.ListPromosRequest, context: grpc.ServicerContext
                    ) -> pb.ListPromosResponse:
-        raise _not_yet("promos")
+        return list_promos_response(self._engine, current_caller())
 
     def DepositCodes(self, request: pb.DepositCodesRequest, context: grpc.ServicerContext
                      ) -> pb.DepositCodesResponse:
-        raise _not_yet("codes")
+        return deposit_codes_response(self._engine, current_caller(), request)
 
     def Roster(self, request: pb.RosterRequest, context: grpc.ServicerContext
                ) -> pb.RosterResponse:
-        raise _not_yet("roster")
+        query = query_of_get(request)
+        page = read_roster(self._engine, current_caller().programa_id, query.desde,
+                           query.limite)
+        return pb.RosterResponse(ok=True, data=roster_data(page))
 
     def RosterPost(self, request: pb.RosterPostRequest, context: grpc.ServicerContext
                    ) -> pb.RosterPostResponse:
-        raise _not_yet("roster")
+        query = query_of_post(request)
+        page = read_roster(self._engine, current_caller().programa_id, query.desde,
+                           query.limite)
+        return pb.RosterPostResponse(ok=True, data=roster_data(page))

@@ -1,8 +1,42 @@
-"""Promotion code text rules. Pure, no I/O."""
+"""Promotion code text rules: the one source for every path that reads codes (POST
+/api/v1/codes, the back office, fixtures, `loyalty admin codes import`). Pure, no I/O.
+
+- A code is stored and compared trimmed and upper-cased (`normalize_code`).
+- A new code (deposited, imported or in a fixture) must also be valid (`check_new_code`):
+  not empty, at most MAX_CODE_LENGTH characters, no control characters, and none of the
+  characters that separate codes in pasted text (whitespace, ``,``, ``;``) — so the array
+  and the text forms deposit the same codes, and `fan/resolve` (which removes whitespace)
+  can find every code.
+- Pasted text splits on runs of whitespace, commas and semicolons (`split_codes`; the CLI
+  streams a file through `split_code_stream`, the same rule).
+- At most MAX_CODES_PER_CALL codes per call, counted as read (before repeats are removed):
+  the limit bounds the work of the call, and the client can check it without normalising.
+"""
 
 from __future__ import annotations
 
+import json
+import re
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+
 from loyalty_grpc.domain.errors import Codigo, LoyaltyError
+from loyalty_grpc.domain.json_value import JsonValue, json_type_name
+from loyalty_grpc.domain.promos import EstadoPromo
+
+MAX_CODE_LENGTH = 64
+MAX_CODES_PER_CALL = 5000
+# Offending codes named in a codigo_invalido detalle, and the characters shown of each.
+MAX_SHOWN_INVALID = 3
+_SHOWN_CHARS = 24
+
+# What separates codes in pasted text: whitespace (`\s` is Unicode whitespace: NBSP, em
+# space, U+2028…), commas and semicolons.
+_SEPARATOR = re.compile(r"[\s,;]")
+_SEPARATORS = re.compile(r"[\s,;]+")
+_PIECE = re.compile(r"[^\s,;]+")
+# C0 and C1 control characters (tab and newline are separators, found first).
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 
 def normalize_code(text: str, campo: str = "codigo") -> str:
@@ -11,3 +45,204 @@ def normalize_code(text: str, campo: str = "codigo") -> str:
     if not codigo:
         raise LoyaltyError(Codigo.CAMPO_REQUERIDO, f"{campo}: vacío")
     return codigo
+
+
+def code_problem(codigo: str) -> str | None:
+    """Why a normalised code cannot be a new code, or None when it can."""
+    if not codigo:
+        return "vacío"
+    if len(codigo) > MAX_CODE_LENGTH:
+        return f"más de {MAX_CODE_LENGTH} caracteres ({len(codigo)})"
+    if _CONTROL.search(codigo):
+        return "contiene caracteres de control"
+    if _SEPARATOR.search(codigo):
+        return "contiene espacios, comas o punto y coma (separan códigos)"
+    return None
+
+
+def check_new_code(text: str, campo: str = "codigo") -> str:
+    """A new code, normalised; codigo_invalido when it breaks a rule."""
+    codigo = text.strip().upper()
+    problem = code_problem(codigo)
+    if problem is not None:
+        raise LoyaltyError(Codigo.CODIGO_INVALIDO, f"{campo}: {problem}")
+    return codigo
+
+
+def shown_code(text: str) -> str:
+    """A code safe to print in a detalle or a terminal: JSON-quoted with every non-ASCII
+    or control character escaped, cut to a few characters."""
+    cut = text if len(text) <= _SHOWN_CHARS else text[:_SHOWN_CHARS] + "…"
+    return json.dumps(cut, ensure_ascii=True)
+
+
+@dataclass(frozen=True)
+class PromoRef:
+    """Which promotion a deposit names: by `id`, else (when no promotion of the program
+    has that id, or none was given) by `nombre`, case-insensitive."""
+
+    id: int | None
+    nombre: str | None
+
+
+_DIGITS = re.compile(r"[0-9]+")
+_INT32_MAX = 2**31 - 1
+
+
+def parse_promo_ref(value: JsonValue, campo: str = "promo") -> PromoRef:
+    """`promo` as sent: a JSON integer is an id; a string of digits is an id (or, when no
+    promotion has that id, a name); any other string is a name."""
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        raise LoyaltyError(Codigo.SOLICITUD_INVALIDA,
+                           f"{campo}: debe ser el id (número) o el nombre (texto) de la "
+                           f"promoción, llegó {json_type_name(value)}")
+    if isinstance(value, str):
+        text = value.strip()
+        if not text:
+            raise LoyaltyError(Codigo.CAMPO_REQUERIDO, f"{campo}: vacío")
+        if _DIGITS.fullmatch(text):
+            number = int(text)
+            return PromoRef(number if number <= _INT32_MAX else None, text)
+        return PromoRef(None, text)
+    if isinstance(value, float) and not value.is_integer():
+        raise LoyaltyError(Codigo.SOLICITUD_INVALIDA, f"{campo}: el id debe ser un entero")
+    number = int(value)
+    if not 1 <= number <= _INT32_MAX:
+        raise LoyaltyError(Codigo.PROMO_NO_ENCONTRADA, f"{campo}: no existe la promoción "
+                                                       f"{number}")
+    return PromoRef(number, None)
+
+
+def admite_codigos(estado: EstadoPromo) -> bool:
+    """A promotion takes new codes unless it has ended."""
+    return estado is not EstadoPromo.TERMINADA
+
+
+def check_admite_codigos(nombre: str, estado: EstadoPromo) -> None:
+    if not admite_codigos(estado):
+        raise LoyaltyError(Codigo.PROMO_NO_ADMITE_CODIGOS,
+                           f"promo {nombre}: está {estado.value}, no admite códigos")
+
+
+# --------------------------------------------------------------------- splitting
+
+
+def split_codes(text: str) -> list[str]:
+    """Pasted text → the pieces between runs of whitespace, commas and semicolons."""
+    return list(_pieces(text))
+
+
+def _pieces(text: str) -> Iterator[str]:
+    """The pieces of pasted text, lazily (a caller may stop reading at the limit)."""
+    return (m.group() for m in _PIECE.finditer(text))
+
+
+def split_code_stream(chunks: Iterable[str], *, max_piece: int = 4 * MAX_CODE_LENGTH
+                      ) -> Iterator[str]:
+    """`split_codes` over text that arrives in chunks (a file read piece by piece): a code
+    cut by a chunk boundary comes out whole. Memory stays bounded: a piece longer than
+    `max_piece` (never a valid code) comes out cut to `max_piece` characters and the rest
+    of it is skipped."""
+    carry = ""
+    skipping = False  # inside an over-long piece already given out
+    for chunk in chunks:
+        parts = _SEPARATORS.split(carry + chunk)
+        tail = parts.pop()  # after the last separator: may go on in the next chunk
+        if parts and skipping:
+            parts[0], skipping = "", False  # the over-long piece ends here
+        for piece in parts:
+            if piece:
+                yield piece[:max_piece]
+        if skipping:
+            carry = ""
+        elif len(tail) > max_piece:
+            yield tail[:max_piece]
+            carry, skipping = "", True
+        else:
+            carry = tail
+    if carry:
+        yield carry
+
+
+# --------------------------------------------------------------------- a batch
+
+
+@dataclass(frozen=True)
+class CodeBatch:
+    """The codes of one deposit: normalised, repeats removed, in first-seen order."""
+
+    codigos: tuple[str, ...]
+    # Entries read (repeats included): what the per-call limit counts.
+    leidos: int
+
+
+@dataclass(frozen=True)
+class _Invalid:
+    where: str
+    codigo: str
+    problem: str
+
+
+def code_batch(items: Iterable[str], campo: str = "codigos", *, pasted: bool = False,
+               start: int = 0) -> CodeBatch:
+    """Validate and normalise the codes of one call. `items`: the array's elements, or the
+    pieces of pasted text (`pasted`: positions then count pieces from 1, plus `start`, the
+    pieces read before these in the same text, e.g. the earlier chunks of a file).
+
+    demasiados_codigos over MAX_CODES_PER_CALL entries (reading stops there); else
+    codigo_invalido naming the first MAX_SHOWN_INVALID offenders and how many there are;
+    else campo_requerido when there is no code at all."""
+    seen: dict[str, None] = {}
+    invalid: list[_Invalid] = []
+    leidos = 0
+    for index, item in enumerate(items):
+        leidos += 1
+        if leidos > MAX_CODES_PER_CALL:
+            raise LoyaltyError(Codigo.DEMASIADOS_CODIGOS,
+                               f"{campo}: más de {MAX_CODES_PER_CALL} códigos en una llamada; "
+                               "envíelos en varias")
+        codigo = item.strip().upper()
+        problem = code_problem(codigo)
+        if problem is not None:
+            where = (f"{campo}: código {start + index + 1} del texto" if pasted
+                     else f"{campo}[{index}]")
+            invalid.append(_Invalid(where, codigo, problem))
+        elif not invalid:
+            seen[codigo] = None
+    if invalid:
+        shown = "; ".join(f"{i.where} {shown_code(i.codigo)}: {i.problem}"
+                          for i in invalid[:MAX_SHOWN_INVALID])
+        more = (f" (y {len(invalid) - MAX_SHOWN_INVALID} más)"
+                if len(invalid) > MAX_SHOWN_INVALID else "")
+        raise LoyaltyError(Codigo.CODIGO_INVALIDO,
+                           f"{len(invalid)} código(s) no válido(s), no se agregó ninguno: "
+                           f"{shown}{more}")
+    if not seen:
+        raise LoyaltyError(Codigo.CAMPO_REQUERIDO, f"{campo}: no trae ningún código")
+    return CodeBatch(tuple(seen), leidos)
+
+
+def code_batch_of_json(value: JsonValue, campo: str = "codigos") -> CodeBatch:
+    """`codigos` as the client sent it: an array of strings, or pasted text."""
+    if isinstance(value, str):
+        return code_batch(_pieces(value), campo, pasted=True)
+    if isinstance(value, list):
+        return code_batch(_strings(value, campo), campo)
+    raise LoyaltyError(Codigo.SOLICITUD_INVALIDA,
+                       f"{campo}: debe ser una lista de textos o un texto, "
+                       f"llegó {json_type_name(value)}")
+
+
+def code_batch_of_list(items: Sequence[str], campo: str = "codigos") -> CodeBatch:
+    """Codes already split (one per element), e.g. one chunk of `codes import`."""
+    return code_batch(items, campo)
+
+
+def _strings(items: list[JsonValue], campo: str) -> Iterator[str]:
+    """The array's elements; a non-string element is a wrong JSON type (solicitud_invalida,
+    like any other), named by position."""
+    for index, item in enumerate(items):
+        if not isinstance(item, str):
+            raise LoyaltyError(Codigo.SOLICITUD_INVALIDA,
+                               f"{campo}[{index}]: debe ser texto, llegó {json_type_name(item)}")
+        yield item

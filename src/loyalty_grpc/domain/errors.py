@@ -118,7 +118,7 @@ CATALOGO: dict[Codigo, Entrada] = {e.codigo: e for e in [
        "over 600 calls in a minute for the key; `Retry-After` set"),
     _e(C.ERROR_INTERNO, 500, "INTERNAL", "Error interno.", "a bug; no internals in `mensaje`"),
     _e(C.NO_IMPLEMENTADO, 501, "UNIMPLEMENTED", "Operación aún no disponible.",
-       "an operation of the contract this release does not serve yet"),
+       "a method the server does not have (e.g. a gateway newer than the server)"),
     _e(C.SERVICIO_NO_DISPONIBLE, 503, "UNAVAILABLE", "Servicio no disponible.",
        "database or server unreachable; safe to retry"),
     _e(C.FIXTURE_INVALIDO, 400, "INVALID_ARGUMENT", "El fixture no es válido.",

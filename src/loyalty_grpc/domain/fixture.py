@@ -39,7 +39,7 @@ from decimal import Decimal
 from functools import partial
 from typing import NoReturn, TypeVar
 
-from loyalty_grpc.domain.codes import normalize_code
+from loyalty_grpc.domain.codes import check_new_code
 from loyalty_grpc.domain.errors import Codigo, LoyaltyError
 from loyalty_grpc.domain.fans import (
     canonical_fan_id,
@@ -68,8 +68,6 @@ from loyalty_grpc.domain.text import multi_line, single_line
 # The store's Integer/BigInteger columns are read as int32 by the API (DESIGN.md §3).
 _INT32_MIN = -2_147_483_648
 _INT32_MAX = 2_147_483_647
-# DESIGN.md §2: a code is at most 64 characters.
-MAX_CODE_LENGTH = 64
 _FIELD_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
@@ -274,9 +272,7 @@ def _promo(value: object, path: str) -> PromoFixture:
 
 def _codigo(value: object, path: str) -> CodigoFixture:
     obj = _Obj(value, path, ("codigo", "estado", "fan"))
-    codigo = obj.parsed("codigo", normalize_code)
-    if len(codigo) > MAX_CODE_LENGTH:
-        _fail(obj.at("codigo"), f"más de {MAX_CODE_LENGTH} caracteres")
+    codigo = obj.parsed("codigo", check_new_code)
     obj.label(codigo)
     estado = obj.parsed("estado", parse_estado_codigo, default=EstadoCodigo.DISPONIBLE,
                       show=True)

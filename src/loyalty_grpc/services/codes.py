@@ -1,7 +1,8 @@
-"""Back office: delivering a code to a fan and taking a code out of circulation.
+"""Back office: delivering a code to a fan (a named code, or the promotion's next
+available one) and taking a code out of circulation.
 
 The code's row is locked for the change, so a concurrent POS burn of the same code waits
-and then sees the new state."""
+and then sees the new state. (Deposits: services.code_deposit.)"""
 
 from __future__ import annotations
 
@@ -86,5 +87,38 @@ def release_code(engine: Engine, programa: str, promo_id: int, codigo: str) -> C
             .values(estado=EstadoCodigo.LIBERADO.value, liberado_en=func.now())
         )
         info = _info(uow.conn, code.id)
+        uow.commit()
+    return info
+
+
+def assign_next_code(engine: Engine, programa: str, promo_id: int, fan_id: str
+                     ) -> CodigoInfo:
+    """The promotion's oldest `disponible` code (lowest id: deposit order) → asignado to an
+    `activo` fan, now. Race-free: the code is picked FOR UPDATE SKIP LOCKED, so concurrent
+    calls each get a different code and never wait for one another. None left →
+    codigo_no_encontrado (the code asked for, the next available one, does not exist)."""
+    programa = program_id(programa, "programa")
+    fid = canonical_fan_id(fan_id, "fan")
+    with UnitOfWork(engine) as uow:
+        require_promo(uow.conn, programa, promo_id)
+        fan = require_fan(uow.conn, programa, fid, lock=True)
+        if fan.estado != EstadoFan.ACTIVO:
+            raise LoyaltyError(Codigo.FAN_NO_ENCONTRADO, f"fan: {fid} está de baja")
+        code_pk = uow.conn.execute(
+            select(codigos.c.id)
+            .where(codigos.c.promo_id == promo_id,
+                   codigos.c.estado == EstadoCodigo.DISPONIBLE.value)
+            .order_by(codigos.c.id).limit(1)
+            .with_for_update(skip_locked=True)
+        ).scalar_one_or_none()
+        if code_pk is None:
+            raise LoyaltyError(Codigo.CODIGO_NO_ENCONTRADO,
+                               f"promo_id: la promoción {promo_id} no tiene códigos "
+                               "disponibles (deposite más: loyalty admin codes import)")
+        uow.conn.execute(
+            update(codigos).where(codigos.c.id == code_pk)
+            .values(estado=EstadoCodigo.ASIGNADO.value, fan_pk=fan.pk, asignado_en=func.now())
+        )
+        info = _info(uow.conn, code_pk)
         uow.commit()
     return info

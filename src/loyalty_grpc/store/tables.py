@@ -93,7 +93,10 @@ fans = Table(
     Column("baja_motivo", Text),
     _now(),
     # Roster feed: when and in which transaction an entry field last changed, and a
-    # change number. Maintained by the trigger fans_cambio (see the migration).
+    # change number. Maintained by the trigger fans_cambio (see the migration). The feed
+    # orders changes by (cambio_xid, pk) and serves only those below the oldest running
+    # transaction (services/roster.py); cambio_seq is a plain change counter, read by no
+    # feed (ordering by it skips changes committed out of order).
     Column("actualizado", DateTime(timezone=True), nullable=False, server_default=func.now()),
     Column("cambio_xid", BigInteger, nullable=False,
            server_default=text("pg_current_xact_id()::text::bigint")),
@@ -106,7 +109,9 @@ fans = Table(
     Index("uq_fans_programa_fan_id", "programa_id", "fan_id", unique=True),
     Index("uq_fans_programa_correo", "programa_id", func.lower(text("correo")), unique=True),
     Index("uq_fans_programa_qr_token", "programa_id", "qr_token", unique=True),
-    Index("ix_fans_programa_cambio", "programa_id", "cambio_seq"),
+    # Roster feed: a page of changes, a snapshot page (each one index range scan).
+    Index("ix_fans_programa_cambio_xid", "programa_id", "cambio_xid", "pk"),
+    Index("ix_fans_programa_pk", "programa_id", "pk"),
 )
 
 promos = Table(
@@ -139,8 +144,12 @@ codigos = Table(
     # The fan the code was delivered to (asignado, canjeado, and liberado after delivery).
     Column("fan_pk", BigInteger, ForeignKey("fans.pk")),
     Column("asignado_en", DateTime(timezone=True)),
+    # The burn: the POS's time (`ts`, or the server's when absent), its terminal, the key
+    # that burned it (a test key burns too) and when the server recorded it.
     Column("canjeado_en", DateTime(timezone=True)),
     Column("canje_terminal", Text),
+    Column("canje_clave_id", BigInteger, ForeignKey("claves.id")),
+    Column("canje_registrado", DateTime(timezone=True)),
     Column("liberado_en", DateTime(timezone=True)),
     _now(),
     CheckConstraint("estado IN ('disponible', 'asignado', 'canjeado', 'liberado')",
@@ -150,6 +159,8 @@ codigos = Table(
     Index("uq_codigos_promo_codigo", "promo_id", "codigo", unique=True),
     Index("ix_codigos_programa_codigo", "programa_id", "codigo"),
     Index("ix_codigos_fan", "fan_pk"),
+    # Inventory counts per promotion and state (GET /api/v1/promos).
+    Index("ix_codigos_promo_estado", "promo_id", "estado"),
 )
 
 ventas = Table(

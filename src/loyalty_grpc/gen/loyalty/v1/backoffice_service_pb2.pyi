@@ -1245,3 +1245,102 @@ class VoidSaleResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___VoidSaleResponse: _TypeAlias = VoidSaleResponse  # noqa: Y015
+
+@_typing.final
+class AssignNextCodeRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PROGRAMA_FIELD_NUMBER: _builtins.int
+    PROMO_ID_FIELD_NUMBER: _builtins.int
+    FAN_FIELD_NUMBER: _builtins.int
+    programa: _builtins.str
+    promo_id: _builtins.int
+    fan: _builtins.str
+    """Fan ID."""
+    def __init__(
+        self,
+        *,
+        programa: _builtins.str = ...,
+        promo_id: _builtins.int = ...,
+        fan: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["fan", b"fan", "programa", b"programa", "promo_id", b"promo_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AssignNextCodeRequest: _TypeAlias = AssignNextCodeRequest  # noqa: Y015
+
+@_typing.final
+class AssignNextCodeResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CODE_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def code(self) -> Global___CodeRecord: ...
+    def __init__(
+        self,
+        *,
+        code: Global___CodeRecord | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["code", b"code"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["code", b"code"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AssignNextCodeResponse: _TypeAlias = AssignNextCodeResponse  # noqa: Y015
+
+@_typing.final
+class ImportCodesRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PROGRAMA_FIELD_NUMBER: _builtins.int
+    PROMO_ID_FIELD_NUMBER: _builtins.int
+    CODIGOS_FIELD_NUMBER: _builtins.int
+    programa: _builtins.str
+    promo_id: _builtins.int
+    @_builtins.property
+    def codigos(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """At most 5000 codes per call, normalised as POST /api/v1/codes does."""
+
+    def __init__(
+        self,
+        *,
+        programa: _builtins.str = ...,
+        promo_id: _builtins.int = ...,
+        codigos: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["codigos", b"codigos", "programa", b"programa", "promo_id", b"promo_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ImportCodesRequest: _TypeAlias = ImportCodesRequest  # noqa: Y015
+
+@_typing.final
+class ImportCodesResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RECIBIDOS_FIELD_NUMBER: _builtins.int
+    AGREGADOS_FIELD_NUMBER: _builtins.int
+    DUPLICADOS_FIELD_NUMBER: _builtins.int
+    recibidos: _builtins.int
+    agregados: _builtins.int
+    duplicados: _builtins.int
+    def __init__(
+        self,
+        *,
+        recibidos: _builtins.int = ...,
+        agregados: _builtins.int = ...,
+        duplicados: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["agregados", b"agregados", "duplicados", b"duplicados", "recibidos", b"recibidos"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ImportCodesResponse: _TypeAlias = ImportCodesResponse  # noqa: Y015

@@ -124,6 +124,16 @@ class BackofficeServiceStub:
                 request_serializer=loyalty_dot_v1_dot_backoffice__service__pb2.ReleaseCodeRequest.SerializeToString,
                 response_deserializer=loyalty_dot_v1_dot_backoffice__service__pb2.ReleaseCodeResponse.FromString,
                 _registered_method=True)
+        self.AssignNextCode = channel.unary_unary(
+                '/loyalty.v1.BackofficeService/AssignNextCode',
+                request_serializer=loyalty_dot_v1_dot_backoffice__service__pb2.AssignNextCodeRequest.SerializeToString,
+                response_deserializer=loyalty_dot_v1_dot_backoffice__service__pb2.AssignNextCodeResponse.FromString,
+                _registered_method=True)
+        self.ImportCodes = channel.unary_unary(
+                '/loyalty.v1.BackofficeService/ImportCodes',
+                request_serializer=loyalty_dot_v1_dot_backoffice__service__pb2.ImportCodesRequest.SerializeToString,
+                response_deserializer=loyalty_dot_v1_dot_backoffice__service__pb2.ImportCodesResponse.FromString,
+                _registered_method=True)
 
 
 class BackofficeServiceServicer:
@@ -248,6 +258,21 @@ class BackofficeServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def AssignNextCode(self, request, context):
+        """Delivers the next available code of a promotion to a fan (disponible -> asignado).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ImportCodes(self, request, context):
+        """Deposits one chunk of a large code file (`loyalty admin codes import`); idempotent
+        like POST /api/v1/codes, so an interrupted import is resumed by running it again.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_BackofficeServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -340,6 +365,16 @@ def add_BackofficeServiceServicer_to_server(servicer, server):
                     servicer.ReleaseCode,
                     request_deserializer=loyalty_dot_v1_dot_backoffice__service__pb2.ReleaseCodeRequest.FromString,
                     response_serializer=loyalty_dot_v1_dot_backoffice__service__pb2.ReleaseCodeResponse.SerializeToString,
+            ),
+            'AssignNextCode': grpc.unary_unary_rpc_method_handler(
+                    servicer.AssignNextCode,
+                    request_deserializer=loyalty_dot_v1_dot_backoffice__service__pb2.AssignNextCodeRequest.FromString,
+                    response_serializer=loyalty_dot_v1_dot_backoffice__service__pb2.AssignNextCodeResponse.SerializeToString,
+            ),
+            'ImportCodes': grpc.unary_unary_rpc_method_handler(
+                    servicer.ImportCodes,
+                    request_deserializer=loyalty_dot_v1_dot_backoffice__service__pb2.ImportCodesRequest.FromString,
+                    response_serializer=loyalty_dot_v1_dot_backoffice__service__pb2.ImportCodesResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -828,6 +863,60 @@ class BackofficeService:
             '/loyalty.v1.BackofficeService/ReleaseCode',
             loyalty_dot_v1_dot_backoffice__service__pb2.ReleaseCodeRequest.SerializeToString,
             loyalty_dot_v1_dot_backoffice__service__pb2.ReleaseCodeResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AssignNextCode(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/loyalty.v1.BackofficeService/AssignNextCode',
+            loyalty_dot_v1_dot_backoffice__service__pb2.AssignNextCodeRequest.SerializeToString,
+            loyalty_dot_v1_dot_backoffice__service__pb2.AssignNextCodeResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ImportCodes(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/loyalty.v1.BackofficeService/ImportCodes',
+            loyalty_dot_v1_dot_backoffice__service__pb2.ImportCodesRequest.SerializeToString,
+            loyalty_dot_v1_dot_backoffice__service__pb2.ImportCodesResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -64,6 +64,12 @@ class BackofficeServiceStub:
     """Delivers a code to a fan: disponible -> asignado."""
     ReleaseCode: _grpc.UnaryUnaryMultiCallable[_backoffice_service_pb2.ReleaseCodeRequest, _backoffice_service_pb2.ReleaseCodeResponse]
     """Takes a code out of circulation: disponible or asignado -> liberado."""
+    AssignNextCode: _grpc.UnaryUnaryMultiCallable[_backoffice_service_pb2.AssignNextCodeRequest, _backoffice_service_pb2.AssignNextCodeResponse]
+    """Delivers the next available code of a promotion to a fan (disponible -> asignado)."""
+    ImportCodes: _grpc.UnaryUnaryMultiCallable[_backoffice_service_pb2.ImportCodesRequest, _backoffice_service_pb2.ImportCodesResponse]
+    """Deposits one chunk of a large code file (`loyalty admin codes import`); idempotent
+    like POST /api/v1/codes, so an interrupted import is resumed by running it again.
+    """
 
 @_typing.type_check_only
 class BackofficeServiceAsyncStub(BackofficeServiceStub):
@@ -98,6 +104,12 @@ class BackofficeServiceAsyncStub(BackofficeServiceStub):
     """Delivers a code to a fan: disponible -> asignado."""
     ReleaseCode: _aio.UnaryUnaryMultiCallable[_backoffice_service_pb2.ReleaseCodeRequest, _backoffice_service_pb2.ReleaseCodeResponse]  # type: ignore[assignment]
     """Takes a code out of circulation: disponible or asignado -> liberado."""
+    AssignNextCode: _aio.UnaryUnaryMultiCallable[_backoffice_service_pb2.AssignNextCodeRequest, _backoffice_service_pb2.AssignNextCodeResponse]  # type: ignore[assignment]
+    """Delivers the next available code of a promotion to a fan (disponible -> asignado)."""
+    ImportCodes: _aio.UnaryUnaryMultiCallable[_backoffice_service_pb2.ImportCodesRequest, _backoffice_service_pb2.ImportCodesResponse]  # type: ignore[assignment]
+    """Deposits one chunk of a large code file (`loyalty admin codes import`); idempotent
+    like POST /api/v1/codes, so an interrupted import is resumed by running it again.
+    """
 
 class BackofficeServiceServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -237,5 +249,23 @@ class BackofficeServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_backoffice_service_pb2.ReleaseCodeResponse, _abc.Awaitable[_backoffice_service_pb2.ReleaseCodeResponse]]:
         """Takes a code out of circulation: disponible or asignado -> liberado."""
+
+    @_abc_1.abstractmethod
+    def AssignNextCode(
+        self,
+        request: _backoffice_service_pb2.AssignNextCodeRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_backoffice_service_pb2.AssignNextCodeResponse, _abc.Awaitable[_backoffice_service_pb2.AssignNextCodeResponse]]:
+        """Delivers the next available code of a promotion to a fan (disponible -> asignado)."""
+
+    @_abc_1.abstractmethod
+    def ImportCodes(
+        self,
+        request: _backoffice_service_pb2.ImportCodesRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_backoffice_service_pb2.ImportCodesResponse, _abc.Awaitable[_backoffice_service_pb2.ImportCodesResponse]]:
+        """Deposits one chunk of a large code file (`loyalty admin codes import`); idempotent
+        like POST /api/v1/codes, so an interrupted import is resumed by running it again.
+        """
 
 def add_BackofficeServiceServicer_to_server(servicer: BackofficeServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -1,0 +1,82 @@
+"""POST /api/v1/redeem: the proto request → the use case's plain values → the proto
+response. Single form (`codigo`) or batch form (`codigos`), exactly one of them.
+
+`fan` is always an object and `correo` appears in it only when the key has `fan:leer`
+(`"fan": {}` otherwise), as `tx` always sends `fan` with `correo` only under `fan:leer`.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from google.protobuf import struct_pb2
+from sqlalchemy import Engine
+
+from loyalty_grpc.api.requests import _label, strings, values
+from loyalty_grpc.domain.caller import Caller
+from loyalty_grpc.domain.errors import CATALOGO
+from loyalty_grpc.domain.fan_ref import one_of
+from loyalty_grpc.domain.json_value import JsonValue
+from loyalty_grpc.domain.permissions import Permiso
+from loyalty_grpc.domain.timestamps import parse_ts
+from loyalty_grpc.gen.loyalty.v1 import pos_service_pb2 as pb
+from loyalty_grpc.services.redeem import (
+    Burn,
+    CodeResult,
+    RedeemResult,
+    redeem_code,
+    redeem_codes,
+)
+
+ESTADO = "canjeado"
+
+
+def _burn(request: pb.RedeemRequest, now: datetime) -> Burn:
+    ts = values(request, ("ts",))["ts"]
+    return Burn(terminal=_label(request, ("terminal", "caja")),
+                ts=now if ts is None else parse_ts(ts, now, "ts"), now=now)
+
+
+def _result_dict(result: RedeemResult, sees_pii: bool) -> dict[str, JsonValue]:
+    return {"estado": ESTADO, "duplicado": result.duplicado, "promo": result.promo,
+            "fan": {"correo": result.correo} if sees_pii else {},
+            "puntos_otorgados": result.puntos_otorgados}
+
+
+def _entry(entry: CodeResult, sees_pii: bool) -> dict[str, JsonValue]:
+    """One `resultados` object: {codigo, ok, and the single-form fields or error}."""
+    if entry.result is not None:
+        return {"codigo": entry.codigo, "ok": True, **_result_dict(entry.result, sees_pii)}
+    assert entry.error is not None
+    return {"codigo": entry.codigo, "ok": False,
+            "error": {"codigo": entry.error.value, "mensaje": CATALOGO[entry.error].mensaje}}
+
+
+def redeem_response(engine: Engine, caller: Caller, request: pb.RedeemRequest,
+                    now: datetime) -> pb.RedeemResponse:
+    # Proto3 cannot tell an empty list from an absent one: `codigos: []` is "not sent".
+    given: dict[str, str | list[str] | None] = {
+        "codigo": strings(request, ("codigo",))["codigo"],
+        "codigos": list(request.codigos) or None}
+    picked = one_of(given)
+    assert picked is not None
+    sees_pii = Permiso.FAN_LEER in caller.permisos
+    if isinstance(picked[1], str):
+        result = redeem_code(engine, caller, picked[1], _burn(request, now))
+        data = pb.RedeemData(codigo=result.codigo, estado=ESTADO, duplicado=result.duplicado,
+                             promo=result.promo, puntos_otorgados=result.puntos_otorgados)
+        data.fan.SetInParent()
+        if sees_pii:
+            data.fan.correo = result.correo
+        return pb.RedeemResponse(ok=True, data=data)
+    texts = picked[1]
+    batch = redeem_codes(engine, caller, texts, _burn(request, now))
+    resultados = struct_pb2.ListValue()
+    for entry in batch.resultados:
+        resultados.add_struct().update(_entry(entry, sees_pii))
+    resumen = batch.resumen
+    return pb.RedeemResponse(ok=True, data=pb.RedeemData(
+        resumen=pb.RedeemResumen(recibidos=resumen.recibidos, canjeados=resumen.canjeados,
+                                 duplicados=resumen.duplicados,
+                                 rechazados=resumen.rechazados),
+        resultados=resultados))

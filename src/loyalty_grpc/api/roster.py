@@ -1,0 +1,105 @@
+"""`roster` at the edge: the two bindings' parameters -> (desde, limite), and a page ->
+RosterData.
+
+GET carries `desde` and `limite` as query-string text (proto strings); the POST binding
+carries them as JSON values (`desde` string or number, `limite` number). Both end in the
+same rules: blank `desde` means a new snapshot; a number is never a cursor this service
+issued (cursor_invalido); `limite` defaults to 500, above 2000 is served as 2000, below 1
+or not an integer is solicitud_invalida."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
+
+from loyalty_grpc.api.requests import strings, values
+from loyalty_grpc.domain.errors import Codigo, LoyaltyError
+from loyalty_grpc.domain.json_value import JsonValue, json_type_name
+from loyalty_grpc.domain.promos import EstadoFan
+from loyalty_grpc.domain.timestamps import format_iso_utc
+from loyalty_grpc.gen.loyalty.v1 import pos_service_pb2 as pb
+from loyalty_grpc.services.roster import RosterPage
+
+LIMITE_DEFAULT = 500
+LIMITE_MAX = 2000
+_FIELDS = ("desde", "limite")
+_INTEGER = re.compile(r"[+-]?[0-9]+(?:\.0*)?")
+
+
+@dataclass(frozen=True)
+class RosterQuery:
+    desde: str | None
+    limite: int
+
+
+def _bad_limite(problema: str) -> LoyaltyError:
+    return LoyaltyError(Codigo.SOLICITUD_INVALIDA,
+                        f"limite: {problema}; debe ser un entero de 1 a {LIMITE_MAX} "
+                        f"(por omisión {LIMITE_DEFAULT})")
+
+
+def parse_limite(value: JsonValue) -> int:
+    """The page size: None -> the default; over the maximum -> the maximum."""
+    if value is None:
+        return LIMITE_DEFAULT
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        raise _bad_limite(f"llegó {json_type_name(value)}")
+    shown = str(value).strip()[:40]
+    if isinstance(value, str):
+        if not _INTEGER.fullmatch(value.strip()):
+            raise _bad_limite(f"{shown!r} no es un número entero")
+        number = int(Decimal(value.strip()))
+    else:
+        try:
+            exact = Decimal(value)
+        except InvalidOperation:
+            raise _bad_limite(f"{shown} no es un número entero") from None
+        if not exact.is_finite() or exact != exact.to_integral_value():
+            raise _bad_limite(f"{shown} no es un número entero")
+        number = int(exact)
+    if number < 1:
+        raise _bad_limite(f"{shown} es menor que 1")
+    return min(number, LIMITE_MAX)
+
+
+def _desde(value: JsonValue) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return value.strip() or None
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        # A JSON number is allowed by the contract but is never one of our cursors: the
+        # service refuses it as cursor_invalido, naming what arrived.
+        exact = Decimal(value)
+        return str(int(exact)) if exact == exact.to_integral_value() else str(value)
+    raise LoyaltyError(Codigo.SOLICITUD_INVALIDA,
+                       f"desde: debe ser el texto `siguiente` de la llamada anterior; "
+                       f"llegó {json_type_name(value)}")
+
+
+def query_of_get(request: pb.RosterRequest) -> RosterQuery:
+    """GET /api/v1/roster?desde=…&limite=… (query-string text)."""
+    given = strings(request, _FIELDS)
+    return RosterQuery(desde=_desde(given["desde"]), limite=parse_limite(given["limite"]))
+
+
+def query_of_post(request: pb.RosterPostRequest) -> RosterQuery:
+    """POST /api/v1/roster with {"desde": …, "limite": …}."""
+    given = values(request, _FIELDS)
+    return RosterQuery(desde=_desde(given["desde"]), limite=parse_limite(given["limite"]))
+
+
+def roster_data(page: RosterPage) -> pb.RosterData:
+    """The page as RosterData; `baja` only for a fan in `baja` (an unset message field is
+    absent from the JSON). Entries are added in place (a snapshot page has 2,000)."""
+    data = pb.RosterData(desde=page.desde, hay_mas=page.hay_mas, siguiente=page.siguiente)
+    add = data.fans.add
+    for e in page.fans:
+        fan = add(id=e.fan_id, nombre=e.nombre, correo=e.correo, socio_desde=e.socio_desde,
+                  puntos=e.puntos, estado=e.estado.value,
+                  actualizado=format_iso_utc(e.actualizado))
+        if e.estado is EstadoFan.BAJA and e.baja_en is not None:
+            fan.baja.en = format_iso_utc(e.baja_en)
+            fan.baja.motivo = e.baja_motivo or ""
+    return data

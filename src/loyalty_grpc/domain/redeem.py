@@ -1,0 +1,162 @@
+"""Burning coupon codes (`redeem`): the contract's state table, the choice among copies of
+one code text, batches. Pure, no I/O.
+
+State table (spec, "Coupon code states"): `asignado` → `canjeado` (burned now, `duplicado`
+false); `canjeado` → unchanged, `duplicado` true; `liberado` → 409 `codigo_liberado`;
+`disponible` → 409 `codigo_no_asignado`; a text the program does not have → 404
+`codigo_no_encontrado`. No other condition applies (the promotion's state or end date, or
+the fan being in `baja`, do not stop a burn).
+
+Several copies of one text: the pair (promotion, code) is unique, the text alone is not.
+A burn acts on one copy, chosen deterministically by RANGO (a burnable `asignado` copy
+first, then `canjeado`, `liberado`, `disponible`), then by the oldest row (lowest id) —
+the same order `fan/resolve` uses for the codes it reads. So while an `asignado` copy is
+left the text burns; once all are burned the answer is `duplicado`.
+
+A batch is answered as the single form would answer its codes one after the other, in
+input order: a text repeated in a batch burns at its first occurrence and is `duplicado`
+(or burns the next `asignado` copy) at the next one.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+
+from loyalty_grpc.domain.codes import MAX_CODE_LENGTH, shown_code
+from loyalty_grpc.domain.errors import Codigo, LoyaltyError
+from loyalty_grpc.domain.promos import EstadoCodigo
+
+# Spec, Limits: codes per `redeem` batch.
+MAX_CODIGOS = 500
+
+# Which copy of a text a burn acts on: lowest rank first, then lowest id.
+RANGO: dict[EstadoCodigo, int] = {
+    EstadoCodigo.ASIGNADO: 0,
+    EstadoCodigo.CANJEADO: 1,
+    EstadoCodigo.LIBERADO: 2,
+    EstadoCodigo.DISPONIBLE: 3,
+}
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+class Desenlace(StrEnum):
+    """What one code of a request comes to."""
+
+    CANJEADO = "canjeado"  # burned by this request: 200, duplicado false
+    DUPLICADO = "duplicado"  # burned before: 200, duplicado true, 0 points
+    LIBERADO = "liberado"  # 409 codigo_liberado
+    NO_ASIGNADO = "no_asignado"  # 409 codigo_no_asignado
+    NO_ENCONTRADO = "no_encontrado"  # 404 codigo_no_encontrado
+
+
+_ERRORES: dict[Desenlace, Codigo] = {
+    Desenlace.LIBERADO: Codigo.CODIGO_LIBERADO,
+    Desenlace.NO_ASIGNADO: Codigo.CODIGO_NO_ASIGNADO,
+    Desenlace.NO_ENCONTRADO: Codigo.CODIGO_NO_ENCONTRADO,
+}
+_POR_ESTADO: dict[EstadoCodigo, Desenlace] = {
+    EstadoCodigo.ASIGNADO: Desenlace.CANJEADO,
+    EstadoCodigo.CANJEADO: Desenlace.DUPLICADO,
+    EstadoCodigo.LIBERADO: Desenlace.LIBERADO,
+    EstadoCodigo.DISPONIBLE: Desenlace.NO_ASIGNADO,
+}
+
+
+@dataclass(frozen=True)
+class Copia:
+    """One stored code row with the text: its id and its current state."""
+
+    id: int
+    estado: EstadoCodigo
+
+
+@dataclass(frozen=True)
+class Paso:
+    """The outcome of one input code: its normalised text, the copy it acted on (None when
+    not found) and what came of it."""
+
+    codigo: str
+    copia: int | None
+    desenlace: Desenlace
+
+    @property
+    def error(self) -> Codigo | None:
+        return _ERRORES.get(self.desenlace)
+
+    def falla(self) -> LoyaltyError | None:
+        """The single form's error for this outcome (None on a 200)."""
+        codigo = self.error
+        if codigo is None:
+            return None
+        detalle = {
+            Desenlace.LIBERADO: "fue liberado (retirado de circulación sin usarse); "
+                                "no se puede canjear",
+            Desenlace.NO_ASIGNADO: "no se ha entregado a ningún fan; no se puede canjear",
+            Desenlace.NO_ENCONTRADO: "el programa no tiene ese código",
+        }[self.desenlace]
+        return LoyaltyError(codigo, f"codigo {shown_code(self.codigo)}: {detalle}")
+
+
+@dataclass(frozen=True)
+class Resumen:
+    """`data.resumen` of a batch. `recibidos` counts input entries, repeats included, so
+    recibidos = canjeados + duplicados + rechazados."""
+
+    recibidos: int
+    canjeados: int
+    duplicados: int
+    rechazados: int
+
+
+def code_text(text: str) -> str:
+    """A code as stored and compared: trimmed, upper case (may be empty)."""
+    return text.strip().upper()
+
+
+def could_exist(codigo: str) -> bool:
+    """False for a normalised text no stored code can have (empty, over MAX_CODE_LENGTH,
+    control characters): such a code is not found without asking the store. (Separators
+    are not checked: a code stored before that rule may contain a space.)"""
+    return 0 < len(codigo) <= MAX_CODE_LENGTH and not _CONTROL.search(codigo)
+
+
+def check_batch_size(n: int) -> None:
+    if n > MAX_CODIGOS:
+        raise LoyaltyError(Codigo.DEMASIADOS_CODIGOS,
+                           f"codigos: {n} códigos; máximo {MAX_CODIGOS} por llamada")
+
+
+def choose(copias: Iterable[Copia]) -> Copia | None:
+    """The copy a burn of the text acts on (RANGO, then the oldest), or None."""
+    return min(copias, key=lambda c: (RANGO[c.estado], c.id), default=None)
+
+
+def plan(codigos: Sequence[str], copias: Mapping[str, Sequence[Copia]]) -> list[Paso]:
+    """The outcome of each normalised text of `codigos`, in order, as successive single
+    burns would give it, given the current copies of each text (texts absent from
+    `copias` are not found). A copy burned by an earlier entry counts as `canjeado` for the
+    later ones."""
+    estados = {c.id: c.estado for grupo in copias.values() for c in grupo}
+    pasos: list[Paso] = []
+    for codigo in codigos:
+        elegida = choose(Copia(c.id, estados[c.id]) for c in copias.get(codigo, ()))
+        if elegida is None:
+            pasos.append(Paso(codigo, None, Desenlace.NO_ENCONTRADO))
+            continue
+        if elegida.estado is EstadoCodigo.ASIGNADO:
+            estados[elegida.id] = EstadoCodigo.CANJEADO
+        pasos.append(Paso(codigo, elegida.id, _POR_ESTADO[elegida.estado]))
+    return pasos
+
+
+def summarize(pasos: Sequence[Paso]) -> Resumen:
+    def count(desenlace: Desenlace) -> int:
+        return sum(1 for p in pasos if p.desenlace is desenlace)
+
+    return Resumen(recibidos=len(pasos), canjeados=count(Desenlace.CANJEADO),
+                   duplicados=count(Desenlace.DUPLICADO),
+                   rechazados=sum(1 for p in pasos if p.error is not None))

@@ -1,0 +1,186 @@
+"""`redeem`: burn one coupon code or a batch, in the calling key's program.
+
+One transaction per call, single or batch: the burns and their points commit together or
+not at all. Three steps, concurrency left to PostgreSQL's row locks:
+
+1. Lock every copy of every requested text (`SELECT … ORDER BY id FOR NO KEY UPDATE`, one
+   round trip; it also reads each copy's promotion and fan). A concurrent burn of the same code
+   waits here and then reads the state the other committed, so of 20 concurrent burns one
+   is `duplicado: false` and one credits.
+2. Decide every outcome with the pure rules of domain/redeem.py (state table, choice among
+   copies, repeats in a batch) on the locked, current states.
+3. Burn the chosen `asignado` copies (one UPDATE) and credit each burn through
+   store/ledger.move_points (`Motivo.CANJE`, `codigo_id`), in fan order.
+
+Locks are always taken codes first (ascending id), then fans (ascending pk; move_points
+updates the fan's row), and a sale only locks its fan: the same global order everywhere,
+so concurrent batches, single burns and sales never deadlock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from sqlalchemy import Connection, Engine, any_, bindparam, select, update
+from sqlalchemy.dialects.postgresql import ARRAY
+from sqlalchemy.types import Text
+
+from loyalty_grpc.domain.caller import Caller
+from loyalty_grpc.domain.errors import Codigo, LoyaltyError
+from loyalty_grpc.domain.keys import Modo
+from loyalty_grpc.domain.promos import EstadoCodigo
+from loyalty_grpc.domain.redeem import (
+    Copia,
+    Desenlace,
+    Paso,
+    Resumen,
+    check_batch_size,
+    code_text,
+    could_exist,
+    plan,
+    summarize,
+)
+from loyalty_grpc.store.ledger import Motivo, move_points
+from loyalty_grpc.store.tables import codigos, fans, promos
+from loyalty_grpc.store.uow import UnitOfWork
+
+
+@dataclass(frozen=True)
+class Burn:
+    """What the POS says about the burn: its terminal, its time (`ts`, or the server's
+    when absent) and the server's time (recorded as `canje_registrado`)."""
+
+    terminal: str | None
+    ts: datetime
+    now: datetime
+
+
+@dataclass(frozen=True)
+class RedeemResult:
+    """A 200 of the single form (estado is always `canjeado`)."""
+
+    codigo: str
+    duplicado: bool
+    promo: str
+    correo: str
+    puntos_otorgados: int
+
+
+@dataclass(frozen=True)
+class CodeResult:
+    """One entry of a batch: the normalised text and either the result or the error."""
+
+    codigo: str
+    result: RedeemResult | None
+    error: Codigo | None
+
+
+@dataclass(frozen=True)
+class BatchResult:
+    resumen: Resumen
+    resultados: tuple[CodeResult, ...]
+
+
+@dataclass(frozen=True)
+class _Row:
+    id: int
+    fan_pk: int | None
+    promo: str
+    puntos_canje: int
+    correo: str
+
+
+def redeem_code(engine: Engine, caller: Caller, codigo: str, burn: Burn) -> RedeemResult:
+    """The single form: the result, or the code's error raised (404/409)."""
+    with UnitOfWork(engine) as uow:
+        paso, result = _redeem(uow.conn, caller, [code_text(codigo)], burn)[0]
+        falla = paso.falla()
+        if falla is not None:
+            raise falla
+        uow.commit()
+    assert result is not None
+    return result
+
+
+def redeem_codes(engine: Engine, caller: Caller, texts: Sequence[str], burn: Burn
+                 ) -> BatchResult:
+    """The batch form: every code handled as the single form would, in input order, in one
+    transaction. Over MAX_CODIGOS → demasiados_codigos and nothing is burned."""
+    check_batch_size(len(texts))
+    with UnitOfWork(engine) as uow:
+        outcomes = _redeem(uow.conn, caller, [code_text(t) for t in texts], burn)
+        uow.commit()
+    return BatchResult(
+        resumen=summarize([paso for paso, _ in outcomes]),
+        resultados=tuple(CodeResult(paso.codigo, result, paso.error)
+                         for paso, result in outcomes))
+
+
+def _lock(conn: Connection, programa: str, texts: list[str]
+          ) -> tuple[dict[str, list[Copia]], dict[int, _Row]]:
+    """Lock every copy of `texts` in the program, in id order; their current states by text,
+    and each copy's promotion and fan by id. The promotion's and fan's fields are scalar
+    subqueries so that they are read for the row version the lock returns."""
+    if not texts:
+        return {}, {}
+    promo = select(promos.c.nombre).where(promos.c.id == codigos.c.promo_id)
+    puntos = select(promos.c.puntos_canje).where(promos.c.id == codigos.c.promo_id)
+    correo = select(fans.c.correo).where(fans.c.pk == codigos.c.fan_pk)
+    rows = conn.execute(
+        select(codigos.c.id, codigos.c.codigo, codigos.c.estado, codigos.c.fan_pk,
+               promo.scalar_subquery().label("promo"),
+               puntos.scalar_subquery().label("puntos_canje"),
+               correo.scalar_subquery().label("correo"))
+        .where(codigos.c.programa_id == programa,
+               codigos.c.codigo == any_(bindparam("texts", texts, type_=ARRAY(Text))))
+        .order_by(codigos.c.id)
+        # FOR NO KEY UPDATE: what the burn's UPDATE needs, without blocking foreign-key
+        # checks of rows that merely reference the code (the ledger entry).
+        .with_for_update(of=codigos, key_share=True)
+    ).all()
+    copias: dict[str, list[Copia]] = {}
+    details: dict[int, _Row] = {}
+    for row in rows:
+        copias.setdefault(row.codigo, []).append(Copia(row.id, EstadoCodigo(row.estado)))
+        details[row.id] = _Row(id=row.id, fan_pk=row.fan_pk, promo=row.promo,
+                               puntos_canje=int(row.puntos_canje), correo=row.correo or "")
+    return copias, details
+
+
+def _redeem(conn: Connection, caller: Caller, texts: list[str], burn: Burn
+            ) -> list[tuple[Paso, RedeemResult | None]]:
+    wanted = sorted({t for t in texts if could_exist(t)})
+    copias, rows = _lock(conn, caller.programa_id, wanted)
+    pasos = plan(texts, copias)
+    burned = [rows[p.copia] for p in pasos
+              if p.desenlace is Desenlace.CANJEADO and p.copia is not None]
+    if burned:
+        ids = [row.id for row in burned]
+        done = conn.execute(
+            update(codigos)
+            .where(codigos.c.id == any_(bindparam("ids", ids, type_=ARRAY(codigos.c.id.type))),
+                   codigos.c.estado == EstadoCodigo.ASIGNADO.value)
+            .values(estado=EstadoCodigo.CANJEADO.value, canjeado_en=burn.ts,
+                    canje_terminal=burn.terminal, canje_clave_id=caller.clave_id,
+                    canje_registrado=burn.now)
+            .returning(codigos.c.id)
+        ).scalars().all()
+        if sorted(done) != sorted(ids):  # the rows are locked: cannot happen
+            raise LoyaltyError(Codigo.ERROR_INTERNO, "canje: el estado cambió bajo bloqueo")
+    live = caller.modo is Modo.VIVO
+    for row in sorted(burned, key=lambda r: (r.fan_pk or 0, r.id)):
+        if live and row.puntos_canje and row.fan_pk is not None:
+            move_points(conn, row.fan_pk, row.puntos_canje, Motivo.CANJE, codigo_id=row.id)
+    outcomes: list[tuple[Paso, RedeemResult | None]] = []
+    for paso in pasos:
+        result = None
+        if paso.error is None and paso.copia is not None:
+            row = rows[paso.copia]
+            nuevo = paso.desenlace is Desenlace.CANJEADO
+            result = RedeemResult(codigo=paso.codigo, duplicado=not nuevo, promo=row.promo,
+                                  correo=row.correo,
+                                  puntos_otorgados=row.puntos_canje if nuevo and live else 0)
+        outcomes.append((paso, result))
+    return outcomes
