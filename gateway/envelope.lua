@@ -91,6 +91,9 @@ local ALLOWED_HEADERS = {
   ["content-type"] = true,
   ["content-length"] = true,
   ["retry-after"] = true,        -- 429 demasiadas_llamadas
+  ["ratelimit"] = true,          -- IETF RateLimit fields (per-key call limit), on every
+  ["ratelimit-policy"] = true,   -- response of an authenticated POS call
+  ["x-request-id"] = true,       -- Envoy's request id, for support
   ["cache-control"] = true,
 }
 
@@ -326,7 +329,25 @@ local function fallback(handle)
   handle:body(true):setBytes(envelope("error_interno", ""))
 end
 
+-- The transcoder forwards request headers as gRPC metadata, and gRPC refuses (the whole
+-- call fails: a 500) a header name outside [0-9a-z_.-] or a malformed reserved grpc-*
+-- header. A client cannot mean either for us: drop them before the transcoder.
+local function drop_headers_grpc_cannot_carry(headers)
+  local doomed = {}
+  for name, _ in pairs(headers) do
+    local pseudo = string.sub(name, 1, 1) == ":"
+    if not pseudo and (string.find(name, "^[0-9a-z_.-]+$") == nil
+                       or string.sub(name, 1, 5) == "grpc-") then
+      doomed[#doomed + 1] = name
+    end
+  end
+  for _, name in ipairs(doomed) do
+    headers:remove(name)
+  end
+end
+
 function envoy_on_request(handle)
+  pcall(drop_headers_grpc_cannot_carry, handle:headers())
   -- Remember "METHOD /path" for the detalle of a 404 (the transcoder rewrites both).
   pcall(function()
     local headers = handle:headers()

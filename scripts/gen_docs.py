@@ -1,4 +1,5 @@
-"""Regenerate the parts of README.md that derive from code (the error catalogue).
+"""Regenerate the parts of README.md that derive from code (the error catalogue, the
+configuration table).
 
     python scripts/gen_docs.py           # rewrite README.md in place
     python scripts/gen_docs.py --check   # exit 1 when README.md is stale
@@ -9,12 +10,16 @@ from __future__ import annotations
 import argparse
 import re
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from loyalty_grpc.domain.errors import CATALOGO
+from loyalty_grpc.runtime.settings import config_table
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 START, END = "<!-- errors:start -->", "<!-- errors:end -->"
+# Marked block -> what fills it.
+BLOCKS: dict[str, Callable[[], str]] = {}
 
 
 def error_table() -> str:
@@ -27,11 +32,18 @@ def error_table() -> str:
     return "\n".join(rows)
 
 
+BLOCKS.update(errors=error_table, config=config_table)
+
+
 def render(text: str) -> str:
-    pattern = re.compile(re.escape(START) + r".*?" + re.escape(END), re.DOTALL)
-    if not pattern.search(text):
-        raise SystemExit(f"README.md lacks the {START} ... {END} markers")
-    return pattern.sub(lambda _: f"{START}\n{error_table()}\n{END}", text)
+    for name, make in BLOCKS.items():
+        start, end = f"<!-- {name}:start -->", f"<!-- {name}:end -->"
+        pattern = re.compile(re.escape(start) + r".*?" + re.escape(end), re.DOTALL)
+        if not pattern.search(text):
+            raise SystemExit(f"README.md lacks the {start} ... {end} markers")
+        block = f"{start}\n{make()}\n{end}"
+        text = pattern.sub(lambda _, block=block: block, text)  # type: ignore[misc]
+    return text
 
 
 def main() -> int:
@@ -42,7 +54,7 @@ def main() -> int:
     fresh = render(text)
     if args.check:
         if fresh != text:
-            print("README.md error table is stale: run python scripts/gen_docs.py")
+            print("README.md generated tables are stale: run python scripts/gen_docs.py")
             return 1
         return 0
     README.write_text(fresh)

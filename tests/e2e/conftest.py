@@ -88,8 +88,11 @@ def stack(create_database: Callable[[], str], tmp_path_factory: pytest.TempPathF
     apply_fixture(engine, json.dumps(fixture))
 
     admin_token = secrets.token_urlsafe(24)
+    # The call limiter runs on every call, with a limit the suite never reaches
+    # (tests/e2e/test_rate_limit_http.py has its own small-limit stack).
     server: GrpcServer = build_server(ServerSettings(
-        database_url=url, admin_token=admin_token, port=0, key_cache_seconds=0, max_workers=8))
+        database_url=url, admin_token=admin_token, port=0, key_cache_seconds=0, max_workers=8,
+        rate_limit_per_minute=1_000_000))
     server.start()
     # The wallet-pass sender runs beside the server, as in `loyalty up`.
     sender = WalletSender(engine, LocalProvider(engine), interval=0.2)

@@ -437,15 +437,21 @@ def test_bad_configuration_is_one_clear_line(
     assert str(exited.value) == f"error: {caught.value}"
 
 
-def test_settings_are_read_at_start(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_settings_are_read_at_start(monkeypatch: pytest.MonkeyPatch,
+                                    capsys: pytest.CaptureFixture[str]) -> None:
     """`loyalty up`/`serve` read the settings before anything starts (a bad value stops them
     with the one-line error)."""
     monkeypatch.setenv("LOYALTY_WALLET_PROVIDER", "nope")
     monkeypatch.setenv("LOYALTY_DATABASE_URL", "postgresql://unused.invalid/x")
     monkeypatch.setenv("LOYALTY_ADMIN_TOKEN", "t" * 32)
-    from loyalty_grpc.runtime.up import serve_command
+    from loyalty_grpc.runtime.cli import main
 
-    with pytest.raises(SystemExit) as exited:
-        serve_command(grpc_host="127.0.0.1", grpc_port=0, data_dir=Path("/nonexistent"))
-    assert str(exited.value).startswith("error: LOYALTY_WALLET_PROVIDER must be one of")
+    try:
+        outcome: object = main(["serve", "--grpc-host", "127.0.0.1", "--grpc-port", "0",
+                                "--workers", "1"])
+    except SystemExit as exited:
+        outcome = exited.code if isinstance(exited.code, int) else str(exited.code)
+    said = capsys.readouterr().err + (outcome if isinstance(outcome, str) else "")
+    assert outcome not in (0, None)
+    assert "LOYALTY_WALLET_PROVIDER must be one of" in said
 

@@ -27,7 +27,8 @@ ALL = ["fan:leer", "tx:escribir", "redeem:escribir", "codigos:escribir", "roster
 @pytest.fixture(scope="module")
 def server(db_url: str) -> Iterator[GrpcServer]:
     srv = build_server(ServerSettings(database_url=db_url, admin_token=ADMIN_TOKEN, port=0,
-                                      key_cache_seconds=0, max_workers=8))
+                                      key_cache_seconds=0, max_workers=8,
+                                      rate_limit_per_minute=1_000_000))
     srv.start()
     yield srv
     srv.stop()

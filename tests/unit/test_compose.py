@@ -1,10 +1,14 @@
 """docker-compose.yml, Dockerfile and loyalty.env.example hang together (no Docker needed):
-the services exist in the right order, the files they use exist, and the ports agree
-with gateway/envoy.yaml."""
+the file is valid under the Compose specification's JSON schema (the copy vendored by
+check-jsonschema, offline), the services exist in the right order, the files they use
+exist, and the ports agree with gateway/envoy.yaml."""
 
 from __future__ import annotations
 
+import os
 import shlex
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +48,30 @@ def env_file_keys(path: Path) -> dict[str, str]:
             key, _, value = line.partition("=")
             pairs[key.strip()] = value.strip()
     return pairs
+
+
+def check_compose_schema(path: Path) -> subprocess.CompletedProcess[str]:
+    """check-jsonschema with its vendored compose-spec schema. Offline: a proxy that
+    refuses every connection makes any network access fail."""
+    env = {**os.environ, "HTTP_PROXY": "http://127.0.0.1:9", "HTTPS_PROXY": "http://127.0.0.1:9",
+           "NO_PROXY": ""}
+    return subprocess.run([sys.executable, "-m", "check_jsonschema", "--builtin-schema",
+                           "vendor.compose-spec", str(path)],
+                          capture_output=True, text=True, check=False, env=env, timeout=60)
+
+
+def test_valid_under_the_compose_specification() -> None:
+    result = check_compose_schema(ROOT / "docker-compose.yml")
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_the_compose_schema_check_rejects_a_broken_file(tmp_path: Path) -> None:
+    broken = tmp_path / "docker-compose.yml"
+    broken.write_text("services:\n  envoy:\n    image: x\n    ports: {http: 8080}\n"
+                      "    depends_on: server\n    bogus: 1\n")
+    result = check_compose_schema(broken)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "bogus" in result.stdout
 
 
 def test_services(services: dict[str, Any]) -> None:

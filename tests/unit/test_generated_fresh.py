@@ -19,6 +19,11 @@ def test_generated_proto_code_and_descriptor_are_fresh():
     assert result.returncode == 0, result.stdout + result.stderr
 
 
+def test_openapi_document_is_fresh():
+    result = _run("gen_openapi.py")
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
 def test_readme_error_catalogue_is_fresh():
     result = _run("gen_docs.py")
     assert result.returncode == 0, result.stdout + result.stderr

@@ -12,7 +12,7 @@ import json
 from dataclasses import dataclass
 
 import grpc
-from google.protobuf import any_pb2
+from google.protobuf import any_pb2, duration_pb2
 from google.rpc import error_details_pb2, status_pb2
 from grpc_status import rpc_status
 
@@ -21,6 +21,7 @@ from loyalty_grpc.domain.errors import LoyaltyError
 ERROR_DOMAIN = "loyalty.v1"
 HTTP_STATUS_KEY = "x-http-status"
 ENVELOPE_KEY = "x-envelope"
+RETRY_AFTER_KEY = "retry-after"
 
 
 @dataclass(frozen=True)
@@ -41,7 +42,10 @@ def envelope(error: LoyaltyError) -> str:
     return json.dumps(body, ensure_ascii=True, separators=(",", ":"))
 
 
-def to_grpc_status(error: LoyaltyError) -> grpc.Status:
+def to_grpc_status(error: LoyaltyError,
+                   extra_metadata: tuple[tuple[str, str], ...] = ()) -> grpc.Status:
+    """`extra_metadata`: more trailing metadata (e.g. the RateLimit fields); an error with
+    `retry_after` also gets google.rpc.RetryInfo and `retry-after`."""
     entrada = error.entrada
     code: grpc.StatusCode = getattr(grpc.StatusCode, entrada.grpc)
     info = error_details_pb2.ErrorInfo(
@@ -52,9 +56,17 @@ def to_grpc_status(error: LoyaltyError) -> grpc.Status:
     )
     detail = any_pb2.Any()
     detail.Pack(info)
+    details = [detail]
+    retry: tuple[tuple[str, str], ...] = ()
+    if error.retry_after is not None:
+        retry_info = any_pb2.Any()
+        retry_info.Pack(error_details_pb2.RetryInfo(
+            retry_delay=duration_pb2.Duration(seconds=error.retry_after)))
+        details.append(retry_info)
+        retry = ((RETRY_AFTER_KEY, str(error.retry_after)),)
     message = error.detalle or entrada.mensaje
     status = rpc_status.to_status(
-        status_pb2.Status(code=code.value[0], message=message, details=[detail])
+        status_pb2.Status(code=code.value[0], message=message, details=details)
     )
     return _Status(
         code=status.code,
@@ -63,5 +75,7 @@ def to_grpc_status(error: LoyaltyError) -> grpc.Status:
             *status.trailing_metadata,
             (HTTP_STATUS_KEY, str(entrada.http)),
             (ENVELOPE_KEY, envelope(error)),
+            *retry,
+            *extra_metadata,
         ),
     )

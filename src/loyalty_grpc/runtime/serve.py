@@ -1,26 +1,77 @@
-"""`loyalty serve`: the gRPC server alone (the database must exist and be migrated)."""
+"""`loyalty serve`: the gRPC workers alone (the database must exist and be migrated), and
+`serving()`, the parent's part that `loyalty up` shares: worker processes on one port, the
+wallet sender (exactly one per parent, whatever the worker count, and untouched by a
+worker restart) and the supervision loop."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import threading
+from collections.abc import Callable, Iterator
 
-from loyalty_grpc.api.server import ServerSettings, build_server
-from loyalty_grpc.runtime import wallet
+from loyalty_grpc.api.server import ServerSettings
+from loyalty_grpc.runtime import metrics, wallet
 from loyalty_grpc.runtime.console import say
+from loyalty_grpc.runtime.settings import SERVE, Settings
 from loyalty_grpc.runtime.signals import stop_event
+from loyalty_grpc.runtime.workers import WorkerPool
+from loyalty_grpc.store.db import make_engine
 
 log = logging.getLogger(__name__)
 
+# How often the parent looks at its children.
+SUPERVISE_SECONDS = 0.5
 
-def serve(settings: ServerSettings) -> int:
-    wallet_settings = wallet.load_settings()
+
+def server_settings(settings: Settings, *, command: str, database_url: str, admin_token: str
+                    ) -> ServerSettings:
+    return ServerSettings(database_url=database_url, admin_token=admin_token,
+                          host=settings.host_for(command), port=settings.grpc_port,
+                          key_cache_seconds=settings.key_cache_seconds,
+                          rate_limit_per_minute=settings.rate_limit_per_minute)
+
+
+@contextlib.contextmanager
+def serving(settings: Settings, server: ServerSettings, *, command: str) -> Iterator[WorkerPool]:
+    """The workers serving, /metrics (summed over the workers) and the wallet sender
+    running; on exit the sender and /metrics stop, then the workers one at a time."""
+    metrics.prepare(settings.data_dir / "metrics")  # before the workers start
+    pool = WorkerPool(server, settings.workers, log_level=settings.log_level,
+                      log_format=settings.log_format_for(command),
+                      on_exit=metrics.mark_worker_dead)
+    engine = make_engine(server.database_url, pool_size=2)
+    stop_metrics: Callable[[], None] | None = None
+    sender = None
+    try:
+        pool.start()
+        if settings.metrics_port:
+            stop_metrics = metrics.serve_metrics(server.host, settings.metrics_port,
+                                                 server.database_url)
+        sender = wallet.start_sender(engine, settings.wallet)
+        yield pool
+    finally:
+        if sender is not None:
+            sender.stop()
+        if stop_metrics is not None:
+            stop_metrics()
+        pool.stop()
+        engine.dispose()
+
+
+def supervise(stop: threading.Event, checks: list[Callable[[], None]]) -> None:
+    """Until SIGINT/SIGTERM, run each check (restart what died) every half second."""
+    while not stop.wait(SUPERVISE_SECONDS):
+        for check in checks:
+            check()
+
+
+def serve(settings: Settings, *, database_url: str, admin_token: str) -> int:
     stop = stop_event()
-    server = build_server(settings)
-    server.start()
-    sender = wallet.start_sender(server.engine, wallet_settings)
-    say(f"gRPC: {settings.host}:{server.port}")
-    stop.wait()
-    log.info("stopping")
-    sender.stop()
-    server.stop()
+    server = server_settings(settings, command=SERVE, database_url=database_url,
+                             admin_token=admin_token)
+    with serving(settings, server, command=SERVE) as pool:
+        say(f"gRPC: {server.host}:{pool.port} ({settings.workers} workers)")
+        supervise(stop, [pool.check])
+        log.info("stopping")
     return 0

@@ -4,17 +4,16 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import threading
+from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
 
-from loyalty_grpc.api.server import ServerSettings, build_server
-from loyalty_grpc.runtime import envoy, wallet
+from loyalty_grpc.runtime import envoy
 from loyalty_grpc.runtime.admin_token import ensure_admin_token
 from loyalty_grpc.runtime.console import say
 from loyalty_grpc.runtime.postgres import Database, open_database
-from loyalty_grpc.runtime.serve import serve
+from loyalty_grpc.runtime.serve import serve, server_settings, serving, supervise
+from loyalty_grpc.runtime.settings import UP, ConfigError, Settings
 from loyalty_grpc.runtime.signals import stop_event
 from loyalty_grpc.store import migrate
 from loyalty_grpc.store.db import make_engine
@@ -25,8 +24,8 @@ log = logging.getLogger(__name__)
 ENVOY_RESTARTS = 5
 
 
-def _admin_token(data_dir: Path) -> str:
-    return os.environ.get("LOYALTY_ADMIN_TOKEN") or ensure_admin_token(data_dir)
+def _admin_token(settings: Settings) -> str:
+    return settings.admin_token or ensure_admin_token(settings.data_dir)
 
 
 def migrate_command(data_dir: Path) -> int:
@@ -39,12 +38,11 @@ def migrate_command(data_dir: Path) -> int:
     return 0
 
 
-def serve_command(*, grpc_host: str, grpc_port: int, data_dir: Path) -> int:
-    url = os.environ.get("LOYALTY_DATABASE_URL")
-    if not url:
-        raise SystemExit("error: `loyalty serve` needs LOYALTY_DATABASE_URL (or use `loyalty up`)")
-    return serve(ServerSettings(database_url=url, admin_token=_admin_token(data_dir),
-                                host=grpc_host, port=grpc_port))
+def serve_command(settings: Settings) -> int:
+    if not settings.database_url:
+        raise ConfigError("`loyalty serve` needs LOYALTY_DATABASE_URL (or use `loyalty up`)")
+    return serve(settings, database_url=settings.database_url,
+                 admin_token=_admin_token(settings))
 
 
 def _load_demo(db: Database) -> list[dict[str, object]]:
@@ -61,35 +59,29 @@ def _load_demo(db: Database) -> list[dict[str, object]]:
             for clave in programa["claves"]]
 
 
-def up(*, http_port: int, grpc_port: int, grpc_host: str, data_dir: Path, demo: bool) -> int:
-    wallet_settings = wallet.load_settings()
+def up(settings: Settings, *, demo: bool) -> int:
     stop = stop_event()
+    data_dir = settings.data_dir
     data_dir.mkdir(parents=True, exist_ok=True)
-    admin_token = _admin_token(data_dir)
+    admin_token = _admin_token(settings)
     db = open_database(data_dir)
-    server = None
-    sender = None
-    proxy = None
     try:
         migrate.upgrade(db.url)
         demo_keys = _load_demo(db) if demo else []
-        server = build_server(ServerSettings(database_url=db.url, admin_token=admin_token,
-                                             host=grpc_host, port=grpc_port))
-        server.start()
-        sender = wallet.start_sender(server.engine, wallet_settings)
-        proxy = envoy.EnvoyProcess.start(
-            http_port=http_port, upstream_host=_connect_host(grpc_host),
-            upstream_port=server.port, work_dir=data_dir / "envoy")
-        _print_banner(http_port=http_port, grpc_host=grpc_host, grpc_port=server.port,
-                      data_dir=data_dir, db=db, demo_keys=demo_keys)
-        _supervise(proxy, stop)
+        server = server_settings(settings, command=UP, database_url=db.url,
+                                 admin_token=admin_token)
+        with serving(settings, server, command=UP) as pool:
+            proxy = envoy.EnvoyProcess.start(
+                http_port=settings.http_port, upstream_host=_connect_host(server.host),
+                upstream_port=pool.port, work_dir=data_dir / "envoy")
+            try:
+                _print_banner(http_port=settings.http_port, grpc_host=server.host,
+                              grpc_port=pool.port, workers=settings.workers,
+                              data_dir=data_dir, db=db, demo_keys=demo_keys)
+                supervise(stop, [_envoy_check(proxy), pool.check])
+            finally:
+                proxy.stop()  # HTTP stops first; then the sender and the workers, one by one
     finally:
-        if proxy is not None:
-            proxy.stop()
-        if sender is not None:
-            sender.stop()
-        if server is not None:
-            server.stop()
         db.stop()
     say("stopped")
     return 0
@@ -99,27 +91,32 @@ def _connect_host(bind_host: str) -> str:
     return "127.0.0.1" if bind_host in ("0.0.0.0", "", "::") else bind_host  # noqa: S104
 
 
-def _supervise(proxy: envoy.EnvoyProcess, stop: threading.Event) -> None:
-    """Wait for SIGINT/SIGTERM; restart Envoy if it dies, a few times at most."""
+def _envoy_check(proxy: envoy.EnvoyProcess) -> Callable[[], None]:
+    """A check that restarts Envoy if it died, a few times at most."""
     restarts = 0
-    while not stop.wait(1.0):
+
+    def check() -> None:
+        nonlocal restarts
         code = proxy.poll()
         if code is None:
-            continue
+            return
         if restarts >= ENVOY_RESTARTS:
-            raise SystemExit(f"error: Envoy keeps exiting (last code {code}); see {proxy.log_path}")
+            raise SystemExit(f"error: Envoy keeps exiting (last code {code}); "
+                             f"see {proxy.log_path}")
         restarts += 1
         log.error("Envoy exited with %s; restarting (%d/%d)", code, restarts, ENVOY_RESTARTS)
         proxy.restart()
 
+    return check
 
-def _print_banner(*, http_port: int, grpc_host: str, grpc_port: int, data_dir: Path, db: Database,
-                  demo_keys: list[dict[str, object]]) -> None:
+
+def _print_banner(*, http_port: int, grpc_host: str, grpc_port: int, workers: int,
+                  data_dir: Path, db: Database, demo_keys: list[dict[str, object]]) -> None:
     where = "embedded PostgreSQL in " + str(data_dir / "pgdata") if db.embedded else \
         "LOYALTY_DATABASE_URL"
     lines = [
         f"loyalty is up: HTTP API http://127.0.0.1:{http_port}/api/v1  "
-        f"gRPC {grpc_host}:{grpc_port}",
+        f"gRPC {grpc_host}:{grpc_port} ({workers} workers)",
         f"database: {where}",
         f"admin token: LOYALTY_ADMIN_TOKEN or {data_dir / 'admin_token'}",
     ]

@@ -16,11 +16,17 @@ def sqlalchemy_url(url: str) -> str:
 
 
 def make_engine(url: str, *, pool_size: int = 20) -> Engine:
-    """One engine per process. The pool is at least as large as the gRPC worker threads."""
+    """One engine per process. The pool is at least as large as the gRPC worker threads.
+
+    No pre-ping: it would cost a round trip on every checkout, and a call checks out more
+    than once (key, rate limit, use case). After a database restart the first use of each
+    stale connection fails as 503 `servicio_no_disponible` (safe to retry) and SQLAlchemy
+    then discards the whole pool. SQL parameters never appear in error texts (they can be
+    personal data)."""
     return create_engine(
         sqlalchemy_url(url),
         pool_size=pool_size,
         max_overflow=pool_size,
-        pool_pre_ping=True,
         pool_recycle=1800,
+        hide_parameters=True,
     )

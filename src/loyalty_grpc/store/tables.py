@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from sqlalchemy import (
     BigInteger,
+    Boolean,
     CheckConstraint,
     Column,
     Date,
@@ -249,6 +250,26 @@ wallet_entregas = Table(
     Index("ix_wallet_entregas_fan", "fan_pk", "id"),
 )
 
+# The per-key call limit (domain/rate_limit.py, services/rate_limit.py): one row per key,
+# updated by one INSERT ... ON CONFLICT DO UPDATE per call, so the row lock serialises a
+# key's calls across every process and host sharing the database. UNLOGGED: no WAL per
+# call; after a crash the table is empty, i.e. every key gets a fresh minute. No index
+# besides the primary key, so the per-call update stays HOT. Rows idle for a minute are
+# deleted now and then (services/rate_limit.py), so the table holds the keys in use.
+limite_llamadas = Table(
+    "limite_llamadas",
+    metadata,
+    Column("clave_id", BigInteger, ForeignKey("claves.id", ondelete="CASCADE"),
+           primary_key=True),
+    # Newest whole second (database clock, epoch seconds) a call of the key was seen in.
+    Column("segundo", BigInteger, nullable=False),
+    # 61 counters of admitted calls, oldest first; the last one is `segundo`.
+    Column("cuentas", ARRAY(Integer), nullable=False),
+    # Whether the last call was admitted (what the statement's RETURNING reports).
+    Column("admitida", Boolean, nullable=False),
+    prefixes=["UNLOGGED"],
+)
+
 # Balance sanity: `puntos_ok` compares cache and ledger (used by tests and `loyalty status`).
 LEDGER_MISMATCH_SQL = """
 SELECT f.pk FROM fans f
@@ -256,5 +277,5 @@ LEFT JOIN (SELECT fan_pk, sum(puntos) AS s FROM movimientos GROUP BY fan_pk) m O
 WHERE f.puntos <> coalesce(m.s, 0)
 """
 
-__all__ = ["claves", "codigos", "fans", "metadata", "movimientos", "programas",
-           "promos", "ventas", "wallet_entregas", "wallet_outbox", "wallet_pases"]
+__all__ = ["claves", "codigos", "fans", "limite_llamadas", "metadata", "movimientos",
+           "programas", "promos", "ventas", "wallet_entregas", "wallet_outbox", "wallet_pases"]

@@ -1,0 +1,178 @@
+"""What the per-key call limit costs: ping calls/s with and without the limiter (a
+benchmark, not a test).
+
+    .venv/bin/python bench/rate_limit.py [--seconds 8] [--concurrency 16] [--rounds 1]
+
+Starts a fresh embedded PostgreSQL (migrated, one key) in a temporary directory and, for
+each setting, an in-process gRPC server with the normal settings (16 worker threads, key
+cache TTL 5 s, so a ping without the limiter touches no database) and Envoy in front
+(`--concurrency 1`, as `loyalty up` runs it); all on loopback. Rows, each `--seconds`:
+
+- `off`: rate_limit_per_minute=0 (no limiter, no RateLimit headers);
+- `on`:  rate_limit_per_minute=1_000_000_000 (the limiter runs on every call, one
+  INSERT ... ON CONFLICT DO UPDATE on the key's single row, but never rejects);
+
+through Envoy (wrk if on PATH, else Python processes; see bench/ping.py) and over native
+gRPC direct (Python processes). All calls use ONE key, i.e. one counter row: the worst
+case for the row lock. It also times the statement alone (sequential, one thread).
+Every call must succeed; errors are counted and the first one is shown.
+
+Bounds: --seconds at most 60, --rounds at most 3, every request has a 5 s timeout, and the
+load generators of bench/ping.py stop at their deadline.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import multiprocessing
+import os
+import secrets
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+from ping import (
+    MAX_CONCURRENCY,
+    MAX_SECONDS,
+    Result,
+    WorkerJob,
+    fixture_json,
+    free_port,
+    run_python_load,
+    run_wrk,
+)
+
+MAX_ROUNDS = 3
+STATEMENT_CALLS = 2000
+ON_LIMIT = 1_000_000_000
+
+
+@contextlib.contextmanager
+def server_and_envoy(database_url: str, work: Path, limit: int) -> Iterator[tuple[int, int]]:
+    """(gRPC port, HTTP port) of a server with `limit` and Envoy in front of it."""
+    from loyalty_grpc.api.server import ServerSettings, build_server
+    from loyalty_grpc.runtime.envoy import EnvoyProcess
+
+    server = build_server(ServerSettings(database_url=database_url,
+                                         admin_token=secrets.token_urlsafe(24), port=0,
+                                         rate_limit_per_minute=limit))
+    server.start()
+    try:
+        http_port = free_port()
+        proxy = EnvoyProcess.start(http_port=http_port, upstream_host="127.0.0.1",
+                                   upstream_port=server.port, work_dir=work)
+        try:
+            yield server.port, http_port
+        finally:
+            proxy.stop()
+    finally:
+        server.stop()
+
+
+def statement_cost(database_url: str) -> float:
+    """Microseconds per `RateLimiter.take`, sequential, one thread, warm pool."""
+    from sqlalchemy import select
+
+    from loyalty_grpc.services.rate_limit import RateLimiter
+    from loyalty_grpc.store.db import make_engine
+    from loyalty_grpc.store.tables import claves
+
+    engine = make_engine(database_url, pool_size=1)
+    try:
+        with engine.connect() as conn:
+            clave_id = conn.execute(select(claves.c.id).limit(1)).scalar_one()
+        limiter = RateLimiter(engine, ON_LIMIT)
+        for _ in range(50):
+            limiter.take(clave_id)
+        began = time.perf_counter()
+        for _ in range(STATEMENT_CALLS):
+            limiter.take(clave_id)
+        return (time.perf_counter() - began) / STATEMENT_CALLS * 1e6
+    finally:
+        engine.dispose()
+
+
+def run(args: argparse.Namespace) -> int:
+    from loyalty_grpc.runtime.postgres import start_embedded
+    from loyalty_grpc.services.fixtures import apply_fixture
+    from loyalty_grpc.store.db import make_engine
+    from loyalty_grpc.store.migrate import upgrade
+
+    wrk = shutil.which("wrk")
+    ctx = multiprocessing.get_context("spawn")
+    key = "lp_vivo_" + secrets.token_hex(16)
+    rows: list[tuple[str, Result]] = []
+    with tempfile.TemporaryDirectory(prefix="loyalty-bench-rl-") as tmp:
+        work = Path(tmp)
+        db = start_embedded(work / "pgdata", delete_on_stop=True)
+        try:
+            upgrade(db.url)
+            engine = make_engine(db.url, pool_size=1)
+            apply_fixture(engine, fixture_json(key))
+            engine.dispose()
+            micros = statement_cost(db.url)
+            for round_ in range(args.rounds):
+                for name, limit in (("off", 0), ("on", ON_LIMIT)):
+                    envoy_dir = work / f"envoy-{name}-{round_}"
+                    envoy_dir.mkdir()
+                    with server_and_envoy(db.url, envoy_dir, limit) as (grpc_port, http_port):
+                        label = f"limiter {name}: POST /api/v1/ping via Envoy"
+                        if wrk is not None:
+                            result = run_wrk(wrk, f"http://127.0.0.1:{http_port}", key=key,
+                                             seconds=args.seconds,
+                                             concurrency=args.concurrency,
+                                             work_dir=envoy_dir, label=label)
+                        else:
+                            result = run_python_load(
+                                ctx, WorkerJob("http", "127.0.0.1", http_port, key,
+                                               args.seconds), args.concurrency, label)
+                        rows.append((name, result))
+                        rows.append((name, run_python_load(
+                            ctx, WorkerJob("grpc", "127.0.0.1", grpc_port, key, args.seconds),
+                            args.concurrency, f"limiter {name}: Ping over native gRPC")))
+        finally:
+            db.stop()
+    print_report(rows, args, micros)
+    return 1 if any(r.errors for _, r in rows) else 0
+
+
+def print_report(rows: list[tuple[str, Result]], args: argparse.Namespace,
+                 micros: float) -> None:
+    header = f"{'':44} {'calls/s':>8} {'p50 ms':>7} {'p99 ms':>7} {'errors':>6}"
+    print()
+    print(f"ping, one key, {args.seconds:g} s per row, concurrency {args.concurrency}, "
+          f"{args.rounds} round(s); server in-process, 16 threads, key cache 5 s")
+    print(header)
+    print("-" * len(header))
+    for _, r in rows:
+        print(f"{r.label:44} {r.rps:8.0f} {r.p50_ms:7.2f} {r.p99_ms:7.2f} {r.errors:6d}")
+    for _, r in rows:
+        if r.first_error:
+            print(f"  {r.label}: first error: {r.first_error}")
+    print(f"\nthe statement alone (RateLimiter.take, sequential, one thread): "
+          f"{micros:.0f} us per call")
+    print(f"os.cpu_count() = {os.cpu_count()}; load generators, Envoy and PostgreSQL share "
+          "these cores with the server")
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0] if __doc__ else "")
+    parser.add_argument("--seconds", type=float, default=8.0)
+    parser.add_argument("--concurrency", type=int, default=16)
+    parser.add_argument("--rounds", type=int, default=1)
+    args = parser.parse_args(argv)
+    if not 0 < args.seconds <= MAX_SECONDS:
+        parser.error(f"--seconds must be in (0, {MAX_SECONDS:g}]")
+    if not 1 <= args.concurrency <= MAX_CONCURRENCY:
+        parser.error(f"--concurrency must be in [1, {MAX_CONCURRENCY}]")
+    if not 1 <= args.rounds <= MAX_ROUNDS:
+        parser.error(f"--rounds must be in [1, {MAX_ROUNDS}]")
+    return args
+
+
+if __name__ == "__main__":
+    sys.exit(run(parse_args(None)))

@@ -1,0 +1,305 @@
+"""What every loyalty.v1 RPC leaves behind: Prometheus metrics and one JSON log line.
+
+`ObservabilityInterceptor` is the FIRST interceptor of the server (outside the edge
+interceptor of api/interceptors.py), so it sees every call whole, rejected or not:
+
+- the request id: the `x-request-id` metadata (Envoy makes one per HTTP request and the
+  transcoder forwards it) when it looks like an id, else a new UUID (native gRPC callers);
+  it goes back to the caller as trailing metadata `x-request-id` (for HTTP clients Envoy
+  sets the response header itself: `always_set_request_id_in_response`);
+- the outcome `codigo`: "ok", else the `google.rpc.ErrorInfo` reason the edge interceptor
+  put in the status (`abort_with_status`: read back from the context's trailing metadata
+  after the behaviour raised);
+- `loyalty_requests_total{method,codigo}`, `loyalty_request_seconds{method}`,
+  `loyalty_rate_limited_total{method}` (codigo demasiadas_llamadas), the in-flight gauge
+  and the database pool gauges;
+- one log line on the `loyalty_grpc.calls` logger with `fields` (runtime/logs.py prints
+  them as JSON keys): request_id, method, codigo, grpc_code, duration_ms and, once the key
+  is authenticated, programa, modo and clave_id (the key's numeric id). Never the key, a
+  Fan ID, an e-mail, a request or response body, nor the error's `detalle` (it may quote
+  the client's input).
+
+The program and key come from api/context.py: the edge interceptor sets the caller inside
+this interceptor's call, and `listen_for_caller` tells this interceptor about it.
+
+Metrics live in prometheus_client's default registry; with PROMETHEUS_MULTIPROC_DIR set
+(runtime/metrics.py `prepare`, several worker processes) they are written to files that the
+parent's /metrics endpoint aggregates. Gauges therefore use `livesum` (summed over live
+workers), and the pool gauges are refreshed at the start and end of every call there
+(a gauge function cannot cross processes); in a single process they are read at scrape time.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import time
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from contextvars import ContextVar
+from dataclasses import dataclass
+from functools import cache
+from typing import TYPE_CHECKING, Final
+
+import grpc
+from google.rpc import error_details_pb2, status_pb2
+from prometheus_client import Counter, Gauge, Histogram
+from sqlalchemy import Engine
+
+from loyalty_grpc.api.context import listen_for_caller, stop_listening
+from loyalty_grpc.domain.caller import Caller
+from loyalty_grpc.domain.errors import Codigo
+
+if TYPE_CHECKING:  # grpc-stubs make it generic; the runtime class is not subscriptable
+    Handler = grpc.RpcMethodHandler[object, object]
+
+Behavior = Callable[[object, grpc.ServicerContext], object]
+
+REQUEST_ID_KEY = "x-request-id"
+OBSERVED_PREFIX = "/loyalty.v1."
+CALLS_LOGGER = "loyalty_grpc.calls"
+OK = "ok"
+# An id we accept from the caller: Envoy's UUIDs and the usual trace-id shapes. Anything
+# else (too long, other characters) is replaced by a fresh UUID.
+_REQUEST_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}")
+_STATUS_DETAILS_KEY = "grpc-status-details-bin"
+# gRPC codes that mean the server failed (WARNING lines), not the client.
+_SERVER_FAULTS = frozenset({grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN,
+                            grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DATA_LOSS})
+
+log = logging.getLogger(CALLS_LOGGER)
+
+# Calls take ~0.5 ms (ping) to tens of ms (a batch redeem); Envoy's route timeout is 15 s.
+LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
+                   10.0, 15.0)
+
+REQUESTS = Counter("loyalty_requests", "RPCs answered, by method and outcome codigo "
+                   "('ok' on success, else the error catalogue's codigo).",
+                   ["method", "codigo"])
+LATENCY = Histogram("loyalty_request_seconds", "Time to answer an RPC, by method (seconds).",
+                    ["method"], buckets=LATENCY_BUCKETS)
+RATE_LIMITED = Counter("loyalty_rate_limited", "RPCs refused with demasiadas_llamadas "
+                       "(the per-key rate limit), by method.", ["method"])
+
+_request_id: ContextVar[str | None] = ContextVar("loyalty_request_id", default=None)
+
+
+def multiprocess_mode() -> bool:
+    """True when prometheus_client writes to PROMETHEUS_MULTIPROC_DIR (worker processes)."""
+    return bool(os.environ.get("PROMETHEUS_MULTIPROC_DIR"))
+
+
+def current_request_id() -> str | None:
+    """The request id of the call this thread is serving (for other log lines)."""
+    return _request_id.get()
+
+
+def log_context() -> Mapping[str, object]:
+    """Fields every log line written during a call carries (runtime/logs.py)."""
+    request_id = _request_id.get()
+    return {"request_id": request_id} if request_id is not None else {}
+
+
+# ---------------------------------------------------------------- gauges
+
+
+@dataclass(frozen=True)
+class _Gauges:
+    in_flight: Gauge
+    pool_size: Gauge
+    pool_checked_out: Gauge
+    pool_idle: Gauge
+    pool_overflow: Gauge
+
+
+@cache
+def _gauges() -> _Gauges:
+    """Created on first use, not at import: an unlabelled metric picks its storage (memory
+    or PROMETHEUS_MULTIPROC_DIR files) when it is created, and runtime/metrics.py `prepare`
+    may set that directory after this module was imported."""
+    mode: Final = "livesum"  # summed over the live worker processes
+    return _Gauges(
+        in_flight=Gauge("loyalty_requests_in_flight", "RPCs being answered right now.",
+                        multiprocess_mode=mode),
+        pool_size=Gauge("loyalty_db_pool_size", "Database connections the pool keeps open "
+                        "(its configured size).", multiprocess_mode=mode),
+        pool_checked_out=Gauge("loyalty_db_pool_checked_out", "Database connections in use "
+                               "by a call or task.", multiprocess_mode=mode),
+        pool_idle=Gauge("loyalty_db_pool_idle", "Open database connections waiting in the "
+                        "pool.", multiprocess_mode=mode),
+        pool_overflow=Gauge("loyalty_db_pool_overflow", "Connections open beyond the pool "
+                            "size (negative: not yet opened up to the size).",
+                            multiprocess_mode=mode),
+    )
+
+
+class PoolGauges:
+    """The SQLAlchemy pool of the server's engine as gauges (the latest engine watched:
+    tests build several servers in one process)."""
+
+    def __init__(self, engine: Engine | None) -> None:
+        self._engine = engine
+        self._multiprocess = multiprocess_mode()
+        gauges = _gauges()
+        self._readings: list[tuple[Gauge, Callable[[], float]]] = []
+        if engine is None or not hasattr(engine.pool, "checkedout"):
+            return  # not a QueuePool (NullPool, StaticPool): nothing to show
+        self._readings = [
+            (gauges.pool_size, lambda: float(engine.pool.size())),  # type: ignore[attr-defined]
+            (gauges.pool_checked_out,
+             lambda: float(engine.pool.checkedout())),  # type: ignore[attr-defined]
+            (gauges.pool_idle, lambda: float(engine.pool.checkedin())),  # type: ignore[attr-defined]
+            (gauges.pool_overflow, lambda: float(engine.pool.overflow())),  # type: ignore[attr-defined]
+        ]
+        if not self._multiprocess:
+            for gauge, read in self._readings:
+                gauge.set_function(read)
+        self.refresh()
+
+    def refresh(self) -> None:
+        """Write the pool's state into the gauges (multiprocess mode only; in one process
+        they are read at scrape time)."""
+        if self._multiprocess:
+            for gauge, read in self._readings:
+                gauge.set(read())
+
+
+# ---------------------------------------------------------------- the interceptor
+
+
+@dataclass
+class _Call:
+    request_id: str
+    method: str
+    caller: Caller | None = None
+
+    def caller_known(self, caller: Caller) -> None:
+        self.caller = caller
+
+
+class ObservabilityInterceptor(grpc.ServerInterceptor):  # type: ignore[type-arg]
+    def __init__(self, engine: Engine | None = None) -> None:
+        self._pool = PoolGauges(engine)
+        self._in_flight = _gauges().in_flight
+
+    def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Handler | None],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> Handler | None:
+        handler = continuation(handler_call_details)
+        method = handler_call_details.method
+        if handler is None or handler.unary_unary is None or \
+                not method.startswith(OBSERVED_PREFIX):
+            return handler  # health, reflection: not ours
+        return grpc.unary_unary_rpc_method_handler(
+            self._observed(method.lstrip("/"), handler.unary_unary),
+            request_deserializer=handler.request_deserializer,
+            response_serializer=handler.response_serializer,
+        )
+
+    def _observed(self, method: str, behavior: Behavior) -> Behavior:
+        def observed(request: object, context: grpc.ServicerContext) -> object:
+            call = _Call(request_id=request_id_of(context.invocation_metadata()), method=method)
+            id_token = _request_id.set(call.request_id)
+            listening = listen_for_caller(call.caller_known)
+            self._in_flight.inc()
+            self._pool.refresh()
+            start = time.perf_counter()
+            failed = True
+            try:
+                response = behavior(request, context)
+                failed = False
+                return response
+            finally:
+                seconds = time.perf_counter() - start
+                stop_listening(listening)
+                self._in_flight.dec()
+                try:
+                    # After an abort_with_status the status is in the context, not yet
+                    # sent: the id joins the trailing metadata the edge interceptor set.
+                    _add_trailing_metadata(context, REQUEST_ID_KEY, call.request_id)
+                    self._pool.refresh()
+                    _record(call, context, seconds, failed=failed)
+                except Exception:  # observing must never change the answer
+                    log.exception("could not record the call %s", method)
+                _request_id.reset(id_token)
+
+        return observed
+
+
+def request_id_of(metadata: Sequence[tuple[str, str | bytes]] | None) -> str:
+    """The caller's `x-request-id` when it looks like an id, else a new UUID."""
+    for key, value in metadata or ():
+        if key == REQUEST_ID_KEY:
+            text = value if isinstance(value, str) else value.decode("ascii", "replace")
+            if _REQUEST_ID.fullmatch(text):
+                return text
+            break
+    return str(uuid.uuid4())
+
+
+def _add_trailing_metadata(context: grpc.ServicerContext, key: str, value: str) -> None:
+    existing = tuple(context.trailing_metadata() or ())
+    context.set_trailing_metadata((*existing, (key, value)))
+
+
+def outcome(context: grpc.ServicerContext, *, failed: bool) -> tuple[str, grpc.StatusCode]:
+    """(codigo, gRPC status code) of a finished call."""
+    code: grpc.StatusCode | None = context.code()  # type: ignore[attr-defined]
+    if not failed and code in (None, grpc.StatusCode.OK):
+        return OK, grpc.StatusCode.OK
+    if code is None or code == grpc.StatusCode.OK:
+        # An exception nobody turned into a status: grpc answers UNKNOWN.
+        return Codigo.ERROR_INTERNO.value, grpc.StatusCode.UNKNOWN
+    reason = error_reason(context.trailing_metadata())
+    return reason or code.name.lower(), code
+
+
+def error_reason(metadata: Sequence[tuple[str, str | bytes]] | None) -> str | None:
+    """The `google.rpc.ErrorInfo` reason in a status's trailing metadata, if any."""
+    for key, value in metadata or ():
+        if key == _STATUS_DETAILS_KEY and isinstance(value, bytes):
+            status = status_pb2.Status.FromString(value)
+            for detail in status.details:
+                if detail.Is(error_details_pb2.ErrorInfo.DESCRIPTOR):
+                    info = error_details_pb2.ErrorInfo()
+                    detail.Unpack(info)
+                    return str(info.reason) or None
+    return None
+
+
+def _record(call: _Call, context: grpc.ServicerContext, seconds: float, *, failed: bool) -> None:
+    codigo, code = outcome(context, failed=failed)
+    REQUESTS.labels(call.method, codigo).inc()
+    LATENCY.labels(call.method).observe(seconds)
+    if codigo == Codigo.DEMASIADAS_LLAMADAS.value:
+        RATE_LIMITED.labels(call.method).inc()
+    fields: dict[str, object] = {
+        "request_id": call.request_id, "method": call.method, "codigo": codigo,
+        "grpc_code": code.name, "duration_ms": round(seconds * 1000, 3),
+    }
+    if call.caller is not None:
+        fields.update(programa=call.caller.programa_id, modo=str(call.caller.modo),
+                      clave_id=call.caller.clave_id)
+    level = logging.WARNING if code in _SERVER_FAULTS else logging.INFO
+    log.log(level, "%s %s %.1f ms", call.method, codigo, seconds * 1000,
+            extra={"fields": fields})
+
+
+__all__ = [
+    "CALLS_LOGGER",
+    "LATENCY",
+    "RATE_LIMITED",
+    "REQUESTS",
+    "REQUEST_ID_KEY",
+    "ObservabilityInterceptor",
+    "PoolGauges",
+    "current_request_id",
+    "error_reason",
+    "log_context",
+    "multiprocess_mode",
+    "outcome",
+    "request_id_of",
+]

@@ -1,0 +1,155 @@
+"""The Prometheus endpoint: `GET /metrics` on its own port, served by the parent process.
+
+- `prepare(dir)`: in the parent, before any worker starts: prometheus_client's
+  multiprocess mode (PROMETHEUS_MULTIPROC_DIR, inherited by the workers), stale files of an
+  earlier run removed.
+- `serve_metrics(host, port, database_url)`: an HTTP server thread. Its registry holds
+  the server's series (api/observability.py): aggregated from every worker's files with
+  PROMETHEUS_MULTIPROC_DIR, else this process's default registry (one process, tests),
+  plus gauges read from the database at scrape time (the wallet outbox backlog), which
+  no worker owns. Returns the stop function (also telling the port it listens on).
+- `mark_worker_dead(pid)`: after a worker exited, so its live gauges stop counting.
+
+Envoy publishes its own series on its admin port: `GET /stats/prometheus`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Final
+from wsgiref.simple_server import WSGIServer
+
+from prometheus_client import REGISTRY, CollectorRegistry, multiprocess, start_http_server, values
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.metrics_core import Metric
+from prometheus_client.registry import Collector
+from sqlalchemy import Engine, create_engine, text
+
+from loyalty_grpc.store.db import sqlalchemy_url
+
+log = logging.getLogger(__name__)
+
+MULTIPROC_ENV: Final = "PROMETHEUS_MULTIPROC_DIR"
+# A scrape must not hang on a database that does not answer (Prometheus' default scrape
+# timeout is 10 s).
+DB_TIMEOUT_SECONDS: Final = 3
+
+# Fans with balances waiting for the wallet sender, and the age of the oldest waiting one
+# (ids follow insertion order, so the lowest id is the oldest row: an index lookup).
+_OUTBOX_SQL = text("""
+SELECT (SELECT count(DISTINCT fan_pk) FROM wallet_outbox) AS fans,
+       (SELECT extract(epoch FROM now() - creado) FROM wallet_outbox
+         ORDER BY id LIMIT 1) AS oldest_seconds
+""")
+
+
+def prepare(multiproc_dir: Path) -> None:
+    """Multiprocess mode for this process and the workers it starts afterwards."""
+    multiproc_dir.mkdir(parents=True, exist_ok=True)
+    for stale in multiproc_dir.glob("*.db"):  # prometheus_client's files only
+        stale.unlink()
+    os.environ[MULTIPROC_ENV] = str(multiproc_dir.resolve())
+    # prometheus_client picks its value storage when it is imported; it may have been.
+    values.ValueClass = values.get_value_class()  # type: ignore[no-untyped-call]
+
+
+def mark_worker_dead(pid: int) -> None:
+    """Forget the live gauges (in flight, pool) of a worker that exited."""
+    directory = os.environ.get(MULTIPROC_ENV)
+    if directory:
+        multiprocess.mark_process_dead(pid, directory)  # type: ignore[no-untyped-call]
+
+
+class _DefaultRegistry(Collector):
+    """This process's default registry, inside another registry."""
+
+    def collect(self) -> Iterable[Metric]:
+        return REGISTRY.collect()
+
+
+class OutboxCollector(Collector):
+    """Wallet outbox backlog, read from the database at each scrape."""
+
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+
+    def collect(self) -> Iterator[Metric]:
+        up = GaugeMetricFamily("loyalty_database_up", "1 when the metrics endpoint could "
+                               "read the database at this scrape, else 0.")
+        fans = GaugeMetricFamily("loyalty_wallet_outbox_fans", "Fans whose new balance "
+                                 "waits for the wallet pass sender.")
+        oldest = GaugeMetricFamily("loyalty_wallet_outbox_oldest_seconds", "Age of the "
+                                   "oldest balance waiting for the wallet pass sender "
+                                   "(0 when none waits).")
+        try:
+            with self._engine.connect() as conn:
+                conn.execute(text(f"SET statement_timeout = {DB_TIMEOUT_SECONDS * 1000}"))
+                row = conn.execute(_OUTBOX_SQL).one()
+        except Exception:  # a scrape reports the failure, it does not fail
+            log.warning("metrics: the database could not be read", exc_info=True)
+            up.add_metric([], 0)
+            yield up
+            return
+        up.add_metric([], 1)
+        fans.add_metric([], float(row.fans))
+        oldest.add_metric([], float(row.oldest_seconds or 0))
+        yield from (up, fans, oldest)
+
+
+class MetricsEndpoint:
+    """A running /metrics server; call it to stop it."""
+
+    def __init__(self, server: WSGIServer, thread: threading.Thread, engine: Engine) -> None:
+        self._server = server
+        self._thread = thread
+        self._engine = engine
+        self._stopped = threading.Event()
+
+    @property
+    def port(self) -> int:
+        return int(self._server.server_port)
+
+    def __call__(self) -> None:
+        if self._stopped.is_set():
+            return
+        self._stopped.set()
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(5)
+        self._engine.dispose()
+
+
+def metrics_registry(engine: Engine) -> CollectorRegistry:
+    """What /metrics shows (see the module doc)."""
+    registry = CollectorRegistry(auto_describe=False)
+    directory = os.environ.get(MULTIPROC_ENV)
+    if directory:
+        multiprocess.MultiProcessCollector(  # type: ignore[no-untyped-call]
+            registry, path=directory)
+    else:
+        registry.register(_DefaultRegistry())
+    registry.register(OutboxCollector(engine))
+    return registry
+
+
+def serve_metrics(host: str, port: int, database_url: str) -> MetricsEndpoint:
+    """Serve `GET /metrics` on host:port (0: any free port, see `.port`) in a thread."""
+    engine = create_engine(sqlalchemy_url(database_url), pool_size=1, max_overflow=1,
+                           pool_pre_ping=True,
+                           connect_args={"connect_timeout": DB_TIMEOUT_SECONDS})
+    try:
+        server, thread = start_http_server(port, addr=host, registry=metrics_registry(engine))
+    except OSError as exc:
+        engine.dispose()
+        raise OSError(f"cannot serve metrics on {host}:{port}: {exc}") from exc
+    endpoint = MetricsEndpoint(server, thread, engine)
+    log.info("metrics on http://%s:%d/metrics", host, endpoint.port)
+    return endpoint
+
+
+__all__ = ["MULTIPROC_ENV", "MetricsEndpoint", "OutboxCollector", "mark_worker_dead",
+           "metrics_registry", "prepare", "serve_metrics"]

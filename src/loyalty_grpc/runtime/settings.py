@@ -1,0 +1,277 @@
+"""Configuration in one place: every `LOYALTY_*` environment variable, its default and its
+check. `Settings.from_env()` reads them once at start; a wrong value stops the command with
+one line naming the variable and what it expects (exit code 2) before anything starts.
+Command-line flags override the environment (`Settings.with_flags`), checked the same way.
+
+README.md's configuration table is generated from `VARIABLES` (scripts/gen_docs.py). The
+wallet variables are parsed by `wallet.WalletSettings.from_env` (kept there, next to the
+providers that use them) and only listed here.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+
+from loyalty_grpc.runtime.logs import FORMATS
+from loyalty_grpc.wallet import WalletConfigError, WalletSettings
+
+# The exit code of a configuration error (as argparse uses for a bad flag).
+EXIT_CONFIG = 2
+MAX_WORKERS = 64
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+LOG_FORMATS = FORMATS
+# The commands that serve: their host and log-format defaults differ (see VARIABLES).
+UP, SERVE = "up", "serve"
+
+
+class ConfigError(ValueError):
+    """A configuration value is wrong; the message names it and says what is expected."""
+
+
+@dataclass(frozen=True)
+class Variable:
+    name: str
+    default: str
+    meaning: str
+
+
+VARIABLES: tuple[Variable, ...] = (
+    Variable("LOYALTY_DATABASE_URL", "embedded PostgreSQL in `DATA_DIR/pgdata`",
+             "`postgresql://user:password@host:port/db` of an external server; "
+             "required by `serve`"),
+    Variable("LOYALTY_ADMIN_TOKEN", "generated into `DATA_DIR/admin_token` (mode 0600)",
+             "the back-office token (`loyalty admin`, `BackofficeService`); printable ASCII, "
+             "no spaces"),
+    Variable("LOYALTY_DATA_DIR", "`.loyalty`",
+             "embedded PostgreSQL, admin token, Envoy's rendered config, metrics files "
+             "(`--data-dir`)"),
+    Variable("LOYALTY_GRPC_HOST", "`127.0.0.1` (`up`), `0.0.0.0` (`serve`)",
+             "gRPC listen address, also of `/metrics` (`--grpc-host`)"),
+    Variable("LOYALTY_GRPC_PORT", "`50051`",
+             "gRPC port, shared by all workers (`--grpc-port`; 0 = any free port)"),
+    Variable("LOYALTY_HTTP_PORT", "`8080`", "Envoy's HTTP port (`--http-port`)"),
+    Variable("LOYALTY_WORKERS", "CPU count",
+             f"gRPC worker processes sharing the port, 1 to {MAX_WORKERS} (`--workers`)"),
+    Variable("LOYALTY_METRICS_PORT", "`9464`",
+             "Prometheus `/metrics` of all workers together (`--metrics-port`; 0 = off)"),
+    Variable("LOYALTY_RATE_LIMIT_PER_MINUTE", "`600`",
+             "calls per minute per API key before `demasiadas_llamadas` (HTTP 429); "
+             "0 = no limit"),
+    Variable("LOYALTY_KEY_CACHE_SECONDS", "`5`",
+             "how long a worker trusts an API-key lookup (revocation delay in other "
+             "processes); 0 = no cache"),
+    Variable("LOYALTY_LOG_LEVEL", "`INFO`", f"{', '.join(LOG_LEVELS)} (`--log-level`)"),
+    Variable("LOYALTY_LOG_FORMAT", "`text` (`up`), `json` (`serve`)",
+             "`json` (one object per line) or `text` (`--log-format`)"),
+    Variable("LOYALTY_GRPC_TARGET", "`127.0.0.1:50051`",
+             "the server `admin`, `status` and `gateway run` talk to (`HOST:PORT`)"),
+    Variable("LOYALTY_ENVOY_ADMIN_PORT", "`0` (any free port)",
+             "`gateway run`: Envoy's admin interface port"),
+    Variable("LOYALTY_WALLET_PROVIDER", "`local`", "`local` or `google` (see Wallet pass)"),
+    Variable("LOYALTY_WALLET_INTERVAL_SECONDS", "`1`", "wallet sender poll interval"),
+    Variable("LOYALTY_GOOGLE_WALLET_ISSUER_ID", "none", "Google Wallet issuer id (digits)"),
+    Variable("LOYALTY_GOOGLE_WALLET_CREDENTIALS", "none",
+             "path of the Google service account's JSON key"),
+    Variable("LOYALTY_GOOGLE_WALLET_API", "`https://walletobjects.googleapis.com`",
+             "Google Wallet API base URL"),
+)
+
+
+def default_workers() -> int:
+    return max(1, min(os.cpu_count() or 1, MAX_WORKERS))
+
+
+# ---------------------------------------------------------------- parsers
+# Each takes the text and returns the value, or raises ValueError saying what is expected.
+
+
+def _integer(low: int, high: int, what: str = "an integer") -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        try:
+            value = int(text.strip())
+        except ValueError:
+            value = low - 1
+        if not low <= value <= high:
+            raise ValueError(f"{what} from {low} to {high}")
+        return value
+
+    return parse
+
+
+_port = _integer(0, 65535, "a port number")
+_http_port = _integer(1, 65535, "a port number")
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value >= 0):
+        raise ValueError("a number of seconds, 0 or more")
+    return value
+
+
+def _choice(options: tuple[str, ...], *, upper: bool) -> Callable[[str], str]:
+    def parse(text: str) -> str:
+        value = text.strip().upper() if upper else text.strip().lower()
+        if value not in options:
+            raise ValueError(f"one of {', '.join(options)}")
+        return value
+
+    return parse
+
+
+def _database_url(text: str) -> str:
+    if not re.match(r"postgres(ql)?(\+psycopg)?://", text.strip()):
+        raise ValueError("a postgresql:// URL")
+    return text.strip()
+
+
+def _token(text: str) -> str:
+    if not re.fullmatch(r"[!-~]+", text.strip()):
+        raise ValueError("printable ASCII without spaces (it travels in gRPC metadata)")
+    return text.strip()
+
+
+def _host(text: str) -> str:
+    if not re.fullmatch(r"[A-Za-z0-9.:\-\[\]_]+", text.strip()):
+        raise ValueError("a host name or IP address")
+    return text.strip()
+
+
+def _target(text: str) -> str:
+    host, sep, port = text.strip().rpartition(":")
+    try:
+        _host(host)
+        number = _http_port(port)
+    except ValueError:
+        number = 0
+    if not sep or number == 0:
+        raise ValueError("HOST:PORT")
+    return text.strip()
+
+
+def _path(text: str) -> Path:
+    return Path(text.strip()).expanduser()
+
+
+@dataclass(frozen=True)
+class _Rule:
+    variable: str
+    flag: str | None
+    parse: Callable[[str], object]
+
+
+# Settings field -> where it comes from and how it is checked.
+_RULES: dict[str, _Rule] = {
+    "database_url": _Rule("LOYALTY_DATABASE_URL", None, _database_url),
+    "admin_token": _Rule("LOYALTY_ADMIN_TOKEN", None, _token),
+    "data_dir": _Rule("LOYALTY_DATA_DIR", "--data-dir", _path),
+    "grpc_host": _Rule("LOYALTY_GRPC_HOST", "--grpc-host", _host),
+    "grpc_port": _Rule("LOYALTY_GRPC_PORT", "--grpc-port", _port),
+    "http_port": _Rule("LOYALTY_HTTP_PORT", "--http-port", _http_port),
+    "workers": _Rule("LOYALTY_WORKERS", "--workers", _integer(1, MAX_WORKERS)),
+    "metrics_port": _Rule("LOYALTY_METRICS_PORT", "--metrics-port", _port),
+    "rate_limit_per_minute": _Rule("LOYALTY_RATE_LIMIT_PER_MINUTE", None,
+                                   _integer(0, 1_000_000)),
+    "key_cache_seconds": _Rule("LOYALTY_KEY_CACHE_SECONDS", None, _seconds),
+    "log_level": _Rule("LOYALTY_LOG_LEVEL", "--log-level", _choice(LOG_LEVELS, upper=True)),
+    "log_format": _Rule("LOYALTY_LOG_FORMAT", "--log-format", _choice(LOG_FORMATS, upper=False)),
+    "grpc_target": _Rule("LOYALTY_GRPC_TARGET", "--target", _target),
+    "envoy_admin_port": _Rule("LOYALTY_ENVOY_ADMIN_PORT", "--admin-port", _port),
+}
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The whole configuration of one `loyalty` command (defaults: VARIABLES)."""
+
+    database_url: str | None = None
+    admin_token: str | None = field(default=None, repr=False)
+    data_dir: Path = Path(".loyalty")
+    # None: the command's default (`up`: loopback only; `serve`: every interface).
+    grpc_host: str | None = None
+    grpc_port: int = 50051
+    http_port: int = 8080
+    workers: int = field(default_factory=default_workers)
+    metrics_port: int = 9464
+    rate_limit_per_minute: int = 600
+    key_cache_seconds: float = 5.0
+    log_level: str = "INFO"
+    # None: the command's default (`up`: text for a person; `serve`: json for a collector).
+    log_format: str | None = None
+    grpc_target: str = "127.0.0.1:50051"
+    envoy_admin_port: int = 0
+    wallet: WalletSettings = field(default_factory=WalletSettings)
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None, *, wallet: bool = True
+                 ) -> Settings:
+        """Read and check every variable (an empty value counts as unset); `wallet`: also
+        the wallet ones. Raises ConfigError naming the first wrong variable."""
+        env = os.environ if environ is None else environ
+        values: dict[str, object] = {}
+        for name, rule in _RULES.items():
+            text = env.get(rule.variable, "")
+            if text.strip():
+                values[name] = _parse(rule, rule.variable, text)
+        if wallet:
+            try:
+                values["wallet"] = WalletSettings.from_env(env)
+            except WalletConfigError as exc:
+                raise ConfigError(str(exc)) from None
+        return cls(**values)  # type: ignore[arg-type]
+
+    def with_flags(self, **flags: str | None) -> Settings:
+        """These settings with command-line values (text, None = not given) replacing the
+        environment's, checked like the variables but named by their flag."""
+        values: dict[str, object] = {}
+        for name, text in flags.items():
+            if text is None:
+                continue
+            rule = _RULES[name]
+            values[name] = _parse(rule, rule.flag or rule.variable, text)
+        return replace(self, **values)  # type: ignore[arg-type]
+
+    def host_for(self, command: str) -> str:
+        if self.grpc_host is not None:
+            return self.grpc_host
+        return "0.0.0.0" if command == SERVE else "127.0.0.1"  # noqa: S104
+
+    def log_format_for(self, command: str) -> str:
+        if self.log_format is not None:
+            return self.log_format
+        return "json" if command == SERVE else "text"
+
+
+def _parse(rule: _Rule, name: str, text: str) -> object:
+    try:
+        return rule.parse(text)
+    except ValueError as exc:
+        raise ConfigError(f"{name} must be {exc}, got {text!r}") from None
+
+
+def documented_names() -> set[str]:
+    return {v.name for v in VARIABLES}
+
+
+def checked_names() -> set[str]:
+    """Variables `Settings` reads itself (the wallet ones are WalletSettings')."""
+    return {rule.variable for rule in _RULES.values()}
+
+
+def settings_fields() -> set[str]:
+    return {f.name for f in fields(Settings)}
+
+
+def config_table() -> str:
+    """The README's configuration table (Markdown)."""
+    rows = ["| variable | default | meaning |", "|---|---|---|"]
+    rows += [f"| `{v.name}` | {v.default} | {v.meaning} |" for v in VARIABLES]
+    return "\n".join(rows)

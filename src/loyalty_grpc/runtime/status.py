@@ -1,0 +1,148 @@
+"""`loyalty status`: is it healthy, what runs, is the data consistent.
+
+It checks the gRPC server's health (LOYALTY_GRPC_TARGET / `--target`), prints the service,
+Envoy and PostgreSQL versions, the Alembic revision applied against the package's head, the
+wallet outbox backlog and the ledger consistency check, and exits 1 when anything that
+matters is wrong (server not SERVING, database unreachable or behind, a balance that
+differs from its ledger). The outbox backlog is reported, never judged: it drains by itself.
+
+The database is LOYALTY_DATABASE_URL or the embedded one in the data dir; when `loyalty up`
+is running on that data dir its PostgreSQL is reused (and left running), else it is started
+just for this and stopped again.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from dataclasses import dataclass
+from datetime import timedelta
+
+from sqlalchemy import Engine, distinct, func, select, text
+
+from loyalty_grpc import __version__
+from loyalty_grpc.runtime.console import say
+from loyalty_grpc.runtime.postgres import Database, start_embedded
+from loyalty_grpc.runtime.settings import Settings
+
+HEALTH_TIMEOUT = 3.0
+ENVOY_TIMEOUT = 10.0
+
+
+@dataclass(frozen=True)
+class Line:
+    name: str
+    value: str
+    ok: bool = True
+
+
+def grpc_health(target: str, timeout: float = HEALTH_TIMEOUT) -> Line:
+    import grpc
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    with grpc.insecure_channel(target) as channel:
+        try:
+            reply = health_pb2_grpc.HealthStub(channel).Check(
+                health_pb2.HealthCheckRequest(service=""), timeout=timeout)
+        except grpc.RpcError as exc:
+            code = exc.code() if isinstance(exc, grpc.Call) else None
+            name = code.name if code is not None else "error"
+            return Line("health", f"{name} ({target} unreachable)", ok=False)
+    status = health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status)
+    return Line("health", f"{status} ({target})",
+                ok=reply.status == health_pb2.HealthCheckResponse.SERVING)
+
+
+def envoy_version() -> Line:
+    from loyalty_grpc.runtime.envoy import EnvoyError, envoy_binary
+
+    try:
+        done = subprocess.run([str(envoy_binary()), "--version"], capture_output=True,  # noqa: S603
+                              text=True, timeout=ENVOY_TIMEOUT, check=True)
+    except (EnvoyError, OSError, subprocess.SubprocessError) as exc:
+        return Line("envoy", f"unknown ({exc})")
+    found = re.search(r"/(\d+\.\d+\.\d+)/", done.stdout)
+    return Line("envoy", found.group(1) if found else done.stdout.strip())
+
+
+def database_lines(engine: Engine, url: str) -> list[Line]:
+    """PostgreSQL version, migrations, wallet outbox, ledger check."""
+    from loyalty_grpc.store import migrate
+    from loyalty_grpc.store.tables import LEDGER_MISMATCH_SQL, wallet_outbox
+    from loyalty_grpc.wallet import pending_fans
+
+    with engine.connect() as conn:
+        version = conn.execute(text("SHOW server_version")).scalar_one()
+    lines = [Line("postgresql", str(version))]
+    current, head = migrate.current(url), migrate.head()
+    if current != head:
+        lines.append(Line("migrations", f"{current or 'none'} applied, head is {head}: run "
+                                        "`loyalty migrate`", ok=False))
+        return lines
+    lines.append(Line("migrations", f"{current} (head)"))
+    with engine.connect() as conn:
+        fans, oldest, now = conn.execute(select(
+            func.count(distinct(wallet_outbox.c.fan_pk)), func.min(wallet_outbox.c.creado),
+            func.now())).one()
+        mismatched = conn.execute(
+            text(f"SELECT count(*) FROM ({LEDGER_MISMATCH_SQL}) AS m")).scalar_one()  # noqa: S608
+    _, waiting = pending_fans(engine)
+    backlog = f"{fans} fans pending"
+    if fans:
+        backlog += f" ({waiting} waiting for a retry), oldest {_age(now - oldest)}"
+    lines.append(Line("wallet outbox", backlog))
+    lines.append(Line("ledger", f"{mismatched} fans whose balance differs from their ledger",
+                      ok=mismatched == 0))
+    return lines
+
+
+def _age(delta: timedelta) -> str:
+    seconds = int(delta.total_seconds())
+    if seconds < 120:
+        return f"{seconds} s ago"
+    if seconds < 7200:
+        return f"{seconds // 60} min ago"
+    return f"{seconds // 3600} h ago"
+
+
+def _open(settings: Settings) -> Database | str:
+    """The database, or why there is none."""
+    if settings.database_url:
+        return Database(url=settings.database_url, embedded=False)
+    pgdata = settings.data_dir.resolve() / "pgdata"
+    if not (pgdata / "PG_VERSION").exists():
+        return f"none: no LOYALTY_DATABASE_URL and no embedded database in {pgdata}"
+    return start_embedded(pgdata)
+
+
+def collect(settings: Settings) -> list[Line]:
+    from loyalty_grpc.store.db import make_engine
+
+    lines = [grpc_health(settings.grpc_target), Line("service", f"loyalty {__version__}"),
+             envoy_version()]
+    try:
+        db = _open(settings)
+    except Exception as exc:  # reported, not raised: this is a diagnosis
+        return [*lines, Line("postgresql", f"cannot start the embedded server: {exc}", ok=False)]
+    if isinstance(db, str):
+        return [*lines, Line("postgresql", db, ok=False)]
+    engine = make_engine(db.url, pool_size=1)
+    try:
+        lines += database_lines(engine, db.url)
+    except Exception as exc:
+        lines.append(Line("postgresql", f"error: {str(exc).splitlines()[0]}", ok=False))
+    finally:
+        engine.dispose()
+        db.stop()
+    return lines
+
+
+def status_command(settings: Settings) -> int:
+    lines = collect(settings)
+    width = max(len(line.name) for line in lines) + 2
+    out = [f"{line.name + ':':{width}}{line.value}" + ("" if line.ok else "  << UNHEALTHY")
+           for line in lines]
+    healthy = all(line.ok for line in lines)
+    out.append("status: " + ("healthy" if healthy else "UNHEALTHY"))
+    say("\n".join(out))
+    return 0 if healthy else 1

@@ -1,0 +1,113 @@
+"""The call-limit window (domain/rate_limit.py): never more permissive than the limit in
+any 60 s, over arbitrary call times; Retry-After and the RateLimit fields tell the truth."""
+
+from __future__ import annotations
+
+import bisect
+import math
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from loyalty_grpc.domain.rate_limit import (
+    SLOTS,
+    WINDOW_SECONDS,
+    Ventana,
+    cuota,
+    policy_header,
+    shift,
+    take,
+)
+
+# Call times in seconds (fractions included), unsorted: sorted before replaying.
+_times = st.lists(st.floats(min_value=0, max_value=400, allow_nan=False), max_size=400)
+
+
+def replay(times: list[float], limit: int) -> list[tuple[float, bool, Ventana]]:
+    ventana: Ventana | None = None
+    out = []
+    for t in sorted(times):
+        ventana, admitted = take(ventana, math.floor(t), limit)
+        out.append((t, admitted, ventana))
+    return out
+
+
+def max_in_any_window(admitted: list[float]) -> int:
+    """The most admitted calls in any half-open interval [a, a + 60): it is enough to
+    start intervals at admitted calls."""
+    best = 0
+    for i, a in enumerate(admitted):
+        best = max(best, bisect.bisect_left(admitted, a + WINDOW_SECONDS) - i)
+    return best
+
+
+@settings(max_examples=300, deadline=None)
+@given(times=_times, limit=st.integers(min_value=1, max_value=30))
+def test_never_more_than_the_limit_in_any_60_seconds(times: list[float], limit: int) -> None:
+    admitted = [t for t, ok, _ in replay(times, limit) if ok]
+    assert max_in_any_window(admitted) <= limit
+
+
+@settings(max_examples=100, deadline=None)
+@given(times=st.lists(st.floats(min_value=0, max_value=200, allow_nan=False),
+                      min_size=600, max_size=1500))
+def test_never_more_than_600_in_any_60_seconds(times: list[float]) -> None:
+    admitted = [t for t, ok, _ in replay(times, 600) if ok]
+    assert max_in_any_window(admitted) <= 600
+
+
+@settings(max_examples=300, deadline=None)
+@given(times=_times, limit=st.integers(min_value=1, max_value=30))
+def test_retry_after_is_enough(times: list[float], limit: int) -> None:
+    """After a rejection, the next call made Retry-After seconds later is admitted."""
+    for t, ok, ventana in replay(times, limit):
+        view = cuota(ventana.cuentas, limit, admitida=ok)
+        if not ok:
+            assert view.remaining == 0
+            assert 1 <= view.retry_after <= SLOTS
+            _, again = take(ventana, math.floor(t + view.retry_after), limit)
+            assert again
+
+
+def test_a_rejected_call_is_not_counted() -> None:
+    ventana, ok = take(None, 100, 1)
+    assert ok
+    rejected, ok = take(ventana, 130, 1)
+    assert not ok
+    assert sum(rejected.cuentas) == 1
+
+
+def test_full_window_then_free_after_61_seconds() -> None:
+    ventana = None
+    for _ in range(3):
+        ventana, ok = take(ventana, 10, 3)
+        assert ok
+    assert ventana is not None
+    assert not take(ventana, 70, 3)[1]  # 60 s later: still counted (61-s window)
+    assert take(ventana, 71, 3)[1]
+
+
+def test_cuota_headers() -> None:
+    ventana = None
+    for second in (0, 0, 5):
+        ventana, _ = take(ventana, second, 10)
+    assert ventana is not None
+    view = cuota(ventana.cuentas, 10, admitida=True)
+    # 7 left; the two calls of second 0 leave the window at second 61, i.e. in 56 s.
+    assert (view.remaining, view.reset) == (7, 56)
+    assert view.header() == '"default";r=7;t=56'
+    assert view.policy_header() == policy_header(10) == '"default";q=10;w=60'
+
+
+def test_cuota_over_a_lowered_limit() -> None:
+    """Counters from a higher limit: Retry-After waits until there is room again."""
+    cuentas = (0,) * (SLOTS - 3) + (2, 2, 2)
+    view = cuota(cuentas, 3, admitida=False)
+    assert (view.remaining, view.retry_after) == (0, SLOTS - 1)
+
+
+def test_shift_never_goes_back_in_time() -> None:
+    ventana = Ventana(50, (0,) * (SLOTS - 1) + (4,))
+    assert shift(ventana, 40) == ventana
+    assert shift(ventana, 50 + SLOTS) == Ventana(50 + SLOTS, (0,) * SLOTS)
+    assert shift(ventana, 51).cuentas[-2:] == (4, 0)

@@ -1,0 +1,141 @@
+"""Configuration: one place, every variable documented, wrong values named at start."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from loyalty_grpc.runtime.cli import main
+from loyalty_grpc.runtime.settings import (
+    EXIT_CONFIG,
+    ConfigError,
+    Settings,
+    checked_names,
+    default_workers,
+    documented_names,
+)
+
+SRC = Path(__file__).resolve().parents[2] / "src" / "loyalty_grpc"
+
+
+def test_defaults():
+    settings = Settings.from_env({})
+    assert settings.database_url is None
+    assert settings.admin_token is None
+    assert settings.data_dir == Path(".loyalty")
+    assert (settings.grpc_port, settings.http_port, settings.metrics_port) == (50051, 8080, 9464)
+    assert settings.workers == default_workers() >= 1
+    assert settings.rate_limit_per_minute == 600
+    assert settings.key_cache_seconds == 5.0
+    assert settings.log_level == "INFO"
+    assert settings.grpc_target == "127.0.0.1:50051"
+    assert settings.wallet.provider == "local"
+    assert (settings.host_for("up"), settings.host_for("serve")) == ("127.0.0.1", "0.0.0.0")
+    assert (settings.log_format_for("up"), settings.log_format_for("serve")) == ("text", "json")
+
+
+def test_values_from_the_environment():
+    settings = Settings.from_env({
+        "LOYALTY_DATABASE_URL": "postgresql://u:p@db:5432/loyalty", "LOYALTY_WORKERS": "3",
+        "LOYALTY_GRPC_HOST": "0.0.0.0", "LOYALTY_GRPC_PORT": "0", "LOYALTY_METRICS_PORT": "0",
+        "LOYALTY_KEY_CACHE_SECONDS": "0.5", "LOYALTY_LOG_LEVEL": "debug",
+        "LOYALTY_LOG_FORMAT": "JSON", "LOYALTY_RATE_LIMIT_PER_MINUTE": "60",
+        "LOYALTY_DATA_DIR": "/srv/loyalty", "LOYALTY_HTTP_PORT": "",  # empty = unset
+    })
+    assert settings.database_url == "postgresql://u:p@db:5432/loyalty"
+    assert (settings.workers, settings.grpc_port, settings.metrics_port) == (3, 0, 0)
+    assert settings.host_for("up") == "0.0.0.0"
+    assert settings.key_cache_seconds == 0.5
+    assert (settings.log_level, settings.log_format_for("up")) == ("DEBUG", "json")
+    assert settings.rate_limit_per_minute == 60
+    assert settings.data_dir == Path("/srv/loyalty")
+    assert settings.http_port == 8080
+
+
+@pytest.mark.parametrize(("variable", "value", "message"), [
+    ("LOYALTY_WORKERS", "0", "LOYALTY_WORKERS must be an integer from 1 to 64, got '0'"),
+    ("LOYALTY_WORKERS", "many", "LOYALTY_WORKERS must be an integer from 1 to 64, got 'many'"),
+    ("LOYALTY_GRPC_PORT", "70000",
+     "LOYALTY_GRPC_PORT must be a port number from 0 to 65535, got '70000'"),
+    ("LOYALTY_HTTP_PORT", "0", "LOYALTY_HTTP_PORT must be a port number from 1 to 65535, got '0'"),
+    ("LOYALTY_METRICS_PORT", "-1",
+     "LOYALTY_METRICS_PORT must be a port number from 0 to 65535, got '-1'"),
+    ("LOYALTY_KEY_CACHE_SECONDS", "-1",
+     "LOYALTY_KEY_CACHE_SECONDS must be a number of seconds, 0 or more, got '-1'"),
+    ("LOYALTY_KEY_CACHE_SECONDS", "nan",
+     "LOYALTY_KEY_CACHE_SECONDS must be a number of seconds, 0 or more, got 'nan'"),
+    ("LOYALTY_LOG_LEVEL", "loud",
+     "LOYALTY_LOG_LEVEL must be one of DEBUG, INFO, WARNING, ERROR, CRITICAL, got 'loud'"),
+    ("LOYALTY_LOG_FORMAT", "xml", "LOYALTY_LOG_FORMAT must be one of json, text, got 'xml'"),
+    ("LOYALTY_RATE_LIMIT_PER_MINUTE", "-1",
+     "LOYALTY_RATE_LIMIT_PER_MINUTE must be an integer from 0 to 1000000, got '-1'"),
+    ("LOYALTY_DATABASE_URL", "mysql://x/y",
+     "LOYALTY_DATABASE_URL must be a postgresql:// URL, got 'mysql://x/y'"),
+    ("LOYALTY_GRPC_TARGET", "localhost",
+     "LOYALTY_GRPC_TARGET must be HOST:PORT, got 'localhost'"),
+    ("LOYALTY_GRPC_HOST", "a host", "LOYALTY_GRPC_HOST must be a host name or IP address, "
+                                    "got 'a host'"),
+    ("LOYALTY_WALLET_PROVIDER", "apple",
+     "LOYALTY_WALLET_PROVIDER must be one of local, google, got 'apple'"),
+])
+def test_a_wrong_value_is_named(variable: str, value: str, message: str):
+    with pytest.raises(ConfigError) as exc:
+        Settings.from_env({variable: value})
+    assert str(exc.value) == message
+
+
+def test_the_admin_token_must_fit_in_metadata():
+    with pytest.raises(ConfigError, match=r"^LOYALTY_ADMIN_TOKEN must be printable ASCII"):
+        Settings.from_env({"LOYALTY_ADMIN_TOKEN": "café au lait"})
+
+
+def test_wallet_variables_are_read_only_when_asked():
+    assert Settings.from_env({"LOYALTY_WALLET_PROVIDER": "apple"}, wallet=False)
+
+
+def test_flags_override_the_environment_and_are_checked_by_name():
+    env = Settings.from_env({"LOYALTY_WORKERS": "4", "LOYALTY_GRPC_PORT": "6000"})
+    settings = env.with_flags(workers="2", grpc_port=None, data_dir="~/x")
+    assert (settings.workers, settings.grpc_port) == (2, 6000)
+    assert settings.data_dir == Path("~/x").expanduser()
+    with pytest.raises(ConfigError) as exc:
+        env.with_flags(workers="0")
+    assert str(exc.value) == "--workers must be an integer from 1 to 64, got '0'"
+
+
+def test_every_variable_the_code_reads_is_documented_and_checked():
+    read = set()
+    for path in SRC.rglob("*.py"):
+        text = path.read_text(encoding="utf-8")
+        read |= set(re.findall(r"LOYALTY_[A-Z_]*[A-Z](?![A-Z_*])", text))
+    wallet = {name for name in documented_names()
+              if "WALLET" in name}  # parsed by WalletSettings.from_env
+    assert read <= documented_names(), sorted(read - documented_names())
+    assert documented_names() == checked_names() | wallet
+
+
+@pytest.mark.parametrize(("argv", "variable"), [
+    (["serve"], "LOYALTY_WORKERS"),
+    (["up"], "LOYALTY_WORKERS"),
+    (["status"], "LOYALTY_WORKERS"),
+])
+def test_the_cli_stops_before_starting_anything(argv: list[str], variable: str,
+                                                monkeypatch: pytest.MonkeyPatch,
+                                                capsys: pytest.CaptureFixture[str],
+                                                tmp_path: Path):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv(variable, "zero")
+    assert main(argv) == EXIT_CONFIG
+    err = capsys.readouterr().err
+    assert err == f"error: {variable} must be an integer from 1 to 64, got 'zero'\n"
+    assert list(tmp_path.iterdir()) == []  # no data dir, nothing started
+
+
+def test_a_bad_flag_is_a_config_error(capsys: pytest.CaptureFixture[str],
+                                      monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.delenv("LOYALTY_DATABASE_URL", raising=False)
+    assert main(["serve", "--grpc-port", "http"]) == EXIT_CONFIG
+    assert capsys.readouterr().err == ("error: --grpc-port must be a port number from 0 to "
+                                       "65535, got 'http'\n")
