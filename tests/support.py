@@ -56,3 +56,22 @@ class Admin:
 
     def revoke(self, key_id: int) -> None:
         self.stub.RevokeKey(bo.RevokeKeyRequest(id=key_id), metadata=self.md)
+
+
+def cli_ok(result: tuple[int, str, str]) -> str:
+    """A `loyalty admin` run (exit code, stdout, stderr) that succeeded: its stdout."""
+    code, out, err = result
+    assert (code, err) == (0, ""), err
+    return out
+
+
+def cli_failed(result: tuple[int, str, str], codigo: str) -> str:
+    """A `loyalty admin` run that failed the way every one must: exit 1, nothing on stdout,
+    one line `error: <codigo>: <detalle>` on stderr (returned)."""
+    code, out, err = result
+    assert code == 1
+    assert out == ""
+    lines = err.splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith(f"error: {codigo}: "), err
+    return lines[0]

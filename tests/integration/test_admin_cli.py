@@ -14,6 +14,8 @@ from loyalty_grpc.api.server import GrpcServer, ServerSettings, build_server
 from loyalty_grpc.runtime.admin_token import ensure_admin_token
 from loyalty_grpc.runtime.cli import build_parser
 from loyalty_grpc.store.tables import codigos
+from tests.support import cli_failed as failed
+from tests.support import cli_ok as ok
 from tests.support import free_port
 
 TOKEN = "cli-admin-token-abcdefghijklmnopqrstuvwxyz"
@@ -45,20 +47,6 @@ def admin(server: GrpcServer, monkeypatch: pytest.MonkeyPatch,
     return run
 
 
-def ok(result: tuple[int, str, str]) -> str:
-    code, out, err = result
-    assert (code, err) == (0, ""), err
-    return out
-
-
-def failed(result: tuple[int, str, str], codigo: str) -> str:
-    code, out, err = result
-    assert code == 1
-    assert out == ""
-    lines = err.splitlines()
-    assert len(lines) == 1, err
-    assert lines[0].startswith(f"error: {codigo}: "), err
-    return lines[0]
 
 
 def test_program_key_fan_promo_code_flow(admin, engine: Engine):
