@@ -3,14 +3,21 @@
 from __future__ import annotations
 
 import socket
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any
 
 import grpc
+import pytest
 from google.rpc import error_details_pb2
 from grpc_status import rpc_status
+from sqlalchemy import Engine, select
 
+from loyalty_grpc.domain.errors import Codigo, LoyaltyError
 from loyalty_grpc.gen.loyalty.v1 import backoffice_service_pb2 as bo
 from loyalty_grpc.gen.loyalty.v1 import backoffice_service_pb2_grpc as bo_grpc
+from loyalty_grpc.store.tables import metadata
 
 
 def free_port() -> int:
@@ -75,3 +82,30 @@ def cli_failed(result: tuple[int, str, str], codigo: str) -> str:
     assert len(lines) == 1, err
     assert lines[0].startswith(f"error: {codigo}: "), err
     return lines[0]
+
+
+Dump = dict[str, list[tuple[Any, ...]]]
+
+
+def snapshot(engine: Engine) -> Dump:
+    """Every row of every table, all columns, in primary-key order: compare two of them to
+    prove that something changed nothing."""
+    with engine.connect() as conn:
+        return {
+            table.name: [tuple(row) for row in conn.execute(
+                select(table).order_by(*table.primary_key.columns))]
+            for table in metadata.sorted_tables
+        }
+
+
+@contextmanager
+def fails(engine: Engine, codigo: Codigo, *in_detalle: str) -> Iterator[None]:
+    """The block raises LoyaltyError(codigo), whose detalle contains each of `in_detalle`,
+    and changes nothing in the database."""
+    before = snapshot(engine)
+    with pytest.raises(LoyaltyError) as err:
+        yield
+    assert err.value.codigo is codigo, err.value
+    for part in in_detalle:
+        assert part in err.value.detalle, err.value.detalle
+    assert snapshot(engine) == before

@@ -6,9 +6,7 @@ from __future__ import annotations
 import hashlib
 import threading
 import time
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
 from datetime import date
 from decimal import Decimal
 from typing import Any
@@ -21,32 +19,14 @@ from loyalty_grpc.domain.keys import Modo
 from loyalty_grpc.domain.permissions import Permiso
 from loyalty_grpc.domain.promos import EstadoCodigo, EstadoFan, EstadoPromo
 from loyalty_grpc.services import codes, fans, keys, programs, promos
-from loyalty_grpc.store.tables import LEDGER_MISMATCH_SQL, claves, codigos, metadata
+from loyalty_grpc.store.tables import LEDGER_MISMATCH_SQL, claves, codigos
 from loyalty_grpc.store.tables import fans as fans_table
+from tests.support import fails
 
 P = "halcones"
 OTRO = "otro"
 
 
-def snapshot(engine: Engine) -> dict[str, list[tuple[Any, ...]]]:
-    with engine.connect() as conn:
-        return {
-            t.name: [tuple(r) for r in conn.execute(
-                select(t).order_by(*t.primary_key.columns))]
-            for t in metadata.sorted_tables
-        }
-
-
-@contextmanager
-def fails(engine: Engine, codigo: Codigo, *in_detalle: str) -> Iterator[None]:
-    """The block raises LoyaltyError(codigo) and changes nothing."""
-    before = snapshot(engine)
-    with pytest.raises(LoyaltyError) as err:
-        yield
-    assert err.value.codigo is codigo, err.value
-    for part in in_detalle:
-        assert part in err.value.detalle
-    assert snapshot(engine) == before
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -24,22 +24,10 @@ from loyalty_grpc.store.tables import (
     claves,
     codigos,
     fans,
-    metadata,
     movimientos,
     promos,
 )
-
-Dump = dict[str, list[tuple[Any, ...]]]
-
-
-def dump(engine: Engine) -> Dump:
-    """Every row of every table, all columns, in primary-key order."""
-    with engine.connect() as conn:
-        return {
-            table.name: [tuple(row) for row in conn.execute(
-                select(table).order_by(*table.primary_key.columns))]
-            for table in metadata.sorted_tables
-        }
+from tests.support import snapshot
 
 
 def counts(result: list[ApplyCount]) -> dict[str, tuple[int, int, int]]:
@@ -155,20 +143,20 @@ def test_apply_twice_changes_nothing_at_all(engine: Engine) -> None:
         "programas": (1, 0, 0), "claves": (2, 0, 0), "fans": (5, 0, 0), "promos": (2, 0, 0),
         "codigos": (5, 0, 0), "ajustes": (5, 0, 0),
     }
-    before = dump(engine)
+    before = snapshot(engine)
     second = apply(engine, doc)
     assert second == {
         "programas": (0, 0, 1), "claves": (0, 0, 2), "fans": (0, 0, 5), "promos": (0, 0, 2),
         "codigos": (0, 0, 5), "ajustes": (0, 0, 5),
     }
-    assert dump(engine) == before
+    assert snapshot(engine) == before
     ledger_ok(engine)
 
 
 def test_changed_fixture_updates_exactly_the_changed_rows(engine: Engine) -> None:
     doc = rich("cambios")
     apply(engine, doc)
-    before = dump(engine)
+    before = snapshot(engine)
     changed = copy.deepcopy(doc)
     p = changed["programas"][0]
     p["tasa_puntos"] = "0.250000"                   # same number: no change
@@ -190,7 +178,7 @@ def test_changed_fixture_updates_exactly_the_changed_rows(engine: Engine) -> Non
         "programas": (0, 0, 1), "claves": (0, 1, 1), "fans": (1, 3, 2), "promos": (0, 1, 1),
         "codigos": (1, 1, 4), "ajustes": (1, 0, 5),
     }
-    after = dump(engine)
+    after = snapshot(engine)
 
     def by_pk(rows: list[tuple[Any, ...]]) -> dict[Any, tuple[Any, ...]]:
         return {row[0]: row for row in rows}
@@ -244,9 +232,9 @@ def test_changed_fixture_updates_exactly_the_changed_rows(engine: Engine) -> Non
         assert r1.asignado_en is not None
 
     # And the changed fixture is itself idempotent.
-    again = dump(engine)
+    again = snapshot(engine)
     assert all(c[:2] == (0, 0) for c in apply(engine, changed).values())
-    assert dump(engine) == again
+    assert snapshot(engine) == again
     ledger_ok(engine)
 
 
@@ -285,12 +273,12 @@ def test_code_may_name_a_fan_already_in_the_database(engine: Engine) -> None:
 
 
 def _fails(engine: Engine, doc: dict[str, Any] | str, codigo: Codigo, contains: str) -> None:
-    before = dump(engine)
+    before = snapshot(engine)
     with pytest.raises(LoyaltyError) as caught:
         apply_fixture(engine, doc if isinstance(doc, str) else json.dumps(doc))
     assert caught.value.codigo == codigo
     assert contains in caught.value.detalle
-    assert dump(engine) == before
+    assert snapshot(engine) == before
 
 
 def _base_with_extra(programa: str) -> dict[str, Any]:
@@ -340,7 +328,7 @@ def test_key_of_another_program_is_refused_without_echoing_it(engine: Engine) ->
     doc = _base_with_extra("ajenos")
     stolen = rich("duenos")["programas"][0]["claves"][0]["clave"]
     doc["programas"][1]["claves"][0]["clave"] = stolen
-    before = dump(engine)
+    before = snapshot(engine)
     with pytest.raises(LoyaltyError) as caught:
         apply_fixture(engine, json.dumps(doc))
     assert caught.value.codigo == Codigo.FIXTURE_INVALIDO
@@ -348,7 +336,7 @@ def test_key_of_another_program_is_refused_without_echoing_it(engine: Engine) ->
         "programas[1] (ajenos).claves[0] (Caja A).clave: ya está registrada en otro programa")
     assert stolen not in caught.value.detalle
     assert stolen[8:] not in caught.value.detalle
-    assert dump(engine) == before
+    assert snapshot(engine) == before
 
 
 def test_code_fan_nowhere_is_refused_and_changes_nothing(engine: Engine) -> None:
@@ -373,11 +361,11 @@ def test_many_fans_and_codes(engine: Engine) -> None:
                                 for i in range(n)]}],
     }]}
     assert apply(engine, doc)["codigos"] == (n, 0, 0)
-    before = dump(engine)
+    before = snapshot(engine)
     result = apply(engine, doc)
     assert result["fans"] == (0, 0, n)
     assert result["codigos"] == (0, 0, n)
-    assert dump(engine) == before
+    assert snapshot(engine) == before
     ledger_ok(engine)
 
 
@@ -387,9 +375,9 @@ def test_demo_fixture_applies(engine: Engine) -> None:
         "programas": (1, 0, 0), "claves": (4, 0, 0), "fans": (5, 0, 0), "promos": (2, 0, 0),
         "codigos": (8, 0, 0), "ajustes": (4, 0, 1),
     }
-    before = dump(engine)
+    before = snapshot(engine)
     assert all(c[:2] == (0, 0) for c in counts(apply_fixture(engine, document)).values())
-    assert dump(engine) == before
+    assert snapshot(engine) == before
     with engine.connect() as conn:
         states = conn.execute(text(
             "SELECT p.estado, c.estado, count(*) FROM codigos c JOIN promos p "

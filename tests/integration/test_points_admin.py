@@ -8,9 +8,7 @@ from __future__ import annotations
 import itertools
 import threading
 import time
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
 
@@ -26,11 +24,11 @@ from loyalty_grpc.store.ledger import Motivo, move_points
 from loyalty_grpc.store.tables import (
     LEDGER_MISMATCH_SQL,
     codigos,
-    metadata,
     movimientos,
     ventas,
 )
 from loyalty_grpc.store.tables import fans as fans_table
+from tests.support import fails, snapshot
 
 P = "halcones"
 OTRO = "otro"
@@ -41,25 +39,6 @@ _seq = itertools.count(1)
 # ---------------------------------------------------------------- helpers
 
 
-def snapshot(engine: Engine) -> dict[str, list[tuple[Any, ...]]]:
-    with engine.connect() as conn:
-        return {
-            t.name: [tuple(r) for r in conn.execute(
-                select(t).order_by(*t.primary_key.columns))]
-            for t in metadata.sorted_tables
-        }
-
-
-@contextmanager
-def fails(engine: Engine, codigo: Codigo, *in_detalle: str) -> Iterator[None]:
-    """The block raises LoyaltyError(codigo) and changes nothing."""
-    before = snapshot(engine)
-    with pytest.raises(LoyaltyError) as err:
-        yield
-    assert err.value.codigo is codigo, err.value
-    for part in in_detalle:
-        assert part in err.value.detalle, err.value.detalle
-    assert snapshot(engine) == before
 
 
 def assert_ledger_consistent(engine: Engine) -> None:
