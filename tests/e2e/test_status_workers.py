@@ -98,8 +98,12 @@ def _channels(port: int) -> list[grpc.Channel]:
 
 
 def _ping(channel: grpc.Channel) -> bool:
+    # wait_for_ready: as a real client (and Envoy) does, a call whose connection went to a
+    # worker that stopped waits for the channel to reconnect (to a worker still serving)
+    # instead of failing fast through grpc's reconnect back-off.
     reply = pos_grpc.PosServiceStub(channel).Ping(
-        pos.PingRequest(), metadata=(("authorization", f"Bearer {KEY}"),), timeout=5)
+        pos.PingRequest(), metadata=(("authorization", f"Bearer {KEY}"),), timeout=5,
+        wait_for_ready=True)
     return bool(reply.ok)
 
 
