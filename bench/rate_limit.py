@@ -9,8 +9,12 @@ cache TTL 5 s, so a ping without the limiter touches no database) and Envoy in f
 (`--concurrency 1`, as `loyalty up` runs it); all on loopback. Rows, each `--seconds`:
 
 - `off`: rate_limit_per_minute=0 (no limiter, no RateLimit headers);
-- `on`:  rate_limit_per_minute=1_000_000_000 (the limiter runs on every call, one
-  INSERT ... ON CONFLICT DO UPDATE on the key's single row, but never rejects);
+- `on`:  rate_limit_per_minute=1_000_000_000 (the limiter runs on every call but never
+  rejects), calls reserved in batches as in production (services/rate_limit.py): a busy
+  key costs a round trip per batch of up to 64 calls;
+- `per call`: the same with rate_limit_batch=1: one INSERT ... ON CONFLICT DO UPDATE on
+  the key's row per call, the cost of a key's first call in a second (e.g. many keys
+  calling now and then);
 
 through Envoy (wrk if on PATH, else Python processes; see bench/ping.py) and over native
 gRPC direct (Python processes). All calls use ONE key, i.e. one counter row: the worst
@@ -49,17 +53,21 @@ from ping import (
 MAX_ROUNDS = 3
 STATEMENT_CALLS = 2000
 ON_LIMIT = 1_000_000_000
+# (row name, rate_limit_per_minute, rate_limit_batch)
+SETTINGS = (("off", 0, 0), ("on", ON_LIMIT, 0), ("per call", ON_LIMIT, 1))
 
 
 @contextlib.contextmanager
-def server_and_envoy(database_url: str, work: Path, limit: int) -> Iterator[tuple[int, int]]:
+def server_and_envoy(database_url: str, work: Path, limit: int, batch: int
+                     ) -> Iterator[tuple[int, int]]:
     """(gRPC port, HTTP port) of a server with `limit` and Envoy in front of it."""
     from loyalty_grpc.api.server import ServerSettings, build_server
     from loyalty_grpc.runtime.envoy import EnvoyProcess
 
     server = build_server(ServerSettings(database_url=database_url,
                                          admin_token=secrets.token_urlsafe(24), port=0,
-                                         rate_limit_per_minute=limit))
+                                         rate_limit_per_minute=limit,
+                                         rate_limit_batch=batch))
     server.start()
     try:
         http_port = free_port()
@@ -74,23 +82,24 @@ def server_and_envoy(database_url: str, work: Path, limit: int) -> Iterator[tupl
 
 
 def statement_cost(database_url: str) -> float:
-    """Microseconds per `RateLimiter.take`, sequential, one thread, warm pool."""
+    """Microseconds per database request of one call (PgCounters.reserve), sequential,
+    one thread, warm pool."""
     from sqlalchemy import select
 
-    from loyalty_grpc.services.rate_limit import RateLimiter
     from loyalty_grpc.store.db import make_engine
+    from loyalty_grpc.store.rate_limit import PgCounters
     from loyalty_grpc.store.tables import claves
 
     engine = make_engine(database_url, pool_size=1)
     try:
         with engine.connect() as conn:
             clave_id = conn.execute(select(claves.c.id).limit(1)).scalar_one()
-        limiter = RateLimiter(engine, ON_LIMIT)
+        counters = PgCounters(engine)
         for _ in range(50):
-            limiter.take(clave_id)
+            counters.reserve(clave_id, 1, ON_LIMIT)
         began = time.perf_counter()
         for _ in range(STATEMENT_CALLS):
-            limiter.take(clave_id)
+            counters.reserve(clave_id, 1, ON_LIMIT)
         return (time.perf_counter() - began) / STATEMENT_CALLS * 1e6
     finally:
         engine.dispose()
@@ -116,10 +125,11 @@ def run(args: argparse.Namespace) -> int:
             engine.dispose()
             micros = statement_cost(db.url)
             for round_ in range(args.rounds):
-                for name, limit in (("off", 0), ("on", ON_LIMIT)):
-                    envoy_dir = work / f"envoy-{name}-{round_}"
+                for name, limit, batch in SETTINGS:
+                    envoy_dir = work / f"envoy-{name.replace(' ', '-')}-{round_}"
                     envoy_dir.mkdir()
-                    with server_and_envoy(db.url, envoy_dir, limit) as (grpc_port, http_port):
+                    with server_and_envoy(db.url, envoy_dir, limit, batch) as (
+                            grpc_port, http_port):
                         label = f"limiter {name}: POST /api/v1/ping via Envoy"
                         if wrk is not None:
                             result = run_wrk(wrk, f"http://127.0.0.1:{http_port}", key=key,
@@ -153,8 +163,8 @@ def print_report(rows: list[tuple[str, Result]], args: argparse.Namespace,
     for _, r in rows:
         if r.first_error:
             print(f"  {r.label}: first error: {r.first_error}")
-    print(f"\nthe statement alone (RateLimiter.take, sequential, one thread): "
-          f"{micros:.0f} us per call")
+    print(f"\nthe statement alone (PgCounters.reserve, sequential, one thread): "
+          f"{micros:.0f} us per request")
     print(f"os.cpu_count() = {os.cpu_count()}; load generators, Envoy and PostgreSQL share "
           "these cores with the server")
 

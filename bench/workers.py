@@ -88,9 +88,9 @@ def serve_workers(database_url: str, workers: int, work: Path) -> Iterator[int]:
 
 def cap_envoy_streams(limit: int) -> None:
     """Render Envoy's config with at most `limit` streams per upstream connection."""
-    from loyalty_grpc.runtime import envoy
+    from loyalty_grpc.runtime import envoy_config
 
-    load = envoy.load_config
+    load = envoy_config.load_config
 
     def capped(directory: Path | None = None) -> dict[str, Any]:
         config = load(directory)
@@ -101,7 +101,7 @@ def cap_envoy_streams(limit: int) -> None:
                 "max_concurrent_streams"] = limit
         return config
 
-    envoy.load_config = capped
+    envoy_config.load_config = capped
 
 
 def measure(args: argparse.Namespace, work: Path, database_url: str, key: str, *, workers: int,

@@ -253,6 +253,12 @@ local function number_or_nil(text)
   return tonumber(text)
 end
 
+-- grpc-message of grpc's refusal of oversized request metadata, e.g. "received metadata
+-- size exceeds soft limit (12653 vs. 8192); ..." or "... exceeds hard limit (...)".
+local function metadata_too_large(message)
+  return message ~= nil and string.find(message, "metadata size exceeds", 1, true) ~= nil
+end
+
 local function on_response(handle)
   local headers = handle:headers()
   local status = number_or_nil(header(headers, ":status"))
@@ -270,7 +276,7 @@ local function on_response(handle)
   end
 
   -- Decide the new status and body from the headers alone.
-  local new_status, new_body, codigo
+  local new_status, new_body, codigo, detalle_envoy
   local wants_envoy_reason = false
   if server_envelope ~= nil then
     -- 1. The server's error.
@@ -284,6 +290,14 @@ local function on_response(handle)
     -- upstream errors; Envoy's replies to native gRPC requests keep :status 200.
     if status == 200 then
       codigo = BY_GRPC_STATUS[grpc_status] or "error_interno"
+    elseif grpc_status == "8" and metadata_too_large(header(headers, "grpc-message")) then
+      -- grpc's own RESOURCE_EXHAUSTED for request headers over its metadata limit (the
+      -- transcoder makes it a 429): the request is too large, not one call too many.
+      codigo = "solicitud_muy_grande"
+    elseif grpc_status == "1" then
+      -- CANCELLED from the server (the transcoder makes it a 499): grpc turned the call
+      -- away without running it (e.g. a worker shutting down), not a bad request.
+      codigo = "servicio_no_disponible"
     else
       codigo = codigo_for_http(status)
     end
@@ -291,7 +305,14 @@ local function on_response(handle)
     -- 2b. Envoy's own reply: its body is the reason (e.g. "fan: invalid value 12345 for
     -- type TYPE_STRING"), worth showing for client errors.
     codigo = codigo_for_http(status)
-    wants_envoy_reason = CATALOGO[codigo][1] < 500
+    if status == 501 then
+      -- The HTTP/1 codec's answer to a transfer coding it does not implement
+      -- ("Transfer-Encoding: gzip, chunked"; its body is just "Not Implemented"): the
+      -- client's request is wrong, not a missing operation of ours.
+      codigo = "solicitud_invalida"
+      detalle_envoy = "Transfer-Encoding no soportado; use chunked o Content-Length."
+    end
+    wants_envoy_reason = detalle_envoy == nil and CATALOGO[codigo][1] < 500
   end
   if codigo ~= nil then
     new_status = CATALOGO[codigo][1]
@@ -303,7 +324,7 @@ local function on_response(handle)
   headers:replace("content-type", "application/json")
 
   if new_body == nil then
-    local detalle = DETALLE_FIJO[codigo]
+    local detalle = DETALLE_FIJO[codigo] or detalle_envoy
     if detalle == nil then
       if codigo == "ruta_no_encontrada" and request_line(handle) ~= nil then
         detalle = "No existe " .. request_line(handle) .. "."
@@ -330,14 +351,24 @@ local function fallback(handle)
 end
 
 -- The transcoder forwards request headers as gRPC metadata, and gRPC refuses (the whole
--- call fails: a 500) a header name outside [0-9a-z_.-] or a malformed reserved grpc-*
--- header. A client cannot mean either for us: drop them before the transcoder.
+-- call fails: a 500) a header it cannot carry: a name outside [0-9a-z_.-], a malformed
+-- reserved grpc-* header, a `-bin` value that is not base64 (grpc's own rules: "AB==" is
+-- refused too). Worse, such a refusal poisons the header's NAME on Envoy's HTTP/2
+-- connection to the server: grpc keeps the error with the HPACK dynamic table entry, and
+-- every later call that carries the same name, whatever its value, fails while that
+-- entry lives (grpc hpack_parser: a key taken from the table inherits its parse error).
+-- Values outside printable ASCII (%x20-%x7E) are not gRPC metadata either (grpc logs an
+-- error with the raw value for each call). A client of the JSON API cannot mean any of
+-- these for us: drop them before the transcoder. The server reads only authorization and
+-- x-request-id, which are printable ASCII when they are valid at all.
 local function drop_headers_grpc_cannot_carry(headers)
   local doomed = {}
-  for name, _ in pairs(headers) do
+  for name, value in pairs(headers) do
     local pseudo = string.sub(name, 1, 1) == ":"
     if not pseudo and (string.find(name, "^[0-9a-z_.-]+$") == nil
-                       or string.sub(name, 1, 5) == "grpc-") then
+                       or string.sub(name, 1, 5) == "grpc-"
+                       or string.sub(name, -4) == "-bin"
+                       or string.find(value, "[^\32-\126]") ~= nil) then
       doomed[#doomed + 1] = name
     end
   end
@@ -346,7 +377,40 @@ local function drop_headers_grpc_cannot_carry(headers)
   end
 end
 
+-- Request trailers (an HTTP/2 client can send them; the HTTP/1 codec drops them) reach the
+-- server as gRPC metadata just like headers, with the same failures, and a JSON request
+-- never needs them: empty them. bodyChunks() lets the body through without buffering it
+-- here (the buffer filter behind enforces the limit), so trailers() then waits for nothing.
+local function drop_request_trailers(handle)
+  local protocol = handle:streamInfo():protocol()
+  if protocol == "HTTP/1.0" or protocol == "HTTP/1.1" then
+    return
+  end
+  for _ in handle:bodyChunks() do
+  end
+  local trailers = handle:trailers()
+  if trailers ~= nil then
+    strip_all(trailers)
+  end
+end
+
+-- CONNECT asks for a tunnel (no :path); nothing here serves one, and the buffer filter
+-- behind would wait for the end of a body that a tunnel never sends (until Envoy's idle
+-- timeout, minutes). Answer at once: envoy_on_response turns the reply into the envelope
+-- (its body becomes `detalle`, as for Envoy's own replies).
+local function refused_connect(handle)
+  if header(handle:headers(), ":method") ~= "CONNECT" then
+    return false
+  end
+  handle:respond({[":status"] = "404"}, "No existe CONNECT: la API no abre túneles.")
+  return true
+end
+
 function envoy_on_request(handle)
+  local ok, refused = pcall(refused_connect, handle)
+  if ok and refused then
+    return
+  end
   pcall(drop_headers_grpc_cannot_carry, handle:headers())
   -- Remember "METHOD /path" for the detalle of a 404 (the transcoder rewrites both).
   pcall(function()
@@ -360,6 +424,8 @@ function envoy_on_request(handle)
     handle:streamInfo():dynamicMetadata():set(METADATA_NAMESPACE, "request",
       string.sub(method .. " " .. path, 1, 200))
   end)
+  -- Last: it waits for the end of the body (headers are final by then).
+  pcall(drop_request_trailers, handle)
 end
 
 function envoy_on_response(handle)

@@ -21,7 +21,7 @@ from schemathesis.checks import (
     status_code_conformance,
 )
 
-from loyalty_grpc.runtime.envoy import find_gateway_dir
+from loyalty_grpc.runtime.envoy_config import find_gateway_dir
 from tests.e2e.conftest import Stack
 
 DOCUMENT = "/api/v1/openapi.json"

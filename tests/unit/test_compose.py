@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import yaml
 
-from loyalty_grpc.runtime import envoy
+from loyalty_grpc.runtime import envoy_config
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -106,7 +106,7 @@ def test_start_order(services: dict[str, Any]) -> None:
 
 
 def test_ports_agree_with_envoy_yaml(services: dict[str, Any]) -> None:
-    config = envoy.load_config(ROOT / "gateway")
+    config = envoy_config.load_config(ROOT / "gateway")
     (listener,) = config["static_resources"]["listeners"]
     http_port = listener["address"]["socket_address"]["port_value"]
     (cluster,) = config["static_resources"]["clusters"]

@@ -1,13 +1,16 @@
 """gateway/envoy.yaml and gateway/envelope.lua: Envoy accepts them, the envelopes they
-produce use the error catalogue exactly, and nothing routes to the back office.
+produce use the error catalogue exactly, and nothing routes to the back office; what Envoy
+runs (the file-based xDS split of the same configuration) is exactly that configuration.
 
-(The same behaviour over real HTTP: tests/e2e/test_gateway_errors.py.)
+(The same behaviour over real HTTP: tests/e2e/test_gateway_errors.py; live reloads:
+tests/e2e/test_gateway_reload.py.)
 """
 
 from __future__ import annotations
 
 import json
 import re
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +19,7 @@ import yaml
 from google.protobuf import descriptor_pb2
 
 from loyalty_grpc.domain.errors import CATALOGO, Codigo
-from loyalty_grpc.runtime import envoy
+from loyalty_grpc.runtime import envoy_config, envoy_xds
 
 ROOT = Path(__file__).resolve().parents[2]
 GATEWAY = ROOT / "gateway"
@@ -63,27 +66,28 @@ def routes(config: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def test_committed_config_validates_from_the_repo_root() -> None:
-    envoy.validate(Path("gateway/envoy.yaml"), cwd=ROOT)
+    envoy_config.validate(Path("gateway/envoy.yaml"), cwd=ROOT)
 
 
 def test_rendered_config_validates(tmp_path: Path) -> None:
-    path = envoy.write_config(tmp_path / "envoy.yaml", http_port=18080,
-                              upstream_host="server", upstream_port=50052, admin_port=0,
-                              gateway_dir=GATEWAY, listen_host="127.0.0.1")
-    envoy.validate(path, cwd=tmp_path)  # absolute paths: any working directory works
+    path = envoy_config.write_config(tmp_path / "envoy.yaml", http_port=18080,
+                                     upstream_host="server", upstream_port=50052, admin_port=0,
+                                     gateway_dir=GATEWAY, listen_host="127.0.0.1")
+    envoy_config.validate(path, cwd=tmp_path)  # absolute paths: any working directory works
 
 
 def test_invalid_config_raises_with_envoys_message(tmp_path: Path) -> None:
     broken = tmp_path / "envoy.yaml"
     broken.write_text("static_resources: {clusters: [{name: x, type: NOPE}]}\n")
-    with pytest.raises(envoy.EnvoyError, match="NOPE"):
-        envoy.validate(broken)
+    with pytest.raises(envoy_config.EnvoyError, match="NOPE"):
+        envoy_config.validate(broken)
 
 
 def test_render_changes_only_ports_addresses_and_paths() -> None:
-    original = envoy.load_config(GATEWAY)
-    rendered = envoy.render_config(http_port=18080, upstream_host="server", upstream_port=50052,
-                                   admin_port=19901, gateway_dir=GATEWAY)
+    original = envoy_config.load_config(GATEWAY)
+    rendered = envoy_config.render_config(http_port=18080, upstream_host="server",
+                                          upstream_port=50052, admin_port=19901,
+                                          gateway_dir=GATEWAY)
     assert rendered["admin"]["address"]["socket_address"] == {"address": "127.0.0.1",
                                                               "port_value": 19901}
     listen = rendered["static_resources"]["listeners"][0]["address"]["socket_address"]
@@ -115,17 +119,150 @@ def test_render_changes_only_ports_addresses_and_paths() -> None:
 
 def test_committed_defaults_match_the_module(config: dict[str, Any]) -> None:
     assert config["admin"]["address"]["socket_address"] == {
-        "address": "127.0.0.1", "port_value": envoy.DEFAULT_ADMIN_PORT}
+        "address": "127.0.0.1", "port_value": envoy_config.DEFAULT_ADMIN_PORT}
     listen = config["static_resources"]["listeners"][0]["address"]["socket_address"]
-    assert listen["port_value"] == envoy.DEFAULT_HTTP_PORT
+    assert listen["port_value"] == envoy_config.DEFAULT_HTTP_PORT
     endpoint = (config["static_resources"]["clusters"][0]["load_assignment"]["endpoints"][0]
                 ["lb_endpoints"][0]["endpoint"]["address"]["socket_address"])
-    assert endpoint == {"address": envoy.DEFAULT_UPSTREAM_HOST,
-                        "port_value": envoy.DEFAULT_UPSTREAM_PORT}
+    assert endpoint == {"address": envoy_config.DEFAULT_UPSTREAM_HOST,
+                        "port_value": envoy_config.DEFAULT_UPSTREAM_PORT}
 
 
 def test_gateway_dir_is_found() -> None:
-    assert (envoy.find_gateway_dir() / "envoy.yaml").is_file()
+    assert (envoy_config.find_gateway_dir() / "envoy.yaml").is_file()
+
+
+def test_invalid_yaml_is_an_envoy_error(tmp_path: Path) -> None:
+    (tmp_path / "envoy.yaml").write_text("static_resources: [\n")
+    with pytest.raises(envoy_config.EnvoyError, match="not valid YAML"):
+        envoy_config.load_config(tmp_path)
+
+
+# ---------------------------------------------------------------- what Envoy runs (xDS)
+
+
+def spec(gateway_dir: Path = GATEWAY) -> envoy_config.GatewaySpec:
+    return envoy_config.GatewaySpec(http_port=18080, upstream_host="server",
+                                    upstream_port=50052, admin_port=0, gateway_dir=gateway_dir,
+                                    listen_host="127.0.0.1")
+
+
+def without_types(resources: list[dict[str, Any]], type_url: str) -> list[dict[str, Any]]:
+    assert {resource["@type"] for resource in resources} == {type_url}
+    return [{k: v for k, v in resource.items() if k != "@type"} for resource in resources]
+
+
+def gateway_copy(tmp_path: Path) -> Path:
+    return Path(shutil.copytree(GATEWAY, tmp_path / "gateway"))
+
+
+def test_generation_is_the_static_config_split_for_xds(tmp_path: Path) -> None:
+    work = envoy_xds.WorkDir(tmp_path / "work")
+    generation = envoy_xds.render_generation(spec(), work)
+    bootstrap = dict(generation.bootstrap)
+    dynamic = bootstrap.pop("dynamic_resources")
+    listeners = without_types(generation.listeners["resources"], envoy_xds.LISTENER_TYPE)
+    clusters = without_types(generation.clusters["resources"], envoy_xds.CLUSTER_TYPE)
+    assert {**bootstrap, "static_resources": {"listeners": listeners, "clusters": clusters}} \
+        == generation.static
+    # Nothing else added.
+    assert list(generation.static) == list(envoy_config.load_config(GATEWAY))
+    for config_source, path in (("lds_config", work.listeners),
+                                ("cds_config", work.clusters)):
+        assert dynamic[config_source] == {"path_config_source": {
+            "path": str(path), "watched_directory": {"path": str(path.parent)}},
+            "resource_api_version": "V3"}
+    # Apart from the files it reads, the listener is render_config's.
+    rendered = spec().render()
+    for (pinned, key), (original, _) in zip(
+            envoy_config.file_references(generation.static),
+            envoy_config.file_references(rendered), strict=True):
+        copied, source = Path(pinned[key]), Path(original[key])
+        assert copied.parent == work.assets
+        assert copied.read_bytes() == source.read_bytes()
+        assert copied.name.startswith(source.stem + "-")
+        assert copied.suffix == source.suffix
+        pinned[key] = original[key]
+    assert generation.static == rendered
+    assert len(envoy_config.file_references(rendered)) == 3  # Lua, descriptor set, OpenAPI
+
+
+def test_a_changed_file_changes_the_listener_only(tmp_path: Path) -> None:
+    gateway = gateway_copy(tmp_path)
+    work = envoy_xds.WorkDir(tmp_path / "work")
+    before = envoy_xds.render_generation(spec(gateway), work)
+    assert envoy_xds.render_generation(spec(gateway), work) == before  # versions are content
+    with (gateway / "openapi.json").open("a") as handle:
+        handle.write("\n")
+    after = envoy_xds.render_generation(spec(gateway), work)
+    assert after.listeners["version_info"] != before.listeners["version_info"]
+    assert after.clusters == before.clusters
+    assert after.bootstrap == before.bootstrap
+    assert len(list(work.assets.iterdir())) == 4  # both OpenAPI documents, until pruned
+
+
+def test_install_writes_what_envoy_runs(tmp_path: Path) -> None:
+    work = envoy_xds.install(spec(), tmp_path / "work")
+    generation = envoy_xds.render_generation(spec(), work)
+    assert yaml.safe_load(work.bootstrap.read_text()) == generation.bootstrap
+    assert yaml.safe_load(work.listeners.read_text()) == generation.listeners
+    assert yaml.safe_load(work.clusters.read_text()) == generation.clusters
+    assert yaml.safe_load(work.static.read_text()) == generation.static
+    envoy_config.validate(work.static)
+    assert work.load_spec() == spec()
+    assert sorted(path.name for path in work.assets.iterdir()) == sorted(
+        Path(holder[key]).name
+        for holder, key in envoy_config.file_references(generation.static))
+    assert not [path for path in tmp_path.rglob(".*") if path.name != ".lock"]  # temp files
+
+
+def test_install_refuses_an_invalid_config_and_writes_nothing_envoy_reads(
+        tmp_path: Path) -> None:
+    gateway = gateway_copy(tmp_path)
+    config = envoy_config.load_config(gateway)
+    routes(config)[0]["direct_response"]["status"] = 999
+    (gateway / "envoy.yaml").write_text(yaml.safe_dump(config))
+    with pytest.raises(envoy_config.EnvoyError, match=r"must be inside range") as error:
+        envoy_xds.install(spec(gateway), tmp_path / "work")
+    # Envoy prints the whole listener before the reason: the middle is left out.
+    assert "lines of the offending configuration" in str(error.value)
+    assert len(str(error.value).splitlines()) < 12
+    work = envoy_xds.WorkDir(tmp_path / "work")
+    assert not work.bootstrap.exists()
+    assert not work.listeners.exists()
+
+
+def test_bootstrap_level_dynamic_resources_are_refused(tmp_path: Path) -> None:
+    gateway = gateway_copy(tmp_path)
+    config = envoy_config.load_config(gateway)
+    config["dynamic_resources"] = {}
+    (gateway / "envoy.yaml").write_text(yaml.safe_dump(config))
+    with pytest.raises(envoy_config.EnvoyError, match="dynamic_resources"):
+        envoy_xds.render_generation(spec(gateway), envoy_xds.WorkDir(tmp_path / "work"))
+
+
+def test_check_command_validates_a_gateway_folder(tmp_path: Path,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    gateway = gateway_copy(tmp_path)
+    assert envoy_xds.check_command(gateway) == 0
+    assert "OK" in capsys.readouterr().out
+    (gateway / "envelope.lua").unlink()
+    assert envoy_xds.check_command(gateway) == 1
+    assert "envelope.lua does not exist" in capsys.readouterr().out
+
+
+def test_write_atomic_replaces_the_file_and_leaves_no_temporary(tmp_path: Path) -> None:
+    target = tmp_path / "xds" / "lds.yaml"
+    envoy_xds.write_atomic(target, b"one")
+    envoy_xds.write_atomic(target, b"two")
+    assert target.read_bytes() == b"two"
+    assert [path.name for path in target.parent.iterdir()] == ["lds.yaml"]
+
+
+def test_committed_config_names_a_node(config: dict[str, Any]) -> None:
+    """File-based xDS needs a node id and cluster (Envoy refuses to start without)."""
+    assert config["node"]["id"]
+    assert config["node"]["cluster"]
 
 
 # ---------------------------------------------------------------- filters as designed

@@ -12,8 +12,10 @@ from hypothesis import strategies as st
 from loyalty_grpc.domain.rate_limit import (
     SLOTS,
     WINDOW_SECONDS,
+    Devolucion,
     Ventana,
     cuota,
+    give_back,
     policy_header,
     shift,
     take,
@@ -27,8 +29,9 @@ def replay(times: list[float], limit: int) -> list[tuple[float, bool, Ventana]]:
     ventana: Ventana | None = None
     out = []
     for t in sorted(times):
-        ventana, admitted = take(ventana, math.floor(t), limit)
-        out.append((t, admitted, ventana))
+        ventana, granted = take(ventana, math.floor(t), limit)
+        assert granted in (0, 1)
+        out.append((t, granted == 1, ventana))
     return out
 
 
@@ -66,25 +69,25 @@ def test_retry_after_is_enough(times: list[float], limit: int) -> None:
             assert view.remaining == 0
             assert 1 <= view.retry_after <= SLOTS
             _, again = take(ventana, math.floor(t + view.retry_after), limit)
-            assert again
+            assert again == 1
 
 
 def test_a_rejected_call_is_not_counted() -> None:
-    ventana, ok = take(None, 100, 1)
-    assert ok
-    rejected, ok = take(ventana, 130, 1)
-    assert not ok
+    ventana, granted = take(None, 100, 1)
+    assert granted == 1
+    rejected, granted = take(ventana, 130, 1)
+    assert granted == 0
     assert sum(rejected.cuentas) == 1
 
 
 def test_full_window_then_free_after_61_seconds() -> None:
     ventana = None
     for _ in range(3):
-        ventana, ok = take(ventana, 10, 3)
-        assert ok
+        ventana, granted = take(ventana, 10, 3)
+        assert granted == 1
     assert ventana is not None
-    assert not take(ventana, 70, 3)[1]  # 60 s later: still counted (61-s window)
-    assert take(ventana, 71, 3)[1]
+    assert take(ventana, 70, 3)[1] == 0  # 60 s later: still counted (61-s window)
+    assert take(ventana, 71, 3)[1] == 1
 
 
 def test_cuota_headers() -> None:
@@ -111,3 +114,28 @@ def test_shift_never_goes_back_in_time() -> None:
     assert shift(ventana, 40) == ventana
     assert shift(ventana, 50 + SLOTS) == Ventana(50 + SLOTS, (0,) * SLOTS)
     assert shift(ventana, 51).cuentas[-2:] == (4, 0)
+
+
+def test_a_batch_is_granted_up_to_what_is_left() -> None:
+    ventana, granted = take(None, 10, 10, pedidas=4)
+    assert (granted, ventana.cuentas[-1]) == (4, 4)
+    ventana, granted = take(ventana, 10, 10, pedidas=8)
+    assert (granted, ventana.cuentas[-1]) == (6, 10)
+    ventana, granted = take(ventana, 11, 10, pedidas=8)
+    assert (granted, sum(ventana.cuentas)) == (0, 10)
+
+
+def test_unused_calls_given_back_free_their_second() -> None:
+    ventana, _ = take(None, 10, 10, pedidas=10)
+    # 3 of second 10 never used, returned at second 12: room for 3 more.
+    ventana, granted = take(ventana, 12, 10, pedidas=5, devolucion=Devolucion(10, 3))
+    assert granted == 3
+    assert ventana.cuentas[-3:] == (7, 0, 3)
+
+
+def test_a_return_never_goes_below_zero_nor_outside_the_window() -> None:
+    ventana, _ = take(None, 10, 10, pedidas=2)
+    assert give_back(ventana, Devolucion(10, 5)).cuentas[-1] == 0
+    assert give_back(ventana, Devolucion(10 - SLOTS, 5)) == ventana  # left the window
+    assert give_back(ventana, Devolucion(10, 0)) == ventana
+    assert give_back(ventana, None) == ventana

@@ -21,11 +21,13 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import grpc
+from google.protobuf.message import Message
 from sqlalchemy import exc as sa_exc
 
 from loyalty_grpc.api.context import reset_caller, set_caller
 from loyalty_grpc.api.errors import to_grpc_status
 from loyalty_grpc.api.key_cache import KeyCache
+from loyalty_grpc.api.requests import reject_nul
 from loyalty_grpc.domain import keys, permissions
 from loyalty_grpc.domain.errors import Codigo, LoyaltyError
 from loyalty_grpc.services.rate_limit import RateLimiter
@@ -133,14 +135,33 @@ def _mapping_errors(behavior: Guarded, method: str) -> Behavior:
             return behavior(request, context, extra)
         except LoyaltyError as error:
             failure = error
+        except sa_exc.DataError:
+            # PostgreSQL refused a value; a NUL character is the one the rules of each
+            # field leave to it (api/requests.reject_nul names the field).
+            failure = _nul_error(request) or _internal(method)
         except _UNAVAILABLE:
             log.warning("database unavailable during %s", method, exc_info=True)
             failure = LoyaltyError(Codigo.SERVICIO_NO_DISPONIBLE,
                                    "la base de datos no responde; reintente")
         except Exception:
-            log.exception("unexpected error in %s", method)
-            failure = LoyaltyError(Codigo.ERROR_INTERNO, "")
+            failure = _internal(method)
         context.abort_with_status(to_grpc_status(failure, tuple(extra)))
         raise AssertionError("unreachable: abort_with_status raises")
 
     return mapped
+
+
+def _internal(method: str) -> LoyaltyError:
+    """error_interno for the exception being handled, logged whole (not sent)."""
+    log.exception("unexpected error in %s", method)
+    return LoyaltyError(Codigo.ERROR_INTERNO, "")
+
+
+def _nul_error(request: object) -> LoyaltyError | None:
+    if not isinstance(request, Message):
+        return None
+    try:
+        reject_nul(request)
+    except LoyaltyError as error:
+        return error
+    return None

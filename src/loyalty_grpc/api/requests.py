@@ -4,10 +4,12 @@ picks fields."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import cast
 
 from google.protobuf import struct_pb2
+from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import Message
 
 from loyalty_grpc.domain.amounts import parse_centavos, parse_importe
@@ -19,11 +21,39 @@ from loyalty_grpc.domain.timestamps import parse_ts
 from loyalty_grpc.gen.loyalty.v1 import pos_service_pb2 as pb
 from loyalty_grpc.services.sales import NewSale
 
+NUL = "\x00"
 ID_EXTERNO_FIELDS = ("id_externo", "id", "tx_id")
 CENTAVOS_FIELDS = ("importe_centavos", "centavos", "amount_cents")
 MAX_ID_EXTERNO = 128
 MAX_LABEL = 100
 DEFAULT_MONEDA = "MXN"
+
+
+def reject_nul(request: Message) -> None:
+    """solicitud_invalida naming the first field of the request with U+0000 in any text
+    (strings, map keys, strings inside google.protobuf.Value). PostgreSQL text cannot store
+    or compare it: when a statement refuses a value, api/interceptors.py asks this which
+    field it was (fields whose own rules catch it, e.g. codes, answer their own error)."""
+    for field, value in request.ListFields():
+        if _has_nul(field, value):
+            raise LoyaltyError(Codigo.SOLICITUD_INVALIDA,
+                               f"{field.name}: contiene el carácter NUL (U+0000)")
+
+
+def _has_nul(field: FieldDescriptor, value: object) -> bool:
+    if field.message_type is not None and field.message_type.GetOptions().map_entry:
+        key_field, value_field = field.message_type.fields
+        entries = cast("Mapping[object, object]", value)
+        return any(_has_nul(key_field, k) or _has_nul(value_field, v)
+                   for k, v in entries.items())
+    items = (cast("Iterable[object]", value) if field.is_repeated
+             else (value,))
+    if field.type == FieldDescriptor.TYPE_STRING:
+        return any(NUL in cast("str", item) for item in items)
+    if field.type == FieldDescriptor.TYPE_MESSAGE:
+        return any(_has_nul(f, v) for item in items
+                   for f, v in cast("Message", item).ListFields())
+    return False
 
 
 def json_of(value: struct_pb2.Value) -> JsonValue:

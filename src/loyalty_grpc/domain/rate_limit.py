@@ -1,28 +1,40 @@
 """The per-key call limit (spec: 600 calls a minute): the window arithmetic, pure.
 
 State of one key: `segundo`, the newest whole second (database clock, epoch) a call of the
-key was seen in, and `cuentas`, SLOTS counters of admitted calls, oldest first: slot j
+key was seen in, and `cuentas`, SLOTS counters of granted calls, oldest first: slot j
 (1-based) counts the calls of second `segundo - SLOTS + j`, so the last slot is `segundo`.
 
-A call at second S (never before `segundo`: the clock used is max(segundo, now)):
+A request for `pedidas` calls at second S (never before `segundo`: the clock used is
+max(segundo, now)):
   1. shift: slots of seconds before S - WINDOW_SECONDS are dropped, zeros come in;
-  2. used = sum of the 61 slots = admitted calls in seconds S-60 .. S;
-  3. admitted iff used < limit; only then the last slot grows by one.
+  2. an optional return (`Devolucion`) of granted calls never used, of a past second still
+     in the window, is subtracted from that second's slot;
+  3. used = sum of the 61 slots = granted calls in seconds S-60 .. S;
+  4. granted = min(pedidas, limit - used) (0 means rejected); the last slot grows by that.
 Rejected calls are not counted, so a client that waits `retry_after` seconds gets in
 (counting them would let a retry loop keep itself locked out and make Retry-After a lie).
 
-Never more permissive than `limit` in ANY 60-s interval (tests/unit/test_rate_limit_window.py
-checks it over arbitrary call times). Proof: the recorded second of a call is
-max(segundo, floor(now)), non-decreasing in the order the key's row is locked. Take any
-interval [a, a+60) and the last call c admitted in it, at time t, recorded at second
-S >= floor(t). Every other call admitted in [a, t] was admitted before c and recorded at a
-second in [floor(a), S]; floor(a) >= floor(t - 60) >= S - 60 when the clock does not step
-back (S = floor(t)), so it is in one of the 61 slots c's decision summed. c was admitted,
-so those calls number < limit, and with c at most `limit`. The price: the window is up to
-61 s instead of 60 (whole-second slots), i.e. at most one second stricter, never looser.
-(A clock stepping back makes it stricter still: seconds are clamped to `segundo`.)
+A process asks for more than one call at a time (services/rate_limit.py): it uses the
+spare ones for later calls of the same key, but only until the database second they are
+counted in ends, and returns the unused ones with its next request. So every admitted call
+happens within the second its slot is counted in: the property below holds for calls as
+they are admitted, whichever process admitted them.
 
-The statement that applies this atomically in PostgreSQL is services/rate_limit.py;
+Never more permissive than `limit` in ANY 60-s interval (tests/unit/test_rate_limit_window.py
+checks it over arbitrary call times, one process or several). Proof: a granted slot is
+counted at second max(segundo, floor(now)) of its request, non-decreasing in the order the
+key's row is locked, and used by a call within that second. Take any interval [a, a+60),
+the calls admitted in it, and the last request R (in lock order) whose slots they used,
+counted at second S <= floor(a) + 59. Every other request whose slots they used came
+before R and was counted at a second in [floor(a), S] (its calls were in the interval, in
+the second of their request), so within the 61 slots R summed (S-60 .. S), and still
+counted there: only unused slots are ever returned. R was granted g only if that sum plus
+g was at most `limit`, so the calls in the interval are at most `limit`. The price: the
+window is up to 61 s instead of 60 (whole-second slots), i.e. at most one second stricter,
+never looser. (A clock stepping back makes it stricter still: seconds are clamped to
+`segundo`.)
+
+The statement that applies this atomically in PostgreSQL is store/rate_limit.py;
 tests/integration/test_rate_limit.py checks it against `take` below.
 """
 
@@ -58,12 +70,35 @@ def shift(ventana: Ventana, segundo: int) -> Ventana:
     return Ventana(now, ventana.cuentas[step:] + (0,) * step)
 
 
-def take(ventana: Ventana | None, segundo: int, limit: int) -> tuple[Ventana, bool]:
-    """One call at `segundo`: the new counters and whether it is admitted."""
-    current = shift(ventana or empty(segundo), segundo)
-    if sum(current.cuentas) >= limit:
-        return current, False
-    return Ventana(current.segundo, (*current.cuentas[:-1], current.cuentas[-1] + 1)), True
+@dataclass(frozen=True)
+class Devolucion:
+    """Granted calls of second `segundo` that were never used, given back."""
+
+    segundo: int
+    cuantas: int
+
+
+def give_back(ventana: Ventana, devolucion: Devolucion | None) -> Ventana:
+    """Subtract returned calls from their second's slot (if still in the window)."""
+    if devolucion is None or devolucion.cuantas <= 0:
+        return ventana
+    j = SLOTS - 1 - (ventana.segundo - devolucion.segundo)  # 0-based slot of that second
+    if not 0 <= j < SLOTS:
+        return ventana
+    cuentas = list(ventana.cuentas)
+    cuentas[j] -= min(devolucion.cuantas, cuentas[j])
+    return Ventana(ventana.segundo, tuple(cuentas))
+
+
+def take(ventana: Ventana | None, segundo: int, limit: int, *, pedidas: int = 1,
+         devolucion: Devolucion | None = None) -> tuple[Ventana, int]:
+    """A request for `pedidas` calls at `segundo`: the new counters and how many calls
+    were granted (0: rejected)."""
+    current = give_back(shift(ventana or empty(segundo), segundo), devolucion)
+    granted = max(0, min(pedidas, limit - sum(current.cuentas)))
+    if not granted:
+        return current, 0
+    return Ventana(current.segundo, (*current.cuentas[:-1], current.cuentas[-1] + granted)), granted
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from loyalty_grpc import __version__
-from loyalty_grpc.runtime.envoy import EnvoyError
+from loyalty_grpc.runtime.envoy_config import EnvoyError
 from loyalty_grpc.runtime.logs import configure_logging
 from loyalty_grpc.runtime.settings import (
     EXIT_CONFIG,
@@ -40,6 +40,18 @@ def _data_dir_flag(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--data-dir", metavar="DIR", help="env LOYALTY_DATA_DIR, default .loyalty")
 
 
+def _work_dir_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--work-dir", type=Path, metavar="DIR",
+                        help="Envoy's work directory (default: DATA_DIR/envoy, the one of "
+                             "`loyalty up`; env LOYALTY_DATA_DIR, default .loyalty)")
+
+
+def _gateway_dir_flag(parser: argparse.ArgumentParser, default: str) -> None:
+    parser.add_argument("--gateway-dir", type=Path, metavar="DIR",
+                        help="folder with envoy.yaml, envelope.lua, loyalty_pos.pb and "
+                             f"openapi.json (default: {default})")
+
+
 def build_parser() -> argparse.ArgumentParser:
     from loyalty_grpc.runtime.admin import add_admin_commands
 
@@ -69,16 +81,24 @@ def build_parser() -> argparse.ArgumentParser:
                         help="gRPC server (env LOYALTY_GRPC_TARGET, default 127.0.0.1:50051)")
     _data_dir_flag(status)
 
-    gateway = sub.add_parser("gateway", help="Envoy gateway: check or run its configuration")
+    gateway = sub.add_parser("gateway",
+                             help="Envoy gateway: check, run or reload its configuration")
     gsub = gateway.add_subparsers(dest="gateway_command", required=True)
-    gsub.add_parser("check", help="validate gateway/envoy.yaml with `envoy --mode validate`")
+    gcheck = gsub.add_parser("check", help="validate the gateway configuration with "
+                                           "`envoy --mode validate`, as Envoy runs it")
+    _gateway_dir_flag(gcheck, "the packaged gateway folder")
     grun = gsub.add_parser("run", help="run Envoy in front of a gRPC server")
     grun.add_argument("--http-port", metavar="PORT", help="env LOYALTY_HTTP_PORT, default 8080")
     grun.add_argument("--upstream", dest="grpc_target", metavar="HOST:PORT",
                       help="env LOYALTY_GRPC_TARGET, default 127.0.0.1:50051")
     grun.add_argument("--admin-port", dest="envoy_admin_port", metavar="PORT",
                       help="env LOYALTY_ENVOY_ADMIN_PORT, default 0 (any free port)")
-    grun.add_argument("--work-dir", type=Path, default=Path(".loyalty/envoy"))
+    _work_dir_flag(grun)
+    _gateway_dir_flag(grun, "the packaged gateway folder")
+    greload = gsub.add_parser("reload", help="apply the gateway folder to a running gateway "
+                                             "(`up` or `gateway run`) without a restart")
+    _work_dir_flag(greload)
+    _gateway_dir_flag(greload, "the folder the gateway runs")
 
     wallet = sub.add_parser("wallet", help="wallet pass: deliver pending balances")
     wsub = wallet.add_subparsers(dest="wallet_command", required=True)
@@ -141,17 +161,28 @@ def _run(args: argparse.Namespace, settings: Settings) -> int:  # noqa: PLR0911 
 
         return send_command(settings.data_dir, batch=args.batch)
     if args.command == "gateway":
-        from loyalty_grpc.runtime import envoy
-
-        if args.gateway_command == "check":
-            return envoy.check_command()
-        host, _, port = settings.grpc_target.rpartition(":")
-        return envoy.run_gateway(http_port=settings.http_port, upstream_host=host,
-                                 upstream_port=int(port), admin_port=settings.envoy_admin_port,
-                                 work_dir=args.work_dir)
+        return _gateway(args, settings)
     from loyalty_grpc.runtime.admin import run_admin
 
     return run_admin(args)
+
+
+def _gateway(args: argparse.Namespace, settings: Settings) -> int:
+    if args.gateway_command == "check":
+        from loyalty_grpc.runtime.envoy_xds import check_command
+
+        return check_command(args.gateway_dir)
+    work_dir = args.work_dir or settings.data_dir / "envoy"
+    if args.gateway_command == "reload":
+        from loyalty_grpc.runtime.envoy_reload import reload_command
+
+        return reload_command(work_dir, args.gateway_dir)
+    from loyalty_grpc.runtime.envoy import run_gateway
+
+    host, _, port = settings.grpc_target.rpartition(":")
+    return run_gateway(http_port=settings.http_port, upstream_host=host,
+                       upstream_port=int(port), admin_port=settings.envoy_admin_port,
+                       work_dir=work_dir, gateway_dir=args.gateway_dir)
 
 
 if __name__ == "__main__":

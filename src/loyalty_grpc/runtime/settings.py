@@ -62,6 +62,9 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("LOYALTY_RATE_LIMIT_PER_MINUTE", "`600`",
              "calls per minute per API key before `demasiadas_llamadas` (HTTP 429); "
              "0 = no limit"),
+    Variable("LOYALTY_RATE_LIMIT_BATCH", "`0` (automatic)",
+             "most calls of one key a worker reserves per database round trip; 0 = a tenth "
+             "of the limit, at most 64; 1 = a round trip per call"),
     Variable("LOYALTY_KEY_CACHE_SECONDS", "`5`",
              "how long a worker trusts an API-key lookup (revocation delay in other "
              "processes); 0 = no cache"),
@@ -180,6 +183,7 @@ _RULES: dict[str, _Rule] = {
     "metrics_port": _Rule("LOYALTY_METRICS_PORT", "--metrics-port", _port),
     "rate_limit_per_minute": _Rule("LOYALTY_RATE_LIMIT_PER_MINUTE", None,
                                    _integer(0, 1_000_000)),
+    "rate_limit_batch": _Rule("LOYALTY_RATE_LIMIT_BATCH", None, _integer(0, 10_000)),
     "key_cache_seconds": _Rule("LOYALTY_KEY_CACHE_SECONDS", None, _seconds),
     "log_level": _Rule("LOYALTY_LOG_LEVEL", "--log-level", _choice(LOG_LEVELS, upper=True)),
     "log_format": _Rule("LOYALTY_LOG_FORMAT", "--log-format", _choice(LOG_FORMATS, upper=False)),
@@ -202,6 +206,7 @@ class Settings:
     workers: int = field(default_factory=default_workers)
     metrics_port: int = 9464
     rate_limit_per_minute: int = 600
+    rate_limit_batch: int = 0
     key_cache_seconds: float = 5.0
     log_level: str = "INFO"
     # None: the command's default (`up`: text for a person; `serve`: json for a collector).

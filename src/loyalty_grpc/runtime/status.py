@@ -54,7 +54,7 @@ def grpc_health(target: str, timeout: float = HEALTH_TIMEOUT) -> Line:
 
 
 def envoy_version() -> Line:
-    from loyalty_grpc.runtime.envoy import EnvoyError, envoy_binary
+    from loyalty_grpc.runtime.envoy_config import EnvoyError, envoy_binary
 
     try:
         done = subprocess.run([str(envoy_binary()), "--version"], capture_output=True,  # noqa: S603

@@ -3,9 +3,10 @@ started by `workers.WorkerPool` (never by hand).
 
 It reads its configuration as one JSON line on stdin (secrets stay out of `ps`), serves on
 the shared port (SO_REUSEPORT), writes `ready PID PORT` to the ready pipe, and stops
-gracefully (health NOT_SERVING, drain, in-flight calls finish) on SIGTERM or when its
-stdin closes (the parent is gone). It runs in its own process group, so a Ctrl-C at the
-terminal reaches only the parent, which stops the workers one at a time.
+gracefully (health NOT_SERVING, drain, hands its clients over to the other workers, its
+in-flight calls finish: api/server.py) on SIGTERM or when its stdin closes (the parent is
+gone). It runs in its own process group, so a Ctrl-C at the terminal reaches only the
+parent, which then stops the workers in turn (workers.WorkerPool.stop).
 """
 
 from __future__ import annotations

@@ -7,13 +7,17 @@
   grpc never sees a fork) and waits until each says it is serving.
 - `check()`: a worker that died is replaced, at most `max_restarts` times in all; then
   `WorkerError`.
-- `stop()`: rolling: one worker at a time gets SIGTERM (health NOT_SERVING, drain, its
-  in-flight calls finish) and is waited for, so the port keeps answering until the last
-  one stops.
+- `stop()`: rolling: every worker but the last gets SIGTERM at once and hands its clients
+  over to the last (health NOT_SERVING, leaves the port, its connections move, then its
+  in-flight calls finish: api/server.py's module doc says why this fails no call); when they
+  have exited, the last one stops the same way. The port answers until the last one stops,
+  and the stop takes about two hand-overs whatever the number of workers.
 
 The kernel spreads new *connections* over the listening workers; an HTTP/2 client keeps
 its connection to one worker. Envoy therefore has to cap the streams per upstream connection
-(`max_concurrent_streams` in gateway/envoy.yaml's cluster) so that it opens several.
+(`max_concurrent_streams` in gateway/envoy.yaml's cluster) so that it opens several, and the
+workers age connections (`connection_age_seconds`): clients reconnect about every second,
+which spreads connections again, also onto a worker that was restarted.
 A worker-side cap (SETTINGS_MAX_CONCURRENT_STREAMS) was tried and rejected: Envoy sends
 streams before it reads the server's SETTINGS, and the refused ones became 503s.
 """
@@ -91,16 +95,18 @@ class _Worker:
             os.close(self.ready_fd)
             self.ready_fd = -1
 
-    def terminate(self, timeout: float) -> int:
+    def ask_to_stop(self) -> None:
         if self.process.poll() is None:
             self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout)
-            except subprocess.TimeoutExpired:
-                log.error("worker %d (pid %d) did not stop in %.0f s; killing it", self.index,
-                          self.process.pid, timeout)
-                self.process.kill()
-                self.process.wait(10)
+
+    def wait_stopped(self, timeout: float) -> int:
+        try:
+            self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            log.error("worker %d (pid %d) did not stop in %.0f s; killing it", self.index,
+                      self.process.pid, timeout)
+            self.process.kill()
+            self.process.wait(10)
         self.close_ready()
         if self.process.stdin is not None:
             self.process.stdin.close()
@@ -191,14 +197,20 @@ class WorkerPool:
             replacement.wait_ready(time.monotonic() + self.start_timeout)
 
     def stop(self) -> None:
-        """Rolling stop: one worker at a time, each draining and finishing its calls."""
-        timeout = self.settings.drain_seconds + self.settings.grace_seconds + 15
-        while self._workers:
-            worker = self._workers.pop(0)
-            code = worker.terminate(timeout)
-            self._exited(worker)
-            log.info("worker %d (pid %d) stopped (%s); %d still serving", worker.index,
-                     worker.process.pid, code, len(self._workers))
+        """Rolling stop: all workers but the last hand over to it at once, then the last
+        one stops; each finishes its calls (see the module doc)."""
+        settings = self.settings
+        timeout = (settings.drain_seconds + settings.connection_age_seconds * 1.1
+                   + settings.grace_seconds + 15)
+        for batch in (self._workers[:-1], self._workers[-1:]):
+            for worker in batch:
+                worker.ask_to_stop()
+            for worker in batch:
+                code = worker.wait_stopped(timeout)
+                self._workers.remove(worker)
+                self._exited(worker)
+                log.info("worker %d (pid %d) stopped (%s); %d still serving", worker.index,
+                         worker.process.pid, code, len(self._workers))
 
     def _exited(self, worker: _Worker) -> None:
         if self.on_exit is not None:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from sqlalchemy import (
     BigInteger,
-    Boolean,
     CheckConstraint,
     Column,
     Date,
@@ -250,11 +249,12 @@ wallet_entregas = Table(
     Index("ix_wallet_entregas_fan", "fan_pk", "id"),
 )
 
-# The per-key call limit (domain/rate_limit.py, services/rate_limit.py): one row per key,
-# updated by one INSERT ... ON CONFLICT DO UPDATE per call, so the row lock serialises a
-# key's calls across every process and host sharing the database. UNLOGGED: no WAL per
+# The per-key call limit (domain/rate_limit.py, store/rate_limit.py): one row per key,
+# updated by one INSERT ... ON CONFLICT DO UPDATE per batch of calls a process reserves
+# (services/rate_limit.py), so the row lock serialises a key's requests across every
+# process and host sharing the database. UNLOGGED: no WAL per
 # call; after a crash the table is empty, i.e. every key gets a fresh minute. No index
-# besides the primary key, so the per-call update stays HOT. Rows idle for a minute are
+# besides the primary key, so the update stays HOT. Rows idle for a minute are
 # deleted now and then (services/rate_limit.py), so the table holds the keys in use.
 limite_llamadas = Table(
     "limite_llamadas",
@@ -263,10 +263,10 @@ limite_llamadas = Table(
            primary_key=True),
     # Newest whole second (database clock, epoch seconds) a call of the key was seen in.
     Column("segundo", BigInteger, nullable=False),
-    # 61 counters of admitted calls, oldest first; the last one is `segundo`.
+    # 61 counters of granted calls, oldest first; the last one is `segundo`.
     Column("cuentas", ARRAY(Integer), nullable=False),
-    # Whether the last call was admitted (what the statement's RETURNING reports).
-    Column("admitida", Boolean, nullable=False),
+    # Calls granted to the last request (what the statement's RETURNING reports).
+    Column("concedidas", Integer, nullable=False),
     prefixes=["UNLOGGED"],
 )
 

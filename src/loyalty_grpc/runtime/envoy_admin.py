@@ -1,0 +1,127 @@
+"""Envoy's admin interface (local only): readiness, the xDS stats that say whether Envoy
+took, refused or is still warming its listeners and clusters, and why it refused an
+update (its config dump)."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import urllib.parse
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Self
+
+from loyalty_grpc.runtime.envoy_config import EnvoyError
+
+
+@dataclass(frozen=True)
+class XdsKind:
+    """Listeners or clusters, as Envoy's stats report their xDS updates."""
+
+    name: str
+    prefix: str  # the subscription's stats
+    warming: str  # the gauge of those not in use yet
+
+    def version(self, stats: dict[str, str]) -> str:
+        return stats.get(f"{self.prefix}.version_text", "")
+
+    def accepted(self, stats: dict[str, str]) -> int:
+        return int(stats.get(f"{self.prefix}.update_success", "0"))
+
+    def rejected(self, stats: dict[str, str]) -> int:
+        return int(stats.get(f"{self.prefix}.update_rejected", "0"))
+
+    def settled(self, stats: dict[str, str]) -> bool:
+        return stats.get(self.warming, "0") == "0"
+
+
+LISTENERS = XdsKind("listeners", "listener_manager.lds", "listener_manager.total_listeners_warming")
+CLUSTERS = XdsKind("clusters", "cluster_manager.cds", "cluster_manager.warming_clusters")
+
+
+class EnvoyAdmin:
+    """Envoy's admin interface (local only): readiness, stats, the config dump."""
+
+    def __init__(self, host: str, port: int, *, timeout: float = 2.0) -> None:
+        self.host = host
+        self.port = port
+        self.timeout = timeout
+
+    @classmethod
+    def from_address_file(cls, path: Path) -> Self | None:
+        """The interface whose address Envoy wrote to `path` (None: not written yet)."""
+        try:
+            address = path.read_text(encoding="utf-8").strip()
+        except OSError:
+            return None
+        host, _, port = address.rpartition(":")
+        if not host or not port.isdigit():
+            return None
+        return cls(host.strip("[]"), int(port))
+
+    def __str__(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    def get(self, path: str) -> tuple[int, str]:
+        """(status, body); OSError when Envoy does not answer."""
+        connection = http.client.HTTPConnection(self.host, self.port, timeout=self.timeout)
+        try:
+            connection.request("GET", path)
+            response = connection.getresponse()
+            return response.status, response.read().decode("utf-8", errors="replace")
+        finally:
+            connection.close()
+
+    def ready(self) -> bool:
+        """/ready answers 200 once the server is LIVE."""
+        try:
+            return self.get("/ready")[0] == 200
+        except OSError:
+            return False
+
+    def xds_stats(self) -> dict[str, str]:
+        """The listener and cluster managers' stats (xDS versions and update counters,
+        warming gauges), text readouts unquoted."""
+        pattern = urllib.parse.quote(r"^(listener|cluster)_manager\.")
+        status, text = self.get(f"/stats?filter={pattern}")
+        if status != 200:
+            raise EnvoyError(f"Envoy's admin interface {self} answered {status} to /stats")
+        stats: dict[str, str] = {}
+        for line in text.splitlines():
+            name, separator, value = line.partition(": ")
+            if separator:
+                stats[name] = value.strip().strip('"')
+        return stats
+
+    def update_errors(self, since: datetime | None = None) -> list[str]:
+        """Why Envoy refused a listener or cluster update attempted at or after `since`
+        (the error states of its config dump)."""
+        status, text = self.get("/config_dump")
+        if status != 200:
+            return []
+        reasons: list[str] = []
+        for state in _error_states(json.loads(text)):
+            attempted = state.get("last_update_attempt")
+            if since is not None and attempted and datetime.fromisoformat(attempted) < since:
+                continue
+            detail = str(state.get("details", "")).strip()
+            if detail and detail not in reasons:
+                reasons.append(detail)
+        return reasons
+
+
+def _error_states(node: object) -> Iterator[dict[str, Any]]:
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if key == "error_state" and isinstance(value, dict):
+                yield value
+            else:
+                yield from _error_states(value)
+    elif isinstance(node, list):
+        for item in node:
+            yield from _error_states(item)
+
+
+__all__ = ["CLUSTERS", "LISTENERS", "EnvoyAdmin", "XdsKind"]

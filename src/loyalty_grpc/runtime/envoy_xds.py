@@ -1,0 +1,272 @@
+"""What Envoy runs: the gateway configuration split for file-based xDS in a work
+directory, so that it can change without a restart (runtime/envoy_reload.py).
+
+In the work directory (`WorkDir`), `bootstrap.yaml` is envoy.yaml without
+`static_resources` plus `dynamic_resources` naming `xds/lds.yaml` (the listeners) and
+`xds/cds.yaml` (the clusters), and the files the listener reads are copied to `assets/`
+under content-hashed names. `envoy.yaml` there is the same configuration as one static
+file: the one `envoy --mode validate` checks. Every file Envoy reads is replaced whole
+(`write_atomic`). Rendering and validation: runtime/envoy_config.py.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from loyalty_grpc.runtime.console import say
+from loyalty_grpc.runtime.envoy_config import (
+    CONFIG_NAME,
+    DEFAULT_ADMIN_PORT,
+    DEFAULT_HTTP_PORT,
+    DEFAULT_UPSTREAM_HOST,
+    DEFAULT_UPSTREAM_PORT,
+    EnvoyError,
+    GatewaySpec,
+    file_references,
+    find_gateway_dir,
+    validate,
+)
+
+LISTENER_TYPE = "type.googleapis.com/envoy.config.listener.v3.Listener"
+CLUSTER_TYPE = "type.googleapis.com/envoy.config.cluster.v3.Cluster"
+
+
+@dataclass(frozen=True)
+class WorkDir:
+    """Envoy's work directory: what it runs, and what a reload needs."""
+
+    path: Path
+
+    @property
+    def static(self) -> Path:
+        """The running configuration as one static file (what validate checked)."""
+        return self.path / CONFIG_NAME
+
+    @property
+    def bootstrap(self) -> Path:
+        """What Envoy runs (`-c`)."""
+        return self.path / "bootstrap.yaml"
+
+    @property
+    def listeners(self) -> Path:
+        return self.path / "xds" / "lds.yaml"
+
+    @property
+    def clusters(self) -> Path:
+        return self.path / "xds" / "cds.yaml"
+
+    @property
+    def assets(self) -> Path:
+        """Content-hashed copies of the files the listener reads."""
+        return self.path / "assets"
+
+    @property
+    def candidate(self) -> Path:
+        """Where a new generation is validated before anything Envoy reads changes."""
+        return self.path / "candidate"
+
+    @property
+    def spec(self) -> Path:
+        return self.path / "gateway.json"
+
+    @property
+    def admin_address(self) -> Path:
+        return self.path / "admin_address"
+
+    @property
+    def log(self) -> Path:
+        return self.path / "envoy.log"
+
+    def load_spec(self) -> GatewaySpec:
+        try:
+            return GatewaySpec.from_json(self.spec.read_text(encoding="utf-8"))
+        except FileNotFoundError as exc:
+            raise EnvoyError(f"{self.path} holds no gateway started by `loyalty` "
+                             f"(no {self.spec.name})") from exc
+        except (ValueError, TypeError, KeyError) as exc:
+            raise EnvoyError(f"{self.spec} is damaged ({exc}): restart the gateway") from exc
+
+    @contextlib.contextmanager
+    def locked(self) -> Iterator[None]:
+        """One writer at a time (a start, a reload), also across processes."""
+        self.path.mkdir(parents=True, exist_ok=True)
+        with (self.path / ".lock").open("a") as handle:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+@dataclass(frozen=True)
+class Generation:
+    """One rendering of the gateway folder, as Envoy runs it."""
+
+    static: dict[str, Any]  # the whole configuration in one file: what validate checks
+    bootstrap: dict[str, Any]  # static without static_resources, with dynamic_resources
+    listeners: dict[str, Any]  # a DiscoveryResponse: xds/lds.yaml
+    clusters: dict[str, Any]  # a DiscoveryResponse: xds/cds.yaml
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    """Write `path` so that a reader (Envoy) sees the old file or the new one, never part
+    of one: a temporary file in the same folder, renamed over it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    descriptor, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        os.fchmod(descriptor, 0o644)  # mkstemp's 0600 would hide it from Envoy run by another user
+        with os.fdopen(descriptor, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+
+
+def dump_yaml(document: dict[str, Any], header: str = "") -> bytes:
+    return (header + yaml.safe_dump(document, sort_keys=False)).encode()
+
+
+def _content_hash(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()[:16]
+
+
+def _hashed_copy(source: Path, directory: Path) -> Path:
+    """`source` copied into `directory` under a name that changes with its content."""
+    data = source.read_bytes()
+    target = directory / f"{source.stem}-{_content_hash(data)}{source.suffix}"
+    if not target.is_file():
+        write_atomic(target, data)
+    return target
+
+
+def _watched(path: Path) -> dict[str, Any]:
+    """An xDS config source: the file `path`, re-read whenever a file is renamed into its
+    folder (the rename of `write_atomic`)."""
+    return {"path_config_source": {"path": str(path),
+                                   "watched_directory": {"path": str(path.parent)}},
+            "resource_api_version": "V3"}
+
+
+def _discovery_response(type_url: str, resources: list[dict[str, Any]]) -> dict[str, Any]:
+    """The resources as a DiscoveryResponse whose version is their content hash."""
+    content = json.dumps(resources, sort_keys=True).encode()
+    return {"version_info": _content_hash(content),
+            "resources": [{"@type": type_url, **resource} for resource in resources]}
+
+
+def render_generation(spec: GatewaySpec, work: WorkDir) -> Generation:
+    """Render `spec` for xDS. The files the listener reads are copied into work/assets
+    under content-hashed names: Envoy reads them only when it builds a listener, so a
+    changed descriptor set or Lua script must change the listener (its file names)."""
+    static = spec.render()
+    for holder, key in file_references(static):
+        holder[key] = str(_hashed_copy(Path(holder[key]), work.assets))
+    resources = static["static_resources"]
+    unsupported = sorted(set(resources) - {"listeners", "clusters"})
+    if "dynamic_resources" in static:
+        unsupported.append("dynamic_resources")
+    if unsupported:
+        raise EnvoyError(f"{CONFIG_NAME}: only static_resources listeners and clusters are "
+                         f"supported, not {', '.join(unsupported)}")
+    bootstrap = {key: value for key, value in static.items() if key != "static_resources"}
+    bootstrap["dynamic_resources"] = {"lds_config": _watched(work.listeners),
+                                      "cds_config": _watched(work.clusters)}
+    return Generation(static=static, bootstrap=bootstrap,
+                      listeners=_discovery_response(LISTENER_TYPE, resources["listeners"]),
+                      clusters=_discovery_response(CLUSTER_TYPE, resources["clusters"]))
+
+
+def prepare_generation(spec: GatewaySpec, work: WorkDir) -> Generation:
+    """Render `spec` and validate it; raises EnvoyError with Envoy's message. Nothing
+    Envoy reads changes (only new assets appear).
+
+    What is validated is the static form: `envoy --mode validate` does not load dynamic
+    resources, and the bootstrap with the listeners and clusters is exactly that file."""
+    generation = render_generation(spec, work)
+    candidate = work.candidate / CONFIG_NAME
+    write_atomic(candidate, dump_yaml(generation.static))
+    validate(candidate)
+    return generation
+
+
+def _static_header(spec: GatewaySpec) -> str:
+    return (f"# Rendered from {spec.gateway_dir / CONFIG_NAME} by loyalty_grpc.runtime.envoy_xds;"
+            " do not edit.\n"
+            "# Envoy runs it split as bootstrap.yaml + xds/lds.yaml + xds/cds.yaml (beside this"
+            " file),\n# so that `loyalty gateway reload` can change it live; this one-file form"
+            " is what\n# `envoy --mode validate` checked. The comments are in the source.\n")
+
+
+def commit_generation(generation: Generation, spec: GatewaySpec, work: WorkDir) -> None:
+    """Record the generation Envoy now runs: its static form, the spec a reload reuses,
+    and only the assets it uses."""
+    write_atomic(work.static, dump_yaml(generation.static, _static_header(spec)))
+    write_atomic(work.spec, spec.to_json().encode())
+    prune_assets(generation.static, work)
+
+
+def prune_assets(static: dict[str, Any], work: WorkDir) -> None:
+    """Delete the assets `static` does not use (those of older or refused generations)."""
+    used = {Path(holder[key]).name for holder, key in file_references(static)}
+    for path in work.assets.iterdir():
+        if path.name not in used:
+            path.unlink(missing_ok=True)
+
+
+def install(spec: GatewaySpec, work_dir: Path) -> WorkDir:
+    """Render, validate and write a generation for an Envoy about to start; raises
+    EnvoyError (with Envoy's message) when the configuration is not valid."""
+    work = WorkDir(work_dir.resolve())
+    with work.locked():
+        generation = prepare_generation(spec, work)
+        write_atomic(work.clusters, dump_yaml(generation.clusters))
+        write_atomic(work.listeners, dump_yaml(generation.listeners))
+        write_atomic(work.bootstrap, dump_yaml(generation.bootstrap))
+        commit_generation(generation, spec, work)
+    return work
+
+
+def check_command(gateway_dir: Path | None = None) -> int:
+    """`loyalty gateway check`: render the gateway folder as Envoy runs it and validate it."""
+    directory = (gateway_dir if gateway_dir is not None else find_gateway_dir()).resolve()
+    spec = GatewaySpec(http_port=DEFAULT_HTTP_PORT, upstream_host=DEFAULT_UPSTREAM_HOST,
+                       upstream_port=DEFAULT_UPSTREAM_PORT, admin_port=DEFAULT_ADMIN_PORT,
+                       gateway_dir=directory)
+    with tempfile.TemporaryDirectory(prefix="loyalty-envoy-") as tmp:
+        try:
+            prepare_generation(spec, WorkDir(Path(tmp)))
+        except EnvoyError as exc:
+            say(f"error: {exc}")
+            return 1
+    say(f"gateway configuration OK: {directory / CONFIG_NAME}")
+    return 0
+
+
+__all__ = [
+    "CLUSTER_TYPE",
+    "LISTENER_TYPE",
+    "Generation",
+    "WorkDir",
+    "check_command",
+    "commit_generation",
+    "dump_yaml",
+    "install",
+    "prepare_generation",
+    "prune_assets",
+    "render_generation",
+    "write_atomic",
+]
