@@ -18,7 +18,8 @@ cache TTL 5 s, so a ping without the limiter touches no database) and Envoy in f
 
 through Envoy (wrk if on PATH, else Python processes; see bench/ping.py) and over native
 gRPC direct (Python processes). All calls use ONE key, i.e. one counter row: the worst
-case for the row lock. It also times the statement alone (sequential, one thread).
+case for the row lock. It also times the statement alone (sequential, one thread) and
+the limiter alone (16 threads calling RateLimiter.take on one key, no gRPC).
 Every call must succeed; errors are counted and the first one is shown.
 
 Bounds: --seconds at most 60, --rounds at most 3, every request has a 5 s timeout, and the
@@ -105,6 +106,52 @@ def statement_cost(database_url: str) -> float:
         engine.dispose()
 
 
+def limiter_alone(database_url: str, seconds: float = 3.0, threads: int = 16
+                  ) -> tuple[float, float]:
+    """(calls/s, database requests/s) of `RateLimiter.take` itself: `threads` threads, one
+    key, batches as in production, no gRPC."""
+    import threading
+
+    from sqlalchemy import select
+
+    from loyalty_grpc.domain.rate_limit import Devolucion
+    from loyalty_grpc.services.rate_limit import RateLimiter
+    from loyalty_grpc.store.db import make_engine
+    from loyalty_grpc.store.rate_limit import PgCounters, Reserva
+    from loyalty_grpc.store.tables import claves
+
+    requests = [0]
+
+    class Counting(PgCounters):
+        def reserve(self, clave_id: int, pedidas: int, limite: int,
+                    devolucion: Devolucion | None = None, *, segundo: int | None = None
+                    ) -> Reserva:
+            requests[0] += 1
+            return super().reserve(clave_id, pedidas, limite, devolucion, segundo=segundo)
+
+    engine = make_engine(database_url, pool_size=threads)
+    try:
+        with engine.connect() as conn:
+            clave_id = conn.execute(select(claves.c.id).limit(1)).scalar_one()
+        limiter = RateLimiter(Counting(engine), ON_LIMIT)
+        calls = [0] * threads
+        deadline = time.monotonic() + seconds
+
+        def hammer(i: int) -> None:
+            while time.monotonic() < deadline:
+                limiter.take(clave_id)
+                calls[i] += 1
+
+        workers = [threading.Thread(target=hammer, args=(i,)) for i in range(threads)]
+        for worker in workers:
+            worker.start()
+        for worker in workers:
+            worker.join()
+        return sum(calls) / seconds, requests[0] / seconds
+    finally:
+        engine.dispose()
+
+
 def run(args: argparse.Namespace) -> int:
     from loyalty_grpc.runtime.postgres import start_embedded
     from loyalty_grpc.services.fixtures import apply_fixture
@@ -124,6 +171,7 @@ def run(args: argparse.Namespace) -> int:
             apply_fixture(engine, fixture_json(key))
             engine.dispose()
             micros = statement_cost(db.url)
+            alone = limiter_alone(db.url)
             for round_ in range(args.rounds):
                 for name, limit, batch in SETTINGS:
                     envoy_dir = work / f"envoy-{name.replace(' ', '-')}-{round_}"
@@ -146,12 +194,12 @@ def run(args: argparse.Namespace) -> int:
                             args.concurrency, f"limiter {name}: Ping over native gRPC")))
         finally:
             db.stop()
-    print_report(rows, args, micros)
+    print_report(rows, args, micros, alone)
     return 1 if any(r.errors for _, r in rows) else 0
 
 
 def print_report(rows: list[tuple[str, Result]], args: argparse.Namespace,
-                 micros: float) -> None:
+                 micros: float, alone: tuple[float, float]) -> None:
     header = f"{'':44} {'calls/s':>8} {'p50 ms':>7} {'p99 ms':>7} {'errors':>6}"
     print()
     print(f"ping, one key, {args.seconds:g} s per row, concurrency {args.concurrency}, "
@@ -165,6 +213,8 @@ def print_report(rows: list[tuple[str, Result]], args: argparse.Namespace,
             print(f"  {r.label}: first error: {r.first_error}")
     print(f"\nthe statement alone (PgCounters.reserve, sequential, one thread): "
           f"{micros:.0f} us per request")
+    print(f"the limiter alone (RateLimiter.take, 16 threads, one key, no gRPC): "
+          f"{alone[0]:,.0f} calls/s with {alone[1]:,.0f} database requests/s")
     print(f"os.cpu_count() = {os.cpu_count()}; load generators, Envoy and PostgreSQL share "
           "these cores with the server")
 
