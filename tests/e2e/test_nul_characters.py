@@ -53,10 +53,14 @@ LEFT_TO_POSTGRES = {("/api/v1/fan/resolve", f) for f in ("fan", "fan_id", "qr", 
     ("/api/v1/tx", "fan"), ("/api/v1/tx", "qr"), ("/api/v1/codes", "promo")}
 
 
+# Written by others meanwhile: the call counters (every call counts, refused or not) and
+# the wallet tables (the stack's sender delivers passes in the background).
+MOVING = {"limite_llamadas", "wallet_outbox", "wallet_pases", "wallet_entregas"}
+
+
 def _stored(stack: Stack) -> Dump:
-    """Every row but the call counters (each call counts, refused or not)."""
     return {table: rows for table, rows in snapshot(stack.engine).items()
-            if table != "limite_llamadas"}
+            if table not in MOVING}
 
 
 def _spoiled(value: Any) -> list[Any]:
