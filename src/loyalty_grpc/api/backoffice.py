@@ -7,8 +7,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import datetime
+from typing import Any
 
 import grpc
+from google.protobuf.message import Message
 from sqlalchemy import Engine
 
 from loyalty_grpc.domain.codes import PromoRef, code_batch_of_list
@@ -140,13 +142,8 @@ class BackofficeServicer(pb_grpc.BackofficeServiceServicer):
 
     def UpdateFan(self, request: pb.UpdateFanRequest, context: grpc.ServicerContext
                   ) -> pb.UpdateFanResponse:
-        fan = fans.update_fan(
-            self._engine, request.programa, request.id,
-            nombre=request.nombre if request.HasField("nombre") else None,
-            correo=request.correo if request.HasField("correo") else None,
-            socio_desde=request.socio_desde if request.HasField("socio_desde") else None,
-            temporadas=request.temporadas if request.HasField("temporadas") else None,
-            qr_token=request.qr_token if request.HasField("qr_token") else None)
+        fan = fans.update_fan(self._engine, request.programa, request.id,
+                              **_changes(request))
         return pb.UpdateFanResponse(fan=_fan(fan))
 
     def GetFan(self, request: pb.GetFanRequest, context: grpc.ServicerContext
@@ -176,12 +173,8 @@ class BackofficeServicer(pb_grpc.BackofficeServiceServicer):
 
     def UpdatePromo(self, request: pb.UpdatePromoRequest, context: grpc.ServicerContext
                     ) -> pb.UpdatePromoResponse:
-        promo = promos.update_promo(
-            self._engine, request.programa, request.id,
-            estado=request.estado if request.HasField("estado") else None,
-            vigencia_fin=request.vigencia_fin if request.HasField("vigencia_fin") else None,
-            puntos_canje=request.puntos_canje if request.HasField("puntos_canje") else None,
-            descripcion=request.descripcion if request.HasField("descripcion") else None)
+        promo = promos.update_promo(self._engine, request.programa, request.id,
+                                    **_changes(request))
         return pb.UpdatePromoResponse(promo=_promo(promo))
 
     # -------------------------------------------------------------- codes
@@ -232,3 +225,10 @@ class BackofficeServicer(pb_grpc.BackofficeServiceServicer):
                                         request.motivo)
         return pb.VoidSaleResponse(sale=_sale(result.venta), revertidos=result.revertidos,
                                    ya_anulada=result.ya_anulada)
+
+
+def _changes(request: Message) -> dict[str, Any]:
+    """An Update request's `optional` fields (the proto says which) as keyword arguments:
+    the value when the client set it, else None (leave unchanged)."""
+    return {field.name: getattr(request, field.name) if request.HasField(field.name) else None
+            for field in request.DESCRIPTOR.fields if field.has_presence}
