@@ -12,6 +12,7 @@ import secrets
 import threading
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
+from decimal import Decimal
 from functools import partial
 from typing import Any
 
@@ -26,7 +27,7 @@ from loyalty_grpc.services.fixtures import apply_fixture
 from loyalty_grpc.services.redeem import Burn, redeem_code, redeem_codes
 from loyalty_grpc.services.sales import NewSale, register_sale
 from loyalty_grpc.store.db import make_engine
-from loyalty_grpc.store.ledger import move_points
+from loyalty_grpc.store.ledger import move_many
 from loyalty_grpc.store.tables import LEDGER_MISMATCH_SQL, claves, codigos, fans, movimientos
 
 P = "conc"
@@ -69,6 +70,7 @@ def caller(engine: Engine) -> Caller:
         clave_id = conn.execute(select(claves.c.id).where(claves.c.programa_id == P)
                                 ).scalar_one()
     return Caller(programa_id=P, programa_nombre="Club Conc", clave_id=int(clave_id),
+                  tasa_puntos=Decimal(1), moneda="MXN",
                   integracion="Caja", modo=Modo.VIVO,
                   permisos=frozenset({Permiso.REDEEM_ESCRIBIR}))
 
@@ -201,15 +203,13 @@ def test_batches_over_different_codes_of_the_same_fans_never_deadlock(engine, ca
 def test_a_batch_that_fails_half_way_leaves_nothing(engine, caller, monkeypatch):
     texts = take(6)
     before = total_points(engine)
-    real = move_points
-    calls = itertools.count()
+    real = move_many
 
-    def failing(*args: Any, **kwargs: Any) -> int:
-        if next(calls) == 3:
-            raise RuntimeError("la base se cayó")
-        return real(*args, **kwargs)
+    def failing(*args: Any, **kwargs: Any) -> dict[int, int]:
+        real(*args, **kwargs)  # the burns and their credits are written, then:
+        raise RuntimeError("la base se cayó")
 
-    monkeypatch.setattr("loyalty_grpc.services.redeem.move_points", failing)
+    monkeypatch.setattr("loyalty_grpc.services.redeem.move_many", failing)
     with pytest.raises(RuntimeError):
         redeem_codes(engine, caller, texts, burn())
     monkeypatch.undo()

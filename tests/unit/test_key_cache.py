@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from decimal import Decimal
+
 from loyalty_grpc.api.key_cache import KeyCache
 from loyalty_grpc.domain.caller import Caller
 from loyalty_grpc.domain.keys import Modo
@@ -7,6 +9,7 @@ from loyalty_grpc.domain.keys import Modo
 
 def _caller() -> Caller:
     return Caller(programa_id="p", programa_nombre="P", clave_id=1, integracion="I",
+                  tasa_puntos=Decimal("0.1"), moneda="MXN",
                   modo=Modo.VIVO, permisos=frozenset())
 
 

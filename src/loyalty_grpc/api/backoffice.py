@@ -79,8 +79,9 @@ def _sale(v: points_admin.VentaInfo) -> pb.Sale:
 
 
 class BackofficeServicer(pb_grpc.BackofficeServiceServicer):
-    """`on_keys_changed` runs after a key is issued or revoked (the server clears its
-    in-process key cache so that a revocation takes effect at once)."""
+    """`on_keys_changed` runs after a key is issued or revoked, or a program changes (the
+    server clears its in-process key cache, which also holds each key's program name, rate
+    and currency, so that the change takes effect at once in this process)."""
 
     def __init__(self, engine: Engine, *, on_keys_changed: Callable[[], None] | None = None
                  ) -> None:
@@ -102,6 +103,7 @@ class BackofficeServicer(pb_grpc.BackofficeServiceServicer):
         p = request.program
         result = programs.upsert_program(self._engine, p.id, p.nombre, p.tasa_puntos,
                                          qr_url=p.qr_url, moneda=p.moneda)
+        self._on_keys_changed()  # an authenticated key carries its program's terms
         return pb.UpsertProgramResponse(program=_program(result.programa),
                                         creado=result.creado)
 

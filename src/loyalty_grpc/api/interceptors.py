@@ -21,6 +21,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import grpc
+import psycopg
 from google.protobuf.message import Message
 from sqlalchemy import exc as sa_exc
 
@@ -47,8 +48,11 @@ if TYPE_CHECKING:  # grpc-stubs make it generic; the runtime class is not subscr
     Handler = grpc.RpcMethodHandler[object, object]
 
 # Errors that mean "the database is not there right now": safe for the client to retry.
+# (The hot paths use the psycopg connection directly: store/autocommit.py.)
 _UNAVAILABLE = (sa_exc.OperationalError, sa_exc.InterfaceError, sa_exc.DisconnectionError,
-                sa_exc.TimeoutError)
+                sa_exc.TimeoutError, psycopg.OperationalError, psycopg.InterfaceError)
+# PostgreSQL (or psycopg) refused a value.
+_BAD_VALUE = (sa_exc.DataError, psycopg.DataError)
 
 
 class EdgeInterceptor(grpc.ServerInterceptor):  # type: ignore[type-arg]
@@ -59,27 +63,33 @@ class EdgeInterceptor(grpc.ServerInterceptor):  # type: ignore[type-arg]
         self._keys = keys_cache
         self._admin_token = admin_token.encode()
         self._limiter = limiter
+        # grpc asks for every call's handler: ours are built once per method.
+        self._handlers: dict[str, Handler] = {}
 
     def intercept_service(
         self,
         continuation: Callable[[grpc.HandlerCallDetails], Handler | None],
         handler_call_details: grpc.HandlerCallDetails,
     ) -> Handler | None:
+        method = handler_call_details.method
+        if method in self._handlers:
+            return self._handlers[method]
         handler = continuation(handler_call_details)
         if handler is None or handler.unary_unary is None:
             return handler  # health watch, reflection streams: not ours
-        service, _, operation = handler_call_details.method.lstrip("/").partition("/")
+        service, _, operation = method.lstrip("/").partition("/")
         if service == POS_SERVICE:
             guarded = self._pos(operation, handler.unary_unary)
         elif service == BACKOFFICE_SERVICE:
             guarded = self._backoffice(handler.unary_unary)
         else:
             return handler
-        return grpc.unary_unary_rpc_method_handler(
-            _mapping_errors(guarded, handler_call_details.method),
+        self._handlers[method] = grpc.unary_unary_rpc_method_handler(
+            _mapping_errors(guarded, method),
             request_deserializer=handler.request_deserializer,
             response_serializer=handler.response_serializer,
         )
+        return self._handlers[method]
 
     def _pos(self, operation: str, behavior: Behavior) -> Guarded:
         def guarded(request: object, context: grpc.ServicerContext, extra: Metadata) -> object:
@@ -135,7 +145,7 @@ def _mapping_errors(behavior: Guarded, method: str) -> Behavior:
             return behavior(request, context, extra)
         except LoyaltyError as error:
             failure = error
-        except sa_exc.DataError:
+        except _BAD_VALUE:
             # PostgreSQL refused a value; a NUL character is the one the rules of each
             # field leave to it (api/requests.reject_nul names the field).
             failure = _nul_error(request) or _internal(method)

@@ -25,8 +25,10 @@ this interceptor's call, and `listen_for_caller` tells this interceptor about it
 Metrics live in prometheus_client's default registry; with PROMETHEUS_MULTIPROC_DIR set
 (runtime/metrics.py `prepare`, several worker processes) they are written to files that the
 parent's /metrics endpoint aggregates. Gauges therefore use `livesum` (summed over live
-workers), and the pool gauges are refreshed at the start and end of every call there
-(a gauge function cannot cross processes); in a single process they are read at scrape time.
+workers), and the pool gauges are refreshed there by a thread of each worker every
+POOL_REFRESH_SECONDS (a gauge function cannot cross processes); in a single process they
+are read at scrape time. Nothing but the in-flight gauge, the two call metrics and the log
+line costs anything per call (the interceptor's handlers are built once per method).
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
@@ -83,6 +86,8 @@ RATE_LIMITED = Counter("loyalty_rate_limited", "RPCs refused with demasiadas_lla
                        "(the per-key rate limit), by method.", ["method"])
 
 _request_id: ContextVar[str | None] = ContextVar("loyalty_request_id", default=None)
+# How often a worker process writes its pool's state into the pool gauges.
+POOL_REFRESH_SECONDS = 1.0
 
 
 def multiprocess_mode() -> bool:
@@ -155,7 +160,10 @@ class PoolGauges:
         if not self._multiprocess:
             for gauge, read in self._readings:
                 gauge.set_function(read)
+            return
         self.refresh()
+        threading.Thread(target=self._refresh_forever, name="pool-gauges",
+                         daemon=True).start()
 
     def refresh(self) -> None:
         """Write the pool's state into the gauges (multiprocess mode only; in one process
@@ -163,6 +171,14 @@ class PoolGauges:
         if self._multiprocess:
             for gauge, read in self._readings:
                 gauge.set(read())
+
+    def _refresh_forever(self) -> None:
+        while True:
+            time.sleep(POOL_REFRESH_SECONDS)
+            try:
+                self.refresh()
+            except Exception:  # observing must never stop: next time, then
+                log.exception("could not refresh the pool gauges")
 
 
 # ---------------------------------------------------------------- the interceptor
@@ -182,22 +198,28 @@ class ObservabilityInterceptor(grpc.ServerInterceptor):  # type: ignore[type-arg
     def __init__(self, engine: Engine | None = None) -> None:
         self._pool = PoolGauges(engine)
         self._in_flight = _gauges().in_flight
+        # grpc asks for every call's handler: ours are built once per method.
+        self._handlers: dict[str, Handler | None] = {}
 
     def intercept_service(
         self,
         continuation: Callable[[grpc.HandlerCallDetails], Handler | None],
         handler_call_details: grpc.HandlerCallDetails,
     ) -> Handler | None:
-        handler = continuation(handler_call_details)
         method = handler_call_details.method
+        if method in self._handlers:
+            return self._handlers[method]
+        handler = continuation(handler_call_details)
         if handler is None or handler.unary_unary is None or \
                 not method.startswith(OBSERVED_PREFIX):
-            return handler  # health, reflection: not ours
-        return grpc.unary_unary_rpc_method_handler(
+            return handler  # health, reflection, unknown methods: not ours, not kept
+        observed = grpc.unary_unary_rpc_method_handler(
             self._observed(method.lstrip("/"), handler.unary_unary),
             request_deserializer=handler.request_deserializer,
             response_serializer=handler.response_serializer,
         )
+        self._handlers[method] = observed
+        return observed
 
     def _observed(self, method: str, behavior: Behavior) -> Behavior:
         def observed(request: object, context: grpc.ServicerContext) -> object:
@@ -205,7 +227,6 @@ class ObservabilityInterceptor(grpc.ServerInterceptor):  # type: ignore[type-arg
             id_token = _request_id.set(call.request_id)
             listening = listen_for_caller(call.caller_known)
             self._in_flight.inc()
-            self._pool.refresh()
             start = time.perf_counter()
             failed = True
             try:
@@ -220,7 +241,6 @@ class ObservabilityInterceptor(grpc.ServerInterceptor):  # type: ignore[type-arg
                     # After an abort_with_status the status is in the context, not yet
                     # sent: the id joins the trailing metadata the edge interceptor set.
                     _add_trailing_metadata(context, REQUEST_ID_KEY, call.request_id)
-                    self._pool.refresh()
                     _record(call, context, seconds, failed=failed)
                 except Exception:  # observing must never change the answer
                     log.exception("could not record the call %s", method)
@@ -270,10 +290,21 @@ def error_reason(metadata: Sequence[tuple[str, str | bytes]] | None) -> str | No
     return None
 
 
+@cache
+def _requests(method: str, codigo: str) -> Counter:
+    """The counter child of (method, codigo), looked up once (labels() costs a lock)."""
+    return REQUESTS.labels(method, codigo)
+
+
+@cache
+def _latency(method: str) -> Histogram:
+    return LATENCY.labels(method)
+
+
 def _record(call: _Call, context: grpc.ServicerContext, seconds: float, *, failed: bool) -> None:
     codigo, code = outcome(context, failed=failed)
-    REQUESTS.labels(call.method, codigo).inc()
-    LATENCY.labels(call.method).observe(seconds)
+    _requests(call.method, codigo).inc()
+    _latency(call.method).observe(seconds)
     if codigo == Codigo.DEMASIADAS_LLAMADAS.value:
         RATE_LIMITED.labels(call.method).inc()
     fields: dict[str, object] = {

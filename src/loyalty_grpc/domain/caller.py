@@ -1,8 +1,10 @@
-"""Who is calling the POS API: what an API key stands for once authenticated."""
+"""Who is calling the POS API: what an API key stands for once authenticated, with the
+terms of its program that every sale needs (cached with the key: api/key_cache.py)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from decimal import Decimal
 
 from loyalty_grpc.domain.keys import Modo
 from loyalty_grpc.domain.permissions import Permiso
@@ -16,3 +18,6 @@ class Caller:
     integracion: str
     modo: Modo
     permisos: frozenset[Permiso]
+    # The program's points per peso (exact) and currency.
+    tasa_puntos: Decimal
+    moneda: str

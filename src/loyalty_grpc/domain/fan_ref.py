@@ -65,3 +65,9 @@ def one_of(values: Mapping[str, T | None], *, required: bool = True) -> tuple[st
             raise LoyaltyError(Codigo.CAMPO_REQUERIDO, f"falta {names}")
         return None
     return given[0]
+
+
+def not_found(ref: FanRef) -> LoyaltyError:
+    """fan_no_encontrado for `ref` (the value is never echoed: it is personal data)."""
+    return LoyaltyError(Codigo.FAN_NO_ENCONTRADO,
+                        f"ningún fan activo del programa coincide (leído como {ref.forma})")

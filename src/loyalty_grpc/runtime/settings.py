@@ -66,8 +66,9 @@ VARIABLES: tuple[Variable, ...] = (
              "most calls of one key a worker reserves per database round trip; 0 = a tenth "
              "of the limit, at most 64; 1 = a round trip per call"),
     Variable("LOYALTY_KEY_CACHE_SECONDS", "`5`",
-             "how long a worker trusts an API-key lookup (revocation delay in other "
-             "processes); 0 = no cache"),
+             "how long a worker trusts an API-key lookup and the program terms that come "
+             "with it (delay of a revocation or a rate change in other processes); "
+             "0 = no cache"),
     Variable("LOYALTY_LOG_LEVEL", "`INFO`", f"{', '.join(LOG_LEVELS)} (`--log-level`)"),
     Variable("LOYALTY_LOG_FORMAT", "`text` (`up`), `json` (`serve`)",
              "`json` (one object per line) or `text` (`--log-format`)"),

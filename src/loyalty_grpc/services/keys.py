@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
+from decimal import Decimal
 from typing import Any
 
 from sqlalchemy import Connection, Engine, Row, func, insert, select, update
@@ -114,13 +115,14 @@ def revoke_key(engine: Engine, clave_id: int) -> ClaveInfo:
 
 
 def authenticate(conn: Connection, key: str) -> Caller | None:
-    """Who `key` is: its program, integration, mode and permissions; None when the key is
-    malformed, unknown or revoked. One indexed lookup by the key's hash."""
+    """Who `key` is: its program (and the program's rate and currency), integration, mode
+    and permissions; None when the key is malformed, unknown or revoked. One indexed lookup
+    by the key's hash."""
     if mode_of(key) is None:
         return None
     row = conn.execute(
         select(claves.c.id, claves.c.programa_id, programas.c.nombre, claves.c.integracion,
-               claves.c.modo, claves.c.permisos)
+               claves.c.modo, claves.c.permisos, programas.c.tasa_puntos, programas.c.moneda)
         .join(programas, programas.c.id == claves.c.programa_id)
         .where(claves.c.hash == key_hash(key), claves.c.revocada.is_(None))
     ).one_or_none()
@@ -130,4 +132,5 @@ def authenticate(conn: Connection, key: str) -> Caller | None:
         programa_id=row.programa_id, programa_nombre=row.nombre, clave_id=row.id,
         integracion=row.integracion, modo=Modo(row.modo),
         permisos=parse_permisos(row.permisos),
+        tasa_puntos=Decimal(row.tasa_puntos), moneda=str(row.moneda),
     )

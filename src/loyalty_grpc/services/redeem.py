@@ -1,7 +1,8 @@
 """`redeem`: burn one coupon code or a batch, in the calling key's program.
 
-One transaction per call, single or batch: the burns and their points commit together or
-not at all. Three steps, concurrency left to PostgreSQL's row locks:
+The single form is one statement (store/burn.py), the cashier's hot path. A batch is one
+transaction: the burns and their points commit together or not at all. Three steps,
+concurrency left to PostgreSQL's row locks:
 
 1. Lock every copy of every requested text (`SELECT … ORDER BY id FOR NO KEY UPDATE`, one
    round trip; it also reads each copy's promotion and fan). A concurrent burn of the same code
@@ -9,12 +10,13 @@ not at all. Three steps, concurrency left to PostgreSQL's row locks:
    is `duplicado: false` and one credits.
 2. Decide every outcome with the pure rules of domain/redeem.py (state table, choice among
    copies, repeats in a batch) on the locked, current states.
-3. Burn the chosen `asignado` copies (one UPDATE) and credit each burn through
-   store/ledger.move_points (`Motivo.CANJE`, `codigo_id`), in fan order.
+3. Burn the chosen `asignado` copies (one UPDATE) and credit the burns through
+   store/ledger.move_many (`Motivo.CANJE`, `codigo_id`; one statement, fans locked in pk
+   order).
 
-Locks are always taken codes first (ascending id), then fans (ascending pk; move_points
-updates the fan's row), and a sale only locks its fan: the same global order everywhere,
-so concurrent batches, single burns and sales never deadlock.
+Locks are always taken codes first (ascending id), then fans (ascending pk: the ledger's
+CTEs lock them in that order), and a sale only locks its fan: the same global order
+everywhere, so concurrent batches, single burns and sales never deadlock.
 """
 
 from __future__ import annotations
@@ -42,7 +44,8 @@ from loyalty_grpc.domain.redeem import (
     plan,
     summarize,
 )
-from loyalty_grpc.store.ledger import Motivo, move_points
+from loyalty_grpc.store.burn import BurnValues, burn_one
+from loyalty_grpc.store.ledger import Motivo, Move, move_many
 from loyalty_grpc.store.tables import codigos, fans, promos
 from loyalty_grpc.store.uow import UnitOfWork
 
@@ -94,14 +97,21 @@ class _Row:
 
 def redeem_code(engine: Engine, caller: Caller, codigo: str, burn: Burn) -> RedeemResult:
     """The single form: the result, or the code's error raised (404/409)."""
-    with UnitOfWork(engine) as uow:
-        paso, result = _redeem(uow.conn, caller, [code_text(codigo)], burn)[0]
-        falla = paso.falla()
-        if falla is not None:
-            raise falla
-        uow.commit()
-    assert result is not None
-    return result
+    texto = code_text(codigo)
+    row = burn_one(engine, BurnValues(
+        programa=caller.programa_id, codigo=texto, vivo=caller.modo is Modo.VIVO,
+        clave_id=caller.clave_id, terminal=burn.terminal, ts=burn.ts, ahora=burn.now,
+    )) if could_exist(texto) else None
+    copias = {texto: [Copia(row.copia, row.estado)]} if row is not None else {}
+    paso = plan([texto], copias)[0]
+    falla = paso.falla()
+    if falla is not None:
+        raise falla
+    assert row is not None
+    nuevo = paso.desenlace is Desenlace.CANJEADO
+    return RedeemResult(codigo=texto, duplicado=not nuevo, promo=row.promo, correo=row.correo,
+                        puntos_otorgados=row.puntos_canje
+                        if nuevo and caller.modo is Modo.VIVO else 0)
 
 
 def redeem_codes(engine: Engine, caller: Caller, texts: Sequence[str], burn: Burn
@@ -170,9 +180,10 @@ def _redeem(conn: Connection, caller: Caller, texts: list[str], burn: Burn
         if sorted(done) != sorted(ids):  # the rows are locked: cannot happen
             raise LoyaltyError(Codigo.ERROR_INTERNO, "canje: el estado cambió bajo bloqueo")
     live = caller.modo is Modo.VIVO
-    for row in sorted(burned, key=lambda r: (r.fan_pk or 0, r.id)):
-        if live and row.puntos_canje and row.fan_pk is not None:
-            move_points(conn, row.fan_pk, row.puntos_canje, Motivo.CANJE, codigo_id=row.id)
+    if live:
+        move_many(conn, [Move(row.fan_pk, row.puntos_canje, codigo_id=row.id)
+                         for row in burned if row.puntos_canje and row.fan_pk is not None],
+                  Motivo.CANJE)
     outcomes: list[tuple[Paso, RedeemResult | None]] = []
     for paso in pasos:
         result = None

@@ -1,13 +1,20 @@
 """The one place where points move: a ledger entry, the cached balance and the wallet-pass
-outbox change together, in the caller's transaction."""
+outbox change together, in the caller's statement and transaction.
+
+`move_ctes` is that rule as SQL: CTEs that credit each row of a source relation (columns
+fan_pk, puntos, venta_id, codigo_id) to its fan. `move_points` runs it for one fan inside a
+unit of work (back office, fixtures), `move_many` for a set (a batch of burns); the hot
+paths' single statements (store/sale.py, store/burn.py) put the same CTEs after their own
+source, so a sale or a burn is one round trip and the rule is still written once.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
 from enum import StrEnum
 
-from sqlalchemy import BigInteger, Connection, Integer, Text, insert, literal, select, update
-
-from loyalty_grpc.store.tables import fans, movimientos, wallet_outbox
+from sqlalchemy import Connection
 
 
 class Motivo(StrEnum):
@@ -15,6 +22,46 @@ class Motivo(StrEnum):
     CANJE = "canje"
     AJUSTE = "ajuste"
     ANULACION = "anulacion"
+
+
+def move_ctes(source: str) -> str:
+    """CTEs `movido` (fan_pk, saldo: the new balance), `ledger` and `outbox` crediting each
+    row of the relation `source` (fan_pk, puntos, venta_id, codigo_id; parameters
+    %(motivo)s and %(nota)s) to its fan: one ledger entry per row, one balance change and
+    one outbox row per fan. Rows with 0 points change nothing. The fans' rows are locked in
+    pk order (`bloqueados`), the order every multi-fan writer keeps, so that they cannot
+    deadlock; the outbox row is written after the lock, so one fan's outbox ids follow the
+    order of its balance changes (wallet/outbox.py relies on it). A row whose fan does not
+    exist writes nothing."""
+    return f"""bloqueados AS MATERIALIZED (
+  SELECT pk FROM fans WHERE pk IN (SELECT fan_pk FROM {source} WHERE puntos <> 0)
+  ORDER BY pk FOR NO KEY UPDATE
+), movido AS (
+  UPDATE fans SET puntos = fans.puntos + suma.puntos
+  FROM (SELECT fan_pk, CAST(sum(puntos) AS bigint) AS puntos FROM {source}
+        WHERE puntos <> 0 GROUP BY fan_pk) AS suma
+  JOIN bloqueados ON bloqueados.pk = suma.fan_pk
+  WHERE fans.pk = suma.fan_pk
+  RETURNING fans.pk AS fan_pk, fans.puntos AS saldo
+), ledger AS (
+  INSERT INTO movimientos (fan_pk, puntos, motivo, venta_id, codigo_id, nota)
+  SELECT m.fan_pk, m.puntos, %(motivo)s, m.venta_id, m.codigo_id, %(nota)s
+  FROM {source} AS m JOIN movido ON movido.fan_pk = m.fan_pk
+  WHERE m.puntos <> 0
+), outbox AS (
+  INSERT INTO wallet_outbox (fan_pk, saldo) SELECT fan_pk, saldo FROM movido
+)"""  # noqa: S608 (`source` is a CTE name of ours)
+
+
+# One fan, any motive: the new balance, or the current one for a zero-point move.
+_MOVE_ONE = f"""
+WITH mover AS (
+  SELECT CAST(%(fan_pk)s AS bigint) AS fan_pk, CAST(%(puntos)s AS bigint) AS puntos,
+         CAST(%(venta_id)s AS integer) AS venta_id, CAST(%(codigo_id)s AS bigint) AS codigo_id
+), {move_ctes("mover")}
+SELECT coalesce((SELECT saldo FROM movido),
+                (SELECT puntos FROM fans WHERE pk = %(fan_pk)s AND %(puntos)s = 0))
+"""  # noqa: S608 (only constants are interpolated)
 
 
 def move_points(
@@ -32,26 +79,46 @@ def move_points(
 
     The new balance also goes to `wallet_outbox` (the fan's wallet pass is refreshed from
     it, DESIGN.md §2 "Wallet pass"), so every balance change, whatever its motive, reaches
-    the pass, and none does unless the caller commits. One statement (one round trip): the
-    balance UPDATE and both INSERTs are data-modifying CTEs."""
-    if puntos == 0:
-        current = conn.execute(select(fans.c.puntos).where(fans.c.pk == fan_pk)).scalar_one()
-        return int(current)
-    changed = (
-        update(fans)
-        .where(fans.c.pk == fan_pk)
-        .values(puntos=fans.c.puntos + puntos)
-        .returning(fans.c.pk, fans.c.puntos)
-        .cte("changed")
-    )
-    ledger = insert(movimientos).from_select(
-        ["fan_pk", "puntos", "motivo", "venta_id", "codigo_id", "nota"],
-        select(changed.c.pk, literal(puntos, BigInteger), literal(motivo.value, Text),
-               literal(venta_id, Integer), literal(codigo_id, BigInteger), literal(nota, Text)),
-    ).cte("ledger")
-    outbox = insert(wallet_outbox).from_select(
-        ["fan_pk", "saldo"], select(changed.c.pk, changed.c.puntos),
-    ).cte("outbox")
-    # No row: no such fan (NoResultFound, nothing written), as before.
-    balance = conn.execute(select(changed.c.puntos).add_cte(ledger, outbox)).scalar_one()
+    the pass, and none does unless the caller commits. One statement (one round trip)."""
+    balance = conn.exec_driver_sql(_MOVE_ONE, {
+        "fan_pk": fan_pk, "puntos": puntos, "venta_id": venta_id, "codigo_id": codigo_id,
+        "motivo": motivo.value, "nota": nota,
+    }).scalar()
+    if balance is None:
+        raise LookupError(f"no fan with pk {fan_pk}")
     return int(balance)
+
+
+@dataclass(frozen=True)
+class Move:
+    """One ledger entry of a set (`move_many`)."""
+
+    fan_pk: int
+    puntos: int
+    venta_id: int | None = None
+    codigo_id: int | None = None
+
+
+_MOVE_MANY = f"""
+WITH mover AS (
+  SELECT * FROM unnest(CAST(%(fan_pks)s AS bigint[]), CAST(%(puntos)s AS bigint[]),
+                       CAST(%(venta_ids)s AS integer[]), CAST(%(codigo_ids)s AS bigint[]))
+    AS m(fan_pk, puntos, venta_id, codigo_id)
+), {move_ctes("mover")}
+SELECT fan_pk, saldo FROM movido
+"""  # noqa: S608 (only constants are interpolated)
+
+
+def move_many(conn: Connection, moves: Sequence[Move], motivo: Motivo, *, nota: str = ""
+              ) -> dict[int, int]:
+    """`move_points` for a set of entries in one statement (e.g. the burns of a batch):
+    one ledger entry each, one balance change and outbox row per fan. Returns the new
+    balance of each fan that moved."""
+    if not moves:
+        return {}
+    rows = conn.exec_driver_sql(_MOVE_MANY, {
+        "fan_pks": [m.fan_pk for m in moves], "puntos": [m.puntos for m in moves],
+        "venta_ids": [m.venta_id for m in moves], "codigo_ids": [m.codigo_id for m in moves],
+        "motivo": motivo.value, "nota": nota,
+    }).all()
+    return {int(fan_pk): int(saldo) for fan_pk, saldo in rows}

@@ -1,0 +1,105 @@
+"""A sale (`tx`) as ONE statement: find the fan, insert the sale unless its id_externo is
+known (`ON CONFLICT DO NOTHING` on the unique (program, mode, id_externo) index), credit
+its points through the ledger's CTEs (store/ledger.py) and write the wallet outbox row;
+one round trip, atomic (store/autocommit.py).
+
+An identical sale running concurrently makes the INSERT wait for it to commit, and then do
+nothing: so 50 identical calls credit once. The answer then comes from `ORIGINAL` (a second
+statement, only on that path): the first sale's folio, fan and amount, and the fan's
+current balance.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from sqlalchemy import Engine
+
+from loyalty_grpc.domain.fan_ref import FanRef, Forma
+from loyalty_grpc.store.autocommit import fetch_one
+from loyalty_grpc.store.fan_lookup import LOOKUP, lookup_params
+from loyalty_grpc.store.ledger import Motivo, move_ctes
+
+_SALE = """
+WITH fan AS ({lookup}),
+venta AS (
+  INSERT INTO ventas (programa_id, modo, id_externo, fan_pk, importe_centavos, moneda,
+                      terminal, sitio, ts, puntos, clave_id)
+  SELECT %(programa)s, %(modo)s, %(id_externo)s, fan.pk, %(centavos)s, %(moneda)s,
+         %(terminal)s, %(sitio)s, %(ts)s, %(puntos)s, %(clave_id)s
+  FROM fan
+  ON CONFLICT (programa_id, modo, id_externo) DO NOTHING
+  RETURNING id AS venta_id, fan_pk, puntos, NULL::bigint AS codigo_id
+), {move}
+SELECT fan.pk, fan.fan_id, fan.correo, fan.puntos, venta.venta_id, movido.saldo
+FROM fan LEFT JOIN venta ON true LEFT JOIN movido ON true
+"""
+
+SALE: dict[Forma, str] = {forma: _SALE.format(lookup=lookup, move=move_ctes("venta"))
+                          for forma, lookup in LOOKUP.items()}
+
+ORIGINAL = """
+SELECT v.id, v.fan_pk, v.importe_centavos, f.puntos
+FROM ventas v JOIN fans f ON f.pk = v.fan_pk
+WHERE v.programa_id = %(programa)s AND v.modo = %(modo)s AND v.id_externo = %(id_externo)s
+"""
+
+
+@dataclass(frozen=True)
+class SaleRow:
+    fan_pk: int
+    fan_id: str
+    correo: str
+    # The new sale's folio; None when the id_externo was known (nothing written).
+    folio: int | None
+    # The fan's balance after the sale (before it, for a known id_externo).
+    saldo: int
+
+
+@dataclass(frozen=True)
+class OriginalSale:
+    folio: int
+    fan_pk: int
+    centavos: int
+    saldo: int  # the fan's balance now
+
+
+@dataclass(frozen=True)
+class SaleValues:
+    programa: str
+    modo: str
+    id_externo: str
+    centavos: int
+    moneda: str
+    terminal: str | None
+    sitio: str | None
+    ts: datetime
+    puntos: int
+    clave_id: int
+
+
+def insert_sale(engine: Engine, sale: SaleValues, ref: FanRef) -> SaleRow | None:
+    """The sale for the active fan `ref` names; None when no such fan (nothing written)."""
+    row = fetch_one(engine, SALE[ref.forma], {
+        **lookup_params(sale.programa, ref),
+        "modo": sale.modo, "id_externo": sale.id_externo, "centavos": sale.centavos,
+        "moneda": sale.moneda, "terminal": sale.terminal, "sitio": sale.sitio,
+        "ts": sale.ts, "puntos": sale.puntos, "clave_id": sale.clave_id,
+        "motivo": Motivo.VENTA.value, "nota": "",
+    })
+    if row is None:
+        return None
+    fan_pk, fan_id, correo, puntos, folio, saldo = row
+    return SaleRow(fan_pk=fan_pk, fan_id=fan_id, correo=correo, folio=folio,
+                   saldo=int(puntos if saldo is None else saldo))
+
+
+def original_sale(engine: Engine, programa: str, modo: str, id_externo: str
+                  ) -> OriginalSale:
+    row = fetch_one(engine, ORIGINAL, {"programa": programa, "modo": modo,
+                                       "id_externo": id_externo})
+    if row is None:  # the conflicting sale is committed: it cannot be gone
+        raise LookupError("the sale with this id_externo vanished")
+    folio, fan_pk, centavos, saldo = row
+    return OriginalSale(folio=folio, fan_pk=fan_pk, centavos=int(centavos), saldo=int(saldo))
