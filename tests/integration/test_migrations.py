@@ -31,7 +31,7 @@ def eng(migrated_url: str) -> Iterator[Engine]:
 
 
 def test_current_is_head(migrated_url: str) -> None:
-    assert migrate.head() == "0006"
+    assert migrate.head() == "0007"
     assert migrate.current(migrated_url) == migrate.head()
 
 
@@ -77,6 +77,9 @@ _CATALOGUE = {
         "SELECT table_name, column_name, data_type, is_nullable, column_default, "
         "is_identity, identity_generation FROM information_schema.columns "
         "WHERE table_schema = 'public' AND table_name <> 'alembic_version'"),
+    "storage parameters": (
+        "SELECT relname, array_to_string(reloptions, ',') FROM pg_class "
+        "WHERE relnamespace = 'public'::regnamespace AND reloptions IS NOT NULL"),
 }
 
 
@@ -89,8 +92,9 @@ def test_catalogue_matches_create_all(
     eng: Engine, create_database: Callable[[], str],
 ) -> None:
     """What autogenerate cannot see, compared in PostgreSQL's own words: every constraint
-    (CHECK included) with its definition, every index definition and every column default
-    equal those of a database built by `metadata.create_all` from tables.py."""
+    (CHECK included) with its definition, every index definition, every column default and
+    every table's storage parameters equal those of a database built by
+    `metadata.create_all` from tables.py."""
     reference = make_engine(create_database(), pool_size=1)
     try:
         with reference.begin() as conn:
@@ -102,6 +106,8 @@ def test_catalogue_matches_create_all(
         reference.dispose()
     got = _catalogue(eng)
     assert any(row[2] == "c" for row in expected["constraints"])
+    assert {row[0] for row in expected["storage parameters"]} == {"wallet_outbox",
+                                                                 "wallet_pases"}
     for kind in _CATALOGUE:
         assert got[kind] - expected[kind] == set(), kind
         assert expected[kind] - got[kind] == set(), kind
@@ -217,3 +223,59 @@ def test_downgrade_to_base_and_back(create_database: Callable[[], str]) -> None:
     assert functions == 0
     migrate.upgrade(url)
     assert migrate.current(url) == migrate.head()
+
+
+def test_wallet_data_survives_0007_both_ways(create_database: Callable[[], str]) -> None:
+    """Balances waiting in 0006's outbox and the sender's state per fan survive 0007: the
+    new sender folds the rows in and respects a back-off in progress. Downgrading puts
+    the balances still waiting back into the outbox under their ids."""
+    from datetime import UTC, datetime, timedelta
+
+    from loyalty_grpc.wallet import LocalProvider, SendReport, send_pending
+
+    url = create_database()
+    migrate.upgrade(url, "0006")
+    engine = make_engine(url, pool_size=2)
+    later = datetime.now(UTC) + timedelta(hours=1)
+    try:
+        with engine.begin() as conn:
+            conn.execute(text("INSERT INTO programas (id, nombre, tasa_puntos) "
+                              "VALUES ('p', 'P', 0.1)"))
+            pks = [conn.execute(text(
+                "INSERT INTO fans (programa_id, fan_id, nombre, correo, socio_desde, "
+                "qr_token) VALUES ('p', :f, 'n', :f || '@x.example', 2020, :f) RETURNING pk"),
+                {"f": f}).scalar_one() for f in ("DUE", "WAITS", "DONE")]
+            due, waits, done = pks
+            conn.execute(text("INSERT INTO wallet_outbox (fan_pk, saldo) VALUES "
+                              "(:due, 10), (:waits, 7), (:due, 25)"),
+                         {"due": due, "waits": waits})
+            conn.execute(text(
+                "INSERT INTO wallet_pases (fan_pk, intentos, proximo_intento, ultimo_error, "
+                "entregado_saldo) VALUES (:waits, 3, :later, 'down', NULL), "
+                "(:done, 0, now(), NULL, 5)"), {"waits": waits, "done": done, "later": later})
+            waits_id = conn.execute(text("SELECT id FROM wallet_outbox WHERE fan_pk = :f"),
+                                    {"f": waits}).scalar_one()
+        migrate.upgrade(url)
+        assert send_pending(engine, LocalProvider(engine)) == SendReport(claimed=1,
+                                                                          delivered=1)
+        with engine.connect() as conn:
+            assert conn.execute(text("SELECT fan_pk, saldo FROM wallet_entregas")).all() == [
+                (due, 25)]
+            state = {r.fan_pk: r for r in conn.execute(text(
+                "SELECT fan_pk, intentos, proximo_intento, ultimo_error, entregado_saldo, "
+                "saldo_pendiente FROM wallet_pases"))}
+        assert (state[waits].intentos, state[waits].proximo_intento,
+                state[waits].ultimo_error, state[waits].saldo_pendiente) == (3, later, "down", 7)
+        assert (state[done].entregado_saldo, state[done].saldo_pendiente) == (5, None)
+        assert (state[due].entregado_saldo, state[due].saldo_pendiente) == (25, None)
+        engine.dispose()
+
+        migrate.downgrade(url, "0006")
+        with engine.connect() as conn:
+            assert conn.execute(text("SELECT id, fan_pk, saldo FROM wallet_outbox")).all() == [
+                (waits_id, waits, 7)]
+            assert "saldo_pendiente" not in {r[0] for r in conn.execute(text(
+                "SELECT column_name FROM information_schema.columns "
+                "WHERE table_name = 'wallet_pases'"))}
+    finally:
+        engine.dispose()

@@ -1,18 +1,22 @@
-"""Wallet pass: the outbox written with every balance change, and the sender that
-delivers the latest balance per fan (real PostgreSQL, local or scripted providers)."""
+"""Wallet pass: the outbox written with every balance change, and the sender that folds it
+into wallet_pases and delivers the latest balance per fan (real PostgreSQL, local or
+scripted providers)."""
 
 from __future__ import annotations
 
 import itertools
+import random
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
-from sqlalchemy import Engine, delete, func, insert, select, text
+from sqlalchemy import Connection, Engine, TextClause, delete, func, insert, select, text
 
 from loyalty_grpc.runtime.cli import main
+from loyalty_grpc.store.db import make_engine
 from loyalty_grpc.store.ledger import Motivo, move_points
 from loyalty_grpc.store.tables import (
     fans,
@@ -23,15 +27,22 @@ from loyalty_grpc.store.tables import (
 )
 from loyalty_grpc.store.uow import UnitOfWork
 from loyalty_grpc.wallet import (
+    Backlog,
+    Delivery,
     FanPass,
     LocalProvider,
     SendReport,
     WalletDeliveryError,
+    WalletProvider,
     WalletSender,
+    backlog,
     backoff,
+    drain,
     pending_fans,
     send_pending,
 )
+from loyalty_grpc.wallet.backlog import BACKLOG_SQL
+from loyalty_grpc.wallet.outbox import CLAIM_SQL, INGEST_SQL, RECORD_SQL, ingest
 
 T0 = datetime(2030, 1, 1, 12, 0, tzinfo=UTC)
 _ids = itertools.count(1)
@@ -115,6 +126,21 @@ def outbox(engine: Engine, fan_pk: int | None = None) -> list[tuple[int, int]]:
         return [(int(a), int(b)) for a, b in conn.execute(query)]
 
 
+def pending(engine: Engine) -> dict[int, int]:
+    """fan_pk -> the balance waiting for the sender: folded into wallet_pases, or newer in
+    the outbox (not folded in yet)."""
+    with engine.connect() as conn:
+        latest = {int(f): (int(i), int(s)) for f, i, s in conn.execute(
+            select(wallet_pases.c.fan_pk, wallet_pases.c.saldo_id,
+                   wallet_pases.c.saldo_pendiente)
+            .where(wallet_pases.c.saldo_pendiente.is_not(None)))}
+        for f, i, s in conn.execute(select(wallet_outbox.c.fan_pk, wallet_outbox.c.id,
+                                           wallet_outbox.c.saldo)):
+            if int(i) > latest.get(int(f), (0, 0))[0]:
+                latest[int(f)] = (int(i), int(s))
+    return {f: s for f, (_, s) in latest.items()}
+
+
 def entregas(engine: Engine) -> list[tuple[int, int, str]]:
     with engine.connect() as conn:
         return [(int(a), int(b), c) for a, b, c in conn.execute(
@@ -180,6 +206,7 @@ def test_three_changes_one_delivery_of_the_latest_balance(
     assert report == SendReport(claimed=1, delivered=1)
     assert entregas(engine) == [(fan, 35, "local")]
     assert outbox(engine) == []
+    assert pending(engine) == {}
     st = state(engine, fan)
     assert st["entregado_saldo"] == 35
     assert st["entregado_en"] == T0
@@ -197,7 +224,7 @@ def test_two_fans_two_deliveries(engine: Engine, new_fan: Callable[[], int]) -> 
     report = send_pending(engine, LocalProvider(engine), now=Clock())
     assert report.delivered == 2
     assert sorted(entregas(engine)) == sorted([(ana, 11, "local"), (beto, 7, "local")])
-    assert outbox(engine) == []
+    assert pending(engine) == {}
 
 
 def test_batch_limits_a_run_and_oldest_goes_first(engine: Engine,
@@ -229,7 +256,7 @@ def test_failures_back_off_and_do_not_hold_up_other_fans(
     assert st["ultimo_error"] == "wallet down"
     assert st["error_en"] == T0
     assert st["proximo_intento"] == T0 + timedelta(seconds=1)
-    assert outbox(engine, flaky) == [(flaky, 10)]
+    assert pending(engine) == {flaky: 10}
 
     # In back-off: not due, even when a newer balance arrives meanwhile; other fans go on.
     change(engine, flaky, 5)
@@ -244,7 +271,8 @@ def test_failures_back_off_and_do_not_hold_up_other_fans(
     st = state(engine, flaky)
     assert st["intentos"] == 2
     assert st["proximo_intento"] == T0 + timedelta(seconds=3)
-    assert outbox(engine, flaky) == [(flaky, 15)]  # older row coalesced away
+    assert pending(engine) == {flaky: 15}  # the older balance coalesced away
+    assert outbox(engine) == []
 
     clock.advance(1.9)
     assert send_pending(engine, provider, now=clock) == SendReport()
@@ -254,7 +282,7 @@ def test_failures_back_off_and_do_not_hold_up_other_fans(
     st = state(engine, flaky)
     assert st["intentos"] == 0
     assert st["entregado_saldo"] == 15
-    assert outbox(engine) == []
+    assert pending(engine) == {}
 
 
 def test_backoff_doubles_up_to_five_minutes() -> None:
@@ -278,7 +306,7 @@ def test_a_permanent_failure_drops_that_balance_only(engine: Engine,
     provider = Recording(failing={fan: 1}, permanent=True)
     clock = Clock()
     assert send_pending(engine, provider, now=clock) == SendReport(claimed=1, dropped=1)
-    assert outbox(engine, fan) == []
+    assert pending(engine) == {}
     st = state(engine, fan)
     assert st["ultimo_error"] == "permanente: wallet down"
     assert st["intentos"] == 0
@@ -300,7 +328,7 @@ def test_an_unexpected_provider_error_is_retried(engine: Engine,
 
     assert send_pending(engine, Broken(), now=Clock()).retrying == 1
     assert state(engine, fan)["ultimo_error"] == "KeyError: 'bug'"
-    assert outbox(engine, fan) == [(fan, 2)]
+    assert pending(engine) == {fan: 2}
 
 
 def test_stopping_hands_back_the_rest_of_the_batch(engine: Engine,
@@ -357,7 +385,7 @@ def test_a_fan_being_delivered_is_not_claimed_again_and_sales_do_not_wait(
         worker.join(30)
     assert reports == [SendReport(claimed=1, delivered=1)]
     assert first.delivered == [(fan, 10)]
-    assert outbox(engine, fan) == [(fan, 15)]
+    assert pending(engine) == {fan: 15}  # folded in during the delivery: due at once
     third = Recording()
     assert send_pending(engine, third, now=clock).delivered == 1
     assert third.delivered == [(fan, 15)]
@@ -404,7 +432,7 @@ def test_an_expired_lease_goes_to_the_next_sender(engine: Engine,
     st = state(engine, fan)
     assert st["ultimo_error"] is None  # the slow run's failure was not written
     assert st["entregado_saldo"] == 4
-    assert outbox(engine) == []
+    assert pending(engine) == {}
 
 
 def test_concurrent_runs_never_deliver_a_fan_twice(engine: Engine,
@@ -413,6 +441,8 @@ def test_concurrent_runs_never_deliver_a_fan_twice(engine: Engine,
     for i, fan in enumerate(fan_pks):
         change(engine, fan, i + 1)
         change(engine, fan, 100)
+    with engine.begin() as conn:  # every fan due: both runs find claims from the start
+        assert ingest(conn, limit=1000) == (80, 40)
     in_flight: set[int] = set()
     overlaps: list[int] = []
     delivered: list[tuple[int, int, str]] = []
@@ -448,7 +478,332 @@ def test_concurrent_runs_never_deliver_a_fan_twice(engine: Engine,
     assert sorted((f, s) for f, s, _ in delivered) == sorted(
         (fan, i + 101) for i, fan in enumerate(fan_pks))
     assert {name for _, _, name in delivered} == {"a", "b"}
+    assert pending(engine) == {}
+
+
+def test_rows_committed_out_of_order_are_not_lost(engine: Engine,
+                                                  new_fan: Callable[[], int]) -> None:
+    """A balance whose transaction took a lower outbox id but commits after a run has
+    folded in higher ids is delivered by the next run (no id high-water mark)."""
+    early, late = new_fan(), new_fan()
+    provider = Recording()
+    with UnitOfWork(engine) as slow:
+        move_points(slow.conn, early, 5, Motivo.VENTA)
+        slow_id = slow.conn.execute(select(func.max(wallet_outbox.c.id))).scalar_one()
+        change(engine, late, 7)
+        assert outbox(engine) == [(late, 7)]
+        with engine.connect() as conn:
+            assert conn.execute(select(wallet_outbox.c.id)).scalar_one() > slow_id
+        assert send_pending(engine, provider, now=Clock()) == SendReport(claimed=1,
+                                                                         delivered=1)
+        slow.commit()
+    assert outbox(engine) == [(early, 5)]
+    assert send_pending(engine, provider, now=Clock()) == SendReport(claimed=1, delivered=1)
+    assert provider.delivered == [(late, 7), (early, 5)]
+    assert pending(engine) == {}
+
+
+def test_an_older_balance_folded_late_never_replaces_a_newer_one(
+    engine: Engine, new_fan: Callable[[], int],
+) -> None:
+    """Two senders fold one fan's rows in the wrong order (the older row was taken by one
+    that is slow to fold it): the newer balance wins, and the older one is never sent,
+    even after the newer one was delivered."""
+    fan = new_fan()
+    change(engine, fan, 10)
+    change(engine, fan, 20)
+    provider = Recording()
+    with engine.begin() as other:  # another sender holds the older row
+        other.execute(select(wallet_outbox.c.id).where(wallet_outbox.c.saldo == 10)
+                      .with_for_update())
+        assert send_pending(engine, provider, now=Clock()).delivered == 1
+        assert provider.delivered == [(fan, 30)]
+        assert outbox(engine) == [(fan, 10)]
+    report = send_pending(engine, provider, now=Clock())  # folds the older row in: no-op
+    assert (report, report.ingested) == (SendReport(), 1)
+    assert provider.delivered == [(fan, 30)]
     assert outbox(engine) == []
+    assert pending(engine) == {}
+    assert state(engine, fan)["entregado_saldo"] == 30
+
+
+def test_fans_in_back_off_take_no_claims_from_others(engine: Engine,
+                                                     new_fan: Callable[[], int]) -> None:
+    """Fans in back-off are outside the claim's range, however long they have waited and
+    however often their balance changes: every run's batch goes to due fans."""
+    stuck = [new_fan() for _ in range(5)]
+    for fan in stuck:
+        change(engine, fan, 1)
+    clock = Clock()
+    provider = Recording(failing=dict.fromkeys(stuck, 1000), retry_after=600)
+    assert send_pending(engine, provider, now=clock).retrying == 5
+    others = [new_fan() for _ in range(4)]
+    for fan in stuck:
+        change(engine, fan, 1)
+    for fan in others:
+        change(engine, fan, 2)
+    clock.advance(60)
+    for _ in range(2):
+        assert send_pending(engine, provider, batch=2, now=clock) == SendReport(claimed=2,
+                                                                               delivered=2)
+    assert send_pending(engine, provider, batch=2, now=clock) == SendReport()
+    assert sorted(provider.delivered) == sorted((fan, 2) for fan in others)
+    assert pending(engine) == dict.fromkeys(stuck, 2)
+    assert pending_fans(engine, now=clock()) == (5, 5)
+
+
+def test_a_backlog_is_coalesced_and_a_large_one_spans_runs(
+    engine: Engine, new_fan: Callable[[], int],
+) -> None:
+    fans_ = [new_fan() for _ in range(3)]
+    for _ in range(10):
+        for fan in fans_:
+            change(engine, fan, 1)
+    provider = Recording()
+    report = send_pending(engine, provider, now=Clock())
+    assert (report, report.ingested, report.more) == (SendReport(claimed=3, delivered=3),
+                                                      30, False)
+    assert sorted(provider.delivered) == sorted((fan, 10) for fan in fans_)
+
+    for _ in range(10):
+        for fan in fans_:
+            change(engine, fan, 1)
+    provider = Recording()
+    first = send_pending(engine, provider, ingest_batch=4, ingest_rounds=2, now=Clock())
+    assert (first.ingested, first.more) == (8, True)
+    total = first + drain(engine, provider, ingest_batch=4, ingest_rounds=2, now=Clock())
+    assert total.ingested == 30
+    assert dict(provider.delivered) == dict.fromkeys(fans_, 20)  # the last per fan
+    assert pending(engine) == {}
+
+
+def test_a_batch_provider_gets_one_call_and_reports_each_fan(
+    engine: Engine, new_fan: Callable[[], int],
+) -> None:
+    ok, gone, busy = new_fan(), new_fan(), new_fan()
+    for fan in (ok, gone, busy):
+        change(engine, fan, 3)
+    calls: list[list[int]] = []
+
+    class Mixed:
+        def deliver(self, fan: FanPass, saldo: int) -> None:
+            raise AssertionError("a batch provider gets batches")
+
+        def deliver_batch(self, batch: Sequence[Delivery]) -> list[Exception | None]:
+            calls.append([d.fan.fan_pk for d in batch])
+            return [None if d.fan.fan_pk == ok
+                    else WalletDeliveryError("no pass", permanent=True) if d.fan.fan_pk == gone
+                    else WalletDeliveryError("busy", retry_after=30) for d in batch]
+
+    clock = Clock()
+    report = send_pending(engine, Mixed(), now=clock)
+    assert report == SendReport(claimed=3, delivered=1, retrying=1, dropped=1)
+    assert sorted(calls[0]) == sorted([ok, gone, busy])
+    assert len(calls) == 1
+    assert state(engine, ok)["entregado_saldo"] == 3
+    assert state(engine, gone)["ultimo_error"] == "permanente: no pass"
+    assert state(engine, busy)["proximo_intento"] == T0 + timedelta(seconds=30)
+    assert pending(engine) == {busy: 3}
+
+    class Down:
+        def deliver(self, fan: FanPass, saldo: int) -> None:
+            raise AssertionError("a batch provider gets batches")
+
+        def deliver_batch(self, batch: Sequence[Delivery]) -> list[Exception | None]:
+            raise ConnectionError("database gone")
+
+    change(engine, ok, 1)
+    clock.advance(60)
+    assert send_pending(engine, Down(), now=clock) == SendReport(claimed=2, retrying=2)
+    assert state(engine, ok)["ultimo_error"] == "ConnectionError: database gone"
+    assert state(engine, ok)["intentos"] == 1
+    assert state(engine, busy)["intentos"] == 2
+
+
+def test_several_senders_share_the_work_while_sales_go_on(
+    engine: Engine, new_fan: Callable[[], int],
+) -> None:
+    """Four senders (two handing batches to a batch provider, two delivering fan by fan)
+    ingest, claim and record over the same outbox while three threads sell: no deadlock,
+    never one fan in two deliveries at once, no balance delivered twice, and each fan's
+    last delivery is its final balance."""
+    fan_pks = [new_fan() for _ in range(25)]
+    in_flight: set[int] = set()
+    overlaps: list[int] = []
+    delivered: list[tuple[int, int]] = []
+    errors: list[BaseException] = []
+    lock = threading.Lock()
+    sales_done = threading.Event()
+
+    def enter(batch: Sequence[Delivery]) -> None:
+        with lock:
+            overlaps.extend(d.fan.fan_pk for d in batch if d.fan.fan_pk in in_flight)
+            in_flight.update(d.fan.fan_pk for d in batch)
+        time.sleep(0.001)  # widen the window in which a second delivery would overlap
+        with lock:
+            in_flight.difference_update(d.fan.fan_pk for d in batch)
+            delivered.extend((d.fan.fan_pk, d.saldo) for d in batch)
+
+    class OneByOne:
+        def deliver(self, fan: FanPass, saldo: int) -> None:
+            enter([Delivery(fan, saldo)])
+
+    class Batches(OneByOne):
+        def deliver_batch(self, batch: Sequence[Delivery]) -> list[Exception | None]:
+            enter(batch)
+            return [None] * len(batch)
+
+    def sell(seed: int) -> None:
+        rng = random.Random(seed)
+        try:
+            for _ in range(60):
+                change(engine, rng.choice(fan_pks), rng.randint(1, 9))
+        except BaseException as exc:
+            errors.append(exc)
+
+    def send(provider: WalletProvider) -> None:
+        try:
+            while True:
+                report = send_pending(engine, provider, batch=4, workers=2, ingest_batch=5,
+                                      ingest_rounds=2)
+                idle = not (report.more or report.claimed or report.ingested)
+                if idle and sales_done.is_set():
+                    return
+        except BaseException as exc:
+            errors.append(exc)
+
+    sellers = [threading.Thread(target=sell, args=(n,)) for n in range(3)]
+    senders = [threading.Thread(target=send, args=(p,))
+               for p in (Batches(), Batches(), OneByOne(), OneByOne())]
+    for t in senders + sellers:
+        t.start()
+    for t in sellers:
+        t.join(120)
+    sales_done.set()
+    for t in senders:
+        t.join(120)
+    assert not any(t.is_alive() for t in senders + sellers)
+    assert errors == []
+    assert overlaps == []
+    assert len(delivered) == len(set(delivered))  # balances only grow: none sent twice
+    with engine.connect() as conn:
+        final = {int(f): int(p) for f, p in conn.execute(
+            select(fans.c.pk, fans.c.puntos).where(fans.c.pk.in_(fan_pks), fans.c.puntos > 0))}
+    assert dict(delivered) == final  # the last delivery of each fan
+    assert pending(engine) == {}
+
+
+# --- bounded cost ------------------------------------------------------------------------
+
+def _scans(plan: dict[str, Any], limited: bool = False) -> Iterator[tuple[dict[str, Any], bool]]:
+    """Every node of an EXPLAIN (FORMAT JSON) plan that reads a relation, and whether a
+    Limit bounds it."""
+    limited = limited or plan["Node Type"] == "Limit"
+    if "Relation Name" in plan and plan["Node Type"] != "ModifyTable":
+        yield plan, limited
+    for child in plan.get("Plans", []):
+        yield from _scans(child, limited)
+
+
+def _assert_bounded(conn: Connection, statement: TextClause, params: dict[str, object]) -> int:
+    """The plan reads wallet_outbox and wallet_pases only by index: key lookups, or range
+    scans under a Limit. Returns how many such reads it has."""
+    plan = conn.execute(text(f"EXPLAIN (FORMAT JSON) {statement.text}"), params).scalar_one()
+    reads = [(node, limited) for node, limited in _scans(plan[0]["Plan"])
+             if node["Relation Name"] in ("wallet_outbox", "wallet_pases")]
+    for node, limited in reads:
+        assert node["Node Type"] in ("Index Scan", "Index Only Scan"), node
+        lookup = "= ANY" in node.get("Index Cond", "") or " = " in node.get("Index Cond", "")
+        assert limited or lookup, node
+    return len(reads)
+
+
+def test_every_sender_statement_reads_a_bounded_part_of_the_backlog(
+    engine: Engine, new_fan: Callable[[], int],
+) -> None:
+    """With thousands of outbox rows and waiting balances (analyzed), the ingest, the claim,
+    the record and the backlog figures read them only by index, under a Limit or by key:
+    no sequential scan, sort or aggregate over the outbox or over wallet_pases."""
+    new_fan()
+    with engine.begin() as conn:
+        conn.execute(text(
+            "INSERT INTO fans (programa_id, fan_id, nombre, correo, socio_desde, qr_token) "
+            "SELECT 'halcones', 'PLAN' || g, 'n', 'plan' || g || '@x.example', 2020, "
+            "'plan' || g FROM generate_series(1, 4000) AS g"))
+        conn.execute(text(
+            "INSERT INTO wallet_outbox (fan_pk, saldo) SELECT pk, g FROM fans, "
+            "generate_series(1, 2) AS g WHERE fan_id LIKE 'PLAN%'"))
+        assert ingest(conn, limit=4000) == (4000, 4000)
+    with engine.connect() as conn:
+        conn.execution_options(isolation_level="AUTOCOMMIT").exec_driver_sql(
+            "ANALYZE wallet_outbox, wallet_pases")
+    fan_pks = list(pending(engine))[:100]
+    with engine.begin() as conn:
+        assert _assert_bounded(conn, INGEST_SQL, {"n": 100, "due": T0}) == 2
+        assert _assert_bounded(conn, CLAIM_SQL, {"n": 100, "now": T0,
+                                                 "lease_until": T0}) == 2
+        assert _assert_bounded(conn, RECORD_SQL, {
+            "fan_pks": fan_pks, "saldo_ids": [1] * 100, "cubiertos": [True] * 100,
+            "intentos": [0] * 100, "proximos": [T0] * 100, "entregados": [1] * 100,
+            "errores": [None] * 100, "lease_until": T0, "due": T0, "at": T0}) == 2
+        assert _assert_bounded(conn, BACKLOG_SQL, {"cap": 101, "now": T0}) >= 6
+
+
+def test_the_sender_plans_every_execution_for_its_parameters(
+    db_url: str, new_fan: Callable[[], int],
+) -> None:
+    """psycopg prepares a statement after 5 executions, and PostgreSQL considers a generic
+    plan after 5 more: it must never use one (chosen while the outbox was nearly empty, it
+    would scan the outbox whole). Without `custom_plans` this test fails."""
+    single = make_engine(db_url, pool_size=1)  # one connection, reused by every step
+    try:
+        fan = new_fan()
+        provider = Recording()
+        for n in range(15):
+            change(single, fan, 1)
+            assert send_pending(single, provider, now=Clock()).delivered == 1
+            assert provider.delivered[-1] == (fan, n + 1)
+        with single.connect() as conn:
+            plans = conn.execute(text(
+                "SELECT generic_plans, custom_plans FROM pg_prepared_statements "
+                "WHERE statement ~ 'wallet_pases'")).all()
+    finally:
+        single.dispose()
+    assert len(plans) == 3  # ingest, claim, record
+    assert all(generic == 0 and custom > 0 for generic, custom in plans)
+
+
+def test_backlog_figures(engine: Engine, new_fan: Callable[[], int]) -> None:
+    """Exact while small; beyond the cap an estimate, said to be one."""
+    resting, backing_off, fresh = new_fan(), new_fan(), new_fan()
+    with engine.connect() as conn:
+        assert backlog(conn) == Backlog(fans=0, waiting=0, oldest_seconds=0, exact=True)
+    change(engine, resting, 1)
+    change(engine, backing_off, 1)
+    send_pending(engine, Recording(failing={backing_off: 1}, retry_after=600))
+    change(engine, backing_off, 1)  # in the outbox, and already waiting in wallet_pases
+    change(engine, fresh, 1)
+    with engine.connect() as conn:
+        found = backlog(conn)
+        assert (found.fans, found.waiting, found.exact) == (2, 1, True)
+        assert 0 <= found.oldest_seconds < 60
+        capped = backlog(conn, cap=1)
+        assert not capped.exact
+        assert capped.fans >= 2
+        assert capped.waiting == 1
+    assert pending_fans(engine) == (2, 1)
+
+
+def test_the_status_line_says_when_it_estimates() -> None:
+    from loyalty_grpc.runtime.status import _backlog_text
+
+    assert _backlog_text(Backlog(fans=0, waiting=0, oldest_seconds=0, exact=True)) == (
+        "0 fans pending")
+    assert _backlog_text(Backlog(fans=12, waiting=2, oldest_seconds=3, exact=True)) == (
+        "12 fans pending (2 waiting for a retry), oldest 3 s ago")
+    assert _backlog_text(Backlog(fans=1_200_000, waiting=10_000, oldest_seconds=840,
+                                 exact=False)) == (
+        "≈ 1200000 fans pending (estimate; 10000+ waiting for a retry), oldest 14 min ago")
 
 
 # --- the background sender and the CLI --------------------------------------------------------
@@ -471,7 +826,7 @@ def test_the_sender_thread_delivers_on_its_own(engine: Engine,
         change(engine, fan, 12)
         change(engine, fan, 1)
         assert _wait_for(lambda: (fan, 13, "local") in entregas(engine))
-        assert _wait_for(lambda: outbox(engine) == [])
+        assert _wait_for(lambda: pending(engine) == {})
     finally:
         sender.stop()
     # Delivered once or twice (12 then 13, if the thread ran between the changes).

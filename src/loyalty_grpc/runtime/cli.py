@@ -105,7 +105,8 @@ def build_parser() -> argparse.ArgumentParser:
     wsend = wsub.add_parser("send", help="deliver every due balance once, print a summary "
                                          "(LOYALTY_WALLET_* configure the provider)")
     _data_dir_flag(wsend)
-    wsend.add_argument("--batch", type=int, default=100)
+    wsend.add_argument("--batch", type=int, default=None,
+                       help="fans per run (default: 1000 local, 100 google)")
 
     admin = sub.add_parser("admin", help="back-office operations over gRPC")
     add_admin_commands(admin)

@@ -38,14 +38,6 @@ MULTIPROC_ENV: Final = "PROMETHEUS_MULTIPROC_DIR"
 # timeout is 10 s).
 DB_TIMEOUT_SECONDS: Final = 3
 
-# Fans with balances waiting for the wallet sender, and the age of the oldest waiting one
-# (ids follow insertion order, so the lowest id is the oldest row: an index lookup).
-_OUTBOX_SQL = text("""
-SELECT (SELECT count(DISTINCT fan_pk) FROM wallet_outbox) AS fans,
-       (SELECT extract(epoch FROM now() - creado) FROM wallet_outbox
-         ORDER BY id LIMIT 1) AS oldest_seconds
-""")
-
 
 def prepare(multiproc_dir: Path) -> None:
     """Multiprocess mode for this process and the workers it starts afterwards."""
@@ -72,7 +64,9 @@ class _DefaultRegistry(Collector):
 
 
 class OutboxCollector(Collector):
-    """Wallet outbox backlog, read from the database at each scrape."""
+    """Wallet outbox backlog, read from the database at each scrape: bounded index reads
+    whatever the backlog, exact up to 10,000 fans and an estimate beyond
+    (loyalty_grpc.wallet.backlog)."""
 
     def __init__(self, engine: Engine) -> None:
         self._engine = engine
@@ -81,22 +75,25 @@ class OutboxCollector(Collector):
         up = GaugeMetricFamily("loyalty_database_up", "1 when the metrics endpoint could "
                                "read the database at this scrape, else 0.")
         fans = GaugeMetricFamily("loyalty_wallet_outbox_fans", "Fans whose new balance "
-                                 "waits for the wallet pass sender.")
+                                 "waits for the wallet pass sender (exact up to 10000, "
+                                 "an estimate beyond).")
         oldest = GaugeMetricFamily("loyalty_wallet_outbox_oldest_seconds", "Age of the "
                                    "oldest balance waiting for the wallet pass sender "
                                    "(0 when none waits).")
+        from loyalty_grpc.wallet.backlog import backlog
+
         try:
             with self._engine.connect() as conn:
                 conn.execute(text(f"SET statement_timeout = {DB_TIMEOUT_SECONDS * 1000}"))
-                row = conn.execute(_OUTBOX_SQL).one()
+                wallet = backlog(conn)
         except Exception:  # a scrape reports the failure, it does not fail
             log.warning("metrics: the database could not be read", exc_info=True)
             up.add_metric([], 0)
             yield up
             return
         up.add_metric([], 1)
-        fans.add_metric([], float(row.fans))
-        oldest.add_metric([], float(row.oldest_seconds or 0))
+        fans.add_metric([], float(wallet.fans))
+        oldest.add_metric([], wallet.oldest_seconds)
         yield from (up, fans, oldest)
 
 

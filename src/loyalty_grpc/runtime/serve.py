@@ -42,7 +42,8 @@ def serving(settings: Settings, server: ServerSettings, *, command: str) -> Iter
     pool = WorkerPool(server, settings.workers, log_level=settings.log_level,
                       log_format=settings.log_format_for(command),
                       on_exit=metrics.mark_worker_dead)
-    engine = make_engine(server.database_url, pool_size=2)
+    # The wallet sender's own connections, named in pg_stat_activity.
+    engine = make_engine(wallet.sender_url(server.database_url), pool_size=2)
     stop_metrics: Callable[[], None] | None = None
     sender = None
     try:

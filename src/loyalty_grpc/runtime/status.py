@@ -17,13 +17,17 @@ import re
 import subprocess
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import TYPE_CHECKING
 
-from sqlalchemy import Engine, distinct, func, select, text
+from sqlalchemy import Engine, text
 
 from loyalty_grpc import __version__
 from loyalty_grpc.runtime.console import say
 from loyalty_grpc.runtime.postgres import Database, start_embedded
 from loyalty_grpc.runtime.settings import Settings
+
+if TYPE_CHECKING:
+    from loyalty_grpc.wallet.backlog import Backlog
 
 HEALTH_TIMEOUT = 3.0
 ENVOY_TIMEOUT = 10.0
@@ -68,8 +72,8 @@ def envoy_version() -> Line:
 def database_lines(engine: Engine, url: str) -> list[Line]:
     """PostgreSQL version, migrations, wallet outbox, ledger check."""
     from loyalty_grpc.store import migrate
-    from loyalty_grpc.store.tables import LEDGER_MISMATCH_SQL, wallet_outbox
-    from loyalty_grpc.wallet import pending_fans
+    from loyalty_grpc.store.tables import LEDGER_MISMATCH_SQL
+    from loyalty_grpc.wallet.backlog import backlog
 
     with engine.connect() as conn:
         version = conn.execute(text("SHOW server_version")).scalar_one()
@@ -81,19 +85,30 @@ def database_lines(engine: Engine, url: str) -> list[Line]:
         return lines
     lines.append(Line("migrations", f"{current} (head)"))
     with engine.connect() as conn:
-        fans, oldest, now = conn.execute(select(
-            func.count(distinct(wallet_outbox.c.fan_pk)), func.min(wallet_outbox.c.creado),
-            func.now())).one()
+        wallet = backlog(conn)
         mismatched = conn.execute(
             text(f"SELECT count(*) FROM ({LEDGER_MISMATCH_SQL}) AS m")).scalar_one()  # noqa: S608
-    _, waiting = pending_fans(engine)
-    backlog = f"{fans} fans pending"
-    if fans:
-        backlog += f" ({waiting} waiting for a retry), oldest {_age(now - oldest)}"
-    lines.append(Line("wallet outbox", backlog))
+    lines.append(Line("wallet outbox", _backlog_text(wallet)))
     lines.append(Line("ledger", f"{mismatched} fans whose balance differs from their ledger",
                       ok=mismatched == 0))
     return lines
+
+
+def _backlog_text(wallet: Backlog) -> str:
+    """`12 fans pending (2 waiting for a retry), oldest 3 s ago`; beyond
+    wallet.backlog.EXACT_UP_TO an estimate, e.g. `≈ 1200000 fans pending (estimate;
+    10000+ waiting for a retry), oldest 14 min ago`."""
+    from loyalty_grpc.wallet.backlog import EXACT_UP_TO
+
+    if not wallet.fans:
+        return "0 fans pending"
+    if wallet.exact:
+        counts = f"{wallet.fans} fans pending ({wallet.waiting}"
+    else:
+        capped = "+" if wallet.waiting >= EXACT_UP_TO else ""
+        counts = f"≈ {wallet.fans} fans pending (estimate; {wallet.waiting}{capped}"
+    return (f"{counts} waiting for a retry), oldest "
+            f"{_age(timedelta(seconds=wallet.oldest_seconds))}")
 
 
 def _age(delta: timedelta) -> str:

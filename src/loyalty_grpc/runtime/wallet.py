@@ -6,20 +6,30 @@ from __future__ import annotations
 from pathlib import Path
 
 from sqlalchemy import Engine
+from sqlalchemy.engine import make_url
 
 from loyalty_grpc.runtime.console import say
 from loyalty_grpc.runtime.postgres import open_database
 from loyalty_grpc.store import migrate
 from loyalty_grpc.store.db import make_engine
 from loyalty_grpc.wallet import (
-    SendReport,
     WalletConfigError,
     WalletSender,
     WalletSettings,
+    drain,
     pending_fans,
-    send_pending,
 )
 from loyalty_grpc.wallet.providers import SupportsClose
+
+# The sender's connections in pg_stat_activity.application_name.
+SENDER_APPLICATION = "loyalty-wallet-sender"
+
+
+def sender_url(database_url: str) -> str:
+    """The database URL for the sender's own engine: its connections carry
+    SENDER_APPLICATION as their application_name."""
+    url = make_url(database_url).update_query_dict({"application_name": SENDER_APPLICATION})
+    return url.render_as_string(hide_password=False)
 
 
 def load_settings() -> WalletSettings:
@@ -33,12 +43,13 @@ def load_settings() -> WalletSettings:
 
 def start_sender(engine: Engine, settings: WalletSettings) -> WalletSender:
     """A running sender on the server's engine (one pooled connection at a time)."""
-    sender = WalletSender(engine, settings.build_provider(engine), interval=settings.interval)
+    sender = WalletSender(engine, settings.build_provider(engine), interval=settings.interval,
+                          batch=settings.batch)
     sender.start()
     return sender
 
 
-def send_command(data_dir: Path, *, batch: int = 100) -> int:
+def send_command(data_dir: Path, *, batch: int | None = None) -> int:
     """`loyalty wallet send`: run the sender until nothing is due, print what it did."""
     settings = load_settings()
     db = open_database(data_dir)
@@ -48,12 +59,7 @@ def send_command(data_dir: Path, *, batch: int = 100) -> int:
     engine = make_engine(db.url, pool_size=4)
     provider = settings.build_provider(engine)
     try:
-        total = SendReport()
-        while True:
-            report = send_pending(engine, provider, batch=batch)
-            total += report
-            if report.claimed == 0:
-                break
+        total = drain(engine, provider, batch=batch or settings.batch)
         pending, waiting = pending_fans(engine)
     finally:
         if isinstance(provider, SupportsClose):

@@ -6,6 +6,7 @@ advisory lock for the whole migration, in the migration's own transaction.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 from alembic import command
@@ -46,15 +47,24 @@ def current(url: str) -> str | None:
         engine.dispose()
 
 
-def upgrade(url: str) -> None:
-    """Migrate the database at `url` (plain `postgresql://` accepted) to head. Already at
-    head: nothing happens."""
+def upgrade(url: str, revision: str = "head") -> None:
+    """Migrate the database at `url` (plain `postgresql://` accepted) to head (or to
+    `revision`). Already there: nothing happens."""
+    _run(url, command.upgrade, revision)
+
+
+def downgrade(url: str, revision: str) -> None:
+    """Migrate the database at `url` back to `revision` (tests of a migration's data)."""
+    _run(url, command.downgrade, revision)
+
+
+def _run(url: str, step: Callable[[Config, str], None], revision: str) -> None:
     cfg = _config()
     engine = create_engine(sqlalchemy_url(url), poolclass=NullPool)
     try:
         with engine.begin() as conn:
             conn.execute(select(func.pg_advisory_xact_lock(_LOCK_KEY)))
             cfg.attributes["connection"] = conn
-            command.upgrade(cfg, "head")
+            step(cfg, revision)
     finally:
         engine.dispose()

@@ -205,9 +205,13 @@ movimientos = Table(
 )
 
 # Wallet pass (DESIGN.md §2): every balance change appends the fan's new balance here, in
-# the transaction of the change (store/ledger.move_points); the sender (loyalty_grpc.wallet)
-# delivers the latest row per fan to the wallet provider and deletes the rows it covered.
-# Balance changes only INSERT here (no row a sender locks), so a sale never waits for it.
+# the transaction of the change (store/ledger.move_points). Balance changes only INSERT here
+# (no row a sender locks), so a sale never waits for the sender. The sender
+# (loyalty_grpc.wallet.outbox) takes the oldest rows by id (DELETE … ORDER BY id LIMIT n
+# FOR UPDATE SKIP LOCKED) and folds the latest balance per fan into wallet_pases: the
+# primary key is the only index it needs, so a sale writes one index entry here.
+# Autovacuum runs after every 10,000 deleted rows: until it has, a scan for the oldest ids
+# steps over the index entries of rows already taken.
 wallet_outbox = Table(
     "wallet_outbox",
     metadata,
@@ -215,13 +219,20 @@ wallet_outbox = Table(
     Column("fan_pk", BigInteger, ForeignKey("fans.pk"), nullable=False),
     Column("saldo", BigInteger, nullable=False),
     _now(),
-    # The sender: pending fans (GROUP BY fan_pk), a fan's latest row, delete rows <= id.
-    Index("ix_wallet_outbox_fan", "fan_pk", "id"),
+    postgresql_with={"autovacuum_vacuum_scale_factor": "0",
+                     "autovacuum_vacuum_threshold": "10000"},
 )
 
-# The sender's state per fan: created by the sender for a fan with outbox rows, locked only
-# by senders (FOR UPDATE SKIP LOCKED), never by a sale. `proximo_intento` is both the claim
-# lease (while a delivery runs) and the retry back-off (after a failure).
+# The sender's state per fan, created when the fan's first balance is folded in; locked
+# only by senders, never by a sale. `saldo_pendiente` is the balance waiting to be
+# delivered (NULL: nothing waits), `saldo_id` the wallet_outbox id it came from (kept after
+# delivery: a fold only ever replaces it with a newer one), `pendiente_desde` when the
+# oldest balance still waiting was written. `proximo_intento` is both the claim lease
+# (while a delivery runs) and the retry back-off (after a failure); a fan with a balance
+# waiting is due when it has passed. A claim is one range scan of ix_wallet_pases_due.
+# The partial indexes name `pendiente_desde`, not `saldo_pendiente`: folding a newer
+# balance into one already waiting changes no indexed column, so PostgreSQL can make it a
+# HOT update (no index entries), for which fillfactor 80 leaves room on the page.
 wallet_pases = Table(
     "wallet_pases",
     metadata,
@@ -234,7 +245,20 @@ wallet_pases = Table(
     Column("error_en", DateTime(timezone=True)),
     Column("entregado_saldo", BigInteger),
     Column("entregado_en", DateTime(timezone=True)),
+    Column("saldo_pendiente", BigInteger),
+    Column("saldo_id", BigInteger),
+    Column("pendiente_desde", DateTime(timezone=True)),
     CheckConstraint("intentos >= 0", name="intentos"),
+    CheckConstraint("(saldo_pendiente IS NULL) = (pendiente_desde IS NULL) "
+                    "AND (saldo_pendiente IS NULL OR saldo_id IS NOT NULL)", name="pendiente"),
+    # The claim: due fans with a balance waiting, longest-waiting first.
+    Index("ix_wallet_pases_due", "proximo_intento", "pendiente_desde",
+          postgresql_where=text("pendiente_desde IS NOT NULL")),
+    # The backlog's oldest balance (`loyalty status`, /metrics).
+    Index("ix_wallet_pases_pendiente_desde", "pendiente_desde",
+          postgresql_where=text("pendiente_desde IS NOT NULL")),
+    postgresql_with={"fillfactor": "80", "autovacuum_vacuum_scale_factor": "0",
+                     "autovacuum_vacuum_threshold": "10000"},
 )
 
 # What the local provider (the default) records: one row per delivery.

@@ -25,6 +25,9 @@ from loyalty_grpc.wallet.google import DEFAULT_API, GoogleWalletProvider
 from loyalty_grpc.wallet.providers import LocalProvider, WalletProvider
 
 PROVIDERS = ("local", "google")
+# Fans a sender run claims: the local provider records a batch in one INSERT; Google is
+# called once per fan (4 at a time), so a run of 100 stays well inside its lease.
+BATCH = {"local": 1000, "google": 100}
 _ISSUER_ID = re.compile(r"[0-9]+")
 _URL = re.compile(r"https?://[^\s/]+(/\S*)?")
 
@@ -68,6 +71,11 @@ class WalletSettings:
         info = _service_account(env.get("LOYALTY_GOOGLE_WALLET_CREDENTIALS", "").strip())
         return cls(provider=provider, interval=interval, issuer_id=issuer_id,
                    api_base=api_base, credentials_info=info)
+
+    @property
+    def batch(self) -> int:
+        """Fans one sender run claims (see BATCH)."""
+        return BATCH[self.provider]
 
     def build_provider(self, engine: Engine) -> WalletProvider:
         if self.provider == "google":

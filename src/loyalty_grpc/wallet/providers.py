@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import Final, Protocol, runtime_checkable
 
-from sqlalchemy import Engine, insert
-
-from loyalty_grpc.store.tables import wallet_entregas
+from sqlalchemy import Engine, text
 
 
 @dataclass(frozen=True)
@@ -18,6 +17,14 @@ class FanPass:
     fan_pk: int
     programa_id: str
     fan_id: str
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """One balance for one pass."""
+
+    fan: FanPass
+    saldo: int
 
 
 class WalletDeliveryError(Exception):
@@ -43,14 +50,34 @@ class WalletProvider(Protocol):
 
 
 @runtime_checkable
+class BatchWalletProvider(WalletProvider, Protocol):
+    """A provider that takes a whole claimed batch in one call (the sender calls
+    `deliver` of any other provider once per fan, a few fans at a time)."""
+
+    def deliver_batch(self, batch: Sequence[Delivery]) -> Sequence[Exception | None]:
+        """One outcome per delivery, in order: None when delivered, else what `deliver`
+        would have raised (a WalletDeliveryError, or anything else for a bug: retried).
+        Raising fails every delivery of the batch (retried)."""
+        ...
+
+
+@runtime_checkable
 class SupportsClose(Protocol):
     """A provider holding resources (an HTTP session) is closed when its sender stops."""
 
     def close(self) -> None: ...
 
 
+# A whole batch of local deliveries: one statement, rows in the batch's order.
+_RECORD_DELIVERIES: Final = text(
+    "INSERT INTO wallet_entregas (fan_pk, saldo, proveedor) "
+    "SELECT d.fan_pk, d.saldo, :proveedor "
+    "FROM unnest(CAST(:fan_pks AS bigint[]), CAST(:saldos AS bigint[])) AS d(fan_pk, saldo)")
+
+
 class LocalProvider:
-    """The default: no wallet service, each delivery is a row of `wallet_entregas`."""
+    """The default: no wallet service, each delivery is a row of `wallet_entregas`; a
+    batch is one INSERT in one transaction."""
 
     name = "local"
 
@@ -58,6 +85,11 @@ class LocalProvider:
         self._engine = engine
 
     def deliver(self, fan: FanPass, saldo: int) -> None:
+        self.deliver_batch([Delivery(fan, saldo)])
+
+    def deliver_batch(self, batch: Sequence[Delivery]) -> list[Exception | None]:
         with self._engine.begin() as conn:
-            conn.execute(insert(wallet_entregas).values(
-                fan_pk=fan.fan_pk, saldo=saldo, proveedor=self.name))
+            conn.execute(_RECORD_DELIVERIES, {
+                "proveedor": self.name, "fan_pks": [d.fan.fan_pk for d in batch],
+                "saldos": [d.saldo for d in batch]})
+        return [None] * len(batch)

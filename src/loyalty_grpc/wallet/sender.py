@@ -1,4 +1,4 @@
-"""The background sender a server process runs: `send_pending` every `interval` seconds,
+"""The background sender a server process runs: `outbox.drain` every `interval` seconds,
 or at once when woken."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from datetime import datetime
 
 from sqlalchemy import Engine
 
-from loyalty_grpc.wallet.outbox import SendReport, send_pending, utcnow
+from loyalty_grpc.wallet.outbox import drain, utcnow
 from loyalty_grpc.wallet.providers import SupportsClose, WalletProvider
 
 log = logging.getLogger(__name__)
@@ -22,8 +22,9 @@ _MAX_ERROR_WAIT = 60.0
 class WalletSender:
     """Usage: `sender.start()` after the server starts, `sender.stop()` before it stops.
     `wake()` asks for a run now (e.g. right after a sale commits); otherwise it runs every
-    `interval` seconds. Each wake-up runs `send_pending` until a run finds less than a full
-    batch. Several processes may each run one: they never deliver the same fan at once."""
+    `interval` seconds. Each wake-up runs `send_pending` until a run finds nothing more to
+    do at once (`outbox.drain`). Several processes may each run one: they never deliver
+    the same fan at once."""
 
     def __init__(
         self,
@@ -89,13 +90,9 @@ class WalletSender:
             self._wakeup.wait(wait)
 
     def _drain(self) -> None:
-        total = SendReport()
-        while not self._stopping.is_set():
-            report = send_pending(self.engine, self.provider, batch=self.batch,
-                                  workers=self.workers, now=self._now, stop=self._stopping)
-            total += report
-            if report.claimed < self.batch:
-                break
+        total = drain(self.engine, self.provider, batch=self.batch, workers=self.workers,
+                      now=self._now, stop=self._stopping)
         if total.claimed:
             level = logging.WARNING if total.retrying or total.dropped else logging.DEBUG
-            log.log(level, "wallet: %s", total.summary())
+            log.log(level, "wallet: %s (%d outbox rows folded in)", total.summary(),
+                    total.ingested)
