@@ -308,9 +308,9 @@ def full_stack(*, fans: int, codes: int, workers: int | None = None,
         if pg_options:
             _restart_with(db, work / "pgdata", pg_options)
         http_port, grpc_port = free_port(), free_port()
-        env = dict(os.environ, LOYALTY_DATABASE_URL=db.url, LOYALTY_ADMIN_TOKEN=ADMIN_TOKEN,
-                   LOYALTY_WALLET_INTERVAL_SECONDS="1",
-                   LOYALTY_RATE_LIMIT_PER_MINUTE="1000000", **(extra_env or {}))
+        env = {**os.environ, "LOYALTY_DATABASE_URL": db.url,
+               "LOYALTY_ADMIN_TOKEN": ADMIN_TOKEN, "LOYALTY_WALLET_INTERVAL_SECONDS": "1",
+               "LOYALTY_RATE_LIMIT_PER_MINUTE": "1000000", **(extra_env or {})}
         command = [str(VENV_BIN / "loyalty"), "up", "--http-port", str(http_port),
                    "--grpc-port", str(grpc_port), "--metrics-port", "0",
                    "--data-dir", str(work / "data")]
