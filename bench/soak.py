@@ -74,6 +74,26 @@ end
 """
 
 
+# Envoy's counters of the cluster that explain a 503 (resets, retries, overflows).
+UPSTREAM_STATS = ("upstream_rq_total", "upstream_rq_retry", "upstream_rq_retry_success",
+                  "upstream_rq_retry_overflow", "upstream_rq_pending_overflow",
+                  "upstream_rq_rx_reset", "upstream_rq_tx_reset",
+                  "upstream_cx_destroy_remote_with_active_rq", "upstream_cx_connect_fail",
+                  "upstream_cx_total", "upstream_rq_timeout")
+
+
+def envoy_upstream_stats(work: Path) -> str:
+    from loyalty_grpc.runtime.envoy_admin import EnvoyAdmin
+
+    admin = EnvoyAdmin.from_address_file(work / "data" / "envoy" / "admin_address")
+    if admin is None:
+        return "(Envoy's admin address not found)"
+    _, body = admin.get("/stats?filter=^cluster\\.loyalty_grpc\\.")
+    values = dict(line.split(": ", 1) for line in body.splitlines() if ": " in line)
+    return ", ".join(f"{name} {values.get(f'cluster.loyalty_grpc.{name}', '?')}"
+                     for name in UPSTREAM_STATS)
+
+
 def run(args: argparse.Namespace) -> int:
     print(cores_line(), flush=True)
     with full_stack(fans=args.fans, codes=args.codes) as stack:
@@ -95,6 +115,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"Envoy access log: {len(fives)} 5xx")
             for line in fives[:10]:
                 print("    " + line)
+        print("Envoy's upstream counters: " + envoy_upstream_stats(stack.work))
         noisy = [line for line in log.read_text().splitlines()[mark:]
                  if " WARNING " in line or " ERROR " in line or '"level":"WARNING"' in line
                  or '"level":"ERROR"' in line]

@@ -381,8 +381,8 @@ end
 -- server as gRPC metadata just like headers, with the same failures, and a JSON request
 -- never needs them: empty them. bodyChunks() lets the body through without buffering it
 -- here (the buffer filter behind enforces the limit), so trailers() then waits for nothing.
-local function drop_request_trailers(handle)
-  local protocol = handle:streamInfo():protocol()
+local function drop_request_trailers(handle, info)
+  local protocol = (info or handle:streamInfo()):protocol()
   if protocol == "HTTP/1.0" or protocol == "HTTP/1.1" then
     return
   end
@@ -397,35 +397,35 @@ end
 -- CONNECT asks for a tunnel (no :path); nothing here serves one, and the buffer filter
 -- behind would wait for the end of a body that a tunnel never sends (until Envoy's idle
 -- timeout, minutes). Answer at once: envoy_on_response turns the reply into the envelope
--- (its body becomes `detalle`, as for Envoy's own replies).
-local function refused_connect(handle)
-  if header(handle:headers(), ":method") ~= "CONNECT" then
-    return false
+-- (its body becomes `detalle`, as for Envoy's own replies). Otherwise drop the headers
+-- gRPC cannot carry and remember "METHOD /path" (no query string) for the detalle of a 404
+-- (the transcoder rewrites both). Returns the stream info, or nil when refused.
+local function on_request(handle)
+  local headers = handle:headers()
+  local method = header(headers, ":method") or ""
+  if method == "CONNECT" then
+    handle:respond({[":status"] = "404"}, "No existe CONNECT: la API no abre túneles.")
+    return nil
   end
-  handle:respond({[":status"] = "404"}, "No existe CONNECT: la API no abre túneles.")
-  return true
+  drop_headers_grpc_cannot_carry(headers)
+  local path = header(headers, ":path") or ""
+  local query = string.find(path, "?", 1, true)
+  if query ~= nil then
+    path = string.sub(path, 1, query - 1)
+  end
+  local info = handle:streamInfo()
+  info:dynamicMetadata():set(METADATA_NAMESPACE, "request",
+    string.sub(method .. " " .. path, 1, 200))
+  return info
 end
 
 function envoy_on_request(handle)
-  local ok, refused = pcall(refused_connect, handle)
-  if ok and refused then
-    return
+  local ok, info = pcall(on_request, handle)
+  if ok and info == nil then
+    return  -- refused (CONNECT)
   end
-  pcall(drop_headers_grpc_cannot_carry, handle:headers())
-  -- Remember "METHOD /path" for the detalle of a 404 (the transcoder rewrites both).
-  pcall(function()
-    local headers = handle:headers()
-    local method = header(headers, ":method") or ""
-    local path = header(headers, ":path") or ""
-    local query = string.find(path, "?", 1, true)
-    if query ~= nil then
-      path = string.sub(path, 1, query - 1)
-    end
-    handle:streamInfo():dynamicMetadata():set(METADATA_NAMESPACE, "request",
-      string.sub(method .. " " .. path, 1, 200))
-  end)
   -- Last: it waits for the end of the body (headers are final by then).
-  pcall(drop_request_trailers, handle)
+  pcall(drop_request_trailers, handle, ok and info or nil)
 end
 
 function envoy_on_response(handle)
