@@ -99,7 +99,7 @@ def test_issue_authenticate_revoke(engine):
 
     with engine.connect() as conn:
         stored = conn.execute(select(claves).where(claves.c.id == info.id)).one()
-        caller = keys.authenticate(conn, clave)
+    caller = keys.authenticate(engine, clave)
     assert stored.hash == hashlib.sha256(clave.encode()).digest()
     assert clave.encode() not in stored.hash
     assert all(clave not in str(v) for v in stored)  # the secret is stored nowhere
@@ -110,8 +110,7 @@ def test_issue_authenticate_revoke(engine):
 
     revoked = keys.revoke_key(engine, info.id)
     assert revoked.revocada is not None
-    with engine.connect() as conn:
-        assert keys.authenticate(conn, clave) is None
+    assert keys.authenticate(engine, clave) is None
     again = keys.revoke_key(engine, info.id)
     assert again.revocada == revoked.revocada  # the first revocation time stays
 
@@ -121,8 +120,7 @@ def test_test_key_and_listing(engine):
     assert prueba.clave.startswith("lp_prueba_")
     assert prueba.info.modo is Modo.PRUEBA
     assert prueba.info.permisos == ()
-    with engine.connect() as conn:
-        caller = keys.authenticate(conn, prueba.clave)
+    caller = keys.authenticate(engine, prueba.clave)
     assert caller is not None
     assert caller.modo is Modo.PRUEBA
     assert caller.permisos == frozenset()
@@ -133,10 +131,9 @@ def test_test_key_and_listing(engine):
 
 
 def test_authenticate_unknown_or_malformed(engine):
-    with engine.connect() as conn:
-        assert keys.authenticate(conn, "lp_vivo_" + "x" * 32) is None
-        assert keys.authenticate(conn, "nope") is None
-        assert keys.authenticate(conn, "") is None
+    assert keys.authenticate(engine, "lp_vivo_" + "x" * 32) is None
+    assert keys.authenticate(engine, "nope") is None
+    assert keys.authenticate(engine, "") is None
 
 
 @pytest.mark.parametrize(("args", "codigo", "campo"), [

@@ -204,8 +204,8 @@ def _program(engine: Engine, programa: str) -> Program:
         "id": programa, "nombre": programa, "tasa_puntos": "0.1",
         "claves": [{"clave": key, "integracion": "prueba", "permisos": ["tx:escribir"]}],
         "fans": fans_}]}))
+    caller = authenticate(engine, key)
     with engine.connect() as conn:
-        caller = authenticate(conn, key)
         pks = dict(conn.execute(select(fans.c.fan_id, fans.c.pk)
                                 .where(fans.c.programa_id == programa)).all())
     assert caller is not None

@@ -25,6 +25,7 @@ import time
 from collections.abc import Iterator
 from concurrent import futures
 from dataclasses import dataclass, field
+from functools import partial
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -36,7 +37,6 @@ from loyalty_grpc.api.interceptors import BACKOFFICE_SERVICE, POS_SERVICE, EdgeI
 from loyalty_grpc.api.key_cache import KeyCache
 from loyalty_grpc.api.observability import ObservabilityInterceptor
 from loyalty_grpc.api.pos import PosServicer
-from loyalty_grpc.domain.caller import Caller
 from loyalty_grpc.gen.loyalty.v1 import backoffice_service_pb2_grpc, pos_service_pb2_grpc
 from loyalty_grpc.services.keys import authenticate
 from loyalty_grpc.services.rate_limit import RateLimiter
@@ -141,11 +141,7 @@ class GrpcServer:
 def build_server(settings: ServerSettings, engine: Engine | None = None) -> GrpcServer:
     engine = engine or make_engine(settings.database_url, pool_size=settings.max_workers)
 
-    def lookup(key: str) -> Caller | None:
-        with engine.connect() as conn:
-            return authenticate(conn, key)
-
-    keys_cache = KeyCache(lookup, ttl=settings.key_cache_seconds)
+    keys_cache = KeyCache(partial(authenticate, engine), ttl=settings.key_cache_seconds)
     limiter = (RateLimiter(PgCounters(engine), settings.rate_limit_per_minute,
                            max_batch=settings.rate_limit_batch or None)
                if settings.rate_limit_per_minute > 0 else None)

@@ -11,7 +11,7 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
-from sqlalchemy import Connection, Engine, Row, func, insert, select, update
+from sqlalchemy import Engine, Row, func, insert, select, update
 
 from loyalty_grpc.domain.caller import Caller
 from loyalty_grpc.domain.errors import Codigo, LoyaltyError
@@ -20,7 +20,8 @@ from loyalty_grpc.domain.permissions import parse_permisos, sorted_names
 from loyalty_grpc.domain.programs import program_id
 from loyalty_grpc.domain.text import single_line
 from loyalty_grpc.services.lookups import require_program
-from loyalty_grpc.store.tables import claves, programas
+from loyalty_grpc.store.autocommit import fetch_one
+from loyalty_grpc.store.tables import claves
 from loyalty_grpc.store.uow import UnitOfWork
 
 
@@ -114,23 +115,28 @@ def revoke_key(engine: Engine, clave_id: int) -> ClaveInfo:
     return _info(row)
 
 
-def authenticate(conn: Connection, key: str) -> Caller | None:
+# Every few seconds per key and process (api/key_cache.py): fixed text, one autocommit
+# round trip (store/autocommit.py).
+_AUTHENTICATE = """
+SELECT c.id, c.programa_id, p.nombre, c.integracion, c.modo, c.permisos, p.tasa_puntos,
+       p.moneda
+FROM claves c JOIN programas p ON p.id = c.programa_id
+WHERE c.hash = %(hash)s AND c.revocada IS NULL
+"""
+
+
+def authenticate(engine: Engine, key: str) -> Caller | None:
     """Who `key` is: its program (and the program's rate and currency), integration, mode
     and permissions; None when the key is malformed, unknown or revoked. One indexed lookup
     by the key's hash."""
     if mode_of(key) is None:
         return None
-    row = conn.execute(
-        select(claves.c.id, claves.c.programa_id, programas.c.nombre, claves.c.integracion,
-               claves.c.modo, claves.c.permisos, programas.c.tasa_puntos, programas.c.moneda)
-        .join(programas, programas.c.id == claves.c.programa_id)
-        .where(claves.c.hash == key_hash(key), claves.c.revocada.is_(None))
-    ).one_or_none()
+    row = fetch_one(engine, _AUTHENTICATE, {"hash": key_hash(key)})
     if row is None:
         return None
+    clave_id, programa_id, nombre, integracion, modo, permisos, tasa, moneda = row
     return Caller(
-        programa_id=row.programa_id, programa_nombre=row.nombre, clave_id=row.id,
-        integracion=row.integracion, modo=Modo(row.modo),
-        permisos=parse_permisos(row.permisos),
-        tasa_puntos=Decimal(row.tasa_puntos), moneda=str(row.moneda),
+        programa_id=programa_id, programa_nombre=nombre, clave_id=clave_id,
+        integracion=integracion, modo=Modo(modo), permisos=parse_permisos(permisos),
+        tasa_puntos=Decimal(tasa), moneda=str(moneda),
     )
