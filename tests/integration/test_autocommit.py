@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from typing import Any
 
 import grpc
 import psycopg
@@ -104,7 +105,7 @@ def test_a_lost_connection_is_503_then_the_next_call_works(db_url: str, engine: 
             assert pids
             for pid in pids:
                 _terminate(engine, pid)
-            failures = []
+            failures: list[Any] = []  # grpc.RpcError, also a grpc.Call
             for _ in range(len(pids) + 2):
                 try:
                     assert stub.Ping(pos.PingRequest(), metadata=metadata).ok
@@ -116,9 +117,7 @@ def test_a_lost_connection_is_503_then_the_next_call_works(db_url: str, engine: 
             assert failures  # the dead pooled connection was used once, and dropped
             for failure in failures:
                 assert failure.code() == grpc.StatusCode.UNAVAILABLE
-                envelope = [value for key, value in failure.trailing_metadata() or ()
-                            if key == "x-envelope"]
-                assert envelope
-                assert '"codigo":"servicio_no_disponible"' in str(envelope[0])
+                trailing = {m.key: str(m.value) for m in failure.trailing_metadata()}
+                assert '"codigo":"servicio_no_disponible"' in trailing["x-envelope"]
     finally:
         server.stop()
