@@ -150,7 +150,8 @@ def test_a_dead_worker_is_replaced(served: Served):
             break
         assert time.monotonic() < deadline, "the dead worker was not replaced"
         time.sleep(0.2)
-    served.serve.wait_for("restarting (1/5)")
+    served.serve.wait_for("killed by SIGKILL after serving")
+    served.serve.wait_for("restarted (pid")
     with grpc.insecure_channel(f"127.0.0.1:{served.port}") as channel:
         assert _ping(channel)
 

@@ -18,7 +18,7 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import TracebackType
 from typing import IO, Self
@@ -34,6 +34,8 @@ from loyalty_grpc.runtime.envoy_config import (
 )
 from loyalty_grpc.runtime.envoy_xds import WorkDir, install
 from loyalty_grpc.runtime.parent_death import die_with_parent
+from loyalty_grpc.runtime.process_file import ProcessFile
+from loyalty_grpc.runtime.supervision import Child, StartFailed, supervise
 
 log = logging.getLogger(__name__)
 
@@ -156,6 +158,18 @@ class EnvoyProcess:
 
     def launch(self) -> None:
         """Start the process and wait (bounded) until it serves."""
+        self.spawn()
+        deadline = time.monotonic() + self.startup_timeout
+        while not self.poll_ready():
+            if time.monotonic() > deadline:
+                self.stop()
+                raise EnvoyError(f"Envoy did not accept connections on "
+                                 f"{_connect_host(self.listen_host)}:{self.http_port} within "
+                                 f"{self.startup_timeout:.0f} s; {self._log_hint()}")
+            time.sleep(0.05)
+
+    def spawn(self) -> None:
+        """Start the process (`poll_ready` says when it serves)."""
         if self._process is not None and self._process.poll() is None:
             raise EnvoyError("Envoy is already running")
         self.admin_address_path.unlink(missing_ok=True)
@@ -166,7 +180,15 @@ class EnvoyProcess:
                 command, stdin=subprocess.DEVNULL, stdout=output, stderr=output,
                 cwd=self.work_dir)
         log.info("Envoy started (pid %s) on port %s", self._process.pid, self.http_port)
-        self._wait_ready()
+
+    def poll_ready(self) -> bool:
+        """Whether the Envoy started serves now (without waiting); EnvoyError when it
+        exited or refused its configuration (it is stopped then)."""
+        code = self.poll()
+        if code is not None:
+            raise EnvoyError(f"Envoy exited with code {code} while starting; "
+                             f"{self._log_hint()}")
+        return self._serving(_connect_host(self.listen_host))
 
     @contextlib.contextmanager
     def _output(self) -> Iterator[IO[bytes] | None]:
@@ -175,22 +197,6 @@ class EnvoyProcess:
             return
         with self.log_path.open("ab") as handle:
             yield handle
-
-    def _wait_ready(self) -> None:
-        deadline = time.monotonic() + self.startup_timeout
-        host = _connect_host(self.listen_host)
-        while True:
-            code = self.poll()
-            if code is not None:
-                raise EnvoyError(f"Envoy exited with code {code} while starting; "
-                                 f"{self._log_hint()}")
-            if self._serving(host):
-                return
-            if time.monotonic() > deadline:
-                self.stop()
-                raise EnvoyError(f"Envoy did not accept connections on {host}:{self.http_port} "
-                                 f"within {self.startup_timeout:.0f} s; {self._log_hint()}")
-            time.sleep(0.05)
 
     def _serving(self, host: str) -> bool:
         """Envoy is LIVE, took its listeners and clusters, and its port answers. Raises
@@ -257,13 +263,60 @@ class EnvoyProcess:
         self.stop()
 
 
+class _Supervised:
+    """An `EnvoyProcess` as `supervision.Child` sees it."""
+
+    def __init__(self, proxy: EnvoyProcess) -> None:
+        self._proxy = proxy
+
+    @property
+    def pid(self) -> int:
+        return self._proxy.pid or 0
+
+    def poll(self) -> int | None:
+        return self._proxy.poll()
+
+    def ready(self) -> bool:
+        try:
+            return self._proxy.poll_ready()
+        except EnvoyError as exc:
+            raise StartFailed(_first_line(exc)) from None
+
+    def kill(self) -> None:
+        self._proxy.stop(grace=1.0)
+
+
+def _first_line(exc: Exception) -> str:
+    return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+
+
+def supervised(proxy: EnvoyProcess, *, on_restart: Callable[[str], None] | None = None,
+               on_change: Callable[[], None] | None = None) -> Child:
+    """The supervision slot of an Envoy that serves (runtime/supervision.py): when it dies
+    it is started again on the configuration installed, with every reload since. Tick it
+    from the thread that started it (the module doc says why)."""
+
+    def spawn() -> _Supervised:
+        try:
+            proxy.spawn()
+        except EnvoyError as exc:
+            raise StartFailed(_first_line(exc)) from None
+        return _Supervised(proxy)
+
+    child = Child("envoy", "envoy", spawn, start_timeout=proxy.startup_timeout,
+                  on_restart=on_restart, on_change=on_change)
+    child.adopt(_Supervised(proxy))
+    return child
+
+
 # ---------------------------------------------------------------- `loyalty gateway run`
 
 
 def run_gateway(*, http_port: int, upstream_host: str, upstream_port: int, admin_port: int,
                 work_dir: Path, gateway_dir: Path | None = None) -> int:
     """Render, validate and run Envoy in the foreground (its output on our stderr) until
-    it exits (its exit code) or SIGTERM/SIGINT arrives (Envoy is stopped; 0)."""
+    SIGTERM/SIGINT (Envoy is stopped; 0). An Envoy that dies is started again
+    (runtime/supervision.py); one that cannot start at all ends the command (1)."""
     from loyalty_grpc.runtime.signals import stop_event
 
     stop = stop_event()
@@ -286,15 +339,16 @@ def run_gateway(*, http_port: int, upstream_host: str, upstream_port: int, admin
     say(f"Envoy (pid {proxy.pid}) serving {proxy.listen_host}:{http_port} /api/v1 -> gRPC "
         f"{upstream_host}:{upstream_port} (config {work.static}; apply changes to "
         f"{spec.gateway_dir} with `loyalty gateway reload --work-dir {work.path}`)")
+    table = ProcessFile.in_dir(work.path, "gateway run")
     try:
-        while not stop.wait(0.5):
-            code = proxy.poll()
-            if code is not None:
-                say(f"Envoy exited with code {code}")
-                return code
+        child = supervised(proxy, on_change=table.write)
+        table.children = [child]
+        table.write()
+        supervise(stop, [child.tick])
     finally:
         proxy.stop()
+        table.remove()
     return 0
 
 
-__all__ = ["EnvoyProcess", "log_tail", "run_gateway"]
+__all__ = ["EnvoyProcess", "log_tail", "run_gateway", "supervised"]

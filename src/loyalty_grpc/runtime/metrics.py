@@ -9,12 +9,15 @@
   plus gauges read from the database at scrape time (the wallet outbox backlog), which
   no worker owns. Returns the stop function (also telling the port it listens on).
 - `mark_worker_dead(pid)`: after a worker exited, so its live gauges stop counting.
+- `count_restart(kind)`: a child process ("worker", "envoy") was restarted after it died
+  (runtime/supervision.py); `loyalty_process_restarts_total{process}`, 0 from the start.
 
 Envoy publishes its own series on its admin port: `GET /stats/prometheus`.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import threading
@@ -23,7 +26,14 @@ from pathlib import Path
 from typing import Final
 from wsgiref.simple_server import WSGIServer
 
-from prometheus_client import REGISTRY, CollectorRegistry, multiprocess, start_http_server, values
+from prometheus_client import (
+    REGISTRY,
+    CollectorRegistry,
+    Counter,
+    multiprocess,
+    start_http_server,
+    values,
+)
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
@@ -37,6 +47,7 @@ MULTIPROC_ENV: Final = "PROMETHEUS_MULTIPROC_DIR"
 # A scrape must not hang on a database that does not answer (Prometheus' default scrape
 # timeout is 10 s).
 DB_TIMEOUT_SECONDS: Final = 3
+RESTARTED_KINDS: Final = ("worker", "envoy")
 
 
 def prepare(multiproc_dir: Path) -> None:
@@ -47,6 +58,20 @@ def prepare(multiproc_dir: Path) -> None:
     os.environ[MULTIPROC_ENV] = str(multiproc_dir.resolve())
     # prometheus_client picks its value storage when it is imported; it may have been.
     values.ValueClass = values.get_value_class()  # type: ignore[no-untyped-call]
+    _restarts()  # every series at 0 from the first scrape
+
+
+@functools.cache
+def _restarts() -> Counter:
+    counter = Counter("loyalty_process_restarts_total", "Child processes of the supervising "
+                      "`loyalty` process started again after they died, by kind.", ["process"])
+    for kind in RESTARTED_KINDS:
+        counter.labels(process=kind)
+    return counter
+
+
+def count_restart(kind: str) -> None:
+    _restarts().labels(process=kind).inc()
 
 
 def mark_worker_dead(pid: int) -> None:
@@ -148,5 +173,6 @@ def serve_metrics(host: str, port: int, database_url: str) -> MetricsEndpoint:
     return endpoint
 
 
-__all__ = ["MULTIPROC_ENV", "MetricsEndpoint", "OutboxCollector", "mark_worker_dead",
+__all__ = ["MULTIPROC_ENV", "MetricsEndpoint", "OutboxCollector", "count_restart",
+           "mark_worker_dead",
            "metrics_registry", "prepare", "serve_metrics"]

@@ -1,7 +1,7 @@
 """`loyalty serve`: the gRPC workers alone (the database must exist and be migrated), and
 `serving()`, the parent's part that `loyalty up` shares: worker processes on one port, the
 wallet sender (exactly one per parent, whatever the worker count, and untouched by a
-worker restart) and the supervision loop."""
+worker restart) and the supervision loop (runtime/supervision.py)."""
 
 from __future__ import annotations
 
@@ -9,19 +9,19 @@ import contextlib
 import logging
 import threading
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 
 from loyalty_grpc.api.server import ServerSettings
 from loyalty_grpc.runtime import metrics, wallet
 from loyalty_grpc.runtime.console import say
+from loyalty_grpc.runtime.process_file import ProcessFile
 from loyalty_grpc.runtime.settings import SERVE, Settings
 from loyalty_grpc.runtime.signals import stop_event
+from loyalty_grpc.runtime.supervision import Child, supervise
 from loyalty_grpc.runtime.workers import WorkerPool
 from loyalty_grpc.store.db import make_engine
 
 log = logging.getLogger(__name__)
-
-# How often the parent looks at its children.
-SUPERVISE_SECONDS = 0.5
 
 
 def server_settings(settings: Settings, *, command: str, database_url: str, admin_token: str
@@ -33,26 +33,50 @@ def server_settings(settings: Settings, *, command: str, database_url: str, admi
                           rate_limit_batch=settings.rate_limit_batch)
 
 
+@dataclass
+class Supervisor:
+    """What `serving()` runs: the workers, any other child added (`loyalty up`'s Envoy),
+    and the processes file `loyalty status` reads."""
+
+    pool: WorkerPool
+    table: ProcessFile
+    others: list[Child] = field(default_factory=list)
+
+    def add(self, child: Child) -> None:
+        self.others.append(child)
+        self.table.children = [*self.pool.children, *self.others]
+        self.table.write()
+
+    def run(self, stop: threading.Event) -> None:
+        """Until SIGINT/SIGTERM, restart what dies (runtime/supervision.py)."""
+        supervise(stop, [self.pool.check, *(child.tick for child in self.others)])
+
+
 @contextlib.contextmanager
-def serving(settings: Settings, server: ServerSettings, *, command: str) -> Iterator[WorkerPool]:
+def serving(settings: Settings, server: ServerSettings, *, command: str
+            ) -> Iterator[Supervisor]:
     """The workers serving, /metrics (summed over the workers) and the wallet sender
     running; on exit the sender and /metrics stop, then the workers (a rolling stop: all
     but one hand over to the last, then it stops; runtime/workers.py)."""
     metrics.prepare(settings.data_dir / "metrics")  # before the workers start
+    table = ProcessFile.in_dir(settings.data_dir, command)
     pool = WorkerPool(server, settings.workers, log_level=settings.log_level,
                       log_format=settings.log_format_for(command),
-                      on_exit=metrics.mark_worker_dead)
+                      on_exit=metrics.mark_worker_dead, on_restart=metrics.count_restart,
+                      on_change=table.write)
     # The wallet sender's own connections, named in pg_stat_activity.
     engine = make_engine(wallet.sender_url(server.database_url), pool_size=2)
     stop_metrics: Callable[[], None] | None = None
     sender = None
     try:
         pool.start()
+        table.children = list(pool.children)
+        table.write()
         if settings.metrics_port:
             stop_metrics = metrics.serve_metrics(server.host, settings.metrics_port,
                                                  server.database_url)
         sender = wallet.start_sender(engine, settings.wallet)
-        yield pool
+        yield Supervisor(pool, table)
     finally:
         if sender is not None:
             sender.stop()
@@ -60,21 +84,15 @@ def serving(settings: Settings, server: ServerSettings, *, command: str) -> Iter
             stop_metrics()
         pool.stop()
         engine.dispose()
-
-
-def supervise(stop: threading.Event, checks: list[Callable[[], None]]) -> None:
-    """Until SIGINT/SIGTERM, run each check (restart what died) every half second."""
-    while not stop.wait(SUPERVISE_SECONDS):
-        for check in checks:
-            check()
+        table.remove()
 
 
 def serve(settings: Settings, *, database_url: str, admin_token: str) -> int:
     stop = stop_event()
     server = server_settings(settings, command=SERVE, database_url=database_url,
                              admin_token=admin_token)
-    with serving(settings, server, command=SERVE) as pool:
-        say(f"gRPC: {server.host}:{pool.port} ({settings.workers} workers)")
-        supervise(stop, [pool.check])
+    with serving(settings, server, command=SERVE) as supervisor:
+        say(f"gRPC: {server.host}:{supervisor.pool.port} ({settings.workers} workers)")
+        supervisor.run(stop)
         log.info("stopping")
     return 0

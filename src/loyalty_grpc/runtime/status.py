@@ -1,6 +1,8 @@
 """`loyalty status`: is it healthy, what runs, is the data consistent.
 
-It checks the gRPC server's health (LOYALTY_GRPC_TARGET / `--target`), prints the service,
+It checks the gRPC server's health (LOYALTY_GRPC_TARGET / `--target`), shows what the
+`loyalty up`/`serve` supervising from the data dir runs and how often each kind of child
+was restarted (runtime/process_file.py), prints the service,
 Envoy and PostgreSQL versions, the Alembic revision applied against the package's head, the
 wallet outbox backlog and the ledger consistency check, and exits 1 when anything that
 matters is wrong (server not SERVING, database unreachable or behind, a balance that
@@ -17,6 +19,7 @@ import re
 import subprocess
 from dataclasses import dataclass
 from datetime import timedelta
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from sqlalchemy import Engine, text
@@ -24,6 +27,7 @@ from sqlalchemy import Engine, text
 from loyalty_grpc import __version__
 from loyalty_grpc.runtime.console import say
 from loyalty_grpc.runtime.postgres import Database, start_embedded
+from loyalty_grpc.runtime.process_file import summary
 from loyalty_grpc.runtime.settings import Settings
 
 if TYPE_CHECKING:
@@ -55,6 +59,19 @@ def grpc_health(target: str, timeout: float = HEALTH_TIMEOUT) -> Line:
     status = health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status)
     return Line("health", f"{status} ({target})",
                 ok=reply.status == health_pb2.HealthCheckResponse.SERVING)
+
+
+def process_lines(data_dir: Path) -> list[Line]:
+    """What the `loyalty up`/`serve` (and `gateway run`) supervising from this data dir run,
+    and their restarts (runtime/process_file.py)."""
+    lines = []
+    for folder in (data_dir, data_dir / "envoy"):
+        found = summary(folder)
+        if found is not None:
+            lines += [Line("processes", found.processes, ok=found.ok),
+                      Line("restarts", found.restarts)]
+    return lines or [Line("processes", f"no `loyalty up`, `serve` or `gateway run` "
+                                       f"supervising from {data_dir}")]
 
 
 def envoy_version() -> Line:
@@ -133,8 +150,8 @@ def _open(settings: Settings) -> Database | str:
 def collect(settings: Settings) -> list[Line]:
     from loyalty_grpc.store.db import make_engine
 
-    lines = [grpc_health(settings.grpc_target), Line("service", f"loyalty {__version__}"),
-             envoy_version()]
+    lines = [grpc_health(settings.grpc_target), *process_lines(settings.data_dir),
+             Line("service", f"loyalty {__version__}"), envoy_version()]
     try:
         db = _open(settings)
     except Exception as exc:  # reported, not raised: this is a diagnosis

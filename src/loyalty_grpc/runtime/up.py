@@ -4,24 +4,20 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
 
-from loyalty_grpc.runtime import envoy
+from loyalty_grpc.runtime import envoy, metrics
 from loyalty_grpc.runtime.admin_token import ensure_admin_token
 from loyalty_grpc.runtime.console import say
 from loyalty_grpc.runtime.postgres import Database, open_database
-from loyalty_grpc.runtime.serve import serve, server_settings, serving, supervise
+from loyalty_grpc.runtime.serve import serve, server_settings, serving
 from loyalty_grpc.runtime.settings import UP, ConfigError, Settings
 from loyalty_grpc.runtime.signals import stop_event
 from loyalty_grpc.store import migrate
 from loyalty_grpc.store.db import make_engine
 
 log = logging.getLogger(__name__)
-
-# How often `up` restarts an Envoy that died, before giving up.
-ENVOY_RESTARTS = 5
 
 
 def _admin_token(settings: Settings) -> str:
@@ -70,15 +66,17 @@ def up(settings: Settings, *, demo: bool) -> int:
         demo_keys = _load_demo(db) if demo else []
         server = server_settings(settings, command=UP, database_url=db.url,
                                  admin_token=admin_token)
-        with serving(settings, server, command=UP) as pool:
+        with serving(settings, server, command=UP) as supervisor:
             proxy = envoy.EnvoyProcess.start(
                 http_port=settings.http_port, upstream_host=_connect_host(server.host),
-                upstream_port=pool.port, work_dir=data_dir / "envoy")
+                upstream_port=supervisor.pool.port, work_dir=data_dir / "envoy")
             try:
+                supervisor.add(envoy.supervised(proxy, on_restart=metrics.count_restart,
+                                                on_change=supervisor.table.write))
                 _print_banner(http_port=settings.http_port, grpc_host=server.host,
-                              grpc_port=pool.port, workers=settings.workers,
+                              grpc_port=supervisor.pool.port, workers=settings.workers,
                               data_dir=data_dir, db=db, demo_keys=demo_keys)
-                supervise(stop, [_envoy_check(proxy), pool.check])
+                supervisor.run(stop)
             finally:
                 proxy.stop()  # HTTP stops first; then the sender and the workers, one by one
     finally:
@@ -89,25 +87,6 @@ def up(settings: Settings, *, demo: bool) -> int:
 
 def _connect_host(bind_host: str) -> str:
     return "127.0.0.1" if bind_host in ("0.0.0.0", "", "::") else bind_host  # noqa: S104
-
-
-def _envoy_check(proxy: envoy.EnvoyProcess) -> Callable[[], None]:
-    """A check that restarts Envoy if it died, a few times at most."""
-    restarts = 0
-
-    def check() -> None:
-        nonlocal restarts
-        code = proxy.poll()
-        if code is None:
-            return
-        if restarts >= ENVOY_RESTARTS:
-            raise SystemExit(f"error: Envoy keeps exiting (last code {code}); "
-                             f"see {proxy.log_path}")
-        restarts += 1
-        log.error("Envoy exited with %s; restarting (%d/%d)", code, restarts, ENVOY_RESTARTS)
-        proxy.restart()
-
-    return check
 
 
 def _print_banner(*, http_port: int, grpc_host: str, grpc_port: int, workers: int,

@@ -2,7 +2,8 @@
 started by `workers.WorkerPool` (never by hand).
 
 It reads its configuration as one JSON line on stdin (secrets stay out of `ps`), serves on
-the shared port (SO_REUSEPORT), writes `ready PID PORT` to the ready pipe, and stops
+the shared port (SO_REUSEPORT), writes `ready PID PORT` to the ready pipe (or
+`failed REASON`, one line, when it cannot serve), and stops
 gracefully (health NOT_SERVING, drain, hands its clients over to the other workers, its
 in-flight calls finish: api/server.py) on SIGTERM or when its stdin closes (the parent is
 gone). It runs in its own process group, so a Ctrl-C at the terminal reaches only the
@@ -50,8 +51,15 @@ def main(argv: list[str] | None = None) -> int:
     threading.Thread(target=_stop_on_eof, args=(sys.stdin, stop), daemon=True,
                      name="parent-watch").start()
     settings = ServerSettings(**config["server"])
-    server = build_server(settings)
-    server.start()
+    try:
+        server = build_server(settings)
+        server.start()
+    except Exception as exc:
+        # The parent reports this one line; the traceback goes to the log.
+        log.exception("worker %d could not start", args.index)
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        os.write(args.ready_fd, f"failed {reason}\n".encode())
+        return 1
     # Everything built so far (modules, tables, the server) lives as long as the process:
     # out of the garbage collector's sight, a full collection stays short (tail latency).
     gc.freeze()

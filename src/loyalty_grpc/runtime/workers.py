@@ -5,8 +5,10 @@
   shared; port 0 picks a free port once, for all workers. Then it starts the workers
   (`python -m loyalty_grpc.runtime.worker`, fresh interpreters: nothing is forked, so
   grpc never sees a fork) and waits until each says it is serving.
-- `check()`: a worker that died is replaced, at most `max_restarts` times in all; then
-  `WorkerError`.
+- `check()`: a worker that died is replaced, by the rules of runtime/supervision.py (one
+  slot per worker, `supervision.Child`): never given up on once it served, immediately,
+  with back-off only when it crash-loops. Only a worker that cannot get to serving at
+  start-up ends the pool (`WorkerError` with the worker's one-line reason).
 - `stop()`: rolling: every worker but the last gets SIGTERM at once and hands its clients
   over to the last (health NOT_SERVING, leaves the port, its connections move, then its
   in-flight calls finish: api/server.py's module doc says why this fails no call); when they
@@ -24,6 +26,7 @@ streams before it reads the server's SETTINGS, and the refused ones became 503s.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -37,15 +40,21 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 
 from loyalty_grpc.api.server import ServerSettings
+from loyalty_grpc.runtime.supervision import (
+    Backoff,
+    CannotStartError,
+    Child,
+    StartFailed,
+    describe_exit,
+)
 
 log = logging.getLogger(__name__)
 
 START_TIMEOUT = 60.0
-MAX_RESTARTS = 5
 
 
 class WorkerError(RuntimeError):
-    """A worker could not start, or kept dying."""
+    """A worker could not get to serving at start-up."""
 
 
 def claim_port(host: str, port: int) -> int:
@@ -63,37 +72,50 @@ def claim_port(host: str, port: int) -> int:
                       ) from None
 
 
-@dataclass
 class _Worker:
-    index: int
-    process: subprocess.Popen[str]
-    ready_fd: int
-    pid: int = 0
+    """One worker process, as `supervision.Child` sees it."""
 
-    def wait_ready(self, deadline: float) -> None:
-        """Until the worker writes `ready PID PORT`; WorkerError if it exits or is late."""
-        received = b""
-        try:
-            while not received.endswith(b"\n"):
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise WorkerError(f"worker {self.index} did not start in time")
-                readable, _, _ = select.select([self.ready_fd], [], [], min(left, 0.5))
-                if readable:
-                    chunk = os.read(self.ready_fd, 256)
-                    if not chunk:
-                        code = self.process.wait(10)
-                        raise WorkerError(f"worker {self.index} exited with {code} before "
-                                          "it was serving (its log is above)")
-                    received += chunk
-        finally:
-            self.close_ready()
-        self.pid = int(received.split()[1])
+    def __init__(self, index: int, process: subprocess.Popen[str], ready_fd: int) -> None:
+        self.index = index
+        self.process = process
+        self._ready_fd = ready_fd
+        self._received = b""
+        self.reaped = False
 
-    def close_ready(self) -> None:
-        if self.ready_fd >= 0:
-            os.close(self.ready_fd)
-            self.ready_fd = -1
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def poll(self) -> int | None:
+        return self.process.poll()
+
+    def ready(self) -> bool:
+        """Whether it wrote `ready PID PORT` (without waiting); StartFailed with its
+        reason (`failed <why>`, written by the worker) when it exited first."""
+        if self._ready_fd < 0:
+            return True
+        while select.select([self._ready_fd], [], [], 0)[0]:
+            chunk = os.read(self._ready_fd, 1024)
+            if not chunk:
+                self._close_ready()
+                code = self.process.wait(10)
+                why = self._received.decode(errors="replace").strip().removeprefix("failed ")
+                raise StartFailed(why or f"{describe_exit(code)} before it was serving "
+                                         "(its log is above)")
+            self._received += chunk
+            if self._received.startswith(b"ready ") and self._received.endswith(b"\n"):
+                self._close_ready()
+                return True
+        return False
+
+    def kill(self) -> None:
+        self.process.kill()
+        self.wait_stopped(10)
+
+    def _close_ready(self) -> None:
+        if self._ready_fd >= 0:
+            os.close(self._ready_fd)
+            self._ready_fd = -1
 
     def ask_to_stop(self) -> None:
         if self.process.poll() is None:
@@ -107,7 +129,7 @@ class _Worker:
                       self.process.pid, timeout)
             self.process.kill()
             self.process.wait(10)
-        self.close_ready()
+        self._close_ready()
         if self.process.stdin is not None:
             self.process.stdin.close()
         return self.process.returncode
@@ -121,10 +143,13 @@ class WorkerPool:
     log_format: str = "text"
     # Called with the pid of every worker that exited (metrics clean-up).
     on_exit: Callable[[int], None] | None = None
-    max_restarts: int = MAX_RESTARTS
+    # Called with "worker" at every restart (the restarts metric).
+    on_restart: Callable[[str], None] | None = None
+    # Called at every change of a worker's state (the processes file).
+    on_change: Callable[[], None] | None = None
+    backoff: Backoff = field(default_factory=Backoff)
     start_timeout: float = START_TIMEOUT
-    restarts: int = 0
-    _workers: list[_Worker] = field(default_factory=list)
+    children: list[Child] = field(default_factory=list)
     _port: int = 0
 
     @property
@@ -133,16 +158,32 @@ class WorkerPool:
 
     @property
     def pids(self) -> list[int]:
-        return [w.process.pid for w in self._workers]
+        return [w.pid for w in self._running()]
+
+    @property
+    def restarts(self) -> int:
+        return sum(child.restarts for child in self.children)
 
     def start(self) -> None:
+        """Start every worker and wait until each serves; WorkerError (the command ends)
+        when one cannot get to serving."""
         self._port = claim_port(self.settings.host, self.settings.port)
         self.settings = replace(self.settings, port=self._port, reuse_port=True)
+        self.children = [
+            Child(f"worker {i}", "worker", functools.partial(self._launch, i),
+                  start_timeout=self.start_timeout, backoff=self.backoff,
+                  on_restart=self.on_restart, on_change=self.on_change)
+            for i in range(self.count)]
         try:
-            starting = [self._launch(i) for i in range(self.count)]
-            deadline = time.monotonic() + self.start_timeout
-            for worker in starting:
-                worker.wait_ready(deadline)
+            for child in self.children:
+                child.start()
+            while not all(child.serving for child in self.children):
+                time.sleep(0.05)
+                for child in self.children:
+                    child.tick()
+        except CannotStartError as exc:
+            self.stop()
+            raise WorkerError(str(exc)) from None
         except BaseException:
             self.stop()
             raise
@@ -165,7 +206,6 @@ class WorkerPool:
         finally:
             os.close(write_fd)
         worker = _Worker(index, process, read_fd)
-        self._workers.append(worker)
         assert process.stdin is not None
         config = {"server": asdict(self.settings), "log_level": self.log_level,
                   "log_format": self.log_format}
@@ -173,28 +213,23 @@ class WorkerPool:
             process.stdin.write(json.dumps(config) + "\n")
             process.stdin.flush()  # and left open: its EOF tells the worker we are gone
         except BrokenPipeError:
-            pass  # it died already: wait_ready says so
+            pass  # it died already: ready() says so
         return worker
 
     def check(self) -> None:
-        """Replace workers that died (bounded); WorkerError when the budget is spent."""
-        for worker in list(self._workers):
-            code = worker.process.poll()
-            if code is None:
-                continue
-            self._workers.remove(worker)
-            if worker.process.stdin is not None:
-                worker.process.stdin.close()
-            self._exited(worker)
-            if self.restarts >= self.max_restarts:
-                raise WorkerError(f"gRPC workers keep exiting (worker {worker.index}, pid "
-                                  f"{worker.process.pid}, exit code {code}; "
-                                  f"{self.restarts} restarts already)")
-            self.restarts += 1
-            log.error("worker %d (pid %d) exited with %s; restarting (%d/%d)", worker.index,
-                      worker.process.pid, code, self.restarts, self.max_restarts)
-            replacement = self._launch(worker.index)
-            replacement.wait_ready(time.monotonic() + self.start_timeout)
+        """Restart workers that died (runtime/supervision.py: never gives up on a worker
+        that served)."""
+        for child in self.children:
+            child.tick()
+        for worker in self._workers():
+            if worker.poll() is not None:
+                self._reaped(worker)
+
+    def _workers(self) -> list[_Worker]:
+        return [child.handle for child in self.children if isinstance(child.handle, _Worker)]
+
+    def _running(self) -> list[_Worker]:
+        return [worker for worker in self._workers() if worker.poll() is None]
 
     def stop(self) -> None:
         """Rolling stop: all workers but the last hand over to it at once, then the last
@@ -202,16 +237,25 @@ class WorkerPool:
         settings = self.settings
         timeout = (settings.drain_seconds + settings.connection_age_seconds * 1.1
                    + settings.grace_seconds + 15)
-        for batch in (self._workers[:-1], self._workers[-1:]):
+        workers = self._workers()
+        for child in self.children:
+            child.forget()
+        for batch in (workers[:-1], workers[-1:]):
             for worker in batch:
                 worker.ask_to_stop()
             for worker in batch:
                 code = worker.wait_stopped(timeout)
-                self._workers.remove(worker)
-                self._exited(worker)
+                workers.remove(worker)
+                self._reaped(worker)
                 log.info("worker %d (pid %d) stopped (%s); %d still serving", worker.index,
-                         worker.process.pid, code, len(self._workers))
+                         worker.pid, code, len(workers))
 
-    def _exited(self, worker: _Worker) -> None:
+    def _reaped(self, worker: _Worker) -> None:
+        """Once per worker that exited: its pipe closed, its live gauges forgotten."""
+        if worker.reaped:
+            return
+        worker.reaped = True
+        if worker.process.stdin is not None:
+            worker.process.stdin.close()
         if self.on_exit is not None:
-            self.on_exit(worker.process.pid)
+            self.on_exit(worker.pid)

@@ -1,0 +1,126 @@
+"""The processes file, DATA_DIR/processes.json: what a running `loyalty up`, `loyalty serve`
+or `loyalty gateway run` supervises, and how often each child was restarted, for
+`loyalty status` (which may run in another shell, so it cannot ask the process itself).
+
+The supervising process rewrites it (atomically: a temporary file renamed over it) at every
+change of a child's state and removes it when it stops cleanly. A file whose writer is no
+longer alive is reported as such: that process was killed and could not clean up.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from loyalty_grpc.runtime.supervision import Child, State
+
+FILE_NAME = "processes.json"
+
+
+@dataclass
+class ProcessFile:
+    """The writer, in the supervising process."""
+
+    path: Path
+    command: str
+    children: Sequence[Child] = ()
+    started: float = 0.0
+
+    @classmethod
+    def in_dir(cls, data_dir: Path, command: str) -> ProcessFile:
+        return cls(data_dir / FILE_NAME, command, started=time.time())
+
+    def write(self) -> None:
+        document = {
+            "command": self.command, "pid": os.getpid(), "started": self.started,
+            "children": [_child(child) for child in self.children],
+        }
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        temporary = self.path.with_name(f".{self.path.name}.{os.getpid()}")
+        temporary.write_text(json.dumps(document, indent=1) + "\n", encoding="utf-8")
+        temporary.replace(self.path)
+
+    def remove(self) -> None:
+        self.path.unlink(missing_ok=True)
+
+
+def _child(child: Child) -> dict[str, Any]:
+    last = child.last_exit
+    return {"name": child.name, "kind": child.kind, "pid": child.pid,
+            "state": str(child.state), "restarts": child.restarts,
+            "last_exit": last.cause if last else None,
+            "last_exit_at": last.wall_time if last else None}
+
+
+# ------------------------------------------------------------------ read by `loyalty status`
+
+
+@dataclass(frozen=True)
+class Summary:
+    """Two status lines: what runs, and its restarts."""
+
+    processes: str
+    restarts: str
+    ok: bool
+
+
+def summary(data_dir: Path, now: float | None = None) -> Summary | None:
+    """What the file in `data_dir` says; None without a file."""
+    path = data_dir / FILE_NAME
+    try:
+        document = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as exc:
+        return Summary(f"unreadable {path}: {exc}", "unknown", ok=False)
+    now = time.time() if now is None else now
+    who = f"loyalty {document['command']} (pid {document['pid']}"
+    if not _alive(int(document["pid"])):
+        return Summary(f"{who}) is not running: it was killed before it could clean up "
+                       f"{path}", "unknown", ok=False)
+    children: list[dict[str, Any]] = document["children"]
+    states = ", ".join(f"{c['name']} {c['state']}" for c in children)
+    ok = all(c["state"] == State.SERVING for c in children)
+    processes = f"{who}, up {_ago(now - float(document['started']))}): {states}"
+    return Summary(processes, _restarts(children, now), ok)
+
+
+def _restarts(children: list[dict[str, Any]], now: float) -> str:
+    counts: dict[str, int] = {}
+    for child in children:
+        counts[child["kind"]] = counts.get(child["kind"], 0) + int(child["restarts"])
+    text = ", ".join(f"{kind} {count}" for kind, count in counts.items())
+    exits = [c for c in children if c["last_exit"]]
+    if not exits:
+        return text
+    last = max(exits, key=lambda c: float(c["last_exit_at"]))
+    return f"{text}; last: {last['last_exit']}, {_ago(now - float(last['last_exit_at']))} ago"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process: alive
+        return True
+    return True
+
+
+def _ago(seconds: float) -> str:
+    seconds = max(0, int(seconds))
+    if seconds < 120:
+        return f"{seconds} s"
+    if seconds < 7200:
+        return f"{seconds // 60} min"
+    if seconds < 172800:
+        return f"{seconds // 3600} h"
+    return f"{seconds // 86400} d"
+
+
+__all__ = ["FILE_NAME", "ProcessFile", "Summary", "summary"]
