@@ -5,7 +5,6 @@ gives up only when a child cannot get to serving at start-up."""
 from __future__ import annotations
 
 import signal
-from dataclasses import dataclass, field
 
 import pytest
 
@@ -13,56 +12,10 @@ from loyalty_grpc.runtime.supervision import (
     Backoff,
     CannotStartError,
     Child,
-    StartFailed,
     State,
     describe_exit,
 )
-
-
-@dataclass
-class Clock:
-    now: float = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-@dataclass
-class Fake:
-    """A simulated process: ready after `ready_after` looks, or failing with `fails`."""
-
-    pid: int
-    ready_after: int = 2  # not at the look in which it was started
-    fails: str | None = None
-    code: int | None = None
-    looks: int = 0
-    killed: bool = False
-
-    def poll(self) -> int | None:
-        return self.code
-
-    def ready(self) -> bool:
-        if self.fails is not None:
-            raise StartFailed(self.fails)
-        self.looks += 1
-        return self.looks >= self.ready_after
-
-    def kill(self) -> None:
-        self.killed = True
-        self.code = -9
-
-
-@dataclass
-class Spawner:
-    """Hands out the next simulated process; `plan` says how each of them behaves."""
-
-    plan: list[Fake] = field(default_factory=list)
-    started: list[Fake] = field(default_factory=list)
-
-    def __call__(self) -> Fake:
-        fake = self.plan.pop(0) if self.plan else Fake(pid=100 + len(self.started))
-        self.started.append(fake)
-        return fake
+from tests.simulated_processes import Clock, Fake, Spawner
 
 
 def _state(child: Child) -> State:

@@ -86,7 +86,7 @@ def summary(data_dir: Path, now: float | None = None) -> Summary | None:
     children: list[dict[str, Any]] = document["children"]
     states = ", ".join(f"{c['name']} {c['state']}" for c in children)
     ok = all(c["state"] == State.SERVING for c in children)
-    processes = f"{who}, up {_ago(now - float(document['started']))}): {states}"
+    processes = f"{who}, up {ago(now - float(document['started']))}): {states}"
     return Summary(processes, _restarts(children, now), ok)
 
 
@@ -99,7 +99,7 @@ def _restarts(children: list[dict[str, Any]], now: float) -> str:
     if not exits:
         return text
     last = max(exits, key=lambda c: float(c["last_exit_at"]))
-    return f"{text}; last: {last['last_exit']}, {_ago(now - float(last['last_exit_at']))} ago"
+    return f"{text}; last: {last['last_exit']}, {ago(now - float(last['last_exit_at']))} ago"
 
 
 def _alive(pid: int) -> bool:
@@ -112,7 +112,8 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def _ago(seconds: float) -> str:
+def ago(seconds: float) -> str:
+    """`42 s`, `7 min`, `5 h`, `3 d`."""
     seconds = max(0, int(seconds))
     if seconds < 120:
         return f"{seconds} s"
@@ -123,4 +124,4 @@ def _ago(seconds: float) -> str:
     return f"{seconds // 86400} d"
 
 
-__all__ = ["FILE_NAME", "ProcessFile", "Summary", "summary"]
+__all__ = ["FILE_NAME", "ProcessFile", "Summary", "ago", "summary"]

@@ -18,7 +18,6 @@ from __future__ import annotations
 import re
 import subprocess
 from dataclasses import dataclass
-from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -27,7 +26,7 @@ from sqlalchemy import Engine, text
 from loyalty_grpc import __version__
 from loyalty_grpc.runtime.console import say
 from loyalty_grpc.runtime.postgres import Database, start_embedded
-from loyalty_grpc.runtime.process_file import summary
+from loyalty_grpc.runtime.process_file import ago, summary
 from loyalty_grpc.runtime.settings import Settings
 
 if TYPE_CHECKING:
@@ -125,16 +124,7 @@ def _backlog_text(wallet: Backlog) -> str:
         capped = "+" if wallet.waiting >= EXACT_UP_TO else ""
         counts = f"≈ {wallet.fans} fans pending (estimate; {wallet.waiting}{capped}"
     return (f"{counts} waiting for a retry), oldest "
-            f"{_age(timedelta(seconds=wallet.oldest_seconds))}")
-
-
-def _age(delta: timedelta) -> str:
-    seconds = int(delta.total_seconds())
-    if seconds < 120:
-        return f"{seconds} s ago"
-    if seconds < 7200:
-        return f"{seconds // 60} min ago"
-    return f"{seconds // 3600} h ago"
+            f"{ago(wallet.oldest_seconds)} ago")
 
 
 def _open(settings: Settings) -> Database | str:

@@ -1,0 +1,82 @@
+"""The processes file that `loyalty status` reads (runtime/process_file.py): written by the
+supervising process at every change, summarised for an operator."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+from loyalty_grpc.runtime.process_file import FILE_NAME, ProcessFile, summary
+from loyalty_grpc.runtime.supervision import Child, State
+from tests.simulated_processes import Clock, Fake, Spawner
+
+
+def _children() -> list[Child]:
+    clock = Clock()
+    worker = Child("worker 0", "worker", Spawner(), start_timeout=60, clock=clock)
+    envoy = Child("envoy", "envoy", Spawner(), start_timeout=60, clock=clock)
+    for child in (worker, envoy):
+        child.start()
+        child.tick()
+        child.tick()
+    return [worker, envoy]
+
+
+def test_written_at_every_change_and_summarised(tmp_path: Path):
+    table = ProcessFile.in_dir(tmp_path, "up")
+    worker, envoy = _children()
+    table.children = [worker, envoy]
+    table.write()
+    found = summary(tmp_path)
+    assert found is not None
+    assert found.ok
+    assert found.processes.startswith("loyalty up (pid ")
+    assert found.processes.endswith("): worker 0 serving, envoy serving")
+    assert found.restarts == "worker 0, envoy 0"
+
+    assert isinstance(envoy.handle, Fake)
+    envoy.handle.code = -9
+    envoy._clock.now += 5  # type: ignore[attr-defined]
+    envoy.tick()
+    envoy.tick()
+    table.write()
+    found = summary(tmp_path, now=time.time() + 3)
+    assert found is not None
+    assert found.restarts.startswith("worker 0, envoy 1; last: envoy (pid ")
+    assert found.restarts.endswith("killed by SIGKILL after serving 5.0 s, 3 s ago")
+
+
+def test_a_child_waiting_for_a_restart_is_unhealthy(tmp_path: Path):
+    table = ProcessFile.in_dir(tmp_path, "serve")
+    worker, _ = _children()
+    worker.state = State.WAITING
+    table.children = [worker]
+    table.write()
+    found = summary(tmp_path)
+    assert found is not None
+    assert not found.ok
+    assert "worker 0 waiting" in found.processes
+
+
+def test_a_killed_supervisor_and_no_file(tmp_path: Path):
+    assert summary(tmp_path) is None
+    (tmp_path / FILE_NAME).write_text(json.dumps(
+        {"command": "up", "pid": 2**22 + 1, "started": 0, "children": []}))
+    found = summary(tmp_path)
+    assert found is not None
+    assert not found.ok
+    assert "is not running: it was killed before it could clean up" in found.processes
+    (tmp_path / FILE_NAME).write_text("{not json")
+    found = summary(tmp_path)
+    assert found is not None
+    assert not found.ok
+    assert found.processes.startswith("unreadable ")
+
+
+def test_removed_on_a_clean_stop(tmp_path: Path):
+    table = ProcessFile.in_dir(tmp_path, "gateway run")
+    table.write()
+    assert (tmp_path / FILE_NAME).exists()
+    table.remove()
+    assert summary(tmp_path) is None
