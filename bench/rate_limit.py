@@ -11,15 +11,18 @@ cache TTL 5 s, so a ping without the limiter touches no database) and Envoy in f
 - `off`: rate_limit_per_minute=0 (no limiter, no RateLimit headers);
 - `on`:  rate_limit_per_minute=1_000_000_000 (the limiter runs on every call but never
   rejects), calls reserved in batches as in production (services/rate_limit.py): a busy
-  key costs a round trip per batch of up to 64 calls;
+  key costs a round trip per batch of up to 64 calls (the slack of so high a limit, a
+  sixtieth of it, never binds; at 600 a minute it caps a key's spare calls at 8), and the
+  settler thread settles the batches left when a second ends;
 - `per call`: the same with rate_limit_batch=1: one INSERT ... ON CONFLICT DO UPDATE on
   the key's row per call, the cost of a key's first call in a second (e.g. many keys
   calling now and then);
 
 through Envoy (wrk if on PATH, else Python processes; see bench/ping.py) and over native
 gRPC direct (Python processes). All calls use ONE key, i.e. one counter row: the worst
-case for the row lock. It also times the statement alone (sequential, one thread) and
-the limiter alone (16 threads calling RateLimiter.take on one key, no gRPC).
+case for the row lock. It also times the statements alone (sequential, one thread: a
+request, and the settlement the settler sends) and the limiter alone (16 threads calling
+RateLimiter.take on one key, no gRPC).
 Every call must succeed; errors are counted and the first one is shown.
 
 Bounds: --seconds at most 60, --rounds at most 3, every request has a 5 s timeout, and the
@@ -82,26 +85,41 @@ def server_and_envoy(database_url: str, work: Path, limit: int, batch: int
         server.stop()
 
 
-def statement_cost(database_url: str) -> float:
-    """Microseconds per database request of one call (PgCounters.reserve), sequential,
-    one thread, warm pool."""
+def statement_cost(database_url: str) -> tuple[float, float]:
+    """Microseconds per database request of one call (PgCounters.reserve, settling the
+    previous batch as a busy key does) and per settlement of one key's batch
+    (PgCounters.settle, what the settler sends); sequential, one thread, warm pool."""
     from sqlalchemy import select
 
+    from loyalty_grpc.domain.rate_limit import Devolucion, slack
     from loyalty_grpc.store.db import make_engine
     from loyalty_grpc.store.rate_limit import PgCounters
     from loyalty_grpc.store.tables import claves
 
     engine = make_engine(database_url, pool_size=1)
+    holgura = slack(ON_LIMIT)
     try:
         with engine.connect() as conn:
             clave_id = conn.execute(select(claves.c.id).limit(1)).scalar_one()
         counters = PgCounters(engine)
-        for _ in range(50):
-            counters.reserve(clave_id, 1, ON_LIMIT)
-        began = time.perf_counter()
-        for _ in range(STATEMENT_CALLS):
-            counters.reserve(clave_id, 1, ON_LIMIT)
-        return (time.perf_counter() - began) / STATEMENT_CALLS * 1e6
+
+        def reserve() -> None:
+            reserva = counters.reserve(clave_id, 2, ON_LIMIT, Devolucion(0, 0, 0),
+                                       holgura=holgura)
+            assert reserva.concedidas == 2
+
+        def settle() -> None:
+            counters.settle([(clave_id, Devolucion(0, 0, 1))])
+
+        costs = []
+        for statement in (reserve, settle):
+            for _ in range(50):
+                statement()
+            began = time.perf_counter()
+            for _ in range(STATEMENT_CALLS):
+                statement()
+            costs.append((time.perf_counter() - began) / STATEMENT_CALLS * 1e6)
+        return costs[0], costs[1]
     finally:
         engine.dispose()
 
@@ -124,10 +142,11 @@ def limiter_alone(database_url: str, seconds: float = 3.0, threads: int = 16
 
     class Counting(PgCounters):
         def reserve(self, clave_id: int, pedidas: int, limite: int,
-                    devolucion: Devolucion | None = None, *, segundo: int | None = None
-                    ) -> Reserva:
+                    devolucion: Devolucion | None = None, *, holgura: int,
+                    segundo: int | None = None) -> Reserva:
             requests[0] += 1
-            return super().reserve(clave_id, pedidas, limite, devolucion, segundo=segundo)
+            return super().reserve(clave_id, pedidas, limite, devolucion, holgura=holgura,
+                                   segundo=segundo)
 
     engine = make_engine(database_url, pool_size=threads)
     try:
@@ -147,6 +166,7 @@ def limiter_alone(database_url: str, seconds: float = 3.0, threads: int = 16
             worker.start()
         for worker in workers:
             worker.join()
+        limiter.close()
         return sum(calls) / seconds, requests[0] / seconds
     finally:
         engine.dispose()
@@ -199,7 +219,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def print_report(rows: list[tuple[str, Result]], args: argparse.Namespace,
-                 micros: float, alone: tuple[float, float]) -> None:
+                 micros: tuple[float, float], alone: tuple[float, float]) -> None:
     header = f"{'':44} {'calls/s':>8} {'p50 ms':>7} {'p99 ms':>7} {'errors':>6}"
     print()
     print(f"ping, one key, {args.seconds:g} s per row, concurrency {args.concurrency}, "
@@ -211,8 +231,9 @@ def print_report(rows: list[tuple[str, Result]], args: argparse.Namespace,
     for _, r in rows:
         if r.first_error:
             print(f"  {r.label}: first error: {r.first_error}")
-    print(f"\nthe statement alone (PgCounters.reserve, sequential, one thread): "
-          f"{micros:.0f} us per request")
+    print(f"\nthe statements alone (sequential, one thread): PgCounters.reserve "
+          f"{micros[0]:.0f} us per request, PgCounters.settle {micros[1]:.0f} us per "
+          "settlement")
     print(f"the limiter alone (RateLimiter.take, 16 threads, one key, no gRPC): "
           f"{alone[0]:,.0f} calls/s with {alone[1]:,.0f} database requests/s")
     print(f"os.cpu_count() = {os.cpu_count()}; load generators, Envoy and PostgreSQL share "

@@ -1,7 +1,8 @@
-"""The per-key call limit on a real PostgreSQL: the SQL statement equals the pure model
-(domain/rate_limit.take), two limiters reserving batches from threads never pass the
-limit, and two `loyalty serve` processes sharing the database enforce one limit together
-(sequential and concurrent calls)."""
+"""The per-key call limit on a real PostgreSQL: the SQL statements equal the pure model
+(domain/rate_limit.take and settle), settlements of many keys never deadlock, two limiters
+reserving batches from threads never pass the limit nor refuse before the slack, and two
+`loyalty serve` processes sharing the database enforce one limit together (sequential and
+concurrent calls)."""
 
 from __future__ import annotations
 
@@ -57,10 +58,18 @@ def test_the_table_is_unlogged(engine: Engine) -> None:
     assert persistence == "u"
 
 
+def _row(engine: Engine, clave_id: int) -> tuple[int, tuple[int, ...], tuple[int, ...]]:
+    with engine.connect() as conn:
+        row = conn.execute(select(limite_llamadas.c.segundo, limite_llamadas.c.cuentas,
+                                  limite_llamadas.c.reservas)
+                           .where(limite_llamadas.c.clave_id == clave_id)).one()
+    return row.segundo, tuple(row.cuentas), tuple(row.reservas)
+
+
 @pytest.mark.parametrize("seed", range(4))
 def test_the_statement_equals_the_model(engine: Engine, key_ids: list[int], seed: int) -> None:
-    """Random bursts, pauses, long idle gaps, batches and returns: grants, counters and
-    the client's view agree request by request."""
+    """Random bursts, pauses, long idle gaps, batches, settlements with a request and
+    alone, slacks: grants, counters and the client's view agree request by request."""
     rng = random.Random(seed)
     limit = rng.choice([1, 3, 7, 40])
     counters = PgCounters(engine)
@@ -68,21 +77,79 @@ def test_the_statement_equals_the_model(engine: Engine, key_ids: list[int], seed
     second = 1_000_000 + seed
     ventana: model.Ventana | None = None
     for _ in range(300):
-        second += rng.choice([0, 0, 0, 1, 2, 7, 30, 61, 62, 500])
+        second += rng.choice([0, 0, 0, 1, 2, 3, 4, 5, 7, 30, 61, 62, 500])
         pedidas = rng.choice([1, 1, 2, 5, 50])
-        devolucion = (model.Devolucion(second - rng.choice([0, 1, 5, 60, 61]),
-                                       rng.choice([1, 3, 100]))
-                      if rng.random() < 0.3 else None)
+        holgura = rng.choice([0, 1, 3, 100])
+        devolucion = (model.Devolucion(second - rng.choice([0, 1, 3, 4, 5, 60, 61]),
+                                       rng.choice([0, 1, 3, 100]), rng.choice([0, 1, 2, 100]))
+                      if rng.random() < 0.4 else None)
+        if ventana is not None and devolucion is not None and rng.random() < 0.3:
+            ventana = model.settle(ventana, devolucion)
+            counters.settle([(clave_id, devolucion)])
+            assert _row(engine, clave_id) == (ventana.segundo, ventana.cuentas,
+                                              ventana.reservas)
+            continue
         ventana, granted = model.take(ventana, second, limit, pedidas=pedidas,
-                                      devolucion=devolucion)
-        got = counters.reserve(clave_id, pedidas, limit, devolucion, segundo=second)
-        assert (got.segundo, got.cuentas, got.concedidas) == (
-            ventana.segundo, ventana.cuentas, granted)
+                                      devolucion=devolucion, holgura=holgura)
+        got = counters.reserve(clave_id, pedidas, limit, devolucion, holgura=holgura,
+                               segundo=second)
+        assert (got.segundo, got.cuentas, got.reservas, got.concedidas) == (
+            ventana.segundo, ventana.cuentas, ventana.reservas, granted)
         assert got.ahora == second
-        with engine.connect() as conn:
-            row = conn.execute(select(limite_llamadas.c.segundo, limite_llamadas.c.cuentas)
-                               .where(limite_llamadas.c.clave_id == clave_id)).one()
-        assert (row.segundo, tuple(row.cuentas)) == (ventana.segundo, ventana.cuentas)
+        assert _row(engine, clave_id) == (ventana.segundo, ventana.cuentas, ventana.reservas)
+
+
+def test_one_statement_settles_many_keys(engine: Engine, key_ids: list[int]) -> None:
+    """Each key's settlement applies to its own row only; keys without a row are skipped."""
+    _no_counters(engine)
+    counters = PgCounters(engine)
+    ventanas = {}
+    for i, clave_id in enumerate(key_ids[:3]):
+        ventana, granted = model.take(None, 5000 + i, 100, pedidas=10, holgura=8)
+        got = counters.reserve(clave_id, 10, 100, holgura=8, segundo=5000 + i)
+        assert granted == got.concedidas == 9
+        ventanas[clave_id] = ventana
+    settled = [(key_ids[2], model.Devolucion(5002, 4, 8)),
+               (key_ids[0], model.Devolucion(5000, 2, 8)),
+               (key_ids[3], model.Devolucion(5000, 2, 8))]  # no row: nothing happens
+    counters.settle(settled)
+    for clave_id, devolucion in settled[:2]:
+        expected = model.settle(ventanas[clave_id], devolucion)
+        assert _row(engine, clave_id) == (expected.segundo, expected.cuentas,
+                                          expected.reservas)
+    assert _row(engine, key_ids[1]) == (ventanas[key_ids[1]].segundo,
+                                        ventanas[key_ids[1]].cuentas,
+                                        ventanas[key_ids[1]].reservas)
+    assert _row(engine, key_ids[0])[1][-1] == 7
+    assert _row(engine, key_ids[0])[2][-1] == 0
+
+
+def test_settlements_in_opposite_key_orders_never_deadlock(engine: Engine,
+                                                           key_ids: list[int]) -> None:
+    """Two processes settling the same keys listed in opposite orders, while requests of
+    those keys go on: the rows are locked in key order, so no deadlock (PostgreSQL would
+    abort one statement after deadlock_timeout)."""
+    _no_counters(engine)
+    counters = PgCounters(engine)
+    for clave_id in key_ids:
+        counters.reserve(clave_id, 1, 1_000_000, holgura=0)
+    orders = [key_ids, key_ids[::-1]]
+
+    def settle(i: int) -> None:
+        for _ in range(150):
+            counters.settle([(k, model.Devolucion(0, 0, 0)) for k in orders[i % 2]])
+
+    def reserve(i: int) -> None:
+        for _ in range(150):
+            counters.reserve(key_ids[i % len(key_ids)], 1, 1_000_000, holgura=0)
+
+    began = time.monotonic()
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        done = [pool.submit(settle, 0), pool.submit(settle, 1), pool.submit(reserve, 0),
+                pool.submit(reserve, 1)]
+        for future in done:
+            future.result()
+    assert time.monotonic() - began < 30
 
 
 def _no_counters(engine: Engine) -> None:
@@ -93,7 +160,7 @@ def _no_counters(engine: Engine) -> None:
 def test_ahora_is_the_database_clock_within_the_second(engine: Engine,
                                                        key_ids: list[int]) -> None:
     _no_counters(engine)
-    got = PgCounters(engine).reserve(key_ids[0], 3, 10)
+    got = PgCounters(engine).reserve(key_ids[0], 3, 10, holgura=2)
     assert got.concedidas == 3
     assert got.segundo <= got.ahora < got.segundo + 1 + 0.5  # read just after, same clock
     assert abs(got.ahora - time.time()) < 5
@@ -103,8 +170,8 @@ def test_idle_rows_are_purged(engine: Engine, key_ids: list[int]) -> None:
     _no_counters(engine)
     stale, live = key_ids[0], key_ids[1]
     counters = PgCounters(engine)
-    counters.reserve(stale, 1, 5, segundo=1000)  # long ago
-    counters.reserve(live, 1, 5)  # now
+    counters.reserve(stale, 1, 5, holgura=0, segundo=1000)  # long ago
+    counters.reserve(live, 1, 5, holgura=0)  # now
     counters.purge()  # what is idle for more than a window goes
     with engine.connect() as conn:
         left = set(conn.execute(select(limite_llamadas.c.clave_id)).scalars())
@@ -115,7 +182,7 @@ def test_idle_rows_are_purged(engine: Engine, key_ids: list[int]) -> None:
 def test_two_limiters_in_threads_never_pass_the_limit(engine: Engine,
                                                       key_ids: list[int]) -> None:
     """Two processes' limiters (batches on), 8 threads each, one key, on PostgreSQL: at
-    most the limit is admitted, nearly all of it, with far fewer round trips than calls."""
+    most the limit is admitted, and at least the limit less the slack."""
 
     class Counting(PgCounters):
         requests = 0
@@ -131,11 +198,21 @@ def test_two_limiters_in_threads_never_pass_the_limit(engine: Engine,
     def call(i: int) -> bool:
         return limiters[i % 2].take(clave_id).admitida
 
-    with ThreadPoolExecutor(max_workers=16) as pool:
-        admitted = sum(pool.map(call, range(3 * limit)))
-    # Spare calls one limiter holds when the other is refused: a few, near the limit.
-    assert limit - 2 * 4 <= admitted <= limit
-    assert Counting.requests < limit // 2
+    try:
+        with ThreadPoolExecutor(max_workers=16) as pool:
+            admitted = sum(pool.map(call, range(3 * limit)))
+    finally:
+        for limiter in limiters:
+            limiter.close()
+    # Spare calls one limiter holds when the other is refused: at most the slack (4).
+    assert limit - model.slack(limit) <= admitted <= limit
+    # Fewer round trips than calls, although the slack of a limit this small caps the two
+    # processes' spare calls at 4 together (a limit of a million: tests/unit, bench/).
+    assert Counting.requests < limit * 3 // 4
+    with engine.connect() as conn:
+        reservas = conn.execute(select(limite_llamadas.c.reservas)
+                                .where(limite_llamadas.c.clave_id == clave_id)).scalar_one()
+    assert sum(reservas) == 0  # every batch settled (close settles what is left)
 
 
 # ---------------------------------------------------------------- two server processes

@@ -1,5 +1,6 @@
 """The call-limit window (domain/rate_limit.py): never more permissive than the limit in
-any 60 s, over arbitrary call times; Retry-After and the RateLimit fields tell the truth."""
+any 60 s, over arbitrary call times; Retry-After and the RateLimit fields tell the truth;
+the spare calls outstanding are capped by the slack and settled."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from loyalty_grpc.domain.rate_limit import (
+    RESERVA_SLOTS,
     SLOTS,
     WINDOW_SECONDS,
     Devolucion,
@@ -17,7 +19,9 @@ from loyalty_grpc.domain.rate_limit import (
     cuota,
     give_back,
     policy_header,
+    settle,
     shift,
+    slack,
     take,
 )
 
@@ -117,20 +121,61 @@ def test_shift_never_goes_back_in_time() -> None:
 
 
 def test_a_batch_is_granted_up_to_what_is_left() -> None:
-    ventana, granted = take(None, 10, 10, pedidas=4)
+    ventana, granted = take(None, 10, 10, pedidas=4, holgura=100)
     assert (granted, ventana.cuentas[-1]) == (4, 4)
-    ventana, granted = take(ventana, 10, 10, pedidas=8)
+    ventana, granted = take(ventana, 10, 10, pedidas=8, holgura=100)
     assert (granted, ventana.cuentas[-1]) == (6, 10)
-    ventana, granted = take(ventana, 11, 10, pedidas=8)
+    ventana, granted = take(ventana, 11, 10, pedidas=8, holgura=100)
     assert (granted, sum(ventana.cuentas)) == (0, 10)
 
 
 def test_unused_calls_given_back_free_their_second() -> None:
-    ventana, _ = take(None, 10, 10, pedidas=10)
+    ventana, _ = take(None, 10, 10, pedidas=10, holgura=9)
     # 3 of second 10 never used, returned at second 12: room for 3 more.
-    ventana, granted = take(ventana, 12, 10, pedidas=5, devolucion=Devolucion(10, 3))
+    ventana, granted = take(ventana, 12, 10, pedidas=5, devolucion=Devolucion(10, 3, 9),
+                            holgura=9)
     assert granted == 3
     assert ventana.cuentas[-3:] == (7, 0, 3)
+    assert ventana.reservas[-3:] == (0, 0, 2)
+
+
+def test_the_slack() -> None:
+    assert [slack(limit) for limit in (1, 60, 179, 180, 600, 6000)] == [0, 0, 0, 1, 8, 98]
+
+
+def test_spare_calls_outstanding_never_pass_the_slack() -> None:
+    ventana, granted = take(None, 10, 600, pedidas=20)  # slack(600) = 8
+    assert (granted, ventana.reservas[-1]) == (9, 8)
+    ventana, granted = take(ventana, 10, 600, pedidas=20)
+    assert (granted, ventana.reservas[-1]) == (1, 8)  # only its own call
+    ventana, granted = take(ventana, 11, 600, pedidas=20, devolucion=Devolucion(10, 5, 8))
+    assert granted == 9
+    assert ventana.reservas[-2:] == (0, 8)
+    assert ventana.cuentas[-2:] == (10 - 5, 9)
+
+
+def test_outstanding_spare_calls_are_forgotten_after_a_few_seconds() -> None:
+    """A process that died never settles: its spare calls stop being outstanding after
+    RESERVA_SLOTS seconds but stay counted for the minute (stricter, never looser)."""
+    ventana, _ = take(None, 10, 600, pedidas=9)
+    ventana, granted = take(ventana, 10 + RESERVA_SLOTS - 1, 600, pedidas=9)
+    assert granted == 1
+    ventana, granted = take(ventana, 10 + RESERVA_SLOTS, 600, pedidas=9)
+    assert granted == 9
+    assert sum(ventana.cuentas) == 9 + 1 + 9
+    # A late settlement of the forgotten batch gives its calls back, and touches no
+    # other second's outstanding count.
+    settled = settle(ventana, Devolucion(10, 8, 8))
+    assert sum(settled.cuentas) == 1 + 1 + 9
+    assert settled.reservas == ventana.reservas
+
+
+def test_a_settlement_alone_does_not_move_the_window() -> None:
+    ventana, _ = take(None, 10, 600, pedidas=9)
+    settled = settle(ventana, Devolucion(10, 3, 8))
+    assert settled.segundo == 10
+    assert settled.cuentas[-1] == 6
+    assert settled.reservas == (0,) * RESERVA_SLOTS
 
 
 def test_a_return_never_goes_below_zero_nor_outside_the_window() -> None:

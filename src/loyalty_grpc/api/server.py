@@ -91,6 +91,8 @@ class GrpcServer:
     health: health.HealthServicer
     engine: Engine
     settings: ServerSettings
+    # The per-key call limiter (None: no limit); its batches are settled on stop.
+    limiter: RateLimiter | None = None
     _stopped: threading.Event = field(default_factory=threading.Event)
 
     def start(self) -> None:
@@ -101,8 +103,8 @@ class GrpcServer:
 
     def stop(self) -> None:
         """Graceful stop: NOT_SERVING, drain, hand over (reuse_port: see the module doc),
-        let in-flight calls finish, close the pool. Safe to call more than once and from a
-        signal handler's thread."""
+        let in-flight calls finish, settle the call limiter's batches, close the pool. Safe
+        to call more than once and from a signal handler's thread."""
         if self._stopped.is_set():
             return
         self._stopped.set()
@@ -112,6 +114,8 @@ class GrpcServer:
         if self.settings.reuse_port:
             self._hand_over()
         self.server.stop(self.settings.grace_seconds).wait()
+        if self.limiter is not None:
+            self.limiter.close()  # give back the spare calls this process still holds
         self.engine.dispose()
         log.info("gRPC server stopped")
 
@@ -172,7 +176,7 @@ def build_server(settings: ServerSettings, engine: Engine | None = None) -> Grpc
         port = server.add_insecure_port(address)
     except RuntimeError as exc:  # grpcio's way of saying the bind failed
         raise OSError(f"cannot listen on {address}: is the port in use?") from exc
-    return GrpcServer(server, port, health_servicer, engine, settings)
+    return GrpcServer(server, port, health_servicer, engine, settings, limiter)
 
 
 def _age_options(settings: ServerSettings) -> list[tuple[str, int]]:

@@ -1,24 +1,35 @@
 """The per-key call limit (spec: 600 calls a minute): the window arithmetic, pure.
 
 State of one key: `segundo`, the newest whole second (database clock, epoch) a call of the
-key was seen in, and `cuentas`, SLOTS counters of granted calls, oldest first: slot j
-(1-based) counts the calls of second `segundo - SLOTS + j`, so the last slot is `segundo`.
+key was seen in; `cuentas`, SLOTS counters of granted calls, oldest first: slot j
+(1-based) counts the calls of second `segundo - SLOTS + j`, so the last slot is `segundo`;
+and `reservas`, RESERVA_SLOTS counters of spare calls outstanding (below), aligned the same
+way on the last RESERVA_SLOTS seconds.
 
 A request for `pedidas` calls at second S (never before `segundo`: the clock used is
 max(segundo, now)):
-  1. shift: slots of seconds before S - WINDOW_SECONDS are dropped, zeros come in;
-  2. an optional return (`Devolucion`) of granted calls never used, of a past second still
-     in the window, is subtracted from that second's slot;
+  1. shift: slots of seconds before S - WINDOW_SECONDS (S - RESERVA_SLOTS + 1 for
+     `reservas`) are dropped, zeros come in;
+  2. an optional settlement (`Devolucion`) of an earlier batch: its granted calls never
+     used are subtracted from their second's slot of `cuentas` (if still in the window),
+     and its spare calls from their second's slot of `reservas` (if still there);
   3. used = sum of the 61 slots = granted calls in seconds S-60 .. S;
-  4. granted = min(pedidas, limit - used) (0 means rejected); the last slot grows by that.
+     outstanding = sum of `reservas`;
+  4. granted = min(pedidas, limit - used, 1 + max(0, holgura - outstanding)) (0 means
+     rejected); the last slot of `cuentas` grows by that, the last of `reservas` by the
+     spare calls, granted - 1.
 Rejected calls are not counted, so a client that waits `retry_after` seconds gets in
 (counting them would let a retry loop keep itself locked out and make Retry-After a lie).
+A settlement can also come alone (`settle`: no shift, nothing granted): a process gives
+back a batch that expired without a next request of its key.
 
 A process asks for more than one call at a time (services/rate_limit.py): it uses the
 spare ones for later calls of the same key, but only until the database second they are
-counted in ends, and returns the unused ones with its next request. So every admitted call
-happens within the second its slot is counted in: the property below holds for calls as
-they are admitted, whichever process admitted them.
+counted in ends, and settles the batch with its next request of the key or, soon after
+that second ends, alone (with every other expired batch of the process). It takes the
+unused calls out of the batch before sending them back, so a returned call is never used.
+So every admitted call happens within the second its slot is counted in: the property below
+holds for calls as they are admitted, whichever process admitted them.
 
 Never more permissive than `limit` in ANY 60-s interval (tests/unit/test_rate_limit_window.py
 checks it over arbitrary call times, one process or several). Proof: a granted slot is
@@ -32,10 +43,27 @@ counted there: only unused slots are ever returned. R was granted g only if that
 g was at most `limit`, so the calls in the interval are at most `limit`. The price: the
 window is up to 61 s instead of 60 (whole-second slots), i.e. at most one second stricter,
 never looser. (A clock stepping back makes it stricter still: seconds are clamped to
-`segundo`.)
+`segundo`. `reservas` and `holgura` only ever lower a grant: they play no part here.)
+
+Never stricter than `limit - holgura` calls, besides the calls in flight: a call is refused
+only when the calls admitted in the 61 slots are at least `limit - holgura`. Proof: a
+request is refused (or granted less than it asked for because of the limit) when the sum
+of the slots is `limit`. That sum is the calls admitted plus the calls granted and not
+used yet. Every granted call beyond the first of its request (which is its own call, in
+flight) is a spare call of its batch, and its batch's spare calls stay in `reservas` until
+the batch is settled, when its unused ones leave `cuentas` too. So the unused calls are at
+most `sum(reservas)`, which no grant takes above `holgura`. A rejection a process
+remembers until its second ends (services/rate_limit.py) only sees more calls admitted in
+the same window. The condition: every process settles each batch within RESERVA_SLOTS - 1
+seconds of its second. The spare calls of a process that died (or stalled that long) are
+forgotten by `reservas` while still counted in `cuentas` for up to a minute: stricter by
+up to `holgura` calls meanwhile, never looser. `holgura` = limit // 60 - 2 (`slack`): 8 for
+600, so a call is refused only once 592 calls are admitted in the window (the contract: no
+refusal before the 590th call, counting the calls in flight at that instant; the 2 left
+are for calls that reach different processes at the same instant).
 
 The statement that applies this atomically in PostgreSQL is store/rate_limit.py;
-tests/integration/test_rate_limit.py checks it against `take` below.
+tests/integration/test_rate_limit.py checks it against `take` and `settle` below.
 """
 
 from __future__ import annotations
@@ -46,7 +74,21 @@ from dataclasses import dataclass
 WINDOW_SECONDS = 60
 # Whole-second slots covering seconds S-60 .. S (see the proof above).
 SLOTS = WINDOW_SECONDS + 1
+# Seconds a batch's spare calls stay outstanding in `reservas` unless settled: the last
+# one is the current second, so a batch not settled within 4 s after its second is
+# forgotten there (a process that died; see "Never stricter" above).
+RESERVA_SLOTS = 5
 POLICY_NAME = "default"
+
+
+def slack(limit: int) -> int:
+    """`holgura`: the most spare calls outstanding for a key over all processes (a
+    sixtieth of the limit, less 2 for calls in flight at once; see the module doc)."""
+    return max(0, limit // WINDOW_SECONDS - 2)
+
+
+def _zeros(n: int) -> tuple[int, ...]:
+    return (0,) * n
 
 
 @dataclass(frozen=True)
@@ -55,50 +97,75 @@ class Ventana:
 
     segundo: int
     cuentas: tuple[int, ...]
+    reservas: tuple[int, ...] = _zeros(RESERVA_SLOTS)
 
 
 def empty(segundo: int) -> Ventana:
-    return Ventana(segundo, (0,) * SLOTS)
+    return Ventana(segundo, _zeros(SLOTS), _zeros(RESERVA_SLOTS))
+
+
+def _shifted(counters: tuple[int, ...], step: int) -> tuple[int, ...]:
+    if step >= len(counters):
+        return _zeros(len(counters))
+    return counters[step:] + _zeros(step)
 
 
 def shift(ventana: Ventana, segundo: int) -> Ventana:
     """The counters as seen from `segundo` (clamped: never before the newest second)."""
     now = max(segundo, ventana.segundo)
     step = now - ventana.segundo
-    if step >= SLOTS:
-        return empty(now)
-    return Ventana(now, ventana.cuentas[step:] + (0,) * step)
+    return Ventana(now, _shifted(ventana.cuentas, step), _shifted(ventana.reservas, step))
 
 
 @dataclass(frozen=True)
 class Devolucion:
-    """Granted calls of second `segundo` that were never used, given back."""
+    """The settlement of a batch of second `segundo`: `cuantas` of its granted calls were
+    never used and are given back; `reservadas`, the spare calls it was granted (granted
+    beyond its first call), are no longer outstanding."""
 
     segundo: int
     cuantas: int
+    reservadas: int = 0
+
+
+def _minus(counters: tuple[int, ...], newest: int, segundo: int, n: int) -> tuple[int, ...]:
+    """`n` less in the slot of `segundo` (never below zero), if the counters (whose last
+    slot is second `newest`) still hold that second."""
+    j = len(counters) - 1 - (newest - segundo)  # 0-based slot of that second
+    if n <= 0 or not 0 <= j < len(counters):
+        return counters
+    return (*counters[:j], counters[j] - min(n, counters[j]), *counters[j + 1:])
 
 
 def give_back(ventana: Ventana, devolucion: Devolucion | None) -> Ventana:
-    """Subtract returned calls from their second's slot (if still in the window)."""
-    if devolucion is None or devolucion.cuantas <= 0:
+    """Settle a batch: its unused calls leave their second's slot (if still in the
+    window), its spare calls leave `reservas` (if still there). No shift: `settle`."""
+    if devolucion is None:
         return ventana
-    j = SLOTS - 1 - (ventana.segundo - devolucion.segundo)  # 0-based slot of that second
-    if not 0 <= j < SLOTS:
-        return ventana
-    cuentas = list(ventana.cuentas)
-    cuentas[j] -= min(devolucion.cuantas, cuentas[j])
-    return Ventana(ventana.segundo, tuple(cuentas))
+    return Ventana(
+        ventana.segundo,
+        _minus(ventana.cuentas, ventana.segundo, devolucion.segundo, devolucion.cuantas),
+        _minus(ventana.reservas, ventana.segundo, devolucion.segundo, devolucion.reservadas))
+
+
+settle = give_back
 
 
 def take(ventana: Ventana | None, segundo: int, limit: int, *, pedidas: int = 1,
-         devolucion: Devolucion | None = None) -> tuple[Ventana, int]:
-    """A request for `pedidas` calls at `segundo`: the new counters and how many calls
-    were granted (0: rejected)."""
+         devolucion: Devolucion | None = None, holgura: int | None = None
+         ) -> tuple[Ventana, int]:
+    """A request for `pedidas` calls at `segundo`, settling `devolucion` first: the new
+    counters and how many calls were granted (0: rejected). `holgura` caps the spare calls
+    outstanding (default: `slack(limit)`)."""
     current = give_back(shift(ventana or empty(segundo), segundo), devolucion)
-    granted = max(0, min(pedidas, limit - sum(current.cuentas)))
+    cap = slack(limit) if holgura is None else holgura
+    spare = max(0, cap - sum(current.reservas))
+    granted = max(0, min(pedidas, limit - sum(current.cuentas), 1 + spare))
     if not granted:
         return current, 0
-    return Ventana(current.segundo, (*current.cuentas[:-1], current.cuentas[-1] + granted)), granted
+    return Ventana(current.segundo,
+                   (*current.cuentas[:-1], current.cuentas[-1] + granted),
+                   (*current.reservas[:-1], current.reservas[-1] + granted - 1)), granted
 
 
 @dataclass(frozen=True)

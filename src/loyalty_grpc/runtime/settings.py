@@ -64,7 +64,8 @@ VARIABLES: tuple[Variable, ...] = (
              "0 = no limit"),
     Variable("LOYALTY_RATE_LIMIT_BATCH", "`0` (automatic)",
              "most calls of one key a worker reserves per database round trip; 0 = a tenth "
-             "of the limit, at most 64; 1 = a round trip per call"),
+             "of the limit, at most 64; never more than 1 + the slack (limit // 60 − 2: 9 "
+             "calls at 600 a minute); 1 = a round trip per call"),
     Variable("LOYALTY_KEY_CACHE_SECONDS", "`5`",
              "how long a worker trusts an API-key lookup and the program terms that come "
              "with it (delay of a revocation or a rate change in other processes); "

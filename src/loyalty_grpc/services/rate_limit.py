@@ -7,16 +7,25 @@ one call for itself and some spare ones, all counted at once in the database's c
 second (so other processes see them as used). Later calls of the key take a spare call
 without a round trip, but only until that second ends on the database clock (measured
 locally from the `ahora` the database returned, rounded towards earlier), because a call
-must happen within the second it is counted in (proof in domain/rate_limit.py). Spare
-calls left when the second ends are returned with the key's next request.
+must happen within the second it is counted in (proof in domain/rate_limit.py).
+
+A batch is settled once: its unused spare calls go back and its spare calls stop being
+outstanding. With the key's next request in this process if that comes first (no extra
+round trip), else by the settler: a thread of the process that wakes SETTLE_DELAY after a
+batch's second ends and settles every expired batch of every key in ONE statement. Under
+the key's lock, the settlement is taken out of the batch before it is sent, so a returned
+call is never used (and a settlement lost to a database error is never sent twice: its
+calls stay counted, stricter, never looser).
+
+The database caps the spare calls outstanding for a key over all processes at a slack,
+`holgura` (default `slack(limit)`: limit // 60 - 2, 8 for 600), so the calls granted and not
+used when a call is refused are at most that many: with 600, no call is refused before 592
+calls are admitted in the window, whichever processes admitted them (domain/rate_limit.py).
 
 Batch size adapts to the key's traffic in this process: 1 for a key seen for the first
 time or after a pause; doubled when a batch ran out within its second; else the calls the
 key made in its last second. It never exceeds `max_batch` (default a tenth of the limit, at
-most 64) nor a quarter of what the database had left, so near the limit batches shrink to
-one call and another process of the key is refused almost exactly when the limit is
-reached. A key that goes quiet leaves at most a batch of unused calls counted for up to a
-minute: stricter, never looser.
+most 64), a quarter of what the database had left, nor 1 + what the slack has left.
 
 A rejection is remembered until the end of its second (nothing can free room sooner
 except a return), so a runaway loop costs one round trip per second and process.
@@ -28,17 +37,25 @@ batch (at most a second old, so never shorter than the truth).
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from loyalty_grpc.domain.rate_limit import SLOTS, Cuota, Devolucion, cuota
+from loyalty_grpc.domain.rate_limit import SLOTS, Cuota, Devolucion, cuota, slack
 from loyalty_grpc.store.rate_limit import Reserva
+
+log = logging.getLogger(__name__)
 
 PURGE_SECONDS = 300.0
 MAX_BATCH = 64
+# After a batch's second ends, how long the settler leaves it to the key's next request
+# (a busy key's next call settles it with no extra round trip).
+SETTLE_DELAY = 0.05
+# How long `close` waits for a settlement in progress.
+CLOSE_TIMEOUT = 5.0
 
 
 def default_max_batch(limit: int) -> int:
@@ -50,7 +67,9 @@ class Counters(Protocol):
     of domain/rate_limit.py behind it, to replay many processes on a simulated clock)."""
 
     def reserve(self, clave_id: int, pedidas: int, limite: int,
-                devolucion: Devolucion | None = None) -> Reserva: ...
+                devolucion: Devolucion | None = None, *, holgura: int) -> Reserva: ...
+
+    def settle(self, devoluciones: Sequence[tuple[int, Devolucion]]) -> None: ...
 
     def purge(self) -> None: ...
 
@@ -60,10 +79,13 @@ class _Lote:
     """One key's last answer from the database, as this process uses it."""
 
     segundo: int
-    # Local clock time (seconds) at which `segundo` has surely ended on the database clock.
+    # Local clock time (seconds) before which `segundo` has surely not ended on the
+    # database clock: spare calls are used only before it.
     vence: float
     pedidas: int
-    libres: int  # spare calls not used yet (0 after a rejection)
+    libres: int  # spare calls not used yet (0 after a rejection or the settlement)
+    # Spare calls granted (beyond the first) and not settled yet: 0 once settled.
+    reservadas: int
     rechazada: bool
     cuota: Cuota  # the database's view right after the batch
     # Calls admitted from batches counted in `segundo` (this one and earlier ones).
@@ -74,6 +96,15 @@ class _Lote:
             return self.cuota
         return Cuota(limit, True, self.cuota.remaining + self.libres, self.cuota.reset)
 
+    def settle(self) -> Devolucion | None:
+        """Take the settlement out of the batch (its spare calls can no longer be used)."""
+        if not self.reservadas:
+            return None
+        devolucion = Devolucion(self.segundo, self.libres, self.reservadas)
+        self.libres = 0
+        self.reservadas = 0
+        return devolucion
+
 
 @dataclass
 class _Clave:
@@ -82,10 +113,14 @@ class _Clave:
 
 
 class RateLimiter:
-    """`limit` calls per key in any 60 s (limit >= 1), shared through PostgreSQL."""
+    """`limit` calls per key in any 60 s (limit >= 1), shared through PostgreSQL.
+
+    `settler=False` runs no settler thread: the caller calls `settle_expired` (tests on a
+    simulated clock). `close` settles what is left and stops the thread."""
 
     def __init__(self, counters: Counters, limit: int, *,
                  purge_seconds: float = PURGE_SECONDS, max_batch: int | None = None,
+                 holgura: int | None = None, settler: bool = True,
                  clock: Callable[[], float] = time.monotonic) -> None:
         if limit < 1:
             raise ValueError("the limit must be at least 1 (0 means: no RateLimiter)")
@@ -93,17 +128,28 @@ class RateLimiter:
         self.max_batch = max_batch if max_batch is not None else default_max_batch(limit)
         if self.max_batch < 1:
             raise ValueError("max_batch must be at least 1")
+        self.holgura = holgura if holgura is not None else slack(limit)
+        if self.holgura < 0:
+            raise ValueError("holgura must be at least 0")
         self._counters = counters
         self._clock = clock
         self._purge_seconds = purge_seconds
         self._next_purge = clock() + purge_seconds
         self._claves: dict[int, _Clave] = {}
         self._claves_lock = threading.Lock()
+        # The settler: keys whose batch has spare calls to settle -> when (local clock).
+        self._settler = settler
+        self._due: dict[int, float] = {}
+        self._due_changed = threading.Condition()
+        self._wake_at: float | None = None  # when the settler thread means to wake
+        self._thread: threading.Thread | None = None
+        self._closed = False
+        self._settle_failed = False
 
     def take(self, clave_id: int) -> Cuota:
         """Admit one call of the key if the limit has room; the client's view either way."""
         if self.max_batch == 1:  # no reservations: every call asks the database
-            reserva = self._counters.reserve(clave_id, 1, self.limit)
+            reserva = self._counters.reserve(clave_id, 1, self.limit, holgura=self.holgura)
             self._maybe_purge()
             return cuota(reserva.cuentas, self.limit, admitida=reserva.concedidas == 1)
         estado = self._estado(clave_id)
@@ -118,14 +164,16 @@ class RateLimiter:
                 if lote.rechazada:
                     return lote.cuota
             estado.lote = self._reserve(clave_id, lote, now)
+            if estado.lote.reservadas:
+                self._schedule(clave_id, estado.lote.vence)
             return estado.lote.view(self.limit)
 
     def _reserve(self, clave_id: int, lote: _Lote | None, now: float) -> _Lote:
         pedidas = self._batch_size(lote, now)
-        devolucion = (Devolucion(lote.segundo, lote.libres)
-                      if lote is not None and lote.libres else None)
+        devolucion = lote.settle() if lote is not None else None
         sent = self._clock()
-        reserva = self._counters.reserve(clave_id, pedidas, self.limit, devolucion)
+        reserva = self._counters.reserve(clave_id, pedidas, self.limit, devolucion,
+                                         holgura=self.holgura)
         self._maybe_purge()
         granted = reserva.concedidas
         before = (lote.usadas_en_segundo
@@ -135,6 +183,7 @@ class RateLimiter:
             vence=sent + (reserva.segundo + 1 - reserva.ahora),
             pedidas=pedidas,
             libres=max(0, granted - 1),
+            reservadas=max(0, granted - 1),
             rechazada=granted == 0,
             cuota=cuota(reserva.cuentas, self.limit, admitida=granted > 0),
             usadas_en_segundo=before + (1 if granted else 0),
@@ -151,7 +200,7 @@ class RateLimiter:
             # Near the limit, smaller batches: spare calls held here are calls another
             # process of the key is refused.
             wanted = min(wanted, lote.cuota.remaining // 4)
-        return max(1, min(wanted, self.max_batch))
+        return max(1, min(wanted, self.max_batch, 1 + self.holgura))
 
     def _estado(self, clave_id: int) -> _Clave:
         with self._claves_lock:
@@ -172,3 +221,106 @@ class RateLimiter:
             for clave_id in idle:
                 del self._claves[clave_id]
         self._counters.purge()
+
+    # ------------------------------------------------------------ the settler
+
+    def _schedule(self, clave_id: int, vence: float) -> None:
+        """The key's batch has spare calls to settle once `vence` has passed (called with
+        the key's lock held: lock order key -> `_due_changed`)."""
+        with self._due_changed:
+            self._due[clave_id] = vence
+            if self._settler and not self._closed:
+                if self._thread is None:
+                    self._thread = threading.Thread(target=self._run, daemon=True,
+                                                    name="rate-limit-settler")
+                    self._thread.start()
+                elif self._wake_at is None or vence + SETTLE_DELAY < self._wake_at:
+                    self._due_changed.notify()
+
+    def _run(self) -> None:
+        while True:
+            with self._due_changed:
+                while not self._closed and not self._due:
+                    self._wake_at = None
+                    self._due_changed.wait()
+                if self._closed:
+                    return
+                self._wake_at = min(self._due.values()) + SETTLE_DELAY
+                wait = self._wake_at - self._clock()
+                if wait > 0:
+                    self._due_changed.wait(wait)
+                    continue
+            try:
+                self.settle_expired()
+            except Exception:  # never let the thread die: stricter until the next round
+                log.exception("settling rate-limit batches failed")
+
+    def settle_expired(self, *, everything: bool = False) -> int:
+        """Settle, in one statement, the batches whose second has ended (`everything`:
+        every batch, for `close`); returns how many were sent."""
+        now = self._clock()
+        with self._due_changed:
+            claves = [clave_id for clave_id, vence in self._due.items()
+                      if everything or vence + SETTLE_DELAY <= now]
+        devoluciones: list[tuple[int, Devolucion]] = []
+        for clave_id in claves:
+            with self._claves_lock:
+                estado = self._claves.get(clave_id)
+            if estado is None:
+                with self._due_changed:
+                    self._due.pop(clave_id, None)
+                continue
+            # A request holding the key's lock settles the batch itself (or is using one
+            # that has not expired): look again a moment later.
+            if not estado.lock.acquire(blocking=everything):
+                with self._due_changed:
+                    self._due[clave_id] = now
+                continue
+            try:
+                lote = estado.lote
+                with self._due_changed:
+                    if lote is None or not lote.reservadas:
+                        self._due.pop(clave_id, None)
+                        continue
+                    if not everything and now < lote.vence:
+                        self._due[clave_id] = lote.vence  # a newer batch
+                        continue
+                    self._due.pop(clave_id, None)
+                devolucion = lote.settle()
+                if devolucion is not None:
+                    devoluciones.append((clave_id, devolucion))
+            finally:
+                estado.lock.release()
+        if devoluciones:
+            self._send(devoluciones)
+        return len(devoluciones)
+
+    def _send(self, devoluciones: list[tuple[int, Devolucion]]) -> None:
+        try:
+            self._counters.settle(devoluciones)
+        except Exception as exc:
+            # Not sent again: it may have been applied. Unused calls stay counted (for up
+            # to a minute) and spare ones outstanding (for a few seconds): stricter.
+            if not self._settle_failed:
+                log.warning("could not settle %d rate-limit batches (%s); their unused "
+                            "calls stay counted", len(devoluciones), type(exc).__name__)
+            self._settle_failed = True
+        else:
+            if self._settle_failed:
+                log.info("settling rate-limit batches works again")
+            self._settle_failed = False
+
+    def close(self, timeout: float = CLOSE_TIMEOUT) -> None:
+        """Stop the settler and settle every batch left (after the last call: a stopping
+        server), unless the last settlement failed (the database is likely away: a stop
+        does not wait for it again). Safe to call more than once."""
+        with self._due_changed:
+            self._closed = True
+            self._due_changed.notify_all()
+            thread, self._thread = self._thread, None
+        if thread is not None:
+            thread.join(timeout)  # it may be in a statement; a daemon thread
+            if thread.is_alive():
+                return
+        if not self._settle_failed:
+            self.settle_expired(everything=True)

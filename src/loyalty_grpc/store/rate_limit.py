@@ -5,65 +5,122 @@ UNLOGGED table `limite_llamadas` (store/tables.py). The DO UPDATE runs with the 
 so the requests of one key are serialised across every thread, process and host that
 shares the database; the time is the database's clock read under that lock
 (`clock_timestamp()`), so hosts with skewed clocks agree. The update is
-domain/rate_limit.py's `take` in SQL: shift the 61 per-second counters to the current
-second, subtract a return of unused calls, sum, and grant up to what is left.
-tests/integration/test_rate_limit.py runs both on the same request sequences and compares.
+domain/rate_limit.py's `take` in SQL: shift the 61 per-second counters and the 5 counters
+of outstanding spare calls to the current second, settle an earlier batch (subtract its
+unused calls and its spare calls), sum, and grant up to what is left and what the slack
+(`holgura`) allows. `settle` is `domain/rate_limit.settle` for many keys at once: one
+UPDATE that locks their rows in key order (so two processes settling the same keys never
+deadlock; a request locks one row only). tests/integration/test_rate_limit.py runs both
+statements and the pure model on the same sequences and compares.
 
 `ahora` (the database clock read again for RETURNING, so never before the second was
 chosen) lets the caller know how much of that second is left.
 
-Run in autocommit (store/autocommit.py): the statement is its own transaction (no
-BEGIN/COMMIT round trips), fixed text prepared by psycopg.
+Run in autocommit (store/autocommit.py): each statement is its own transaction (no
+BEGIN/COMMIT round trips), fixed text prepared by psycopg. The request's nested subqueries
+each end in `OFFSET 0`, which keeps PostgreSQL from flattening them: flattened, every
+reference to a column of a subquery is replaced by its whole expression (the shifted
+arrays, the sums, the grant), computed again for each reference; fenced, each step is
+computed once (measured: 2.4 times cheaper; as cheap as the statement was before
+`reservas`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from sqlalchemy import Engine
 
-from loyalty_grpc.domain.rate_limit import SLOTS, Devolucion
+from loyalty_grpc.domain.rate_limit import RESERVA_SLOTS, SLOTS, Devolucion
 from loyalty_grpc.store.autocommit import autocommit, fetch_one
 
 _CLOCK = "extract(epoch FROM clock_timestamp())"
 _NOW = f"floor({_CLOCK})::bigint"
 # :segundo is None in production (the database clock); tests pass a second to replay a
-# sequence deterministically. :dev_segundo/:dev are the return (NULL/0: none).
+# sequence deterministically.
+_SEGUNDO = f"coalesce(CAST(%(segundo)s AS bigint), {_NOW})"
+
+
+def _shift(counters: str, slots: int, step: str) -> str:
+    """SQL: `counters` (an array of `slots`) moved `step` seconds on, zeros coming in."""
+    return (f"CASE WHEN {step} >= {slots} THEN array_fill(0, ARRAY[{slots}]) "
+            f"ELSE {counters}[({step})::int + 1 : {slots}] "
+            f"|| array_fill(0, ARRAY[({step})::int]) END")
+
+
+def _minus(counters: str, slots: int, newest: str, segundo: str, n: str) -> str:
+    """SQL: `n` less (never below zero) in the slot of second `segundo` of `counters`, whose
+    last slot is second `newest`; unchanged when that second is not there (or NULL)."""
+    i = f"({slots} - ({newest} - {segundo}))"  # 1-based slot of that second
+    return (f"CASE WHEN {i} BETWEEN 1 AND {slots} "
+            f"THEN {counters}[1 : {i}::int - 1] "
+            f"|| ({counters}[{i}::int] - least({n}, {counters}[{i}::int])) "
+            f"|| {counters}[{i}::int + 1 : {slots}] "
+            f"ELSE {counters} END")
+
+
+_DEV_SEGUNDO = "CAST(%(dev_segundo)s AS bigint)"
+# The first request of a key (or after a purge): granted up to the limit and the slack.
+_FIRST = "greatest(0, least(%(pedidas)s, %(limite)s, 1 + greatest(0, %(holgura)s)))"
+# :dev_segundo/:dev/:dev_reservadas settle an earlier batch (NULL/0/0: none).
 _RESERVE = f"""
-INSERT INTO limite_llamadas AS l (clave_id, segundo, cuentas, concedidas)
-VALUES (%(clave_id)s, coalesce(CAST(%(segundo)s AS bigint), {_NOW}),
-        array_fill(0, ARRAY[{SLOTS - 1}]) || least(%(pedidas)s, %(limite)s),
-        least(%(pedidas)s, %(limite)s))
-ON CONFLICT (clave_id) DO UPDATE SET (segundo, cuentas, concedidas) = (
+INSERT INTO limite_llamadas AS l (clave_id, segundo, cuentas, reservas, concedidas)
+VALUES (%(clave_id)s, {_SEGUNDO},
+        array_fill(0, ARRAY[{SLOTS - 1}]) || {_FIRST},
+        array_fill(0, ARRAY[{RESERVA_SLOTS - 1}]) || greatest(0, {_FIRST} - 1),
+        {_FIRST})
+ON CONFLICT (clave_id) DO UPDATE SET (segundo, cuentas, reservas, concedidas) = (
   SELECT v.segundo,
          v.cuentas[1:{SLOTS - 1}] || (v.cuentas[{SLOTS}] + v.concedidas),
+         v.reservas[1:{RESERVA_SLOTS - 1}]
+           || (v.reservas[{RESERVA_SLOTS}] + greatest(0, v.concedidas - 1)),
          v.concedidas
   FROM (
-    SELECT d.segundo, d.cuentas,
-           greatest(0, least(%(pedidas)s, %(limite)s - (SELECT sum(c) FROM unnest(d.cuentas) AS c)))
+    SELECT d.segundo, d.cuentas, d.reservas,
+           greatest(0, least(
+             %(pedidas)s,
+             %(limite)s - (SELECT sum(c) FROM unnest(d.cuentas) AS c),
+             1 + greatest(0, %(holgura)s - (SELECT sum(r) FROM unnest(d.reservas) AS r))))
              AS concedidas
     FROM (
       SELECT w.segundo,
-             CASE WHEN CAST(%(dev_segundo)s AS bigint) IS NULL THEN w.cuentas
-                  ELSE ARRAY(SELECT u.c - CASE WHEN u.i = {SLOTS} - (w.segundo - %(dev_segundo)s)
-                                               THEN least(%(dev)s, u.c) ELSE 0 END
-                             FROM unnest(w.cuentas) WITH ORDINALITY AS u(c, i)
-                             ORDER BY u.i)
-             END AS cuentas
+             {_minus("w.cuentas", SLOTS, "w.segundo", _DEV_SEGUNDO, "%(dev)s")} AS cuentas,
+             {_minus("w.reservas", RESERVA_SLOTS, "w.segundo", _DEV_SEGUNDO,
+                     "%(dev_reservadas)s")} AS reservas
       FROM (
         SELECT s.segundo,
-               CASE WHEN s.segundo - l.segundo >= {SLOTS} THEN array_fill(0, ARRAY[{SLOTS}])
-                    ELSE l.cuentas[(s.segundo - l.segundo)::int + 1 : {SLOTS}]
-                         || array_fill(0, ARRAY[(s.segundo - l.segundo)::int])
-               END AS cuentas
-        FROM (SELECT greatest(l.segundo, coalesce(CAST(%(segundo)s AS bigint), {_NOW}))
-                     AS segundo) AS s
+               {_shift("l.cuentas", SLOTS, "s.segundo - l.segundo")} AS cuentas,
+               {_shift("l.reservas", RESERVA_SLOTS, "s.segundo - l.segundo")} AS reservas
+        FROM (SELECT greatest(l.segundo, {_SEGUNDO}) AS segundo OFFSET 0) AS s
+        OFFSET 0
       ) AS w
+      OFFSET 0
     ) AS d
+    OFFSET 0
   ) AS v
 )
-RETURNING segundo, cuentas, concedidas,
+RETURNING segundo, cuentas, reservas, concedidas,
           coalesce(CAST(%(segundo)s AS double precision), {_CLOCK}) AS ahora
+"""  # noqa: S608 (only constants are interpolated)
+
+# The settlements of many keys' batches (at most one per key), rows locked in key order.
+_SETTLE = f"""
+WITH x AS (
+  SELECT * FROM unnest(CAST(%(claves)s AS bigint[]), CAST(%(segundos)s AS bigint[]),
+                       CAST(%(cuantas)s AS integer[]), CAST(%(reservadas)s AS integer[]))
+         AS x(clave_id, segundo, cuantas, reservadas)
+), bloqueadas AS MATERIALIZED (
+  SELECT b.clave_id FROM limite_llamadas AS b
+  WHERE b.clave_id = ANY(CAST(%(claves)s AS bigint[]))
+  ORDER BY b.clave_id
+  FOR UPDATE
+)
+UPDATE limite_llamadas AS l
+SET cuentas = {_minus("l.cuentas", SLOTS, "l.segundo", "x.segundo", "x.cuantas")},
+    reservas = {_minus("l.reservas", RESERVA_SLOTS, "l.segundo", "x.segundo", "x.reservadas")}
+FROM x JOIN bloqueadas USING (clave_id)
+WHERE l.clave_id = x.clave_id
 """  # noqa: S608 (only constants are interpolated)
 
 _PURGE = f"DELETE FROM limite_llamadas WHERE segundo < {_NOW} - {SLOTS}"  # noqa: S608
@@ -78,6 +135,7 @@ class Reserva:
     cuentas: tuple[int, ...]
     concedidas: int
     ahora: float
+    reservas: tuple[int, ...] = (0,) * RESERVA_SLOTS
 
 
 class PgCounters:
@@ -87,17 +145,33 @@ class PgCounters:
         self._engine = engine
 
     def reserve(self, clave_id: int, pedidas: int, limite: int,
-                devolucion: Devolucion | None = None, *, segundo: int | None = None
-                ) -> Reserva:
-        """Ask for `pedidas` calls of the key (returning unused ones); see the module doc."""
+                devolucion: Devolucion | None = None, *, holgura: int,
+                segundo: int | None = None) -> Reserva:
+        """Ask for `pedidas` calls of the key (settling an earlier batch); see the module
+        doc."""
         row = fetch_one(self._engine, _RESERVE, {
-            "clave_id": clave_id, "pedidas": pedidas, "limite": limite, "segundo": segundo,
+            "clave_id": clave_id, "pedidas": pedidas, "limite": limite, "holgura": holgura,
+            "segundo": segundo,
             "dev_segundo": devolucion.segundo if devolucion else None,
             "dev": devolucion.cuantas if devolucion else 0,
+            "dev_reservadas": devolucion.reservadas if devolucion else 0,
         })
         assert row is not None  # an upsert's RETURNING always has its row
-        segundo_, cuentas, concedidas, ahora = row
-        return Reserva(int(segundo_), tuple(cuentas), int(concedidas), float(ahora))
+        segundo_, cuentas, reservas, concedidas, ahora = row
+        return Reserva(int(segundo_), tuple(cuentas), int(concedidas), float(ahora),
+                       tuple(reservas))
+
+    def settle(self, devoluciones: Sequence[tuple[int, Devolucion]]) -> None:
+        """Settle batches of several keys (at most one per key) in one statement."""
+        if not devoluciones:
+            return
+        with autocommit(self._engine) as conn:
+            conn.execute(_SETTLE, {
+                "claves": [clave_id for clave_id, _ in devoluciones],
+                "segundos": [d.segundo for _, d in devoluciones],
+                "cuantas": [d.cuantas for _, d in devoluciones],
+                "reservadas": [d.reservadas for _, d in devoluciones],
+            })
 
     def purge(self) -> None:
         """Delete the rows of keys idle for more than a window (they hold only zeros)."""

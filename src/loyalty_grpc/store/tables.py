@@ -291,6 +291,10 @@ limite_llamadas = Table(
     Column("cuentas", ARRAY(Integer), nullable=False),
     # Calls granted to the last request (what the statement's RETURNING reports).
     Column("concedidas", Integer, nullable=False),
+    # 5 counters of spare calls granted and not settled yet, over all processes, oldest
+    # first, aligned with `cuentas` (the last one is `segundo`). The default serves a
+    # process of the previous version inserting a row during a rolling upgrade.
+    Column("reservas", ARRAY(Integer), nullable=False, server_default="{0,0,0,0,0}"),
     prefixes=["UNLOGGED"],
 )
 
