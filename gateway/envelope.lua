@@ -13,6 +13,9 @@
 --      -> :status := x-http-status, body := x-envelope.
 --   2. Any other failure (Envoy's own replies, or a gRPC error without x-envelope).
 --      -> the envelope of the catalogue entry for that HTTP (or gRPC) status, built here.
+--      A refusal of request_check.lua (the strict request check, a 400) is one of these:
+--      its detalle comes in the stream's dynamic metadata. Envoy's own text is never the
+--      detalle of a 400 (the transcoder's quotes the body).
 --   3. A success (2xx, no gRPC error): left alone except for the header clean-up.
 -- In all three, every header not in ALLOWED_HEADERS (grpc-*, x-envelope, x-http-status,
 -- any other upstream metadata) is removed, and on HTTP/2 the trailers are emptied.
@@ -219,13 +222,60 @@ local function strip_all(map)
   end
 end
 
--- "METHOD /path" of the request (no query string), recorded by envoy_on_request.
-local function request_line(handle)
+-- A value this gateway recorded for the request in the stream's dynamic metadata: the
+-- key request holds "METHOD /path" (no query string: envoy_on_request), the key detalle
+-- the reason request_check.lua refused the request with.
+local function recorded(handle, key)
   local metadata = handle:streamInfo():dynamicMetadata():get(METADATA_NAMESPACE)
   if metadata == nil then
     return nil
   end
-  return metadata["request"]
+  return metadata[key]
+end
+
+local function request_line(handle)
+  return recorded(handle, "request")
+end
+
+-- The JSON type each protobuf type of the transcoder's messages stands for.
+local PROTO_TYPE_JSON = {
+  STRING = "un texto", BYTES = "un texto en base64", BOOL = "un booleano",
+  INT32 = "un número entero", INT64 = "un número entero", UINT32 = "un número entero",
+  UINT64 = "un número entero", SINT32 = "un número entero", SINT64 = "un número entero",
+  FIXED32 = "un número entero", FIXED64 = "un número entero", SFIXED32 = "un número entero",
+  SFIXED64 = "un número entero", DOUBLE = "un número", FLOAT = "un número",
+  ENUM = "uno de los valores admitidos", MESSAGE = "un objeto",
+}
+
+-- The detalle of one of Envoy's own 400 replies. Never Envoy's text itself: the
+-- transcoder's reasons quote the body (its JSON parser's errors show the text around a
+-- caret, its type errors the value: "fan: invalid value 12345 for type TYPE_STRING").
+-- request_check.lua refuses such bodies before the transcoder sees them; this is what a
+-- client gets should one still get through: the field's proto name (identifier
+-- characters only) and the JSON type it takes, or a fixed sentence.
+local function detalle_of_400(reason)
+  if reason == "Bad Request" or reason == "" then  -- the HTTP codec's, path normalisation's
+    return "la solicitud HTTP está mal formada"
+  end
+  -- ("codigos[1]: ..." for an element of a list: its index is not the element's position
+  -- in the body, so only the field is named.)
+  local campo, index, proto_type = string.match(reason,
+    "^([%w_]+)(%[?%d*%]?): invalid value .* for type TYPE_(%u+)$")
+  if campo ~= nil and PROTO_TYPE_JSON[proto_type] ~= nil then
+    local quien = index ~= "" and ": cada elemento debe ser " or ": debe ser "
+    return campo .. quien .. PROTO_TYPE_JSON[proto_type]
+  end
+  campo = string.match(reason, "Starting an object on a scalar field for type ([%w_]+)$")
+  if campo ~= nil then
+    return campo .. ": no admite un objeto"
+  end
+  if string.find(reason, "Proto field is not repeating, cannot start list", 1, true) then
+    return "cuerpo: un campo de un solo valor recibió una lista"
+  end
+  if string.find(reason, "Root element must be a message", 1, true) then
+    return "cuerpo: debe ser un objeto JSON"
+  end
+  return "cuerpo: no es JSON válido o no es una solicitud de esta operación"
 end
 
 local function empty_trailers_on_http2(handle)
@@ -302,8 +352,9 @@ local function on_response(handle)
       codigo = codigo_for_http(status)
     end
   else
-    -- 2b. Envoy's own reply: its body is the reason (e.g. "fan: invalid value 12345 for
-    -- type TYPE_STRING"), worth showing for client errors.
+    -- 2b. Envoy's own reply (or request_check.lua's, or this filter's own CONNECT
+    -- refusal): its body is the reason. Shown for client errors, except that a 400 shows
+    -- request_check.lua's detalle or a translation (detalle_of_400), never Envoy's text.
     codigo = codigo_for_http(status)
     if status == 501 then
       -- The HTTP/1 codec's answer to a transfer coding it does not implement
@@ -330,7 +381,12 @@ local function on_response(handle)
         detalle = "No existe " .. request_line(handle) .. "."
       elseif wants_envoy_reason then
         local body = handle:body(true)
-        detalle = body:getBytes(0, math.min(body:length(), MAX_DETALLE))
+        local reason = body:getBytes(0, math.min(body:length(), MAX_DETALLE))
+        if status == 400 then
+          detalle = recorded(handle, "detalle") or detalle_of_400(reason)
+        else
+          detalle = reason
+        end
       else
         detalle = ""
       end

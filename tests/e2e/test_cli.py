@@ -139,6 +139,7 @@ def test_wheel_ships_gateway_migrations_and_demo(tmp_path: Path):
     (wheel,) = tmp_path.glob("loyalty_grpc-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
     for needed in ["loyalty_grpc/gateway/envoy.yaml", "loyalty_grpc/gateway/envelope.lua",
+                   "loyalty_grpc/gateway/request_check.lua",
                    "loyalty_grpc/gateway/loyalty_pos.pb", "loyalty_grpc/gateway/openapi.json",
                    "loyalty_grpc/runtime/demo_fixture.json",
                    "loyalty_grpc/store/migrations/env.py",

@@ -229,7 +229,8 @@ def test_descriptor_and_routes_change_while_requests_flow(gateway: EnvoyProcess,
     assert load.failures == []
     # The work directory holds what runs now, and only the files it uses.
     assert ROUTE in gateway.config_path.read_text(encoding="utf-8")
-    assert len(list((gateway.work_dir / "assets").iterdir())) == 3
+    # (Both Lua files, the descriptor set, the OpenAPI document.)
+    assert len(list((gateway.work_dir / "assets").iterdir())) == 4
 
 
 # ---------------------------------------------------------------- refusals

@@ -453,14 +453,16 @@ def test_batch_repeats_a_text_in_several_promotions(stack, http, keys):
     assert (balance(stack, "RED01"), balance(stack, "RED02")) == (red01 + 50, red02 + 30)
 
 
-def test_a_string_in_codigos_is_a_batch_of_one(stack, http, keys):
-    """The gateway (protobuf's JSON reader) takes a single string for a repeated field as a
-    one-element list: the batch form answers."""
+def test_a_string_in_codigos_is_refused(stack, http, keys):
+    """The contract's `codigos` is string[]: protobuf's JSON reader would take a lone string
+    as a list of one; the gateway's request check refuses it, and nothing is burned."""
     codigo = fresh()
-    data = ok(redeem(http, keys["todo"], {"codigos": codigo.lower()}))
-    assert data["resumen"] == {"recibidos": 1, "canjeados": 1, "duplicados": 0,
-                               "rechazados": 0}
-    assert data["resultados"][0]["codigo"] == codigo
+    before = balance(stack, "RED01")
+    detalle = assert_error(redeem(http, keys["todo"], {"codigos": codigo.lower()}),
+                           Codigo.SOLICITUD_INVALIDA)["detalle"]
+    assert detalle == "codigos: debe ser una lista de textos; llegó un texto"
+    assert stored(stack, codigo)["estado"] == "asignado"
+    assert balance(stack, "RED01") == before
 
 
 def test_batch_without_fan_leer_and_with_a_test_key(stack, http, keys):

@@ -278,8 +278,12 @@ def test_both_parameter_locations(stack, http, keys):
     by_get = page(http, keys["todo"], desde=posted["siguiente"], limite=6)
     assert by_post["desde"] == got["siguiente"]
     assert [f["id"] for f in by_post["fans"]] == [f["id"] for f in by_get["fans"]]
-    # POST: limite as a numeric string, desde null or empty = a new snapshot.
-    assert len(page(http, keys["todo"], post=True, limite="2")["fans"]) == 2
+    # POST: limite is a JSON number (the contract's type: a numeric string is refused);
+    # desde null or empty = a new snapshot.
+    assert len(page(http, keys["todo"], post=True, limite=2.0)["fans"]) == 2
+    detalle = assert_error(call(http, keys["todo"], post=True, limite="2"),
+                           Codigo.SOLICITUD_INVALIDA)["detalle"]
+    assert detalle.startswith("limite: llegó un texto")
     assert page(http, keys["todo"], post=True, desde=None, limite=2)["desde"] == ""
     assert page(http, keys["todo"], post=True, desde="", limite=2)["desde"] == ""
     # GET: an empty desde is a new snapshot; an unknown parameter is ignored.

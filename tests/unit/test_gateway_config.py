@@ -105,15 +105,13 @@ def test_render_changes_only_ports_addresses_and_paths() -> None:
     rendered["admin"]["address"]["socket_address"]["port_value"] = 9901
     listen["port_value"] = 8080
     endpoint.update(address="127.0.0.1", port_value=50051)
-    http_filter(rendered, "envoy.filters.http.lua")["default_source_code"]["filename"] = \
-        "gateway/envelope.lua"
-    http_filter(rendered, "envoy.filters.http.grpc_json_transcoder")["proto_descriptor"] = \
-        "gateway/loyalty_pos.pb"
-    for route in routes(rendered):
-        body = route.get("direct_response", {}).get("body", {})
-        if "filename" in body:  # the OpenAPI document
-            assert Path(body["filename"]) == (GATEWAY / "openapi.json").resolve()
-            body["filename"] = "gateway/openapi.json"
+    # Every file the listener reads (both Lua filters, the descriptor set, the OpenAPI
+    # document) is the same file of the gateway folder, by absolute path.
+    for (holder, key), (committed, _) in zip(envoy_config.file_references(rendered),
+                                             envoy_config.file_references(original),
+                                             strict=True):
+        assert Path(holder[key]) == (GATEWAY / Path(committed[key]).name).resolve()
+        holder[key] = committed[key]
     assert rendered == original
 
 
@@ -184,7 +182,8 @@ def test_generation_is_the_static_config_split_for_xds(tmp_path: Path) -> None:
         assert copied.suffix == source.suffix
         pinned[key] = original[key]
     assert generation.static == rendered
-    assert len(envoy_config.file_references(rendered)) == 3  # Lua, descriptor set, OpenAPI
+    # The two Lua filters, the descriptor set, the OpenAPI document.
+    assert len(envoy_config.file_references(rendered)) == 4
 
 
 def test_a_changed_file_changes_the_listener_only(tmp_path: Path) -> None:
@@ -198,7 +197,7 @@ def test_a_changed_file_changes_the_listener_only(tmp_path: Path) -> None:
     assert after.listeners["version_info"] != before.listeners["version_info"]
     assert after.clusters == before.clusters
     assert after.bootstrap == before.bootstrap
-    assert len(list(work.assets.iterdir())) == 4  # both OpenAPI documents, until pruned
+    assert len(list(work.assets.iterdir())) == 5  # both OpenAPI documents, until pruned
 
 
 def test_install_writes_what_envoy_runs(tmp_path: Path) -> None:
@@ -274,6 +273,15 @@ def test_filter_order_and_transcoder_options(config: dict[str, Any]) -> None:
     assert names[-1] == "envoy.filters.http.router"
     assert names.index("envoy.filters.http.buffer") < names.index(
         "envoy.filters.http.grpc_json_transcoder")
+    # The strict request check: right after the buffer (the body is whole and bounded),
+    # right before the transcoder.
+    buffer_at = names.index("envoy.filters.http.buffer")
+    check = hcm(config)["http_filters"][buffer_at + 1]
+    assert check["name"] == "envoy.filters.http.lua"
+    assert check["typed_config"]["default_source_code"] == {
+        "filename": "gateway/request_check.lua"}
+    assert names[buffer_at + 2] == "envoy.filters.http.grpc_json_transcoder"
+    assert names.count("envoy.filters.http.lua") == 2
     transcoder = http_filter(config, "envoy.filters.http.grpc_json_transcoder")
     assert transcoder["services"] == ["loyalty.v1.PosService"]
     assert transcoder["print_options"] == {"preserve_proto_field_names": True,

@@ -27,3 +27,8 @@ def test_openapi_document_is_fresh():
 def test_readme_error_catalogue_is_fresh():
     result = _run("gen_docs.py")
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_request_check_routes_are_fresh():
+    result = _run("gen_request_check.py")
+    assert result.returncode == 0, result.stdout + result.stderr

@@ -2,10 +2,11 @@
 RosterData.
 
 GET carries `desde` and `limite` as query-string text (proto strings); the POST binding
-carries them as JSON values (`desde` string or number, `limite` number). Both end in the
-same rules: blank `desde` means a new snapshot; a number is never a cursor this service
-issued (cursor_invalido); `limite` defaults to 500, above 2000 is served as 2000, below 1
-or not an integer is solicitud_invalida."""
+carries them as JSON values with the contract's types (`desde` string or number, `limite`
+a number: a JSON text there is solicitud_invalida). Both end in the same rules: blank
+`desde` means a new snapshot; a number is never a cursor this service issued
+(cursor_invalido); `limite` defaults to 500, above 2000 is served as 2000, below 1 or not
+an integer is solicitud_invalida."""
 
 from __future__ import annotations
 
@@ -87,6 +88,8 @@ def query_of_get(request: pb.RosterRequest) -> RosterQuery:
 def query_of_post(request: pb.RosterPostRequest) -> RosterQuery:
     """POST /api/v1/roster with {"desde": …, "limite": …}."""
     given = values(request, _FIELDS)
+    if isinstance(given["limite"], str):
+        raise _bad_limite("llegó un texto (en el cuerpo JSON es un número)")
     return RosterQuery(desde=_desde(given["desde"]), limite=parse_limite(given["limite"]))
 
 

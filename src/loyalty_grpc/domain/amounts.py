@@ -8,7 +8,10 @@ and points"). Pure, no I/O. Money is integer cents end to end; no float arithmet
   0.000001 pesos (RUIDO_MAXIMO_CENTAVOS = 0.0001 cents) from one: `30.000000000000004` and
   `0.1 + 0.2` are float noise; `12.345` has a real third decimal and is rejected.
 - Text, trimmed: an optional leading `$`, `MX$` or `MXN` (any case) and/or a trailing
-  `MXN`, with or without spaces; then digits with `,` and `.`:
+  `MXN`, with or without spaces between it and the number (ESPACIOS: the space, the
+  no-break space U+00A0 and the narrow no-break space U+202F, which locale formatters
+  write there, e.g. "1234,56\u00a0MXN"; any other whitespace there is rejected like a
+  space inside the number); then digits with `,` and `.`:
   - both present: the last one is the decimal separator (1–2 digits after it) and may
     appear once; the other one separates thousands;
   - one kind only: repeated, or once and followed by exactly 3 digits → thousands;
@@ -16,7 +19,9 @@ and points"). Pure, no I/O. Money is integer cents end to end; no float arithmet
   - thousands groups: the first 1–3 digits without a leading zero, the others exactly 3
     (so "0,123" is neither 123 pesos nor 0.123: rejected);
   - a separator needs digits on both sides (".5" and "5." are rejected);
-  - no sign: "-5" is negative (rejected; "-0" is 0), "+5" is rejected; no spaces inside.
+  - no sign: "-5" is negative (rejected), "+5" is rejected; no spaces inside.
+  - zero with a minus sign ("-0", "$-0.00", the JSON number -0 or -0.0) is zero: it is not
+    negative, so it is accepted as 0 like "0".
   A rejected text that looks like a number gets its plausible readings in `detalle`
   (every separator as thousands; the last one as the decimal point, rounded to the cent):
   `importe: "1.2345" no es un importe: tras "." hay 4 dígitos …; ¿1.23? ¿12345?`.
@@ -24,8 +29,8 @@ and points"). Pure, no I/O. Money is integer cents end to end; no float arithmet
   pesos, which also fits an int32). Booleans, null, lists, objects, NaN/∞, negatives, more
   than 2 decimals, empty text and text over MAX_TEXTO characters are `importe_invalido`.
 
-`importe_centavos` (cents): a JSON integer (a float with an integral value) or a text of
-ASCII digits, in [0, MAX_CENTAVOS].
+`importe_centavos` (cents): a JSON number with an integral value, in [0, MAX_CENTAVOS]
+(the contract: "integer number of cents"; text, even of digits, is `importe_invalido`).
 """
 
 from __future__ import annotations
@@ -59,13 +64,17 @@ _CTX = Context(prec=100, rounding=ROUND_HALF_EVEN,
                traps=[InvalidOperation, DivisionByZero, Overflow])
 _CIEN = Decimal(100)
 
+ESPACIOS = " \u00a0\u202f"
+"""What may separate the currency from the number (and a sign from either): the space, the
+no-break space and the narrow no-break space (locale formatters write the last two)."""
+_E = f"[{ESPACIOS}]*"
 _FORMA = re.compile(
-    r"(?P<signo1>[-+]?)\s*(?P<moneda>MX\$|MXN|\$)?\s*(?P<signo2>[-+]?)\s*"
-    r"(?P<numero>[0-9.,]+)\s*(?P<sufijo>MXN)?",
+    rf"(?P<signo1>[-+]?){_E}(?P<moneda>MX\$|MXN|\$)?{_E}(?P<signo2>[-+]?){_E}"
+    rf"(?P<numero>[0-9.,]+){_E}(?P<sufijo>MXN)?",
     re.IGNORECASE,
 )
-_PREFIJO = re.compile(r"^\s*(?:MX\$|MXN|\$)\s*", re.IGNORECASE)
-_SUFIJO = re.compile(r"\s*MXN\s*$", re.IGNORECASE)
+_PREFIJO = re.compile(rf"^{_E}(?:MX\$|MXN|\$){_E}", re.IGNORECASE)
+_SUFIJO = re.compile(rf"{_E}MXN{_E}$", re.IGNORECASE)
 _PARECE_NUMERO = re.compile(r"[0-9.,\s']*[0-9][0-9.,\s']*")
 # Another currency (letters or a symbol) before or after a number: "USD 100", "€5", "5 pesos".
 _OTRA_MONEDA = re.compile(
@@ -266,9 +275,9 @@ def _ilegible(texto: str, campo: str) -> LoyaltyError:
 
 
 def parse_centavos(value: JsonValue, campo: str = "importe_centavos") -> int:
-    """Integer cents: a JSON integer (a float with an integral value) or a text of digits,
-    in [0, MAX_CENTAVOS]. Anything else raises `LoyaltyError(IMPORTE_INVALIDO)`."""
-    if isinstance(value, bool) or not isinstance(value, int | float | str):
+    """Integer cents: a JSON number with an integral value, in [0, MAX_CENTAVOS]. Anything
+    else (text included) raises `LoyaltyError(IMPORTE_INVALIDO)`."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
         raise _tipo(campo, value, "un número entero de centavos")
     if isinstance(value, float):
         if not math.isfinite(value):
@@ -278,21 +287,9 @@ def parse_centavos(value: JsonValue, campo: str = "importe_centavos") -> int:
                                 "(para pesos con decimales use importe)")
         centavos = int(value)
         mostrado = repr(value)
-    elif isinstance(value, int):
+    else:
         centavos = value
         mostrado = str(value)
-    else:
-        texto = value.strip()
-        mostrado = _muestra(texto)
-        if not texto:
-            raise _error(campo, "está vacío")
-        if len(texto) > MAX_TEXTO:
-            raise _error(campo, f"texto demasiado largo ({len(texto)} caracteres; "
-                                f"máximo {MAX_TEXTO})")
-        if re.fullmatch(r"-?[0-9]+", texto) is None:
-            raise _error(campo, f"{mostrado} no es un número entero de centavos (solo "
-                                "dígitos; para pesos con separadores use importe)")
-        centavos = int(texto)
     if centavos < 0:
         raise _error(campo, f"{mostrado} es negativo")
     if centavos > MAX_CENTAVOS:

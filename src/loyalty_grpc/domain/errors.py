@@ -72,7 +72,9 @@ def _e(codigo: Codigo, http: int, grpc: str, mensaje: str, cuando: str,
 C = Codigo
 CATALOGO: dict[Codigo, Entrada] = {e.codigo: e for e in [
     _e(C.SOLICITUD_INVALIDA, 400, "INVALID_ARGUMENT", "La solicitud no es válida.",
-       "body not JSON, wrong JSON type, bad parameter (detalle names the field)"),
+       "body not strict JSON (RFC 8259) or not one object, a key twice, wrong JSON type, "
+       "Content-Type not application/json, bad parameter (detalle names the field or the "
+       "line and column, never the body)"),
     _e(C.CAMPO_REQUERIDO, 400, "INVALID_ARGUMENT", "Falta un campo requerido.",
        "a required field is missing (detalle names it)"),
     _e(C.IMPORTE_INVALIDO, 400, "INVALID_ARGUMENT", "El importe no es válido.",
