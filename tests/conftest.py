@@ -59,10 +59,12 @@ def engine(db_url: str) -> Iterator[Engine]:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Mark tests by folder so `-m "not e2e"` works."""
+    """Mark tests by folder so `-m "not e2e"` (or `"not reliability"`) works."""
     for item in items:
         parts = Path(str(item.fspath)).parts
         if "integration" in parts:
             item.add_marker(pytest.mark.integration)
         if "e2e" in parts:
             item.add_marker(pytest.mark.e2e)
+        if "reliability" in parts:
+            item.add_marker(pytest.mark.reliability)

@@ -298,12 +298,6 @@ def test_body_limit_fits_the_largest_request(config: dict[str, Any]) -> None:
     assert largest < limit <= 4 * 1024 * 1024
 
 
-def test_no_local_reply_config_competes_with_the_lua(config: dict[str, Any]) -> None:
-    """envelope.lua builds every Envoy-originated envelope (see the comments in envoy.yaml);
-    a local_reply_config would rewrite bodies before it sees them."""
-    assert "local_reply_config" not in hcm(config)
-
-
 # ---------------------------------------------------------------- catalogue consistency
 
 
@@ -458,3 +452,33 @@ def test_routes_to_the_server_cannot_be_steered(config: dict[str, Any]) -> None:
 
 def test_admin_interface_is_local_only(config: dict[str, Any]) -> None:
     assert config["admin"]["address"]["socket_address"]["address"] == "127.0.0.1"
+
+
+def test_the_backstop_for_replies_that_skip_envelope_lua_is_the_catalogue_envelope(
+        config: dict[str, Any], lua: str) -> None:
+    """The local reply mapper (envoy.yaml) writes what envelope.lua would for a 502-504,
+    and nothing else: it rewrites bodies before envelope.lua sees them, and envelope.lua
+    shows Envoy's reason (the body) as `detalle` for other statuses."""
+    (mapper,) = hcm(config)["local_reply_config"]["mappers"]
+    override = mapper["body_format_override"]
+    assert override["content_type"] == "application/json"
+    body = override["text_format_source"]["inline_string"]
+    parsed = json.loads(body)
+    assert list(parsed) == ["ok", "error"]
+    assert parsed["ok"] is False
+    codigo = parsed["error"]["codigo"]
+    assert codigo == lua_table(lua, "BY_HTTP_STATUS")["503"] == "servicio_no_disponible"
+    entry = CATALOGO[Codigo(codigo)]
+    assert mapper["status_code"] == entry.http
+    assert parsed["error"]["mensaje"] == entry.mensaje
+    assert parsed["error"]["detalle"] == lua_table_text(lua, "DETALLE_FIJO")[codigo]
+    assert "%" not in body  # no command operator: the text is sent as it is
+    filters = mapper["filter"]["and_filter"]["filters"]
+    bounds = [f["status_code_filter"]["comparison"] for f in filters]
+    assert [(b["op"], b["value"]["default_value"]) for b in bounds] == [("GE", 502), ("LE", 504)]
+
+
+def lua_table_text(lua: str, name: str) -> dict[str, str]:
+    block = re.search(rf"local {name} = \{{\n(.*?)\n\}}", lua, re.DOTALL)
+    assert block is not None, name
+    return dict(re.findall(r'^\s*(\w+)\s*=\s*"([^"]*)"', block.group(1), re.MULTILINE))
