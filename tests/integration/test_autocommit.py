@@ -84,6 +84,25 @@ def test_a_lost_connection_leaves_the_pool(one_connection: Engine, engine: Engin
     assert _backend_pid(one_connection) != pid
 
 
+def test_a_server_that_went_away_takes_every_older_connection_with_it(db_url: str,
+                                                                      engine: Engine):
+    """After a database restart, one call fails, not one per stale pooled connection."""
+    pooled = make_engine(db_url, pool_size=4)
+    try:
+        held = [pooled.raw_connection() for _ in range(4)]  # four backends in the pool
+        pids = [int(c.driver_connection.info.backend_pid) for c in held]  # type: ignore[union-attr]
+        for connection in held:
+            connection.close()  # back to the pool
+        for pid in pids:
+            _terminate(engine, pid)
+        with pytest.raises(psycopg.OperationalError):
+            fetch_one(pooled, "SELECT 1", {})
+        fresh = {_backend_pid(pooled) for _ in range(8)}
+        assert not fresh & set(pids)
+    finally:
+        pooled.dispose()
+
+
 def test_a_lost_connection_is_503_then_the_next_call_works(db_url: str, engine: Engine):
     apply_fixture(engine, json.dumps({"programas": [{
         "id": "auto", "nombre": "Club Auto", "tasa_puntos": "0.1",

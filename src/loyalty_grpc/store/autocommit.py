@@ -11,8 +11,9 @@ prepares each statement on a connection from its fifth use (`prepare_threshold`)
 PostgreSQL parses and plans it once per connection.
 
 Errors: a lost connection (psycopg OperationalError / InterfaceError) is dropped from the
-pool (`invalidate`) and raised as it is; api/interceptors.py maps it to
-servicio_no_disponible, like SQLAlchemy's own.
+pool (`invalidate`; when the server went away, every connection opened before it too) and
+raised as it is; api/interceptors.py maps it to servicio_no_disponible, like SQLAlchemy's
+own.
 """
 
 from __future__ import annotations
@@ -42,9 +43,16 @@ def autocommit(engine: Engine) -> Iterator[psycopg.Connection[Row]]:
     try:
         conn.autocommit = True
         yield conn
-    except LOST:
+    except LOST as exc:
         lost = True
-        pooled.invalidate()
+        if conn.broken:
+            # The server went away (a restart, a failover): every connection opened before
+            # now is as dead as this one. Drop them all, as SQLAlchemy does on a disconnect
+            # (connections older than this are replaced at their next checkout), rather
+            # than fail one more call per stale connection.
+            engine.pool._invalidate(pooled, exc)
+        else:
+            pooled.invalidate()
         raise
     finally:
         if not lost:

@@ -27,11 +27,11 @@ def make_engine(url: str, *, pool_size: int = 20) -> Engine:
 
     No pre-ping: it would cost a round trip on every checkout, and a call checks out more
     than once (key, rate limit, use case). After a database restart the first use of each
-    stale connection fails as 503 `servicio_no_disponible` (safe to retry) and that
-    connection is dropped (store/autocommit.py; the ORM-style paths: SQLAlchemy discards
-    the whole pool), so a few calls per worker may fail in the second after the database
-    is back (measured: the last at most about 1 s later). SQL parameters never appear in
-    error texts (they can be personal data)."""
+    stale connection fails as 503 `servicio_no_disponible` (safe to retry), and every
+    connection opened before it is replaced at its next checkout (store/autocommit.py,
+    like SQLAlchemy's own handling of a disconnect): about one failed call per worker, not
+    one per stale connection. SQL parameters never appear in error texts (they can be
+    personal data)."""
     return create_engine(
         sqlalchemy_url(url),
         pool_size=pool_size,
