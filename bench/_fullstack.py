@@ -61,8 +61,12 @@ def ensure_wrk() -> str:
     """wrk from PATH, installed with apt-get when missing (as shared/bench does)."""
     found = shutil.which("wrk")
     if found is None:
-        subprocess.run(["apt-get", "install", "-y", "-qq", "wrk"], check=False,
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        subprocess.run(
+            ["apt-get", "install", "-y", "-qq", "wrk"],
+            check=False,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         found = shutil.which("wrk")
     if found is None:
         raise SystemExit("error: this benchmark needs wrk (apt-get install wrk)")
@@ -80,18 +84,44 @@ def pg_bin(name: str) -> str:
 
 
 def fixture() -> str:
-    claves = [{"clave": f"{KEY_PREFIX}{i}", "integracion": f"Caja {i}",
-               "permisos": ["fan:leer", "tx:escribir", "redeem:escribir"]}
-              for i in range(10, 10 + NKEYS)]
-    claves.append({"clave": KEY, "integracion": "Caja Bench",
-                   "permisos": ["fan:leer", "tx:escribir", "redeem:escribir",
-                                "codigos:escribir", "roster:leer"]})
-    return json.dumps({"programas": [{
-        "id": PROGRAM, "nombre": "Club Bench", "tasa_puntos": "0.1",
-        "qr_url": "https://bench.example/fan", "claves": claves,
-        "promos": [{"nombre": "Resolver", "vigencia_fin": "2099-12-31"},
-                   {"nombre": "Canje", "vigencia_fin": "2099-12-31", "puntos_canje": 50}],
-    }]})
+    claves = [
+        {
+            "clave": f"{KEY_PREFIX}{i}",
+            "integracion": f"Caja {i}",
+            "permisos": ["fan:leer", "tx:escribir", "redeem:escribir"],
+        }
+        for i in range(10, 10 + NKEYS)
+    ]
+    claves.append(
+        {
+            "clave": KEY,
+            "integracion": "Caja Bench",
+            "permisos": [
+                "fan:leer",
+                "tx:escribir",
+                "redeem:escribir",
+                "codigos:escribir",
+                "roster:leer",
+            ],
+        }
+    )
+    return json.dumps(
+        {
+            "programas": [
+                {
+                    "id": PROGRAM,
+                    "nombre": "Club Bench",
+                    "tasa_puntos": "0.1",
+                    "qr_url": "https://bench.example/fan",
+                    "claves": claves,
+                    "promos": [
+                        {"nombre": "Resolver", "vigencia_fin": "2099-12-31"},
+                        {"nombre": "Canje", "vigencia_fin": "2099-12-31", "puntos_canje": 50},
+                    ],
+                }
+            ]
+        }
+    )
 
 
 BULK_SQL = """
@@ -128,9 +158,24 @@ class FullStack:
 
     def psql(self, sql: str) -> str:
         out = subprocess.run(
-            [pg_bin("psql"), "-h", self.pg_host, "-U", "postgres",
-             "-d", "loyalty", "-qAt", "-v", "ON_ERROR_STOP=1", "-c", sql],
-            check=True, capture_output=True, text=True)
+            [
+                pg_bin("psql"),
+                "-h",
+                self.pg_host,
+                "-U",
+                "postgres",
+                "-d",
+                "loyalty",
+                "-qAt",
+                "-v",
+                "ON_ERROR_STOP=1",
+                "-c",
+                sql,
+            ],
+            check=True,
+            capture_output=True,
+            text=True,
+        )
         return out.stdout.strip()
 
     def key_hash(self, key: str = KEY) -> str:
@@ -146,12 +191,16 @@ class FullStack:
 
     def audit(self) -> str:
         """Per fan, balance = sum of the ledger: the count of fans where it is not."""
-        bad = self.psql("SELECT count(*) FROM fans f LEFT JOIN (SELECT fan_pk, sum(puntos) s "
-                        "FROM movimientos GROUP BY fan_pk) m ON m.fan_pk = f.pk "
-                        "WHERE f.puntos <> coalesce(m.s, 0)")
+        bad = self.psql(
+            "SELECT count(*) FROM fans f LEFT JOIN (SELECT fan_pk, sum(puntos) s "
+            "FROM movimientos GROUP BY fan_pk) m ON m.fan_pk = f.pk "
+            "WHERE f.puntos <> coalesce(m.s, 0)"
+        )
         total = self.psql("SELECT sum(puntos) FROM fans")
-        return f"ledger audit: {bad} fans whose balance differs from their ledger " \
-               f"(balances sum {total})"
+        return (
+            f"ledger audit: {bad} fans whose balance differs from their ledger "
+            f"(balances sum {total})"
+        )
 
     def top_statements(self, limit: int = 12) -> str:
         """pg_stat_statements' costliest statements since the last call (needs the stack
@@ -160,7 +209,8 @@ class FullStack:
             "SELECT calls, round(total_exec_time::numeric, 0) AS ms, "
             "round(mean_exec_time::numeric, 3) AS mean, "
             "left(regexp_replace(query, '\\s+', ' ', 'g'), 150) FROM pg_stat_statements "
-            f"ORDER BY total_exec_time DESC LIMIT {limit}")
+            f"ORDER BY total_exec_time DESC LIMIT {limit}"
+        )
         self.psql("SELECT pg_stat_statements_reset()")
         return top
 
@@ -179,8 +229,11 @@ class FullStack:
         return envoy - self.pg_pids(), server - self.pg_pids()
 
     def python_pids(self) -> list[int]:
-        return sorted(pid for pid in self.server_pids()[1] if "python" in cmdline(pid)
-                      or "loyalty" in cmdline(pid))
+        return sorted(
+            pid
+            for pid in self.server_pids()[1]
+            if "python" in cmdline(pid) or "loyalty" in cmdline(pid)
+        )
 
 
 def _proc_table() -> dict[int, tuple[int, str, int]]:
@@ -193,8 +246,8 @@ def _proc_table() -> dict[int, tuple[int, str, int]]:
             stat = Path(f"/proc/{entry}/stat").read_text()
         except OSError:
             continue
-        name = stat[stat.index("(") + 1:stat.rindex(")")]
-        fields = stat[stat.rindex(")") + 2:].split()
+        name = stat[stat.index("(") + 1 : stat.rindex(")")]
+        fields = stat[stat.rindex(")") + 2 :].split()
         table[int(entry)] = (int(fields[1]), name, sum(int(x) for x in fields[11:15]))
     return table
 
@@ -253,8 +306,10 @@ def cpu_snapshot(stack: FullStack) -> CpuSnapshot:
 
 def cpu_ms_per_call(before: CpuSnapshot, after: CpuSnapshot, calls: int) -> dict[str, float]:
     n = max(calls, 1)
-    return {name: 1000 * (getattr(after, name) - getattr(before, name)) / HZ / n
-            for name in ("envoy", "server", "pg", "machine")}
+    return {
+        name: 1000 * (getattr(after, name) - getattr(before, name)) / HZ / n
+        for name in ("envoy", "server", "pg", "machine")
+    }
 
 
 # ---------------------------------------------------------------- the stack
@@ -263,11 +318,14 @@ def cpu_ms_per_call(before: CpuSnapshot, after: CpuSnapshot, calls: int) -> dict
 def _wait_http(url: str, deadline: float, up: subprocess.Popen[bytes], log: Path) -> None:
     while time.monotonic() < deadline:
         if up.poll() is not None:
-            raise SystemExit(f"error: loyalty up exited ({up.returncode}); see {log}:\n"
-                             + log.read_text()[-2000:])
+            raise SystemExit(
+                f"error: loyalty up exited ({up.returncode}); see {log}:\n"
+                + log.read_text()[-2000:]
+            )
         try:
-            request = urllib.request.Request(url + "/api/v1/ping", method="POST",
-                                             headers={"Authorization": "Bearer x"})
+            request = urllib.request.Request(
+                url + "/api/v1/ping", method="POST", headers={"Authorization": "Bearer x"}
+            )
             urllib.request.urlopen(request, timeout=2)
         except urllib.error.HTTPError:
             return  # the envelope of clave_invalida: Envoy and a worker answer
@@ -283,8 +341,7 @@ def _restart_with(db: Database, pgdata: Path, options: tuple[str, ...]) -> None:
     user it runs as: PostgreSQL refuses root)."""
     admin = db.url.replace("/loyalty?", "/postgres?")
     for option in options:
-        subprocess.run([pg_bin("psql"), admin, "-qc", f"ALTER SYSTEM SET {option}"],
-                       check=True)
+        subprocess.run([pg_bin("psql"), admin, "-qc", f"ALTER SYSTEM SET {option}"], check=True)
     user = getattr(db._server, "system_user", None)
     command = [pg_bin("pg_ctl"), "-D", str(pgdata), "-w", "-m", "fast", "restart"]
     if user:
@@ -293,9 +350,14 @@ def _restart_with(db: Database, pgdata: Path, options: tuple[str, ...]) -> None:
 
 
 @contextlib.contextmanager
-def full_stack(*, fans: int, codes: int, workers: int | None = None,
-               extra_env: dict[str, str] | None = None,
-               pg_options: tuple[str, ...] = ()) -> Iterator[FullStack]:
+def full_stack(
+    *,
+    fans: int,
+    codes: int,
+    workers: int | None = None,
+    extra_env: dict[str, str] | None = None,
+    pg_options: tuple[str, ...] = (),
+) -> Iterator[FullStack]:
     """Embedded PostgreSQL, `loyalty up` against it (all features on; the limit raised so
     that it never refuses, as shared/bench does), the fixture and the bulk data."""
     from loyalty_grpc.runtime.postgres import start_embedded
@@ -308,33 +370,69 @@ def full_stack(*, fans: int, codes: int, workers: int | None = None,
         if pg_options:
             _restart_with(db, work / "pgdata", pg_options)
         http_port, grpc_port = free_port(), free_port()
-        env = {**os.environ, "LOYALTY_DATABASE_URL": db.url,
-               "LOYALTY_ADMIN_TOKEN": ADMIN_TOKEN, "LOYALTY_WALLET_INTERVAL_SECONDS": "1",
-               "LOYALTY_RATE_LIMIT_PER_MINUTE": "1000000", **(extra_env or {})}
-        command = [str(VENV_BIN / "loyalty"), "up", "--http-port", str(http_port),
-                   "--grpc-port", str(grpc_port), "--metrics-port", "0",
-                   "--data-dir", str(work / "data")]
+        env = {
+            **os.environ,
+            "LOYALTY_DATABASE_URL": db.url,
+            "LOYALTY_ADMIN_TOKEN": ADMIN_TOKEN,
+            "LOYALTY_WALLET_INTERVAL_SECONDS": "1",
+            "LOYALTY_RATE_LIMIT_PER_MINUTE": "1000000",
+            **(extra_env or {}),
+        }
+        command = [
+            str(VENV_BIN / "loyalty"),
+            "up",
+            "--http-port",
+            str(http_port),
+            "--grpc-port",
+            str(grpc_port),
+            "--metrics-port",
+            "0",
+            "--data-dir",
+            str(work / "data"),
+        ]
         if workers is not None:
             command += ["--workers", str(workers)]
         log = work / "up.log"
         with log.open("wb") as out:
-            up = subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT,
-                                  start_new_session=True)
+            up = subprocess.Popen(
+                command, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+            )
         http_url = f"http://127.0.0.1:{http_port}"
         _wait_http(http_url, time.monotonic() + STARTUP_TIMEOUT, up, log)
         (work / "fixture.json").write_text(fixture())
-        subprocess.run([str(VENV_BIN / "loyalty"), "admin", "--target",
-                        f"127.0.0.1:{grpc_port}", "apply", str(work / "fixture.json")],
-                       env=env, check=True, stdout=subprocess.DEVNULL)
-        stack = FullStack(work=work, http_url=http_url, grpc_target=f"127.0.0.1:{grpc_port}",
-                          database_url=db.url, pg_host=pg_host, up=up,
-                          pgdata=work / "pgdata", fans=fans, codes=codes)
+        subprocess.run(
+            [
+                str(VENV_BIN / "loyalty"),
+                "admin",
+                "--target",
+                f"127.0.0.1:{grpc_port}",
+                "apply",
+                str(work / "fixture.json"),
+            ],
+            env=env,
+            check=True,
+            stdout=subprocess.DEVNULL,
+        )
+        stack = FullStack(
+            work=work,
+            http_url=http_url,
+            grpc_target=f"127.0.0.1:{grpc_port}",
+            database_url=db.url,
+            pg_host=pg_host,
+            up=up,
+            pgdata=work / "pgdata",
+            fans=fans,
+            codes=codes,
+        )
         started = time.monotonic()
         stack.psql(BULK_SQL.format(fans=fans, codes=codes))
         stack.psql("VACUUM ANALYZE")
         stack.psql("CHECKPOINT")
-        print(f"data: {fans:,} fans, {fans:,} + {codes:,} delivered codes, 65 keys "
-              f"({time.monotonic() - started:.0f} s)", flush=True)
+        print(
+            f"data: {fans:,} fans, {fans:,} + {codes:,} delivered codes, 65 keys "
+            f"({time.monotonic() - started:.0f} s)",
+            flush=True,
+        )
         yield stack
     finally:
         if up is not None and up.poll() is None:
@@ -396,15 +494,30 @@ end
 """
 
 
-def run_wrk(url: str, script: str, *, clients: int, seconds: float, work: Path,
-            epilogue: str = "") -> WrkResult:
+def run_wrk(
+    url: str, script: str, *, clients: int, seconds: float, work: Path, epilogue: str = ""
+) -> WrkResult:
     wrk = ensure_wrk()
     path = work / f"wrk-{abs(hash(script))}.lua"
     path.write_text(WRK_PRELUDE + script + WRK_CHECK + epilogue)
     threads = 1 if clients < 2 else 2
-    done = subprocess.run([wrk, f"-t{threads}", f"-c{clients}", f"-d{seconds:g}s",
-                           "--latency", "--timeout", "10s", "-s", str(path), url],
-                          capture_output=True, text=True, check=False)
+    done = subprocess.run(
+        [
+            wrk,
+            f"-t{threads}",
+            f"-c{clients}",
+            f"-d{seconds:g}s",
+            "--latency",
+            "--timeout",
+            "10s",
+            "-s",
+            str(path),
+            url,
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     out = done.stdout
     requests = int(re.search(r"(\d+) requests in", out).group(1))  # type: ignore[union-attr]
     rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))  # type: ignore[union-attr]
@@ -412,17 +525,24 @@ def run_wrk(url: str, script: str, *, clients: int, seconds: float, work: Path,
     p99 = re.search(r"\s99%\s+(\S+)", out)
     non2xx = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
     socket_errors = re.search(r"Socket errors:.*", out)
-    errors = "\n".join(x for x in ((socket_errors.group(0) if socket_errors else ""),
-                                   done.stderr.strip()) if x)
+    errors = "\n".join(
+        x for x in ((socket_errors.group(0) if socket_errors else ""), done.stderr.strip()) if x
+    )
     statuses = re.search(r"^STATUSES (\{.*\})$", out, re.MULTILINE)
-    return WrkResult(requests=requests, rps=rps, p50_ms=_ms(p50.group(1)) if p50 else 0.0,
-                     p99_ms=_ms(p99.group(1)) if p99 else 0.0,
-                     non2xx=int(non2xx.group(1)) if non2xx else 0, errors=errors,
-                     statuses=json.loads(statuses.group(1)) if statuses else {})
+    return WrkResult(
+        requests=requests,
+        rps=rps,
+        p50_ms=_ms(p50.group(1)) if p50 else 0.0,
+        p99_ms=_ms(p99.group(1)) if p99 else 0.0,
+        non2xx=int(non2xx.group(1)) if non2xx else 0,
+        errors=errors,
+        statuses=json.loads(statuses.group(1)) if statuses else {},
+    )
 
 
-def start_wrk(url: str, script: str, *, clients: int, seconds: float, work: Path
-              ) -> subprocess.Popen[bytes]:
+def start_wrk(
+    url: str, script: str, *, clients: int, seconds: float, work: Path
+) -> subprocess.Popen[bytes]:
     """wrk in the background with `script` (as run_wrk builds it), for load that must go on
     while something else is measured; stop it with .terminate() (its report is not read:
     count the work in the database)."""
@@ -430,9 +550,21 @@ def start_wrk(url: str, script: str, *, clients: int, seconds: float, work: Path
     path = work / f"wrk-bg-{abs(hash(script))}.lua"
     path.write_text(WRK_PRELUDE + script + WRK_CHECK)
     threads = 1 if clients < 2 else 2
-    return subprocess.Popen([wrk, f"-t{threads}", f"-c{clients}", f"-d{seconds:g}s",
-                             "--timeout", "10s", "-s", str(path), url],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return subprocess.Popen(
+        [
+            wrk,
+            f"-t{threads}",
+            f"-c{clients}",
+            f"-d{seconds:g}s",
+            "--timeout",
+            "10s",
+            "-s",
+            str(path),
+            url,
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
 
 
 def cpu_ns(pid: int) -> int:
@@ -451,9 +583,27 @@ def run_pgbench(stack: FullStack, script: str, *, clients: int, seconds: float) 
     path.write_text(script)
     threads = 1 if clients < 2 else 2
     done = subprocess.run(
-        [pg_bin("pgbench"), "-h", stack.pg_host, "-U", "postgres",
-         "-n", "-c", str(clients), "-j", str(threads), "-T", f"{seconds:.0f}", "-f", str(path),
-         "loyalty"], capture_output=True, text=True, check=False)
+        [
+            pg_bin("pgbench"),
+            "-h",
+            stack.pg_host,
+            "-U",
+            "postgres",
+            "-n",
+            "-c",
+            str(clients),
+            "-j",
+            str(threads),
+            "-T",
+            f"{seconds:.0f}",
+            "-f",
+            str(path),
+            "loyalty",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     match = re.search(r"^tps = ([\d.]+)", done.stdout, re.MULTILINE)
     if match is None:
         raise SystemExit(f"error: pgbench failed:\n{done.stdout}\n{done.stderr}")
@@ -461,5 +611,7 @@ def run_pgbench(stack: FullStack, script: str, *, clients: int, seconds: float) 
 
 
 def cores_line() -> str:
-    return (f"os.cpu_count() = {os.cpu_count()}: wrk, pgbench, Envoy, the server and "
-            "PostgreSQL share these cores")
+    return (
+        f"os.cpu_count() = {os.cpu_count()}: wrk, pgbench, Envoy, the server and "
+        "PostgreSQL share these cores"
+    )

@@ -29,15 +29,35 @@ def free_port() -> int:
 
 
 def fixture_json(key: str, promos: list[str]) -> str:
-    return json.dumps({"programas": [{
-        "id": PROGRAM, "nombre": "Club Bench", "tasa_puntos": "0.1",
-        "qr_url": "https://bench.example/fan",
-        "claves": [{"clave": key, "integracion": "Back office Bench",
-                    "permisos": ["codigos:escribir"]}],
-        "fans": [{"id": FAN, "nombre": "Bench", "correo": "bench@example.com",
-                  "socio_desde": 2020, "qr_token": "qrbench"}],
-        "promos": [{"nombre": n, "vigencia_fin": "2099-12-31"} for n in promos],
-    }]})
+    return json.dumps(
+        {
+            "programas": [
+                {
+                    "id": PROGRAM,
+                    "nombre": "Club Bench",
+                    "tasa_puntos": "0.1",
+                    "qr_url": "https://bench.example/fan",
+                    "claves": [
+                        {
+                            "clave": key,
+                            "integracion": "Back office Bench",
+                            "permisos": ["codigos:escribir"],
+                        }
+                    ],
+                    "fans": [
+                        {
+                            "id": FAN,
+                            "nombre": "Bench",
+                            "correo": "bench@example.com",
+                            "socio_desde": 2020,
+                            "qr_token": "qrbench",
+                        }
+                    ],
+                    "promos": [{"nombre": n, "vigencia_fin": "2099-12-31"} for n in promos],
+                }
+            ]
+        }
+    )
 
 
 @dataclass
@@ -49,9 +69,12 @@ class Stack:
 
     def promo_id(self, nombre: str) -> int:
         with self.engine.connect() as conn:
-            return int(conn.execute(text("SELECT id FROM promos WHERE programa_id = :p AND "
-                                         "nombre = :n"), {"p": PROGRAM, "n": nombre}
-                                    ).scalar_one())
+            return int(
+                conn.execute(
+                    text("SELECT id FROM promos WHERE programa_id = :p AND nombre = :n"),
+                    {"p": PROGRAM, "n": nombre},
+                ).scalar_one()
+            )
 
 
 @contextlib.contextmanager
@@ -76,14 +99,24 @@ def running_stack(work: Path, promos: list[str]) -> Iterator[Stack]:
         apply_fixture(engine, fixture_json(key, promos))
         # The per-key limit runs but never refuses: a benchmark measures the path, and a
         # run can make more than the default 600 calls a minute with its one key.
-        server = build_server(ServerSettings(database_url=db.url,
-                                             admin_token=secrets.token_urlsafe(24), port=0,
-                                             rate_limit_per_minute=1_000_000))
+        server = build_server(
+            ServerSettings(
+                database_url=db.url,
+                admin_token=secrets.token_urlsafe(24),
+                port=0,
+                rate_limit_per_minute=1_000_000,
+            )
+        )
         server.start()
         cleanup.callback(server.stop)
-        proxy = EnvoyProcess.start(http_port=free_port(), upstream_host="127.0.0.1",
-                                   upstream_port=server.port, work_dir=work / "envoy",
-                                   listen_host="127.0.0.1", startup_timeout=STARTUP_TIMEOUT)
+        proxy = EnvoyProcess.start(
+            http_port=free_port(),
+            upstream_host="127.0.0.1",
+            upstream_port=server.port,
+            work_dir=work / "envoy",
+            listen_host="127.0.0.1",
+            startup_timeout=STARTUP_TIMEOUT,
+        )
         cleanup.callback(proxy.stop)
         yield Stack(key=key, http_url=proxy.url, engine=engine)
 
@@ -93,8 +126,7 @@ STATE_MIX_SQL = """CASE WHEN g % 10 < 6 THEN 'disponible' WHEN g % 10 < 8 THEN '
                         WHEN g % 10 < 9 THEN 'canjeado' ELSE 'liberado' END"""
 
 
-def bulk_codes(engine: Engine, promo_id: int, count: int, *, prefix: str, mixed: bool
-               ) -> float:
+def bulk_codes(engine: Engine, promo_id: int, count: int, *, prefix: str, mixed: bool) -> float:
     """Insert `count` codes into the promotion in one set-based statement
     (generate_series); `mixed`: 60 % disponible, 20 % asignado, 10 % canjeado, 10 %
     liberado (delivered ones to the bench fan), else all disponible. Returns seconds."""
@@ -104,7 +136,8 @@ def bulk_codes(engine: Engine, promo_id: int, count: int, *, prefix: str, mixed:
         # Bench set-up only: skip the per-row foreign-key triggers (the rows are consistent
         # by construction); the embedded PostgreSQL runs as a superuser, which this needs.
         conn.execute(text("SET LOCAL session_replication_role = replica"))
-        conn.execute(text(f"""
+        conn.execute(
+            text(f"""
             INSERT INTO codigos (promo_id, programa_id, codigo, estado, fan_pk)
             SELECT :promo, :programa, :prefix || lpad(g::text, 8, '0'), e.estado,
                    CASE WHEN e.estado IN ('asignado', 'canjeado') THEN f.pk END
@@ -112,8 +145,9 @@ def bulk_codes(engine: Engine, promo_id: int, count: int, *, prefix: str, mixed:
             CROSS JOIN LATERAL (SELECT {estado} AS estado) AS e
             CROSS JOIN (SELECT pk FROM fans WHERE programa_id = :programa
                         AND fan_id = :fan) AS f
-        """), {"promo": promo_id, "programa": PROGRAM, "prefix": prefix, "n": count,
-               "fan": FAN})
+        """),
+            {"promo": promo_id, "programa": PROGRAM, "prefix": prefix, "n": count, "fan": FAN},
+        )
     return time.monotonic() - started
 
 
@@ -141,15 +175,15 @@ class Timing:
 
     def row(self) -> str:
         ms = sorted(s * 1000 for s in self.seconds)
-        return (f"{self.label:58} {len(ms):4d} {ms[0]:9.1f} {statistics.median(ms):9.1f} "
-                f"{ms[-1]:9.1f}")
+        return (
+            f"{self.label:58} {len(ms):4d} {ms[0]:9.1f} {statistics.median(ms):9.1f} {ms[-1]:9.1f}"
+        )
 
 
 HEADER = f"{'':58} {'runs':>4} {'min ms':>9} {'median ms':>9} {'max ms':>9}"
 
 
-def timed(label: str, runs: int, call: Callable[[], object], *, deadline: float
-          ) -> Timing:
+def timed(label: str, runs: int, call: Callable[[], object], *, deadline: float) -> Timing:
     """`call` `runs` times (fewer if `deadline`, a time.monotonic() value, passes)."""
     seconds: list[float] = []
     for _ in range(runs):
@@ -161,8 +195,9 @@ def timed(label: str, runs: int, call: Callable[[], object], *, deadline: float
     return Timing(label, seconds)
 
 
-def interleaved(calls: dict[str, Callable[[], object]], runs: int, *, deadline: float
-                ) -> list[Timing]:
+def interleaved(
+    calls: dict[str, Callable[[], object]], runs: int, *, deadline: float
+) -> list[Timing]:
     """Each of `calls` `runs` times, round-robin (one of each, then again), so that a
     background transient (autovacuum, a checkpoint) weighs on every row alike; fewer runs
     if `deadline` passes."""
@@ -178,5 +213,7 @@ def interleaved(calls: dict[str, Callable[[], object]], runs: int, *, deadline: 
 
 
 def cores_line() -> str:
-    return (f"os.cpu_count() = {os.cpu_count()}; client, Envoy, server and PostgreSQL share "
-            "these cores.")
+    return (
+        f"os.cpu_count() = {os.cpu_count()}; client, Envoy, server and PostgreSQL share "
+        "these cores."
+    )

@@ -44,9 +44,12 @@ PROMOS = ["Vacía", "Reenvío", "Texto", "Precargada"]
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0] if __doc__ else "")
     parser.add_argument("--runs", type=int, default=10, help="calls per row (default 10)")
-    parser.add_argument("--preload", type=int, default=1_000_000,
-                        help="codes already in the promotion of row (d) (default 1,000,000; "
-                             "0 skips the row)")
+    parser.add_argument(
+        "--preload",
+        type=int,
+        default=1_000_000,
+        help="codes already in the promotion of row (d) (default 1,000,000; 0 skips the row)",
+    )
     args = parser.parse_args(argv)
     if not 1 <= args.runs <= MAX_RUNS:
         parser.error(f"--runs must be in [1, {MAX_RUNS}]")
@@ -59,14 +62,16 @@ def run(args: argparse.Namespace) -> int:
     began = time.monotonic()
     batches = itertools.count()
     print("starting embedded PostgreSQL, gRPC server and Envoy ...", flush=True)
-    with tempfile.TemporaryDirectory(prefix="loyalty-bench-") as tmp, \
-            running_stack(Path(tmp), PROMOS) as stack, \
-            httpx.Client(base_url=stack.http_url, timeout=30,
-                         headers={"Authorization": f"Bearer {stack.key}"}) as http:
+    with (
+        tempfile.TemporaryDirectory(prefix="loyalty-bench-") as tmp,
+        running_stack(Path(tmp), PROMOS) as stack,
+        httpx.Client(
+            base_url=stack.http_url, timeout=30, headers={"Authorization": f"Bearer {stack.key}"}
+        ) as http,
+    ):
         ids = {nombre: stack.promo_id(nombre) for nombre in PROMOS}
         if args.preload:
-            load = bulk_codes(stack.engine, ids["Precargada"], args.preload, prefix="P",
-                              mixed=True)
+            load = bulk_codes(stack.engine, ids["Precargada"], args.preload, prefix="P", mixed=True)
             vacuum_analyze(stack.engine)
             print(f"preloaded {args.preload:,} codes in {load:.1f} s", flush=True)
 
@@ -86,19 +91,24 @@ def run(args: argparse.Namespace) -> int:
         deposit("Reenvío", resent, PER_CALL)
         deposit("Vacía", new_batch(), PER_CALL)  # warm-up
         rows_spec: list[tuple[str, Callable[[], None]]] = [
-            ("(a) 5000 new codes, JSON array",
-             lambda: deposit("Vacía", new_batch(), PER_CALL)),
-            ("(b) the same 5000 codes resent (0 added)",
-             lambda: deposit("Reenvío", resent, 0)),
-            ("(c) 5000 new codes as pasted text",
-             lambda: deposit("Texto", "\n".join(new_batch()), PER_CALL)),
+            ("(a) 5000 new codes, JSON array", lambda: deposit("Vacía", new_batch(), PER_CALL)),
+            ("(b) the same 5000 codes resent (0 added)", lambda: deposit("Reenvío", resent, 0)),
+            (
+                "(c) 5000 new codes as pasted text",
+                lambda: deposit("Texto", "\n".join(new_batch()), PER_CALL),
+            ),
         ]
         if args.preload:
-            rows_spec.append((f"(d) 5000 new codes into a promotion of {args.preload:,}",
-                              lambda: deposit("Precargada", new_batch(), PER_CALL)))
+            rows_spec.append(
+                (
+                    f"(d) 5000 new codes into a promotion of {args.preload:,}",
+                    lambda: deposit("Precargada", new_batch(), PER_CALL),
+                )
+            )
         deadline = time.monotonic() + MAX_SECONDS
-        rows: list[Timing] = [timed(label, args.runs, call, deadline=deadline)
-                              for label, call in rows_spec]
+        rows: list[Timing] = [
+            timed(label, args.runs, call, deadline=deadline) for label, call in rows_spec
+        ]
 
     print()
     print(f"codes: POST /api/v1/codes via Envoy, {PER_CALL} codes per call, one call at a time")

@@ -61,8 +61,10 @@ class Op:
     pgbench: str  # pgbench script; {keyhash} is the key's SHA-256 in hex
 
 
-_KEY_SQL = ("SELECT id, programa_id, modo, permisos FROM claves\n"
-            "  WHERE hash = decode('{keyhash}', 'hex') AND revocada IS NULL;\n")
+_KEY_SQL = (
+    "SELECT id, programa_id, modo, permisos FROM claves\n"
+    "  WHERE hash = decode('{keyhash}', 'hex') AND revocada IS NULL;\n"
+)
 
 
 def _resolve(form: str, value_lua: str, fan_sql: str) -> Op:
@@ -74,7 +76,9 @@ function request()
   return post("/api/v1/fan/resolve", '{{"fan":"' .. {value_lua} .. '"}}')
 end
 """,
-        pgbench="\\set g random(1, {fans})\n" + _KEY_SQL + f"""\
+        pgbench="\\set g random(1, {fans})\n"
+        + _KEY_SQL
+        + f"""\
 SELECT pk AS fpk FROM fans
   WHERE programa_id = '{PROGRAM}' AND {fan_sql} AND estado = 'activo' \\gset
 SELECT p.nombre, p.descripcion, p.vigencia_fin, c.codigo
@@ -82,7 +86,8 @@ SELECT p.nombre, p.descripcion, p.vigencia_fin, c.codigo
   WHERE c.fan_pk = :fpk AND c.estado = 'asignado' AND p.estado = 'activa'
     AND p.vigencia_fin >= current_date
   ORDER BY p.vigencia_fin, c.id LIMIT 1;
-""")
+""",
+    )
 
 
 _CREDIT_SQL = """\
@@ -94,8 +99,9 @@ SELECT puntos FROM c;
 """
 
 OPS = [
-    Op(name="tx",
-       wrk="""
+    Op(
+        name="tx",
+        wrk="""
 function request()
   counter = counter + 1
   local fan = string.format("F%06d", math.random(1, {fans}))
@@ -104,8 +110,9 @@ function request()
   return post("/api/v1/tx", body)
 end
 """,
-       pgbench="\\set f random(1, {fans})\n\\set x random(1, 9000000000000000)\nBEGIN;\n"
-       + _KEY_SQL + f"""\
+        pgbench="\\set f random(1, {fans})\n\\set x random(1, 9000000000000000)\nBEGIN;\n"
+        + _KEY_SQL
+        + f"""\
 SELECT tasa_puntos, moneda FROM programas WHERE id = '{PROGRAM}';
 SELECT pk AS fpk FROM fans WHERE programa_id = '{PROGRAM}'
   AND fan_id = 'F' || lpad(:f::text, 6, '0') AND estado = 'activo' \\gset
@@ -114,27 +121,32 @@ INSERT INTO ventas (programa_id, modo, id_externo, fan_pk, importe_centavos, mon
   VALUES ('{PROGRAM}', 'vivo', 'pg' || :x, :fpk, 123450, 'MXN', 'T1', now(), 123,
           (SELECT min(id) FROM claves))
   ON CONFLICT DO NOTHING RETURNING id AS vid \\gset
-""" + _CREDIT_SQL.format(pts=123, ref_column="venta_id", motivo="venta", ref=":vid")
-       + "END;\n"),
-    _resolve("id", 'string.format("f%06d", g)',
-             "fan_id = 'F' || lpad(:g::text, 6, '0')"),
-    _resolve("correo", '"F" .. g .. "@Example.com"',
-             "lower(correo) = 'f' || :g || '@example.com'"),
-    _resolve("url", '"https://bench.example/fan/v/qr-" .. g',
-             "qr_token = 'qr-' || :g"),
-    _resolve("codigo", 'string.format("r%08d", g)',
-             "pk = (SELECT fan_pk FROM codigos WHERE programa_id = 'bench' AND codigo = "
-             "'R' || lpad(:g::text, 8, '0') AND estado IN ('asignado', 'canjeado') LIMIT 1)"),
+"""
+        + _CREDIT_SQL.format(pts=123, ref_column="venta_id", motivo="venta", ref=":vid")
+        + "END;\n",
+    ),
+    _resolve("id", 'string.format("f%06d", g)', "fan_id = 'F' || lpad(:g::text, 6, '0')"),
+    _resolve("correo", '"F" .. g .. "@Example.com"', "lower(correo) = 'f' || :g || '@example.com'"),
+    _resolve("url", '"https://bench.example/fan/v/qr-" .. g', "qr_token = 'qr-' || :g"),
+    _resolve(
+        "codigo",
+        'string.format("r%08d", g)',
+        "pk = (SELECT fan_pk FROM codigos WHERE programa_id = 'bench' AND codigo = "
+        "'R' || lpad(:g::text, 8, '0') AND estado IN ('asignado', 'canjeado') LIMIT 1)",
+    ),
     _resolve("qr", '"qr-" .. g', "qr_token = 'qr-' || :g"),
     # wrk burns the first half of the `Canje` codes, pgbench the second half.
-    Op(name="redeem",
-       wrk="""
+    Op(
+        name="redeem",
+        wrk="""
 function request()
   local body = string.format('{"codigo":"C%08d","terminal":"T1"}', math.random(1, {half}))
   return post("/api/v1/redeem", body)
 end
 """,
-       pgbench="\\set c random({codes} / 2 + 1, {codes})\nBEGIN;\n" + _KEY_SQL + f"""\
+        pgbench="\\set c random({codes} / 2 + 1, {codes})\nBEGIN;\n"
+        + _KEY_SQL
+        + f"""\
 SELECT c.id AS cid, c.fan_pk AS fpk, p.puntos_canje AS pts
   FROM codigos c JOIN promos p ON p.id = c.promo_id
   WHERE c.programa_id = '{PROGRAM}' AND c.codigo = 'C' || lpad(:c::text, 8, '0')
@@ -142,15 +154,19 @@ SELECT c.id AS cid, c.fan_pk AS fpk, p.puntos_canje AS pts
 UPDATE codigos SET estado = 'canjeado', canjeado_en = now(), canje_terminal = 'T1',
                    canje_registrado = now()
   WHERE id = :cid AND estado = 'asignado';
-""" + _CREDIT_SQL.format(pts=":pts", ref_column="codigo_id", motivo="canje", ref=":cid")
-       + "END;\n"),
-    Op(name="ping",
-       wrk="""
+"""
+        + _CREDIT_SQL.format(pts=":pts", ref_column="codigo_id", motivo="canje", ref=":cid")
+        + "END;\n",
+    ),
+    Op(
+        name="ping",
+        wrk="""
 function request()
   return wrk.format("POST", "/api/v1/ping", {["Authorization"] = "Bearer " .. key()}, "")
 end
 """,
-       pgbench=_KEY_SQL),
+        pgbench=_KEY_SQL,
+    ),
 ]
 
 
@@ -158,11 +174,29 @@ def _profile(stack: FullStack, seconds: float) -> list[subprocess.Popen[bytes]]:
     spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
     if not Path(spy).exists():
         raise SystemExit("error: --profile needs py-spy (pip install py-spy)")
-    return [subprocess.Popen([spy, "record", "-r", "200", "-d", f"{seconds - 1:.0f}", "-f",
-                              "raw", "--gil", "--nonblocking", "-o",
-                              f"bench-profile.{pid}.txt", "-p", str(pid)],
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            for pid in stack.python_pids()]
+    return [
+        subprocess.Popen(
+            [
+                spy,
+                "record",
+                "-r",
+                "200",
+                "-d",
+                f"{seconds - 1:.0f}",
+                "-f",
+                "raw",
+                "--gil",
+                "--nonblocking",
+                "-o",
+                f"bench-profile.{pid}.txt",
+                "-p",
+                str(pid),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        for pid in stack.python_pids()
+    ]
 
 
 def run(args: argparse.Namespace) -> int:
@@ -172,41 +206,62 @@ def run(args: argparse.Namespace) -> int:
         raise SystemExit(f"error: unknown operations {sorted(unknown)}")
     print(cores_line(), flush=True)
     failures = 0
-    with full_stack(fans=args.fans, codes=args.codes, workers=args.workers,
-                    pg_options=STATEMENTS if args.statements else ()) as stack:
+    with full_stack(
+        fans=args.fans,
+        codes=args.codes,
+        workers=args.workers,
+        pg_options=STATEMENTS if args.statements else (),
+    ) as stack:
         if args.statements:
             stack.psql("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
         for op in ops:
             fill = {"fans": args.fans, "codes": args.codes}
             wrk_script = op.wrk.replace("{fans}", str(args.fans)).replace(
-                "{half}", str(args.codes // 2))
+                "{half}", str(args.codes // 2)
+            )
             pg_script = op.pgbench.format(keyhash=stack.key_hash(KEY), **fill)
             for clients in args.clients:
                 stack.wait_outbox_empty()
-                run_wrk(stack.http_url, wrk_script, clients=clients, seconds=WARMUP_SECONDS,
-                        work=stack.work)
-                spies = (_profile(stack, args.seconds)
-                         if args.profile == f"{op.name}:{clients}" else [])
+                run_wrk(
+                    stack.http_url,
+                    wrk_script,
+                    clients=clients,
+                    seconds=WARMUP_SECONDS,
+                    work=stack.work,
+                )
+                spies = (
+                    _profile(stack, args.seconds) if args.profile == f"{op.name}:{clients}" else []
+                )
                 if args.statements:
                     stack.top_statements()  # reset: only this run's statements
                 before = cpu_snapshot(stack)
-                result = run_wrk(stack.http_url, wrk_script, clients=clients,
-                                 seconds=args.seconds, work=stack.work)
+                result = run_wrk(
+                    stack.http_url,
+                    wrk_script,
+                    clients=clients,
+                    seconds=args.seconds,
+                    work=stack.work,
+                )
                 after = cpu_snapshot(stack)
                 if args.statements:
                     with Path(args.statements).open("a") as out:
-                        out.write(f"== {op.name} c={clients} ({result.requests} calls)\n"
-                                  f"{stack.top_statements()}\n")
+                        out.write(
+                            f"== {op.name} c={clients} ({result.requests} calls)\n"
+                            f"{stack.top_statements()}\n"
+                        )
                 for spy in spies:
                     spy.wait()
                 tps = run_pgbench(stack, pg_script, clients=clients, seconds=args.seconds)
                 cpu = cpu_ms_per_call(before, after, result.requests)
                 failures += result.non2xx
-                print(f"{op.name:15} c={clients:<3} {result.rps:7.0f}/s  p50 {result.p50_ms:6.2f} "
-                      f"p99 {result.p99_ms:6.2f} ms  non2xx {result.non2xx:<3}| pgbench "
-                      f"{tps:7.0f}  ratio {result.rps / tps:4.2f} | CPU ms/call envoy "
-                      f"{cpu['envoy']:.2f} server {cpu['server']:.2f} pg {cpu['pg']:.2f} "
-                      f"machine {cpu['machine']:.2f}", flush=True)
+                print(
+                    f"{op.name:15} c={clients:<3} {result.rps:7.0f}/s  p50 {result.p50_ms:6.2f} "
+                    f"p99 {result.p99_ms:6.2f} ms  non2xx {result.non2xx:<3}| pgbench "
+                    f"{tps:7.0f}  ratio {result.rps / tps:4.2f} | CPU ms/call envoy "
+                    f"{cpu['envoy']:.2f} server {cpu['server']:.2f} pg {cpu['pg']:.2f} "
+                    f"machine {cpu['machine']:.2f}",
+                    flush=True,
+                )
                 if result.errors:
                     print("    " + result.errors.replace("\n", "\n    "), flush=True)
         stack.wait_outbox_empty()
@@ -217,18 +272,30 @@ def run(args: argparse.Namespace) -> int:
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seconds", type=float, default=10.0)
-    parser.add_argument("--clients", type=lambda s: [int(x) for x in s.split(",")],
-                        default=[1, 8, 32])
-    parser.add_argument("--ops", type=lambda s: s.split(","),
-                        default=[op.name for op in OPS])
+    parser.add_argument(
+        "--clients", type=lambda s: [int(x) for x in s.split(",")], default=[1, 8, 32]
+    )
+    parser.add_argument("--ops", type=lambda s: s.split(","), default=[op.name for op in OPS])
     parser.add_argument("--fans", type=int, default=100_000)
     parser.add_argument("--codes", type=int, default=400_000)
-    parser.add_argument("--workers", type=int, default=None,
-                        help="gRPC worker processes (default: loyalty up's, the CPU count)")
-    parser.add_argument("--statements", metavar="FILE", default="",
-                        help="append pg_stat_statements' top statements of each run to FILE")
-    parser.add_argument("--profile", metavar="OP:CLIENTS", default="",
-                        help="py-spy profiles of the server processes during that run")
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=None,
+        help="gRPC worker processes (default: loyalty up's, the CPU count)",
+    )
+    parser.add_argument(
+        "--statements",
+        metavar="FILE",
+        default="",
+        help="append pg_stat_statements' top statements of each run to FILE",
+    )
+    parser.add_argument(
+        "--profile",
+        metavar="OP:CLIENTS",
+        default="",
+        help="py-spy profiles of the server processes during that run",
+    )
     return parser.parse_args(argv)
 
 

@@ -222,13 +222,22 @@ def worker_main(job: WorkerJob, start: EventType, reports: Queue[WorkerReport]) 
     close = getattr(handle, "close", None)
     if close is not None:
         close()
-    reports.put(WorkerReport(os.getpid(), done=True, latencies=latencies.tobytes(),
-                             errors=errors, t_start=t_start, t_end=t_end,
-                             first_error=first_error))
+    reports.put(
+        WorkerReport(
+            os.getpid(),
+            done=True,
+            latencies=latencies.tobytes(),
+            errors=errors,
+            t_start=t_start,
+            t_end=t_end,
+            first_error=first_error,
+        )
+    )
 
 
-def _gather(reports: Queue[WorkerReport], workers: list[BaseProcess], *, done: bool,
-            timeout: float) -> list[WorkerReport]:
+def _gather(
+    reports: Queue[WorkerReport], workers: list[BaseProcess], *, done: bool, timeout: float
+) -> list[WorkerReport]:
     """One report (ready or done) from every worker, within `timeout` seconds."""
     deadline = time.monotonic() + timeout
     got: list[WorkerReport] = []
@@ -248,20 +257,19 @@ def _gather(reports: Queue[WorkerReport], workers: list[BaseProcess], *, done: b
     return got
 
 
-def run_python_load(ctx: SpawnContext, job: WorkerJob, concurrency: int, label: str
-                    ) -> Result:
+def run_python_load(ctx: SpawnContext, job: WorkerJob, concurrency: int, label: str) -> Result:
     reports: Queue[WorkerReport] = ctx.Queue()
     start = ctx.Event()
     workers: list[BaseProcess] = [
         ctx.Process(target=worker_main, args=(job, start, reports), daemon=True)
-        for _ in range(concurrency)]
+        for _ in range(concurrency)
+    ]
     for worker in workers:
         worker.start()
     try:
         _gather(reports, workers, done=False, timeout=STARTUP_TIMEOUT)
         start.set()
-        done = _gather(reports, workers, done=True,
-                       timeout=job.seconds + REQUEST_TIMEOUT + 30)
+        done = _gather(reports, workers, done=True, timeout=job.seconds + REQUEST_TIMEOUT + 30)
         for worker in workers:
             worker.join(timeout=10)
     finally:
@@ -275,11 +283,17 @@ def run_python_load(ctx: SpawnContext, job: WorkerJob, concurrency: int, label: 
     ordered = sorted(latencies)
     # CLOCK_MONOTONIC is system-wide on Linux, so the workers' clocks agree.
     seconds = max(r.t_end for r in done) - min(r.t_start for r in done)
-    return Result(label=label, generator=f"{concurrency} Python processes",
-                  requests=len(ordered), errors=sum(r.errors for r in done), seconds=seconds,
-                  p50_ms=percentile(ordered, 50) * 1e3, p90_ms=percentile(ordered, 90) * 1e3,
-                  p99_ms=percentile(ordered, 99) * 1e3,
-                  first_error=next((r.first_error for r in done if r.first_error), ""))
+    return Result(
+        label=label,
+        generator=f"{concurrency} Python processes",
+        requests=len(ordered),
+        errors=sum(r.errors for r in done),
+        seconds=seconds,
+        p50_ms=percentile(ordered, 50) * 1e3,
+        p90_ms=percentile(ordered, 90) * 1e3,
+        p99_ms=percentile(ordered, 99) * 1e3,
+        first_error=next((r.first_error for r in done if r.first_error), ""),
+    )
 
 
 # ---------------------------------------------------------------- wrk
@@ -314,17 +328,31 @@ end
 """
 
 
-def run_wrk(wrk: str, url: str, *, key: str, seconds: float, concurrency: int,
-            work_dir: Path, label: str) -> Result:
+def run_wrk(
+    wrk: str, url: str, *, key: str, seconds: float, concurrency: int, work_dir: Path, label: str
+) -> Result:
     script = work_dir / "ping.lua"
     script.write_text(WRK_SCRIPT % {"key": key}, encoding="utf-8")
     threads = max(1, min(concurrency, os.cpu_count() or 1))
 
     def wrk_for(duration: float) -> subprocess.CompletedProcess[str]:
-        command = [wrk, "-t", str(threads), "-c", str(concurrency), "-d", f"{duration:g}s",
-                   "--timeout", f"{REQUEST_TIMEOUT:g}s", "-s", str(script), url + PING_PATH]
-        return subprocess.run(command, capture_output=True, text=True,
-                              timeout=duration + 30, check=False)
+        command = [
+            wrk,
+            "-t",
+            str(threads),
+            "-c",
+            str(concurrency),
+            "-d",
+            f"{duration:g}s",
+            "--timeout",
+            f"{REQUEST_TIMEOUT:g}s",
+            "-s",
+            str(script),
+            url + PING_PATH,
+        ]
+        return subprocess.run(
+            command, capture_output=True, text=True, timeout=duration + 30, check=False
+        )
 
     # Warm-up (connections, Envoy's upstream connection, the server's worker threads, the
     # key cache), like the Python workers' WARMUP_REQUESTS; not reported.
@@ -335,16 +363,28 @@ def run_wrk(wrk: str, url: str, *, key: str, seconds: float, concurrency: int,
     if done.returncode != 0 or numbers is None:
         raise RuntimeError(f"wrk failed ({done.returncode}):\n{done.stdout}\n{done.stderr}")
     total, duration_us, bad, connect, read, write, timeout, p50, p90, p99 = map(int, numbers)
-    first = next((line[len("BENCH_FIRST_ERROR "):] for line in lines
-                  if line.startswith("BENCH_FIRST_ERROR ")), "").strip()
+    first = next(
+        (
+            line[len("BENCH_FIRST_ERROR ") :]
+            for line in lines
+            if line.startswith("BENCH_FIRST_ERROR ")
+        ),
+        "",
+    ).strip()
     socket_errors = connect + read + write + timeout
     if socket_errors and not first:
-        first = (f"socket errors: connect {connect}, read {read}, write {write}, "
-                 f"timeout {timeout}")
-    return Result(label=label, generator=f"wrk -t{threads} -c{concurrency}",
-                  requests=total - bad, errors=bad + socket_errors,
-                  seconds=duration_us / 1e6, p50_ms=p50 / 1e3, p90_ms=p90 / 1e3,
-                  p99_ms=p99 / 1e3, first_error=first)
+        first = f"socket errors: connect {connect}, read {read}, write {write}, timeout {timeout}"
+    return Result(
+        label=label,
+        generator=f"wrk -t{threads} -c{concurrency}",
+        requests=total - bad,
+        errors=bad + socket_errors,
+        seconds=duration_us / 1e6,
+        p50_ms=p50 / 1e3,
+        p90_ms=p90 / 1e3,
+        p99_ms=p99 / 1e3,
+        first_error=first,
+    )
 
 
 # ---------------------------------------------------------------- the stack
@@ -368,15 +408,32 @@ class ChildServer:
     def __init__(self, *, database_url: str, admin_token: str, work_dir: Path) -> None:
         self.port = free_port()
         self.log_path = work_dir / "serve.log"
-        env = dict(os.environ, LOYALTY_DATABASE_URL=database_url,
-                   LOYALTY_ADMIN_TOKEN=admin_token, LOYALTY_LOG_LEVEL="WARNING",
-                   LOYALTY_RATE_LIMIT_PER_MINUTE=str(RATE_LIMIT))
+        env = dict(
+            os.environ,
+            LOYALTY_DATABASE_URL=database_url,
+            LOYALTY_ADMIN_TOKEN=admin_token,
+            LOYALTY_LOG_LEVEL="WARNING",
+            LOYALTY_RATE_LIMIT_PER_MINUTE=str(RATE_LIMIT),
+        )
         with self.log_path.open("ab") as log:
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "loyalty_grpc.runtime.cli", "serve",
-                 "--grpc-host", "127.0.0.1", "--grpc-port", str(self.port),
-                 "--data-dir", str(work_dir / "serve-data")],
-                stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env)
+                [
+                    sys.executable,
+                    "-m",
+                    "loyalty_grpc.runtime.cli",
+                    "serve",
+                    "--grpc-host",
+                    "127.0.0.1",
+                    "--grpc-port",
+                    str(self.port),
+                    "--data-dir",
+                    str(work_dir / "serve-data"),
+                ],
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+                env=env,
+            )
         try:
             self._wait_serving()
         except BaseException:
@@ -392,8 +449,10 @@ class ChildServer:
             stub = health_pb2_grpc.HealthStub(channel)
             while True:
                 if self.process.poll() is not None:
-                    raise RuntimeError(f"`loyalty serve` exited with {self.process.returncode}:"
-                                       f"\n{self.log_path.read_text(errors='replace')}")
+                    raise RuntimeError(
+                        f"`loyalty serve` exited with {self.process.returncode}:"
+                        f"\n{self.log_path.read_text(errors='replace')}"
+                    )
                 try:
                     reply = stub.Check(health_pb2.HealthCheckRequest(), timeout=1.0)
                     if reply.status == health_pb2.HealthCheckResponse.SERVING:
@@ -415,12 +474,20 @@ class ChildServer:
 
 
 def fixture_json(key: str) -> str:
-    return json.dumps({"programas": [{
-        "id": "bench", "nombre": "Club Bench", "tasa_puntos": "0.1",
-        "qr_url": "https://bench.example/fan",
-        "claves": [{"clave": key, "integracion": "Kiosko Bench", "permisos": []}],
-        "fans": [],
-    }]})
+    return json.dumps(
+        {
+            "programas": [
+                {
+                    "id": "bench",
+                    "nombre": "Club Bench",
+                    "tasa_puntos": "0.1",
+                    "qr_url": "https://bench.example/fan",
+                    "claves": [{"clave": key, "integracion": "Kiosko Bench", "permisos": []}],
+                    "fans": [],
+                }
+            ]
+        }
+    )
 
 
 @dataclass
@@ -460,19 +527,33 @@ def running_stack(work: Path, *, server_process: bool) -> Iterator[Stack]:
             server = ChildServer(database_url=db.url, admin_token=admin_token, work_dir=work)
             where = "in a child process (`python -m loyalty_grpc.runtime.cli serve`)"
         else:
-            grpc_server = build_server(ServerSettings(
-                database_url=db.url, admin_token=admin_token, port=0,
-                rate_limit_per_minute=RATE_LIMIT))
+            grpc_server = build_server(
+                ServerSettings(
+                    database_url=db.url,
+                    admin_token=admin_token,
+                    port=0,
+                    rate_limit_per_minute=RATE_LIMIT,
+                )
+            )
             grpc_server.start()
             server = grpc_server
             where = "in the benchmark process"
         cleanup.callback(server.stop)
-        proxy = EnvoyProcess.start(http_port=free_port(), upstream_host="127.0.0.1",
-                                   upstream_port=server.port, work_dir=work / "envoy",
-                                   listen_host="127.0.0.1")
+        proxy = EnvoyProcess.start(
+            http_port=free_port(),
+            upstream_host="127.0.0.1",
+            upstream_port=server.port,
+            work_dir=work / "envoy",
+            listen_host="127.0.0.1",
+        )
         cleanup.callback(proxy.stop)
-        yield Stack(key=key, grpc_port=server.port, http_port=proxy.http_port,
-                    http_url=proxy.url, where=where)
+        yield Stack(
+            key=key,
+            grpc_port=server.port,
+            http_port=proxy.http_port,
+            http_url=proxy.url,
+            where=where,
+        )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -483,59 +564,103 @@ def run(args: argparse.Namespace) -> int:
     results: list[Result] = []
     began = time.monotonic()
     print("starting embedded PostgreSQL, gRPC server and Envoy ...", flush=True)
-    with tempfile.TemporaryDirectory(prefix="loyalty-bench-") as tmp, \
-            running_stack(Path(tmp), server_process=args.grpc_server_process) as stack:
-        print(f"stack up in {time.monotonic() - began:.1f} s; measuring {args.seconds:g} s "
-              "per row ...", flush=True)
+    with (
+        tempfile.TemporaryDirectory(prefix="loyalty-bench-") as tmp,
+        running_stack(Path(tmp), server_process=args.grpc_server_process) as stack,
+    ):
+        print(
+            f"stack up in {time.monotonic() - began:.1f} s; measuring {args.seconds:g} s "
+            "per row ...",
+            flush=True,
+        )
         label_http = "POST /api/v1/ping via Envoy (HTTP/1.1 keep-alive)"
         if wrk is not None:
-            results.append(run_wrk(wrk, stack.http_url, key=stack.key, seconds=args.seconds,
-                                   concurrency=args.concurrency, work_dir=Path(tmp),
-                                   label=label_http))
+            results.append(
+                run_wrk(
+                    wrk,
+                    stack.http_url,
+                    key=stack.key,
+                    seconds=args.seconds,
+                    concurrency=args.concurrency,
+                    work_dir=Path(tmp),
+                    label=label_http,
+                )
+            )
         else:
-            results.append(run_python_load(
-                ctx, WorkerJob("http", "127.0.0.1", stack.http_port, stack.key, args.seconds),
-                args.concurrency, label_http))
-        results.append(run_python_load(
-            ctx, WorkerJob("grpc", "127.0.0.1", stack.grpc_port, stack.key, args.seconds),
-            args.concurrency, "Ping over native gRPC, direct to the server"))
+            results.append(
+                run_python_load(
+                    ctx,
+                    WorkerJob("http", "127.0.0.1", stack.http_port, stack.key, args.seconds),
+                    args.concurrency,
+                    label_http,
+                )
+            )
+        results.append(
+            run_python_load(
+                ctx,
+                WorkerJob("grpc", "127.0.0.1", stack.grpc_port, stack.key, args.seconds),
+                args.concurrency,
+                "Ping over native gRPC, direct to the server",
+            )
+        )
         where = stack.where
     print_report(results, args=args, where=where, total=time.monotonic() - began)
     return 1 if any(r.errors for r in results) else 0
 
 
-def print_report(results: list[Result], *, args: argparse.Namespace, where: str,
-                 total: float) -> None:
+def print_report(
+    results: list[Result], *, args: argparse.Namespace, where: str, total: float
+) -> None:
     header = f"{'':52} {'req/s':>8} {'p50 ms':>7} {'p90 ms':>7} {'p99 ms':>7} {'errors':>6}"
     print()
-    print(f"ping, {args.seconds:g} s per row, concurrency {args.concurrency}; gRPC server "
-          f"{where}, 16 worker threads, key cache TTL 5 s; Envoy --concurrency 1")
+    print(
+        f"ping, {args.seconds:g} s per row, concurrency {args.concurrency}; gRPC server "
+        f"{where}, 16 worker threads, key cache TTL 5 s; Envoy --concurrency 1"
+    )
     print(header)
     print("-" * len(header))
     for r in results:
-        print(f"{r.label:52} {r.rps:8.0f} {r.p50_ms:7.2f} {r.p90_ms:7.2f} {r.p99_ms:7.2f} "
-              f"{r.errors:6d}")
+        print(
+            f"{r.label:52} {r.rps:8.0f} {r.p50_ms:7.2f} {r.p90_ms:7.2f} {r.p99_ms:7.2f} "
+            f"{r.errors:6d}"
+        )
     print()
     for r in results:
-        print(f"  {r.label}: {r.requests} OK in {r.seconds:.1f} s, load generator: "
-              f"{r.generator}")
+        print(f"  {r.label}: {r.requests} OK in {r.seconds:.1f} s, load generator: {r.generator}")
         if r.first_error:
             print(f"    first error: {r.first_error}")
-    print(f"os.cpu_count() = {os.cpu_count()}. The load generator runs on the same machine "
-          "and competes with the server, Envoy and PostgreSQL for these cores.")
+    print(
+        f"os.cpu_count() = {os.cpu_count()}. The load generator runs on the same machine "
+        "and competes with the server, Envoy and PostgreSQL for these cores."
+    )
     print(f"total run time {total:.1f} s (including start-up and shutdown)")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0] if __doc__ else "")
-    parser.add_argument("--seconds", type=float, default=10.0,
-                        help=f"measurement time per row (default 10, at most {MAX_SECONDS:g})")
-    parser.add_argument("--concurrency", type=int, default=16,
-                        help="connections / channels / worker processes (default 16)")
-    parser.add_argument("--grpc-server-process", action="store_true",
-                        help="run the gRPC server as a child `loyalty serve` process")
-    parser.add_argument("--load-generator", choices=("auto", "wrk", "python"), default="auto",
-                        help="HTTP load generator: wrk if on PATH (auto), or Python processes")
+    parser.add_argument(
+        "--seconds",
+        type=float,
+        default=10.0,
+        help=f"measurement time per row (default 10, at most {MAX_SECONDS:g})",
+    )
+    parser.add_argument(
+        "--concurrency",
+        type=int,
+        default=16,
+        help="connections / channels / worker processes (default 16)",
+    )
+    parser.add_argument(
+        "--grpc-server-process",
+        action="store_true",
+        help="run the gRPC server as a child `loyalty serve` process",
+    )
+    parser.add_argument(
+        "--load-generator",
+        choices=("auto", "wrk", "python"),
+        default="auto",
+        help="HTTP load generator: wrk if on PATH (auto), or Python processes",
+    )
     args = parser.parse_args(argv)
     if not 0 < args.seconds <= MAX_SECONDS:
         parser.error(f"--seconds must be in (0, {MAX_SECONDS:g}]")
@@ -546,8 +671,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    logging.basicConfig(level=logging.WARNING,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
     return run(args)
 
 

@@ -65,11 +65,18 @@ WHERE p.programa_id = 'bench' ORDER BY p.id"""
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0] if __doc__ else "")
-    parser.add_argument("--codes", type=int, default=1_000_000,
-                        help=f"codes of the big promotion (default 1,000,000, at most "
-                             f"{MAX_CODES:,})")
-    parser.add_argument("--others", type=int, default=20,
-                        help=f"other promotions of {OTHER_CODES:,} codes (default 20)")
+    parser.add_argument(
+        "--codes",
+        type=int,
+        default=1_000_000,
+        help=f"codes of the big promotion (default 1,000,000, at most {MAX_CODES:,})",
+    )
+    parser.add_argument(
+        "--others",
+        type=int,
+        default=20,
+        help=f"other promotions of {OTHER_CODES:,} codes (default 20)",
+    )
     parser.add_argument("--runs", type=int, default=20, help="calls per row (default 20)")
     args = parser.parse_args(argv)
     if not 1 <= args.codes <= MAX_CODES:
@@ -83,10 +90,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def expected_inventory(count: int) -> dict[str, int]:
     """The counts bulk_codes' state mix gives for codes 1..count (g % 10)."""
-    by_rest = [sum(1 for _ in range(r, count + 1, 10)) if r else count // 10
-               for r in range(10)]
-    return {"disponibles": sum(by_rest[0:6]), "asignados": sum(by_rest[6:8]),
-            "canjeados": by_rest[8], "liberados": by_rest[9]}
+    by_rest = [sum(1 for _ in range(r, count + 1, 10)) if r else count // 10 for r in range(10)]
+    return {
+        "disponibles": sum(by_rest[0:6]),
+        "asignados": sum(by_rest[6:8]),
+        "canjeados": by_rest[8],
+        "liberados": by_rest[9],
+    }
 
 
 def run(args: argparse.Namespace) -> int:
@@ -95,19 +105,25 @@ def run(args: argparse.Namespace) -> int:
     began = time.monotonic()
     others = [f"Otra {i:03d}" for i in range(args.others)]
     print("starting embedded PostgreSQL, gRPC server and Envoy ...", flush=True)
-    with tempfile.TemporaryDirectory(prefix="loyalty-bench-") as tmp, \
-            running_stack(Path(tmp), [BIG, *others]) as stack, \
-            httpx.Client(base_url=stack.http_url, timeout=30,
-                         headers={"Authorization": f"Bearer {stack.key}"}) as http:
+    with (
+        tempfile.TemporaryDirectory(prefix="loyalty-bench-") as tmp,
+        running_stack(Path(tmp), [BIG, *others]) as stack,
+        httpx.Client(
+            base_url=stack.http_url, timeout=30, headers={"Authorization": f"Bearer {stack.key}"}
+        ) as http,
+    ):
         big_id = stack.promo_id(BIG)
         load = bulk_codes(stack.engine, big_id, args.codes, prefix="M", mixed=True)
         for nombre in others:
-            load += bulk_codes(stack.engine, stack.promo_id(nombre), OTHER_CODES,
-                               prefix="O", mixed=True)
+            load += bulk_codes(
+                stack.engine, stack.promo_id(nombre), OTHER_CODES, prefix="O", mixed=True
+            )
         checkpoint(stack.engine)
         total = args.codes + args.others * OTHER_CODES
-        print(f"loaded {total:,} codes in {load:.1f} s (set-based INSERT … SELECT "
-              "generate_series)", flush=True)
+        print(
+            f"loaded {total:,} codes in {load:.1f} s (set-based INSERT … SELECT generate_series)",
+            flush=True,
+        )
 
         def listing() -> None:
             response = http.get("/api/v1/promos")
@@ -115,8 +131,10 @@ def run(args: argparse.Namespace) -> int:
                 raise SystemExit(f"error: HTTP {response.status_code}: {response.text[:300]}")
             promos = response.json()["data"]["promos"]
             big = next(p for p in promos if p["id"] == big_id)
-            if big["inventario"] != expected_inventory(args.codes) or \
-                    len(promos) != 1 + args.others:
+            if (
+                big["inventario"] != expected_inventory(args.codes)
+                or len(promos) != 1 + args.others
+            ):
                 raise SystemExit(f"error: wrong listing: {big}")
 
         query = listing_query("bench")
@@ -132,31 +150,43 @@ def run(args: argparse.Namespace) -> int:
         deadline = time.monotonic() + MAX_SECONDS
         rows: list[Timing] = []
         listing()  # warm-up: connections, key cache, plan
-        rows.append(timed("GET /api/v1/promos via Envoy, before VACUUM", args.runs, listing,
-                          deadline=deadline))
+        rows.append(
+            timed(
+                "GET /api/v1/promos via Envoy, before VACUUM", args.runs, listing, deadline=deadline
+            )
+        )
         vacuumed = vacuum_analyze(stack.engine)
         for _ in range(3):  # warm-up after VACUUM
             listing()
-        rows += interleaved({
-            "GET /api/v1/promos via Envoy, after VACUUM ANALYZE": listing,
-            "the listing statement alone (direct connection)": query_alone,
-            "not used: one pass, count(*) FILTER (WHERE estado=…) ×4": filter_alternative,
-        }, args.runs, deadline=deadline)
-        sql = str(query.compile(dialect=stack.engine.dialect,
-                                compile_kwargs={"literal_binds": True}))
+        rows += interleaved(
+            {
+                "GET /api/v1/promos via Envoy, after VACUUM ANALYZE": listing,
+                "the listing statement alone (direct connection)": query_alone,
+                "not used: one pass, count(*) FILTER (WHERE estado=…) ×4": filter_alternative,
+            },
+            args.runs,
+            deadline=deadline,
+        )
+        sql = str(
+            query.compile(dialect=stack.engine.dialect, compile_kwargs={"literal_binds": True})
+        )
         with stack.engine.connect() as conn:
             plan = [r[0] for r in conn.execute(text("EXPLAIN (ANALYZE, BUFFERS) " + sql))]
 
     print()
-    print(f"promos: 1 promotion of {args.codes:,} codes + {args.others} of {OTHER_CODES:,}; "
-          "listing checked exact on every call")
+    print(
+        f"promos: 1 promotion of {args.codes:,} codes + {args.others} of {OTHER_CODES:,}; "
+        "listing checked exact on every call"
+    )
     print(HEADER)
     print("-" * len(HEADER))
     for row in rows:
         print(row.row())
     print()
-    print(f"VACUUM ANALYZE codigos + CHECKPOINT took {vacuumed:.1f} s. EXPLAIN ANALYZE of "
-          "the statement (after VACUUM; its per-row timing adds overhead):")
+    print(
+        f"VACUUM ANALYZE codigos + CHECKPOINT took {vacuumed:.1f} s. EXPLAIN ANALYZE of "
+        "the statement (after VACUUM; its per-row timing adds overhead):"
+    )
     for line in plan:
         if any(word in line for word in ("Index Only Scan", "Heap Fetches", "Execution Time")):
             print("   ", line.strip())

@@ -62,21 +62,28 @@ SETTINGS = (("off", 0, 0), ("on", ON_LIMIT, 0), ("per call", ON_LIMIT, 1))
 
 
 @contextlib.contextmanager
-def server_and_envoy(database_url: str, work: Path, limit: int, batch: int
-                     ) -> Iterator[tuple[int, int]]:
+def server_and_envoy(
+    database_url: str, work: Path, limit: int, batch: int
+) -> Iterator[tuple[int, int]]:
     """(gRPC port, HTTP port) of a server with `limit` and Envoy in front of it."""
     from loyalty_grpc.api.server import ServerSettings, build_server
     from loyalty_grpc.runtime.envoy import EnvoyProcess
 
-    server = build_server(ServerSettings(database_url=database_url,
-                                         admin_token=secrets.token_urlsafe(24), port=0,
-                                         rate_limit_per_minute=limit,
-                                         rate_limit_batch=batch))
+    server = build_server(
+        ServerSettings(
+            database_url=database_url,
+            admin_token=secrets.token_urlsafe(24),
+            port=0,
+            rate_limit_per_minute=limit,
+            rate_limit_batch=batch,
+        )
+    )
     server.start()
     try:
         http_port = free_port()
-        proxy = EnvoyProcess.start(http_port=http_port, upstream_host="127.0.0.1",
-                                   upstream_port=server.port, work_dir=work)
+        proxy = EnvoyProcess.start(
+            http_port=http_port, upstream_host="127.0.0.1", upstream_port=server.port, work_dir=work
+        )
         try:
             yield server.port, http_port
         finally:
@@ -104,8 +111,7 @@ def statement_cost(database_url: str) -> tuple[float, float]:
         counters = PgCounters(engine)
 
         def reserve() -> None:
-            reserva = counters.reserve(clave_id, 2, ON_LIMIT, Devolucion(0, 0, 0),
-                                       holgura=holgura)
+            reserva = counters.reserve(clave_id, 2, ON_LIMIT, Devolucion(0, 0, 0), holgura=holgura)
             assert reserva.concedidas == 2
 
         def settle() -> None:
@@ -124,8 +130,9 @@ def statement_cost(database_url: str) -> tuple[float, float]:
         engine.dispose()
 
 
-def limiter_alone(database_url: str, seconds: float = 3.0, threads: int = 16
-                  ) -> tuple[float, float]:
+def limiter_alone(
+    database_url: str, seconds: float = 3.0, threads: int = 16
+) -> tuple[float, float]:
     """(calls/s, database requests/s) of `RateLimiter.take` itself: `threads` threads, one
     key, batches as in production, no gRPC."""
     import threading
@@ -141,12 +148,20 @@ def limiter_alone(database_url: str, seconds: float = 3.0, threads: int = 16
     requests = [0]
 
     class Counting(PgCounters):
-        def reserve(self, clave_id: int, pedidas: int, limite: int,
-                    devolucion: Devolucion | None = None, *, holgura: int,
-                    segundo: int | None = None) -> Reserva:
+        def reserve(
+            self,
+            clave_id: int,
+            pedidas: int,
+            limite: int,
+            devolucion: Devolucion | None = None,
+            *,
+            holgura: int,
+            segundo: int | None = None,
+        ) -> Reserva:
             requests[0] += 1
-            return super().reserve(clave_id, pedidas, limite, devolucion, holgura=holgura,
-                                   segundo=segundo)
+            return super().reserve(
+                clave_id, pedidas, limite, devolucion, holgura=holgura, segundo=segundo
+            )
 
     engine = make_engine(database_url, pool_size=threads)
     try:
@@ -197,33 +212,57 @@ def run(args: argparse.Namespace) -> int:
                     envoy_dir = work / f"envoy-{name.replace(' ', '-')}-{round_}"
                     envoy_dir.mkdir()
                     with server_and_envoy(db.url, envoy_dir, limit, batch) as (
-                            grpc_port, http_port):
+                        grpc_port,
+                        http_port,
+                    ):
                         label = f"limiter {name}: POST /api/v1/ping via Envoy"
                         if wrk is not None:
-                            result = run_wrk(wrk, f"http://127.0.0.1:{http_port}", key=key,
-                                             seconds=args.seconds,
-                                             concurrency=args.concurrency,
-                                             work_dir=envoy_dir, label=label)
+                            result = run_wrk(
+                                wrk,
+                                f"http://127.0.0.1:{http_port}",
+                                key=key,
+                                seconds=args.seconds,
+                                concurrency=args.concurrency,
+                                work_dir=envoy_dir,
+                                label=label,
+                            )
                         else:
                             result = run_python_load(
-                                ctx, WorkerJob("http", "127.0.0.1", http_port, key,
-                                               args.seconds), args.concurrency, label)
+                                ctx,
+                                WorkerJob("http", "127.0.0.1", http_port, key, args.seconds),
+                                args.concurrency,
+                                label,
+                            )
                         rows.append((name, result))
-                        rows.append((name, run_python_load(
-                            ctx, WorkerJob("grpc", "127.0.0.1", grpc_port, key, args.seconds),
-                            args.concurrency, f"limiter {name}: Ping over native gRPC")))
+                        rows.append(
+                            (
+                                name,
+                                run_python_load(
+                                    ctx,
+                                    WorkerJob("grpc", "127.0.0.1", grpc_port, key, args.seconds),
+                                    args.concurrency,
+                                    f"limiter {name}: Ping over native gRPC",
+                                ),
+                            )
+                        )
         finally:
             db.stop()
     print_report(rows, args, micros, alone)
     return 1 if any(r.errors for _, r in rows) else 0
 
 
-def print_report(rows: list[tuple[str, Result]], args: argparse.Namespace,
-                 micros: tuple[float, float], alone: tuple[float, float]) -> None:
+def print_report(
+    rows: list[tuple[str, Result]],
+    args: argparse.Namespace,
+    micros: tuple[float, float],
+    alone: tuple[float, float],
+) -> None:
     header = f"{'':44} {'calls/s':>8} {'p50 ms':>7} {'p99 ms':>7} {'errors':>6}"
     print()
-    print(f"ping, one key, {args.seconds:g} s per row, concurrency {args.concurrency}, "
-          f"{args.rounds} round(s); server in-process, 16 threads, key cache 5 s")
+    print(
+        f"ping, one key, {args.seconds:g} s per row, concurrency {args.concurrency}, "
+        f"{args.rounds} round(s); server in-process, 16 threads, key cache 5 s"
+    )
     print(header)
     print("-" * len(header))
     for _, r in rows:
@@ -231,13 +270,19 @@ def print_report(rows: list[tuple[str, Result]], args: argparse.Namespace,
     for _, r in rows:
         if r.first_error:
             print(f"  {r.label}: first error: {r.first_error}")
-    print(f"\nthe statements alone (sequential, one thread): PgCounters.reserve "
-          f"{micros[0]:.0f} us per request, PgCounters.settle {micros[1]:.0f} us per "
-          "settlement")
-    print(f"the limiter alone (RateLimiter.take, 16 threads, one key, no gRPC): "
-          f"{alone[0]:,.0f} calls/s with {alone[1]:,.0f} database requests/s")
-    print(f"os.cpu_count() = {os.cpu_count()}; load generators, Envoy and PostgreSQL share "
-          "these cores with the server")
+    print(
+        f"\nthe statements alone (sequential, one thread): PgCounters.reserve "
+        f"{micros[0]:.0f} us per request, PgCounters.settle {micros[1]:.0f} us per "
+        "settlement"
+    )
+    print(
+        f"the limiter alone (RateLimiter.take, 16 threads, one key, no gRPC): "
+        f"{alone[0]:,.0f} calls/s with {alone[1]:,.0f} database requests/s"
+    )
+    print(
+        f"os.cpu_count() = {os.cpu_count()}; load generators, Envoy and PostgreSQL share "
+        "these cores with the server"
+    )
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

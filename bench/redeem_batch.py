@@ -33,9 +33,12 @@ BATCH = 500
 def run(args: argparse.Namespace) -> int:
     print(cores_line(), flush=True)
     codes = BATCH * (args.runs + 1)
-    with full_stack(fans=args.fans, codes=codes) as stack, httpx.Client(
-            base_url=stack.http_url, timeout=30,
-            headers={"Authorization": f"Bearer {KEY}"}) as http:
+    with (
+        full_stack(fans=args.fans, codes=codes) as stack,
+        httpx.Client(
+            base_url=stack.http_url, timeout=30, headers={"Authorization": f"Bearer {KEY}"}
+        ) as http,
+    ):
 
         def burn(batch: list[str], canjeados: int) -> float:
             started = time.perf_counter()
@@ -47,18 +50,24 @@ def run(args: argparse.Namespace) -> int:
             return seconds
 
         # Codes C00000001… go round-robin over the fans: 500 consecutive ones, 500 fans.
-        batches = [[f"C{n:08d}" for n in range(1 + i * BATCH, 1 + (i + 1) * BATCH)]
-                   for i in range(args.runs + 1)]
+        batches = [
+            [f"C{n:08d}" for n in range(1 + i * BATCH, 1 + (i + 1) * BATCH)]
+            for i in range(args.runs + 1)
+        ]
         burn(batches[-1], BATCH)  # warm-up
         fresh = [burn(batch, BATCH) for batch in batches[:-1]]
         again = [burn(batch, 0) for batch in batches[:-1]]
-        print(f"{'redeem, 500 codes per call':40} {'runs':>4} {'min ms':>8} {'median':>8} "
-              f"{'max':>8}")
-        for label, seconds in (("fresh (500 burns, 500 fans credited)", fresh),
-                               ("again (500 duplicados)", again)):
+        print(
+            f"{'redeem, 500 codes per call':40} {'runs':>4} {'min ms':>8} {'median':>8} {'max':>8}"
+        )
+        for label, seconds in (
+            ("fresh (500 burns, 500 fans credited)", fresh),
+            ("again (500 duplicados)", again),
+        ):
             ms = sorted(s * 1000 for s in seconds)
-            print(f"{label:40} {len(ms):4d} {ms[0]:8.1f} {statistics.median(ms):8.1f} "
-                  f"{ms[-1]:8.1f}")
+            print(
+                f"{label:40} {len(ms):4d} {ms[0]:8.1f} {statistics.median(ms):8.1f} {ms[-1]:8.1f}"
+            )
         stack.wait_outbox_empty()
         print(stack.audit())
     return 0

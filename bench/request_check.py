@@ -37,10 +37,13 @@ from loyalty_grpc.runtime.envoy import EnvoyProcess
 
 GATEWAY = Path(__file__).resolve().parents[1] / "gateway"
 
-TX = ('{"id_externo":"V-2026-000123","fan":"HAL0001","importe":"1,234.50",'
-      '"terminal":"Caja 3","sitio":"Estadio Norte","ts":"2026-11-21T15:16:52-06:00"}')
-CODES = '{"promo":"2x1 Hot Dog","codigos":[' + ",".join(
-    f'"HD-{i:060d}"' for i in range(5000)) + "]}"
+TX = (
+    '{"id_externo":"V-2026-000123","fan":"HAL0001","importe":"1,234.50",'
+    '"terminal":"Caja 3","sitio":"Estadio Norte","ts":"2026-11-21T15:16:52-06:00"}'
+)
+CODES = (
+    '{"promo":"2x1 Hot Dog","codigos":[' + ",".join(f'"HD-{i:060d}"' for i in range(5000)) + "]}"
+)
 OPS: dict[str, tuple[str, str]] = {
     "tx": ("/api/v1/tx", TX),
     "resolve": ("/api/v1/fan/resolve", '{"fan":"HAL0001"}'),
@@ -50,40 +53,67 @@ OPS: dict[str, tuple[str, str]] = {
 
 
 class Answer(pb_grpc.PosServiceServicer):
-    def Ping(self, request: pb.PingRequest, context: grpc.ServicerContext  # noqa: N802
-             ) -> pb.PingResponse:
+    def Ping(
+        self,
+        request: pb.PingRequest,
+        context: grpc.ServicerContext,
+    ) -> pb.PingResponse:
         return pb.PingResponse(ok=True)
 
-    def ResolveFan(self, request: pb.ResolveFanRequest,  # noqa: N802
-                   context: grpc.ServicerContext) -> pb.ResolveFanResponse:
+    def ResolveFan(
+        self,
+        request: pb.ResolveFanRequest,
+        context: grpc.ServicerContext,
+    ) -> pb.ResolveFanResponse:
         return pb.ResolveFanResponse(ok=True)
 
-    def RegisterTx(self, request: pb.RegisterTxRequest,  # noqa: N802
-                   context: grpc.ServicerContext) -> pb.RegisterTxResponse:
+    def RegisterTx(
+        self,
+        request: pb.RegisterTxRequest,
+        context: grpc.ServicerContext,
+    ) -> pb.RegisterTxResponse:
         return pb.RegisterTxResponse(ok=True)
 
-    def DepositCodes(self, request: pb.DepositCodesRequest,  # noqa: N802
-                     context: grpc.ServicerContext) -> pb.DepositCodesResponse:
+    def DepositCodes(
+        self,
+        request: pb.DepositCodesRequest,
+        context: grpc.ServicerContext,
+    ) -> pb.DepositCodesResponse:
         return pb.DepositCodesResponse(ok=True)
 
-    def PingGet(self, request: pb.PingGetRequest,  # noqa: N802
-                context: grpc.ServicerContext) -> pb.PingGetResponse:
+    def PingGet(
+        self,
+        request: pb.PingGetRequest,
+        context: grpc.ServicerContext,
+    ) -> pb.PingGetResponse:
         return pb.PingGetResponse(ok=True)
 
-    def Redeem(self, request: pb.RedeemRequest,  # noqa: N802
-               context: grpc.ServicerContext) -> pb.RedeemResponse:
+    def Redeem(
+        self,
+        request: pb.RedeemRequest,
+        context: grpc.ServicerContext,
+    ) -> pb.RedeemResponse:
         return pb.RedeemResponse(ok=True)
 
-    def ListPromos(self, request: pb.ListPromosRequest,  # noqa: N802
-                   context: grpc.ServicerContext) -> pb.ListPromosResponse:
+    def ListPromos(
+        self,
+        request: pb.ListPromosRequest,
+        context: grpc.ServicerContext,
+    ) -> pb.ListPromosResponse:
         return pb.ListPromosResponse(ok=True)
 
-    def Roster(self, request: pb.RosterRequest,  # noqa: N802
-               context: grpc.ServicerContext) -> pb.RosterResponse:
+    def Roster(
+        self,
+        request: pb.RosterRequest,
+        context: grpc.ServicerContext,
+    ) -> pb.RosterResponse:
         return pb.RosterResponse(ok=True)
 
-    def RosterPost(self, request: pb.RosterPostRequest,  # noqa: N802
-                   context: grpc.ServicerContext) -> pb.RosterPostResponse:
+    def RosterPost(
+        self,
+        request: pb.RosterPostRequest,
+        context: grpc.ServicerContext,
+    ) -> pb.RosterPostResponse:
         return pb.RosterPostResponse(ok=True)
 
 
@@ -95,9 +125,13 @@ def without_check(work: Path) -> Path:
         for chain in listener["filter_chains"]:
             for network_filter in chain["filters"]:
                 filters = network_filter["typed_config"]["http_filters"]
-                filters[:] = [f for f in filters if not str(
-                    f.get("typed_config", {}).get("default_source_code", {}).get(
-                        "filename", "")).endswith("request_check.lua")]
+                filters[:] = [
+                    f
+                    for f in filters
+                    if not str(
+                        f.get("typed_config", {}).get("default_source_code", {}).get("filename", "")
+                    ).endswith("request_check.lua")
+                ]
     (copy / "envoy.yaml").write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
     return copy
 
@@ -116,8 +150,10 @@ def server() -> Iterator[int]:
 
 def wrk_script(path: str, body: str) -> str:
     escaped = body.replace("\\", "\\\\").replace('"', '\\"')
-    return (f'wrk.method = "POST"\nwrk.path = "{path}"\nwrk.body = "{escaped}"\n'
-            'wrk.headers["Content-Type"] = "application/json"\n')
+    return (
+        f'wrk.method = "POST"\nwrk.path = "{path}"\nwrk.body = "{escaped}"\n'
+        'wrk.headers["Content-Type"] = "application/json"\n'
+    )
 
 
 def main() -> int:
@@ -131,10 +167,17 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="request-check-") as tmp, server() as port:
         work = Path(tmp)
         variants = {"with check": GATEWAY, "without": without_check(work)}
-        proxies = {name: EnvoyProcess.start(
-            http_port=free_port(), upstream_host="127.0.0.1", upstream_port=port,
-            listen_host="127.0.0.1", work_dir=work / name.replace(" ", "-"),
-            gateway_dir=directory) for name, directory in variants.items()}
+        proxies = {
+            name: EnvoyProcess.start(
+                http_port=free_port(),
+                upstream_host="127.0.0.1",
+                upstream_port=port,
+                listen_host="127.0.0.1",
+                work_dir=work / name.replace(" ", "-"),
+                gateway_dir=directory,
+            )
+            for name, directory in variants.items()
+        }
         try:
             for op in args.ops:
                 path, body = OPS[op]
@@ -145,19 +188,23 @@ def main() -> int:
                     for name, proxy in proxies.items():
                         assert proxy.pid is not None
                         before = cpu_ns(proxy.pid)
-                        result = run_wrk(proxy.url, script, clients=args.clients,
-                                         seconds=args.seconds, work=work)
+                        result = run_wrk(
+                            proxy.url, script, clients=args.clients, seconds=args.seconds, work=work
+                        )
                         spent = cpu_ns(proxy.pid) - before
                         if result.non2xx or result.errors:
-                            raise SystemExit(f"{op} {name}: {result.non2xx} non-2xx "
-                                             f"{result.errors}")
+                            raise SystemExit(
+                                f"{op} {name}: {result.non2xx} non-2xx {result.errors}"
+                            )
                         cpu[name].append(spent / 1000 / result.requests)
                         rate[name].append(result.rps)
                 line = [f"{op:<11} body {len(body):>7,} B"]
                 for name in proxies:
-                    line.append(f"{name}: {statistics.median(rate[name]):>6,.0f}/s, Envoy "
-                                f"{statistics.median(cpu[name]):>6.1f} µs/call "
-                                f"({min(cpu[name]):.1f}–{max(cpu[name]):.1f})")
+                    line.append(
+                        f"{name}: {statistics.median(rate[name]):>6,.0f}/s, Envoy "
+                        f"{statistics.median(cpu[name]):>6.1f} µs/call "
+                        f"({min(cpu[name]):.1f}–{max(cpu[name]):.1f})"
+                    )
                 extra = statistics.median(cpu["with check"]) - statistics.median(cpu["without"])
                 line.append(f"check: {extra:+.1f} µs/call")
                 print(" | ".join(line), flush=True)

@@ -110,12 +110,18 @@ class Loop:
     def line(self) -> str:
         p50 = statistics.median(self.page_ms)
         p90 = statistics.quantiles(self.page_ms, n=10)[-1] if len(self.page_ms) > 1 else p50
-        return (f"{self.label:48} {self.fans:>9,} {self.pages:>6} {self.seconds:>8.1f} "
-                f"{self.rate:>10,.0f} {p50:>8.1f} {p90:>8.1f}")
+        return (
+            f"{self.label:48} {self.fans:>9,} {self.pages:>6} {self.seconds:>8.1f} "
+            f"{self.rate:>10,.0f} {p50:>8.1f} {p90:>8.1f}"
+        )
 
 
-def follow(label: str, fetch: Callable[[str | None], tuple[list[str], bool, str]],
-           desde: str | None, max_pages: int) -> tuple[Loop, str]:
+def follow(
+    label: str,
+    fetch: Callable[[str | None], tuple[list[str], bool, str]],
+    desde: str | None,
+    max_pages: int,
+) -> tuple[Loop, str]:
     """Call `fetch` from `desde` until hay_mas is false; time every page."""
     seen: set[str] = set()
     total = 0
@@ -133,24 +139,27 @@ def follow(label: str, fetch: Callable[[str | None], tuple[list[str], bool, str]
     raise SystemExit(f"{label}: more than {max_pages} pages")
 
 
-def via_service(engine: Engine, limite: int) -> Callable[[str | None], tuple[list[str], bool,
-                                                                             str]]:
+def via_service(engine: Engine, limite: int) -> Callable[[str | None], tuple[list[str], bool, str]]:
     def fetch(desde: str | None) -> tuple[list[str], bool, str]:
         page = read_roster(engine, PROGRAM, desde, limite, settle_seconds=0)
         return [f.fan_id for f in page.fans], page.hay_mas, page.siguiente
+
     return fetch
 
 
-def via_envoy(client: httpx.Client, key: str, limite: int
-              ) -> Callable[[str | None], tuple[list[str], bool, str]]:
+def via_envoy(
+    client: httpx.Client, key: str, limite: int
+) -> Callable[[str | None], tuple[list[str], bool, str]]:
     def fetch(desde: str | None) -> tuple[list[str], bool, str]:
         params = {"limite": str(limite), **({"desde": desde} if desde else {})}
-        response = client.get("/api/v1/roster", params=params,
-                              headers={"Authorization": f"Bearer {key}"})
+        response = client.get(
+            "/api/v1/roster", params=params, headers={"Authorization": f"Bearer {key}"}
+        )
         if response.status_code != 200:
             raise SystemExit(f"HTTP {response.status_code}: {response.text[:500]}")
         data = response.json()["data"]
         return [f["id"] for f in data["fans"]], data["hay_mas"], data["siguiente"]
+
     return fetch
 
 
@@ -169,14 +178,19 @@ def build(engine: Engine, fans: int) -> tuple[int, int]:
     while total - total // 11 < fans:
         total += 1
     with engine.begin() as conn:
-        timed(f"INSERT {total:,} fans (generate_series)", lambda: conn.execute(
-            text(BUILD_SQL), {"program": PROGRAM, "other": OTHER, "total": total}))
+        timed(
+            f"INSERT {total:,} fans (generate_series)",
+            lambda: conn.execute(
+                text(BUILD_SQL), {"program": PROGRAM, "other": OTHER, "total": total}
+            ),
+        )
         timed("ledger entries for the balances", lambda: conn.execute(text(LEDGER_SQL)))
     with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
         timed("VACUUM ANALYZE", lambda: conn.execute(text("VACUUM ANALYZE")))
-        count, first, last = conn.execute(text(
-            "SELECT count(*), min(pk), max(pk) FROM fans WHERE programa_id = :p"),
-            {"p": PROGRAM}).one()
+        count, first, last = conn.execute(
+            text("SELECT count(*), min(pk), max(pk) FROM fans WHERE programa_id = :p"),
+            {"p": PROGRAM},
+        ).one()
     if count != fans:
         raise SystemExit(f"built {count} fans, wanted {fans}")
     return int(first), int(last) - int(first)
@@ -188,9 +202,19 @@ def change(engine: Engine, first: int, span: int, changes: int) -> int:
     changed: set[int] = set()
     for _ in range(max(1, changes // CHANGE_BATCH)):
         with engine.begin() as conn:
-            changed.update(conn.execute(text(CHANGE_SQL), {
-                "first": first, "span": span, "n": CHANGE_BATCH, "program": PROGRAM,
-            }).scalars().all())
+            changed.update(
+                conn.execute(
+                    text(CHANGE_SQL),
+                    {
+                        "first": first,
+                        "span": span,
+                        "n": CHANGE_BATCH,
+                        "program": PROGRAM,
+                    },
+                )
+                .scalars()
+                .all()
+            )
     return len(changed)
 
 
@@ -208,35 +232,61 @@ def check_plan(label: str, plan: list[str], *indexes: str) -> None:
     problems = [w for w in ("Seq Scan", "Sort", "Bitmap", "Offset") if w in body]
     scans = body.count("Index Scan")
     if scans != 1 or not any(f"Index Scan using {i} " in body for i in indexes) or problems:
-        raise SystemExit(f"{label}: expected one Index Scan using {' or '.join(indexes)}, "
-                         f"got {scans} index scans and {problems}")
+        raise SystemExit(
+            f"{label}: expected one Index Scan using {' or '.join(indexes)}, "
+            f"got {scans} index scans and {problems}"
+        )
 
 
 @contextlib.contextmanager
 def stack(work: Path, fans: int) -> Iterator[tuple[Engine, str, str, tuple[int, int]]]:
     key = "lp_vivo_" + secrets.token_hex(16)
     with contextlib.ExitStack() as cleanup:
-        db = timed("embedded PostgreSQL", lambda: start_embedded(work / "pgdata",
-                                                                 delete_on_stop=True))
+        db = timed(
+            "embedded PostgreSQL", lambda: start_embedded(work / "pgdata", delete_on_stop=True)
+        )
         cleanup.callback(db.stop)
         upgrade(db.url)
         engine = make_engine(db.url, pool_size=4)
         cleanup.callback(engine.dispose)
-        apply_fixture(engine, json.dumps({"programas": [
-            {"id": PROGRAM, "nombre": "Club Bench", "tasa_puntos": "0.1",
-             "claves": [{"clave": key, "integracion": "CRM", "permisos": ["roster:leer"]}]},
-            {"id": OTHER, "nombre": "Otro Club", "tasa_puntos": "0.1"}]}))
+        apply_fixture(
+            engine,
+            json.dumps(
+                {
+                    "programas": [
+                        {
+                            "id": PROGRAM,
+                            "nombre": "Club Bench",
+                            "tasa_puntos": "0.1",
+                            "claves": [
+                                {"clave": key, "integracion": "CRM", "permisos": ["roster:leer"]}
+                            ],
+                        },
+                        {"id": OTHER, "nombre": "Otro Club", "tasa_puntos": "0.1"},
+                    ]
+                }
+            ),
+        )
         span = build(engine, fans)
         # The per-key limit runs but never refuses: a benchmark measures the path, and a
         # run can make more than the default 600 calls a minute with its one key.
-        server = build_server(ServerSettings(database_url=db.url,
-                                             admin_token=secrets.token_urlsafe(24), port=0,
-                                             rate_limit_per_minute=1_000_000))
+        server = build_server(
+            ServerSettings(
+                database_url=db.url,
+                admin_token=secrets.token_urlsafe(24),
+                port=0,
+                rate_limit_per_minute=1_000_000,
+            )
+        )
         server.start()
         cleanup.callback(server.stop)
-        proxy = EnvoyProcess.start(http_port=_free_port(), upstream_host="127.0.0.1",
-                                   upstream_port=server.port, work_dir=work / "envoy",
-                                   listen_host="127.0.0.1")
+        proxy = EnvoyProcess.start(
+            http_port=_free_port(),
+            upstream_host="127.0.0.1",
+            upstream_port=server.port,
+            work_dir=work / "envoy",
+            listen_host="127.0.0.1",
+        )
         cleanup.callback(proxy.stop)
         yield engine, proxy.url, key, span
 
@@ -252,30 +302,51 @@ def _free_port() -> int:
 def run(args: argparse.Namespace) -> int:
     began = time.monotonic()
     print(f"os.cpu_count() = {os.cpu_count()}; building {args.fans:,} fans ...", flush=True)
-    with tempfile.TemporaryDirectory(prefix="loyalty-bench-roster-") as tmp, \
-            stack(Path(tmp), args.fans) as (engine, url, key, (first, span)), \
-            httpx.Client(base_url=url, timeout=10) as client:
+    with (
+        tempfile.TemporaryDirectory(prefix="loyalty-bench-roster-") as tmp,
+        stack(Path(tmp), args.fans) as (engine, url, key, (first, span)),
+        httpx.Client(base_url=url, timeout=10) as client,
+    ):
         with engine.connect() as conn:
             version = conn.execute(text("SHOW server_version")).scalar_one()
-        print(f"PostgreSQL {version}; stack up in {time.monotonic() - began:.0f} s\n",
-              flush=True)
-        snap_envoy, end_envoy = follow(f"snapshot via Envoy (limite={args.limite})",
-                                       via_envoy(client, key, args.limite), None,
-                                       args.max_pages)
-        snap_service, end_service = follow(f"snapshot via the service (limite={args.limite})",
-                                           via_service(engine, args.limite), None,
-                                           args.max_pages)
+        print(f"PostgreSQL {version}; stack up in {time.monotonic() - began:.0f} s\n", flush=True)
+        snap_envoy, end_envoy = follow(
+            f"snapshot via Envoy (limite={args.limite})",
+            via_envoy(client, key, args.limite),
+            None,
+            args.max_pages,
+        )
+        snap_service, end_service = follow(
+            f"snapshot via the service (limite={args.limite})",
+            via_service(engine, args.limite),
+            None,
+            args.max_pages,
+        )
         for loop in (snap_envoy, snap_service):
             if (loop.fans, loop.distinct) != (args.fans, args.fans):
                 raise SystemExit(f"{loop.label}: {loop.fans} fans, {loop.distinct} distinct")
-        distinct = timed(f"{args.changes:,} changes in transactions of {CHANGE_BATCH:,}",
-                         lambda: change(engine, first, span, args.changes))
+        distinct = timed(
+            f"{args.changes:,} changes in transactions of {CHANGE_BATCH:,}",
+            lambda: change(engine, first, span, args.changes),
+        )
         loops = [snap_envoy, snap_service]
         for limite in sorted({args.limite, 500}, reverse=True):
-            loops.append(follow(f"changes via Envoy (limite={limite})",
-                                via_envoy(client, key, limite), end_envoy, args.max_pages)[0])
-            loops.append(follow(f"changes via the service (limite={limite})",
-                                via_service(engine, limite), end_service, args.max_pages)[0])
+            loops.append(
+                follow(
+                    f"changes via Envoy (limite={limite})",
+                    via_envoy(client, key, limite),
+                    end_envoy,
+                    args.max_pages,
+                )[0]
+            )
+            loops.append(
+                follow(
+                    f"changes via the service (limite={limite})",
+                    via_service(engine, limite),
+                    end_service,
+                    args.max_pages,
+                )[0]
+            )
         for loop in loops[2:]:
             if loop.distinct < distinct:
                 raise SystemExit(f"{loop.label}: {loop.distinct} fans, {distinct} changed")
@@ -285,23 +356,36 @@ def run(args: argparse.Namespace) -> int:
         position = decode_cursor(PROGRAM, middle.siguiente)
         assert position.fase is Fase.CAMBIOS
         with engine.connect() as conn:
-            horizon = int(conn.execute(text(
-                "SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint")).scalar_one())
-        plan = explain(engine, f"a change page (limite={args.limite}), after "
-                       f"(xid {position.xid}, pk {position.pk}), horizon {horizon}",
-                       changes_query(PROGRAM, position, horizon, args.limite))
+            horizon = int(
+                conn.execute(
+                    text("SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint")
+                ).scalar_one()
+            )
+        plan = explain(
+            engine,
+            f"a change page (limite={args.limite}), after "
+            f"(xid {position.xid}, pk {position.pk}), horizon {horizon}",
+            changes_query(PROGRAM, position, horizon, args.limite),
+        )
         check_plan("change page", plan, "ix_fans_programa_cambio_xid")
-        plan = explain(engine, f"a snapshot page (limite={args.limite}) in the middle",
-                       snapshot_query(PROGRAM, first + span // 2, args.limite))
+        plan = explain(
+            engine,
+            f"a snapshot page (limite={args.limite}) in the middle",
+            snapshot_query(PROGRAM, first + span // 2, args.limite),
+        )
         # The planner may prefer the primary key filtered by program when the program's
         # rows are dense in it (here 10 of every 11): still one range scan, no sort.
         check_plan("snapshot page", plan, "ix_fans_programa_pk", "pk_fans")
 
-    header = (f"{'':48} {'fans':>9} {'pages':>6} {'seconds':>8} {'fans/s':>10} "
-              f"{'p50 ms':>8} {'p90 ms':>8}")
-    print(f"\nroster, {args.fans:,} fans (+{args.fans // 10:,} of another program "
-          f"interleaved); {args.changes:,} changes on {distinct:,} distinct fans; "
-          f"os.cpu_count() = {os.cpu_count()}")
+    header = (
+        f"{'':48} {'fans':>9} {'pages':>6} {'seconds':>8} {'fans/s':>10} "
+        f"{'p50 ms':>8} {'p90 ms':>8}"
+    )
+    print(
+        f"\nroster, {args.fans:,} fans (+{args.fans // 10:,} of another program "
+        f"interleaved); {args.changes:,} changes on {distinct:,} distinct fans; "
+        f"os.cpu_count() = {os.cpu_count()}"
+    )
     print(header)
     print("-" * len(header))
     for loop in loops:
@@ -317,8 +401,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--changes", type=int, default=20_000)
     parser.add_argument("--max-pages", type=int, default=100_000)
     args = parser.parse_args(argv)
-    if not 1 <= args.fans <= 10_000_000 or not 1 <= args.limite <= 2000 \
-            or not 0 < args.changes <= 1_000_000:
+    if (
+        not 1 <= args.fans <= 10_000_000
+        or not 1 <= args.limite <= 2000
+        or not 0 < args.changes <= 1_000_000
+    ):
         parser.error("--fans in [1, 10M], --limite in [1, 2000], --changes in (0, 1M]")
     if hasattr(signal, "SIGALRM"):
         signal.alarm(OVERALL_SECONDS)

@@ -75,11 +75,19 @@ end
 
 
 # Envoy's counters of the cluster that explain a 503 (resets, retries, overflows).
-UPSTREAM_STATS = ("upstream_rq_total", "upstream_rq_retry", "upstream_rq_retry_success",
-                  "upstream_rq_retry_overflow", "upstream_rq_pending_overflow",
-                  "upstream_rq_rx_reset", "upstream_rq_tx_reset",
-                  "upstream_cx_destroy_remote_with_active_rq", "upstream_cx_connect_fail",
-                  "upstream_cx_total", "upstream_rq_timeout")
+UPSTREAM_STATS = (
+    "upstream_rq_total",
+    "upstream_rq_retry",
+    "upstream_rq_retry_success",
+    "upstream_rq_retry_overflow",
+    "upstream_rq_pending_overflow",
+    "upstream_rq_rx_reset",
+    "upstream_rq_tx_reset",
+    "upstream_cx_destroy_remote_with_active_rq",
+    "upstream_cx_connect_fail",
+    "upstream_cx_total",
+    "upstream_rq_timeout",
+)
 
 
 def envoy_upstream_stats(work: Path) -> str:
@@ -90,8 +98,9 @@ def envoy_upstream_stats(work: Path) -> str:
         return "(Envoy's admin address not found)"
     _, body = admin.get("/stats?filter=^cluster\\.loyalty_grpc\\.")
     values = dict(line.split(": ", 1) for line in body.splitlines() if ": " in line)
-    return ", ".join(f"{name} {values.get(f'cluster.loyalty_grpc.{name}', '?')}"
-                     for name in UPSTREAM_STATS)
+    return ", ".join(
+        f"{name} {values.get(f'cluster.loyalty_grpc.{name}', '?')}" for name in UPSTREAM_STATS
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -100,25 +109,41 @@ def run(args: argparse.Namespace) -> int:
         script = MIXED.replace("{fans}", str(args.fans)).replace("{codes}", str(args.codes))
         log = stack.work / "up.log"
         mark = len(log.read_text().splitlines())
-        result = run_wrk(stack.http_url, script, clients=args.clients, seconds=args.seconds,
-                         work=stack.work, epilogue=TALLY)
-        print(f"{args.seconds:.0f} s, {args.clients} clients: {result.requests} calls, "
-              f"{result.rps:.0f}/s, p50 {result.p50_ms:.1f} ms, p99 {result.p99_ms:.1f} ms, "
-              f"not 2xx: {result.non2xx}")
+        result = run_wrk(
+            stack.http_url,
+            script,
+            clients=args.clients,
+            seconds=args.seconds,
+            work=stack.work,
+            epilogue=TALLY,
+        )
+        print(
+            f"{args.seconds:.0f} s, {args.clients} clients: {result.requests} calls, "
+            f"{result.rps:.0f}/s, p50 {result.p50_ms:.1f} ms, p99 {result.p99_ms:.1f} ms, "
+            f"not 2xx: {result.non2xx}"
+        )
         print(f"calls by HTTP status: {result.statuses}")
         if result.errors:
             print("first failures:\n    " + result.errors.replace("\n", "\n    "))
         envoy_log = stack.work / "data" / "envoy" / "envoy.log"
         if envoy_log.exists():
-            fives = [line for line in envoy_log.read_text().splitlines()
-                     if line.startswith("{") and str(json.loads(line).get("status", ""))[:1] == "5"]
+            fives = [
+                line
+                for line in envoy_log.read_text().splitlines()
+                if line.startswith("{") and str(json.loads(line).get("status", ""))[:1] == "5"
+            ]
             print(f"Envoy access log: {len(fives)} 5xx")
             for line in fives[:10]:
                 print("    " + line)
         print("Envoy's upstream counters: " + envoy_upstream_stats(stack.work))
-        noisy = [line for line in log.read_text().splitlines()[mark:]
-                 if " WARNING " in line or " ERROR " in line or '"level":"WARNING"' in line
-                 or '"level":"ERROR"' in line]
+        noisy = [
+            line
+            for line in log.read_text().splitlines()[mark:]
+            if " WARNING " in line
+            or " ERROR " in line
+            or '"level":"WARNING"' in line
+            or '"level":"ERROR"' in line
+        ]
         print(f"server WARNING/ERROR lines: {len(noisy)}")
         for line in noisy[:10]:
             print("    " + line[:300])

@@ -103,15 +103,25 @@ def _params(statement: TextClause, batch: int | None) -> dict[str, Any]:
     return {"n": batch or CLAIM_BATCH, "now": now, "lease_until": now + timedelta(minutes=5)}
 
 
-def explain(engine: Engine, label: str, statement: TextClause, *, batch: int | None = None,
-            plan: bool = True) -> None:
+def explain(
+    engine: Engine,
+    label: str,
+    statement: TextClause,
+    *,
+    batch: int | None = None,
+    plan: bool = True,
+) -> None:
     """EXPLAIN (ANALYZE, BUFFERS) once, then the median of TIMING_RUNS executions; every
     one rolled back. `batch`: the LIMIT (default: the sender's)."""
     with engine.connect() as conn:
         conn.exec_driver_sql("SET plan_cache_mode = force_custom_plan")
-        lines = [r[0] for r in conn.execute(
-            text(f"EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) {statement.text}"),
-            _params(statement, batch))]
+        lines = [
+            r[0]
+            for r in conn.execute(
+                text(f"EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) {statement.text}"),
+                _params(statement, batch),
+            )
+        ]
         conn.rollback()
         times = []
         for _ in range(TIMING_RUNS):
@@ -121,8 +131,10 @@ def explain(engine: Engine, label: str, statement: TextClause, *, batch: int | N
             conn.rollback()
     ingest = statement is INGEST_SQL
     taken = f"{result[0].filas} rows taken" if ingest else f"{len(result)} fans claimed"
-    print(f"\n--- {label} (LIMIT {_params(statement, batch)['n']}): {taken}, median "
-          f"{1000 * statistics.median(times):.2f} ms over {TIMING_RUNS} runs (rolled back)")
+    print(
+        f"\n--- {label} (LIMIT {_params(statement, batch)['n']}): {taken}, median "
+        f"{1000 * statistics.median(times):.2f} ms over {TIMING_RUNS} runs (rolled back)"
+    )
     if plan:
         print("\n".join(lines))
 
@@ -144,8 +156,7 @@ def plans(args: argparse.Namespace) -> None:
         started = time.monotonic()
         _autocommit(engine, FANS_SQL, fans=args.plan_fans)
         _autocommit(engine, "VACUUM ANALYZE fans")
-        print(f"plans: {args.plan_fans:,} fans ({time.monotonic() - started:.0f} s)",
-              flush=True)
+        print(f"plans: {args.plan_fans:,} fans ({time.monotonic() - started:.0f} s)", flush=True)
 
         _autocommit(engine, OUTBOX_SQL, rows=100)
         _autocommit(engine, "ANALYZE wallet_outbox")
@@ -159,8 +170,11 @@ def plans(args: argparse.Namespace) -> None:
         _autocommit(engine, OUTBOX_SQL, rows=args.rows)
         _autocommit(engine, PENDING_SQL)
         _autocommit(engine, "VACUUM ANALYZE wallet_outbox, wallet_pases")
-        print(f"\nplans: {args.rows:,} outbox rows and {args.plan_fans:,} fans waiting "
-              f"({time.monotonic() - started:.0f} s)", flush=True)
+        print(
+            f"\nplans: {args.rows:,} outbox rows and {args.plan_fans:,} fans waiting "
+            f"({time.monotonic() - started:.0f} s)",
+            flush=True,
+        )
         explain(engine, f"ingest, {args.rows:,} outbox rows pending", INGEST_SQL)
         explain(engine, f"claim, {args.plan_fans:,} fans waiting", CLAIM_SQL)
         # The same batches as with 100 pending.
@@ -171,12 +185,20 @@ def plans(args: argparse.Namespace) -> None:
         taken = min(500_000, args.rows // 2)
         started = time.monotonic()
         with engine.begin() as conn:
-            conn.execute(text("DELETE FROM wallet_outbox WHERE id IN (SELECT id FROM "
-                              "wallet_outbox ORDER BY id LIMIT :n)"), {"n": taken})
+            conn.execute(
+                text(
+                    "DELETE FROM wallet_outbox WHERE id IN (SELECT id FROM "
+                    "wallet_outbox ORDER BY id LIMIT :n)"
+                ),
+                {"n": taken},
+            )
         delivered = min(100_000, args.plan_fans // 2)
         report = drain_some(engine, delivered)
-        print(f"\nplans: {taken:,} outbox rows taken and {report:,} fans delivered, "
-              f"no vacuum since ({time.monotonic() - started:.0f} s)", flush=True)
+        print(
+            f"\nplans: {taken:,} outbox rows taken and {report:,} fans delivered, "
+            f"no vacuum since ({time.monotonic() - started:.0f} s)",
+            flush=True,
+        )
         explain(engine, f"ingest, {taken:,} rows taken since the last vacuum", INGEST_SQL)
         explain(engine, f"claim, {report:,} deliveries since the last vacuum", CLAIM_SQL)
         started = time.monotonic()
@@ -194,8 +216,7 @@ def drain_some(engine: Engine, fans: int) -> int:
     provider = LocalProvider(engine)
     delivered = 0
     while delivered < fans:
-        report = send_pending(engine, provider, batch=CLAIM_BATCH, ingest_batch=1,
-                              ingest_rounds=1)
+        report = send_pending(engine, provider, batch=CLAIM_BATCH, ingest_batch=1, ingest_rounds=1)
         delivered += report.delivered
         if report.claimed == 0:
             break
@@ -204,10 +225,12 @@ def drain_some(engine: Engine, fans: int) -> int:
 
 # ---------------------------------------------------------------- drain under load
 
+
 def sender_backends(stack: FullStack) -> set[int]:
     """The PostgreSQL backends of the wallet sender's connections."""
-    out = stack.psql("SELECT pid FROM pg_stat_activity "
-                     f"WHERE application_name = '{SENDER_APPLICATION}'")
+    out = stack.psql(
+        f"SELECT pid FROM pg_stat_activity WHERE application_name = '{SENDER_APPLICATION}'"
+    )
     return {int(x) for x in out.split()}
 
 
@@ -219,8 +242,13 @@ def ticks(pids: set[int]) -> int:
 @contextmanager
 def sales(stack: FullStack, clients: int) -> Iterator[None]:
     tx = next(op for op in OPS if op.name == "tx")
-    load = start_wrk(stack.http_url, tx.wrk.replace("{fans}", str(stack.fans)),
-                     clients=clients, seconds=3600, work=stack.work)
+    load = start_wrk(
+        stack.http_url,
+        tx.wrk.replace("{fans}", str(stack.fans)),
+        clients=clients,
+        seconds=3600,
+        work=stack.work,
+    )
     try:
         yield
     finally:
@@ -249,17 +277,25 @@ def steady(stack: FullStack, args: argparse.Namespace) -> None:
     time.sleep(5)
     idle = (cpu_ns(stack.up.pid) - idle0) / 5  # ns/s with no sales: supervision, idle runs
     sender_ns = parent1 - parent0
-    print(f"\nsteady state, {args.clients} clients of `tx` through Envoy for {elapsed:.0f} s: "
-          f"{sold / elapsed:.0f} sales/s, {delivered / elapsed:.0f} wallet deliveries/s")
-    print(f"  `loyalty up` parent (the wallet sender, supervision): "
-          f"{sender_ns / 1000 / max(sold, 1):.1f} µs CPU per sale "
-          f"({(sender_ns - idle * elapsed) / 1000 / max(sold, 1):.1f} µs above its idle "
-          f"{idle / 1e6:.2f} ms/s)")
-    print(f"  the sender's PostgreSQL backends: "
-          f"{1e6 * (pg1 - pg0) / HZ / max(sold, 1):.1f} µs CPU per sale")
+    print(
+        f"\nsteady state, {args.clients} clients of `tx` through Envoy for {elapsed:.0f} s: "
+        f"{sold / elapsed:.0f} sales/s, {delivered / elapsed:.0f} wallet deliveries/s"
+    )
+    print(
+        f"  `loyalty up` parent (the wallet sender, supervision): "
+        f"{sender_ns / 1000 / max(sold, 1):.1f} µs CPU per sale "
+        f"({(sender_ns - idle * elapsed) / 1000 / max(sold, 1):.1f} µs above its idle "
+        f"{idle / 1e6:.2f} ms/s)"
+    )
+    print(
+        f"  the sender's PostgreSQL backends: "
+        f"{1e6 * (pg1 - pg0) / HZ / max(sold, 1):.1f} µs CPU per sale"
+    )
     server = (all1.server - all0.server) / HZ
-    print(f"  all server processes (workers + parent): {1000 * server / max(sold, 1):.3f} ms "
-          f"CPU per sale; PostgreSQL {1000 * (all1.pg - all0.pg) / HZ / max(sold, 1):.3f} ms")
+    print(
+        f"  all server processes (workers + parent): {1000 * server / max(sold, 1):.3f} ms "
+        f"CPU per sale; PostgreSQL {1000 * (all1.pg - all0.pg) / HZ / max(sold, 1):.3f} ms"
+    )
 
 
 def backlog_drain(stack: FullStack, args: argparse.Namespace) -> None:
@@ -269,17 +305,24 @@ def backlog_drain(stack: FullStack, args: argparse.Namespace) -> None:
         started = time.monotonic()
         stack.psql(OUTBOX_SQL.format(rows=args.rows))
         inserted = time.monotonic()
-        print(f"\nbacklog: {args.rows:,} outbox rows for {stack.fans:,} fans inserted in "
-              f"{inserted - started:.1f} s (one transaction), sales going on", flush=True)
+        print(
+            f"\nbacklog: {args.rows:,} outbox rows for {stack.fans:,} fans inserted in "
+            f"{inserted - started:.1f} s (one transaction), sales going on",
+            flush=True,
+        )
         backends = sender_backends(stack)
         sale0, entrega0 = last_id(stack, "ventas"), last_id(stack, "wallet_entregas")
         parent0, pg0, all0 = cpu_ns(stack.up.pid), ticks(backends), cpu_snapshot(stack)
         ingested_at = None
         while True:
             time.sleep(0.5)
-            outbox, waiting = (int(x) for x in stack.psql(
-                "SELECT (SELECT count(*) FROM wallet_outbox), (SELECT count(*) FROM "
-                "wallet_pases WHERE pendiente_desde IS NOT NULL)").split("|"))
+            outbox, waiting = (
+                int(x)
+                for x in stack.psql(
+                    "SELECT (SELECT count(*) FROM wallet_outbox), (SELECT count(*) FROM "
+                    "wallet_pases WHERE pendiente_desde IS NOT NULL)"
+                ).split("|")
+            )
             now = time.monotonic()
             if ingested_at is None and outbox < 1000:
                 ingested_at = now
@@ -295,21 +338,29 @@ def backlog_drain(stack: FullStack, args: argparse.Namespace) -> None:
     elapsed = done - inserted
     ingest_time = (ingested_at or done) - inserted
     rows = args.rows + sold
-    print(f"  ingested (outbox empty) after {ingest_time:.1f} s: "
-          f"{args.rows / ingest_time:,.0f} rows/s")
-    print(f"  drained (nothing waiting) after {elapsed:.1f} s: {args.rows / elapsed:,.0f} "
-          f"backlog balances/s; {delivered:,} deliveries ({delivered / elapsed:,.0f}/s) "
-          f"for {rows:,} balances (coalesced {rows / max(delivered, 1):.1f} : 1); "
-          f"{sold / elapsed:.0f} sales/s meanwhile")
-    print(f"  the sender process: {(parent1 - parent0) / 1e9:.1f} s CPU "
-          f"({(parent1 - parent0) / 1000 / rows:.1f} µs per balance, "
-          f"{(parent1 - parent0) / 1000 / max(delivered, 1):.1f} µs per delivery); its "
-          f"PostgreSQL backends {(pg1 - pg0) / HZ:.1f} s "
-          f"({1e6 * (pg1 - pg0) / HZ / rows:.1f} µs per balance)")
-    print(f"  whole machine {(all1.machine - all0.machine) / HZ:.1f} s CPU over "
-          f"{elapsed:.1f} s ({os.cpu_count()} cores); all PostgreSQL "
-          f"{(all1.pg - all0.pg) / HZ:.1f} s, server processes "
-          f"{(all1.server - all0.server) / HZ:.1f} s")
+    print(
+        f"  ingested (outbox empty) after {ingest_time:.1f} s: "
+        f"{args.rows / ingest_time:,.0f} rows/s"
+    )
+    print(
+        f"  drained (nothing waiting) after {elapsed:.1f} s: {args.rows / elapsed:,.0f} "
+        f"backlog balances/s; {delivered:,} deliveries ({delivered / elapsed:,.0f}/s) "
+        f"for {rows:,} balances (coalesced {rows / max(delivered, 1):.1f} : 1); "
+        f"{sold / elapsed:.0f} sales/s meanwhile"
+    )
+    print(
+        f"  the sender process: {(parent1 - parent0) / 1e9:.1f} s CPU "
+        f"({(parent1 - parent0) / 1000 / rows:.1f} µs per balance, "
+        f"{(parent1 - parent0) / 1000 / max(delivered, 1):.1f} µs per delivery); its "
+        f"PostgreSQL backends {(pg1 - pg0) / HZ:.1f} s "
+        f"({1e6 * (pg1 - pg0) / HZ / rows:.1f} µs per balance)"
+    )
+    print(
+        f"  whole machine {(all1.machine - all0.machine) / HZ:.1f} s CPU over "
+        f"{elapsed:.1f} s ({os.cpu_count()} cores); all PostgreSQL "
+        f"{(all1.pg - all0.pg) / HZ:.1f} s, server processes "
+        f"{(all1.server - all0.server) / HZ:.1f} s"
+    )
 
 
 def run(args: argparse.Namespace) -> int:

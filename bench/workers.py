@@ -59,16 +59,36 @@ MAX_WORKERS = 16
 def serve_workers(database_url: str, workers: int, work: Path) -> Iterator[int]:
     """`loyalty serve --workers N` on a free port; yields the port."""
     port = free_port()
-    env = dict(os.environ, LOYALTY_DATABASE_URL=database_url,
-               LOYALTY_ADMIN_TOKEN=secrets.token_urlsafe(24), LOYALTY_LOG_LEVEL="WARNING",
-               LOYALTY_RATE_LIMIT_PER_MINUTE="0", LOYALTY_METRICS_PORT="0")
+    env = dict(
+        os.environ,
+        LOYALTY_DATABASE_URL=database_url,
+        LOYALTY_ADMIN_TOKEN=secrets.token_urlsafe(24),
+        LOYALTY_LOG_LEVEL="WARNING",
+        LOYALTY_RATE_LIMIT_PER_MINUTE="0",
+        LOYALTY_METRICS_PORT="0",
+    )
     log_path = work / f"serve-{workers}.log"
     with log_path.open("w") as log:
         process = subprocess.Popen(
-            [sys.executable, "-m", "loyalty_grpc.runtime.cli", "serve", "--grpc-host",
-             "127.0.0.1", "--grpc-port", str(port), "--workers", str(workers),
-             "--data-dir", str(work / "serve-data")],
-            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env)
+            [
+                sys.executable,
+                "-m",
+                "loyalty_grpc.runtime.cli",
+                "serve",
+                "--grpc-host",
+                "127.0.0.1",
+                "--grpc-port",
+                str(port),
+                "--workers",
+                str(workers),
+                "--data-dir",
+                str(work / "serve-data"),
+            ],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=env,
+        )
     try:
         deadline = time.monotonic() + STARTUP_TIMEOUT
         ready = re.compile(rf"gRPC: 127\.0\.0\.1:{port} ")
@@ -96,29 +116,55 @@ def cap_envoy_streams(limit: int) -> None:
         config = load(directory)
         for cluster in config["static_resources"]["clusters"]:
             options = cluster["typed_extension_protocol_options"][
-                "envoy.extensions.upstreams.http.v3.HttpProtocolOptions"]
-            options["explicit_http_config"]["http2_protocol_options"][
-                "max_concurrent_streams"] = limit
+                "envoy.extensions.upstreams.http.v3.HttpProtocolOptions"
+            ]
+            options["explicit_http_config"]["http2_protocol_options"]["max_concurrent_streams"] = (
+                limit
+            )
         return config
 
     envoy_config.load_config = capped
 
 
-def measure(args: argparse.Namespace, work: Path, database_url: str, key: str, *, workers: int,
-            wrk: str | None) -> Result:
+def measure(
+    args: argparse.Namespace,
+    work: Path,
+    database_url: str,
+    key: str,
+    *,
+    workers: int,
+    wrk: str | None,
+) -> Result:
     from loyalty_grpc.runtime.envoy import EnvoyProcess
 
-    with serve_workers(database_url, workers, work) as port, \
-            EnvoyProcess.start(http_port=free_port(), upstream_host="127.0.0.1",
-                               upstream_port=port, work_dir=work / f"envoy-{workers}",
-                               listen_host="127.0.0.1") as proxy:
+    with (
+        serve_workers(database_url, workers, work) as port,
+        EnvoyProcess.start(
+            http_port=free_port(),
+            upstream_host="127.0.0.1",
+            upstream_port=port,
+            work_dir=work / f"envoy-{workers}",
+            listen_host="127.0.0.1",
+        ) as proxy,
+    ):
         label = f"{workers} worker{'s' if workers > 1 else ''}"
         if wrk is not None:
-            return run_wrk(wrk, proxy.url, key=key, seconds=args.seconds,
-                           concurrency=args.concurrency, work_dir=work, label=label)
+            return run_wrk(
+                wrk,
+                proxy.url,
+                key=key,
+                seconds=args.seconds,
+                concurrency=args.concurrency,
+                work_dir=work,
+                label=label,
+            )
         ctx = multiprocessing.get_context("spawn")
-        return run_python_load(ctx, WorkerJob("http", "127.0.0.1", proxy.http_port, key,
-                                              args.seconds), args.concurrency, label)
+        return run_python_load(
+            ctx,
+            WorkerJob("http", "127.0.0.1", proxy.http_port, key, args.seconds),
+            args.concurrency,
+            label,
+        )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -146,13 +192,17 @@ def run(args: argparse.Namespace) -> int:
         finally:
             db.stop()
     print()
-    print(f"POST /api/v1/ping through Envoy (--concurrency 1, max streams per upstream "
-          f"connection {args.envoy_max_streams or 'as configured'}), {args.concurrency} "
-          f"connections, {args.seconds:g} s each; os.cpu_count() = {os.cpu_count()}")
+    print(
+        f"POST /api/v1/ping through Envoy (--concurrency 1, max streams per upstream "
+        f"connection {args.envoy_max_streams or 'as configured'}), {args.concurrency} "
+        f"connections, {args.seconds:g} s each; os.cpu_count() = {os.cpu_count()}"
+    )
     print(f"{'':12} {'req/s':>8} {'p50 ms':>7} {'p99 ms':>7} {'errors':>6}  generator")
     for r in results:
-        print(f"{r.label:12} {r.rps:8.0f} {r.p50_ms:7.2f} {r.p99_ms:7.2f} {r.errors:6d}  "
-              f"{r.generator}")
+        print(
+            f"{r.label:12} {r.rps:8.0f} {r.p50_ms:7.2f} {r.p99_ms:7.2f} {r.errors:6d}  "
+            f"{r.generator}"
+        )
     for r in results:
         if r.first_error:
             print(f"  {r.label}: first error: {r.first_error}")

@@ -24,10 +24,18 @@ BLOCKS: dict[str, Callable[[], str]] = {}
 
 def error_table() -> str:
     rows = ["| HTTP | gRPC | `codigo` | `mensaje` | when |", "|---|---|---|---|---|"]
-    rows += [f"| {e.http} | {e.grpc} | `{e.codigo}` | {e.mensaje} | {e.cuando} |"
-             for e in CATALOGO.values() if not e.interno]
-    rows += ["", "Back office only (internal gRPC; `loyalty admin` prints them):", "",
-             "| gRPC | `codigo` | when |", "|---|---|---|"]
+    rows += [
+        f"| {e.http} | {e.grpc} | `{e.codigo}` | {e.mensaje} | {e.cuando} |"
+        for e in CATALOGO.values()
+        if not e.interno
+    ]
+    rows += [
+        "",
+        "Back office only (internal gRPC; `loyalty admin` prints them):",
+        "",
+        "| gRPC | `codigo` | when |",
+        "|---|---|---|",
+    ]
     rows += [f"| {e.grpc} | `{e.codigo}` | {e.cuando} |" for e in CATALOGO.values() if e.interno]
     return "\n".join(rows)
 

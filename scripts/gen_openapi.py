@@ -49,79 +49,117 @@ FIELD_SCHEMAS: dict[str, Schema] = {
     "RegisterTxRequest.importe": {
         **STRING_OR_NUMBER,
         "description": "Pesos: a number, or a string with either separator convention "
-                       "and an optional leading currency symbol (\"$1,234.50\")."},
-    "RegisterTxRequest.importe_centavos": {"type": "integer", "minimum": 0,
-                                           "description": "Integer cents."},
-    "RegisterTxRequest.centavos": {"type": "integer", "minimum": 0,
-                                   "description": "Alias of importe_centavos."},
-    "RegisterTxRequest.amount_cents": {"type": "integer", "minimum": 0,
-                                       "description": "Alias of importe_centavos."},
+        'and an optional leading currency symbol ("$1,234.50").',
+    },
+    "RegisterTxRequest.importe_centavos": {
+        "type": "integer",
+        "minimum": 0,
+        "description": "Integer cents.",
+    },
+    "RegisterTxRequest.centavos": {
+        "type": "integer",
+        "minimum": 0,
+        "description": "Alias of importe_centavos.",
+    },
+    "RegisterTxRequest.amount_cents": {
+        "type": "integer",
+        "minimum": 0,
+        "description": "Alias of importe_centavos.",
+    },
     "RegisterTxRequest.ts": {
         **STRING_OR_NUMBER,
         "description": "ISO 8601, epoch seconds, epoch milliseconds or "
-                       "\"YYYY-MM-DD hh:mm:ss\"; without a time zone it is UTC."},
+        '"YYYY-MM-DD hh:mm:ss"; without a time zone it is UTC.',
+    },
     "RedeemRequest.ts": {
         **STRING_OR_NUMBER,
         "description": "ISO 8601, epoch seconds, epoch milliseconds or "
-                       "\"YYYY-MM-DD hh:mm:ss\"; without a time zone it is UTC."},
-    "RedeemRequest.codigos": {"type": "array", "items": {"type": "string"},
-                              "maxItems": MAX_REDEEM_CODES,
-                              "description": f"Batch form, up to {MAX_REDEEM_CODES} codes."},
+        '"YYYY-MM-DD hh:mm:ss"; without a time zone it is UTC.',
+    },
+    "RedeemRequest.codigos": {
+        "type": "array",
+        "items": {"type": "string"},
+        "maxItems": MAX_REDEEM_CODES,
+        "description": f"Batch form, up to {MAX_REDEEM_CODES} codes.",
+    },
     "DepositCodesRequest.promo": {
         "oneOf": [{"type": "integer"}, {"type": "string"}],
-        "description": "Promotion id, or its exact name (case-insensitive)."},
+        "description": "Promotion id, or its exact name (case-insensitive).",
+    },
     "DepositCodesRequest.promo_id": {
         "oneOf": [{"type": "integer"}, {"type": "string"}],
-        "description": "Alias of promo."},
+        "description": "Alias of promo.",
+    },
     "DepositCodesRequest.codigos": {
-        "oneOf": [{"type": "array", "items": {"type": "string"},
-                   "maxItems": MAX_DEPOSIT_CODES},
-                  {"type": "string"}],
+        "oneOf": [
+            {"type": "array", "items": {"type": "string"}, "maxItems": MAX_DEPOSIT_CODES},
+            {"type": "string"},
+        ],
         "description": f"An array of codes, or the codes as pasted text (split on "
-                       f"whitespace, commas and semicolons); at most {MAX_DEPOSIT_CODES}."},
+        f"whitespace, commas and semicolons); at most {MAX_DEPOSIT_CODES}.",
+    },
     "DepositCodesRequest.codes": {
-        "oneOf": [{"type": "array", "items": {"type": "string"},
-                   "maxItems": MAX_DEPOSIT_CODES},
-                  {"type": "string"}],
-        "description": "Alias of codigos."},
+        "oneOf": [
+            {"type": "array", "items": {"type": "string"}, "maxItems": MAX_DEPOSIT_CODES},
+            {"type": "string"},
+        ],
+        "description": "Alias of codigos.",
+    },
     "RosterPostRequest.desde": {
         **STRING_OR_NUMBER,
-        "description": "The `siguiente` of the previous call; absent: a new snapshot."},
+        "description": "The `siguiente` of the previous call; absent: a new snapshot.",
+    },
     "RosterPostRequest.limite": {
-        "type": "integer", "minimum": 1,
+        "type": "integer",
+        "minimum": 1,
         "description": f"Page size; default 500; values over {LIMITE_MAX} are served as "
-                       f"{LIMITE_MAX}."},
+        f"{LIMITE_MAX}.",
+    },
     # GET /api/v1/roster query parameters (proto strings parsed by the server).
     "RosterRequest.desde": {
         "type": "string",
-        "description": "The `siguiente` of the previous call; absent: a new snapshot."},
+        "description": "The `siguiente` of the previous call; absent: a new snapshot.",
+    },
     "RosterRequest.limite": {
-        "type": "integer", "minimum": 1,
+        "type": "integer",
+        "minimum": 1,
         "description": f"Page size; default 500; values over {LIMITE_MAX} are served as "
-                       f"{LIMITE_MAX}."},
+        f"{LIMITE_MAX}.",
+    },
     # Responses.
     "ResolveFanData.promo": {
         "type": ["object", "null"],
         "description": "The fan's current promotion, or null (not an error).",
-        "properties": {"nombre": {"type": "string"}, "descripcion": {"type": "string"},
-                       "vigencia_fin": DATE, "codigo": {"type": "string"}},
-        "required": ["nombre", "descripcion", "vigencia_fin", "codigo"]},
+        "properties": {
+            "nombre": {"type": "string"},
+            "descripcion": {"type": "string"},
+            "vigencia_fin": DATE,
+            "codigo": {"type": "string"},
+        },
+        "required": ["nombre", "descripcion", "vigencia_fin", "codigo"],
+    },
     "RedeemData.resultados": {
         "type": "array",
         "description": "One object per input code, in input order.",
         "items": {
             "type": "object",
             "properties": {
-                "codigo": {"type": "string"}, "ok": {"type": "boolean"},
-                "estado": {"const": "canjeado"}, "duplicado": {"type": "boolean"},
+                "codigo": {"type": "string"},
+                "ok": {"type": "boolean"},
+                "estado": {"const": "canjeado"},
+                "duplicado": {"type": "boolean"},
                 "promo": {"type": "string"},
                 "fan": {"type": "object", "properties": {"correo": {"type": "string"}}},
                 "puntos_otorgados": {"type": "integer"},
-                "error": {"type": "object",
-                          "properties": {"codigo": {"type": "string"},
-                                         "mensaje": {"type": "string"}},
-                          "required": ["codigo", "mensaje"]}},
-            "required": ["codigo", "ok"]}},
+                "error": {
+                    "type": "object",
+                    "properties": {"codigo": {"type": "string"}, "mensaje": {"type": "string"}},
+                    "required": ["codigo", "mensaje"],
+                },
+            },
+            "required": ["codigo", "ok"],
+        },
+    },
     "RedeemData.estado": {"const": "canjeado"},
     "PingData.modo": {"enum": ["vivo", "prueba"]},
     "PingGetData.modo": {"enum": ["vivo", "prueba"]},
@@ -141,15 +179,20 @@ SOMETIMES_ABSENT = {"RosterFan.baja"}
 
 # Messages whose fields come in alternative groups: {"oneOf": [{"required": group}, ...]}.
 ALTERNATIVE_FORMS: dict[str, list[list[str]]] = {
-    "RedeemData": [["codigo", "estado", "duplicado", "promo", "fan", "puntos_otorgados"],
-                   ["resumen", "resultados"]],
+    "RedeemData": [
+        ["codigo", "estado", "duplicado", "promo", "fan", "puntos_otorgados"],
+        ["resumen", "resultados"],
+    ],
 }
 
 # Request fields of which a client sends one: the canonical name and its aliases.
 ALIAS_GROUPS: dict[str, list[list[str]]] = {
     "ResolveFanRequest": [["fan", "fan_id", "qr", "codigo"]],
-    "RegisterTxRequest": [["id_externo", "id", "tx_id"], ["fan", "fan_id", "qr", "codigo"],
-                          ["importe", "importe_centavos", "centavos", "amount_cents"]],
+    "RegisterTxRequest": [
+        ["id_externo", "id", "tx_id"],
+        ["fan", "fan_id", "qr", "codigo"],
+        ["importe", "importe_centavos", "centavos", "amount_cents"],
+    ],
     "RedeemRequest": [["codigo", "codigos"]],
     "DepositCodesRequest": [["promo", "promo_id"], ["codigos", "codes"]],
 }
@@ -171,8 +214,13 @@ SUMMARIES = {
 # program that has these fans, codes and promotions).
 EXAMPLES: dict[str, Schema] = {
     "ResolveFanRequest": {"fan": "HAL0001"},
-    "RegisterTxRequest": {"id_externo": "V-1001", "fan": "HAL0001", "importe": "1,234.50",
-                          "terminal": "Caja 3", "ts": "2024-05-01T18:30:00-06:00"},
+    "RegisterTxRequest": {
+        "id_externo": "V-1001",
+        "fan": "HAL0001",
+        "importe": "1,234.50",
+        "terminal": "Caja 3",
+        "ts": "2024-05-01T18:30:00-06:00",
+    },
     "RedeemRequest": {"codigo": "HD-0001", "terminal": "Caja 3"},
     "DepositCodesRequest": {"promo": "2x1 Hot Dog", "codigos": ["HD-0101", "HD-0102"]},
     "RosterPostRequest": {"limite": 100},
@@ -193,14 +241,17 @@ WELL_KNOWN: dict[str, Schema] = {
 HEADERS: dict[str, Schema] = {
     "RateLimit": {
         "description": "Remaining quota of the key in the current window "
-                       "(IETF RateLimit header fields draft).",
-        "schema": {"type": "string"}},
+        "(IETF RateLimit header fields draft).",
+        "schema": {"type": "string"},
+    },
     "RateLimit-Policy": {
         "description": "The quota policy (the contract: 600 calls per minute).",
-        "schema": {"type": "string"}},
+        "schema": {"type": "string"},
+    },
     "Retry-After": {
         "description": "Seconds to wait before retrying.",
-        "schema": {"type": "integer", "minimum": 0}},
+        "schema": {"type": "integer", "minimum": 0},
+    },
 }
 
 
@@ -236,8 +287,9 @@ class Builder:
             # Printed always: plain scalars (always_print_primitive_fields), repeated
             # fields and set message fields; `optional` scalars only when set.
             is_message = field.message_type is not None
-            if (field.is_repeated or not field.has_presence or is_message) \
-                    and key not in SOMETIMES_ABSENT:
+            if (
+                field.is_repeated or not field.has_presence or is_message
+            ) and key not in SOMETIMES_ABSENT:
                 required.append(field.name)
         schema: Schema = {"type": "object", "properties": properties}
         if required:
@@ -246,10 +298,14 @@ class Builder:
             schema["oneOf"] = [{"required": form} for form in ALTERNATIVE_FORMS[descriptor.name]]
         if descriptor.name in ALIAS_GROUPS:
             groups = ALIAS_GROUPS[descriptor.name]
-            schema["description"] = "Send one field of each group: " + "; ".join(
-                " / ".join(f"`{name}`" for name in group) for group in groups) + "."
-            schema["allOf"] = [{"anyOf": [{"required": [name]} for name in group]}
-                               for group in groups]
+            schema["description"] = (
+                "Send one field of each group: "
+                + "; ".join(" / ".join(f"`{name}`" for name in group) for group in groups)
+                + "."
+            )
+            schema["allOf"] = [
+                {"anyOf": [{"required": [name]} for name in group]} for group in groups
+            ]
         if descriptor.name in EXAMPLES:
             schema["examples"] = [EXAMPLES[descriptor.name]]
         return schema
@@ -276,17 +332,27 @@ def error_responses() -> dict[str, Schema]:
     for status in sorted(by_status):
         codigos = sorted(by_status[status])
         lines = [f"- `{c.value}`: {CATALOGO[c].cuando}" for c in codigos]
-        headers = {"RateLimit": _ref("headers", "RateLimit"),
-                   "RateLimit-Policy": _ref("headers", "RateLimit-Policy")}
+        headers = {
+            "RateLimit": _ref("headers", "RateLimit"),
+            "RateLimit-Policy": _ref("headers", "RateLimit-Policy"),
+        }
         if status == 429:
             headers["Retry-After"] = _ref("headers", "Retry-After")
         responses[f"Error{status}"] = {
             "description": "\n".join(lines),
             "headers": headers,
-            "content": {"application/json": {"schema": {
-                "allOf": [_ref("schemas", "ErrorEnvelope")],
-                "properties": {"error": {"properties": {"codigo": {
-                    "enum": [c.value for c in codigos]}}}}}}},
+            "content": {
+                "application/json": {
+                    "schema": {
+                        "allOf": [_ref("schemas", "ErrorEnvelope")],
+                        "properties": {
+                            "error": {
+                                "properties": {"codigo": {"enum": [c.value for c in codigos]}}
+                            }
+                        },
+                    }
+                }
+            },
         }
     return responses
 
@@ -296,10 +362,15 @@ ERROR_ENVELOPE: Schema = {
     "description": "Every failure. Clients branch on `error.codigo`, never on `mensaje`.",
     "properties": {
         "ok": {"const": False},
-        "error": {"type": "object",
-                  "properties": {"codigo": {"type": "string"}, "mensaje": {"type": "string"},
-                                 "detalle": {"type": "string"}},
-                  "required": ["codigo", "mensaje"]},
+        "error": {
+            "type": "object",
+            "properties": {
+                "codigo": {"type": "string"},
+                "mensaje": {"type": "string"},
+                "detalle": {"type": "string"},
+            },
+            "required": ["codigo", "mensaje"],
+        },
     },
     "required": ["ok", "error"],
 }
@@ -333,22 +404,27 @@ def build() -> Schema:
             raise SystemExit(f"{output.full_name}.data must be a message")
         success = {
             "type": "object",
-            "properties": {"ok": {"const": True},
-                           "data": builder.message(data_type)},
+            "properties": {"ok": {"const": True}, "data": builder.message(data_type)},
             "required": ["ok", "data"],
         }
         operation: Schema = {
             "operationId": method.name,
             "summary": SUMMARIES[method.name],
             "description": f"{_permission_text(method.name)} gRPC: "
-                           f"`{service.full_name}/{method.name}`.",
+            f"`{service.full_name}/{method.name}`.",
             "responses": {
-                "200": {"description": "Success envelope.",
-                        "headers": {"RateLimit": _ref("headers", "RateLimit"),
-                                    "RateLimit-Policy": _ref("headers", "RateLimit-Policy")},
-                        "content": {"application/json": {"schema": success}}},
-                **{name.removeprefix("Error"): _ref("responses", name)
-                   for name in error_responses()},
+                "200": {
+                    "description": "Success envelope.",
+                    "headers": {
+                        "RateLimit": _ref("headers", "RateLimit"),
+                        "RateLimit-Policy": _ref("headers", "RateLimit-Policy"),
+                    },
+                    "content": {"application/json": {"schema": success}},
+                },
+                **{
+                    name.removeprefix("Error"): _ref("responses", name)
+                    for name in error_responses()
+                },
             },
         }
         request = method.input_type
@@ -359,11 +435,17 @@ def build() -> Schema:
                 "content": {"application/json": {"schema": builder.message(request)}},
             }
         elif body:
-            raise SystemExit(f"{method.full_name}: only body \"*\" is supported")
+            raise SystemExit(f'{method.full_name}: only body "*" is supported')
         else:
-            params = [{"name": field.name, "in": "query", "required": False,
-                       "schema": builder.field(field, f"{request.name}.{field.name}")}
-                      for field in request.fields]
+            params = [
+                {
+                    "name": field.name,
+                    "in": "query",
+                    "required": False,
+                    "schema": builder.field(field, f"{request.name}.{field.name}"),
+                }
+                for field in request.fields
+            ]
             if params:
                 operation["parameters"] = params
         paths.setdefault(path, {})[verb] = operation
@@ -376,23 +458,28 @@ def build() -> Schema:
             "version": VERSION,
             "description": (
                 "The JSON API of the loyalty service, served by Envoy (gRPC-JSON "
-                "transcoding of loyalty.v1.PosService). Success: `{\"ok\": true, \"data\": "
-                "…}`; failure: `{\"ok\": false, \"error\": {\"codigo\", \"mensaje\", "
-                "\"detalle\"}}`. A request body is one JSON object as RFC 8259 defines it "
+                'transcoding of loyalty.v1.PosService). Success: `{"ok": true, "data": '
+                '…}`; failure: `{"ok": false, "error": {"codigo", "mensaje", '
+                '"detalle"}}`. A request body is one JSON object as RFC 8259 defines it '
                 "(no trailing commas, comments, single quotes or NaN; no key twice), sent "
                 "as `Content-Type: application/json` in UTF-8, with the JSON types of the "
                 "schemas below (null: not sent); anything else is 400 "
                 "`solicitud_invalida`. Generated by scripts/gen_openapi.py from the proto "
-                "descriptors and the error catalogue; do not edit."),
+                "descriptors and the error catalogue; do not edit."
+            ),
         },
         "servers": [{"url": "/", "description": "The host that serves this document."}],
         "security": [{"bearer": []}],
         "paths": {path: paths[path] for path in sorted(paths)},
         "components": {
-            "securitySchemes": {"bearer": {
-                "type": "http", "scheme": "bearer",
-                "description": "`Authorization: Bearer lp_vivo_…` (live key) or "
-                               "`lp_prueba_…` (test key: 0 points on tx and redeem)."}},
+            "securitySchemes": {
+                "bearer": {
+                    "type": "http",
+                    "scheme": "bearer",
+                    "description": "`Authorization: Bearer lp_vivo_…` (live key) or "
+                    "`lp_prueba_…` (test key: 0 points on tx and redeem).",
+                }
+            },
             "headers": HEADERS,
             "responses": error_responses(),
             "schemas": {name: schemas[name] for name in sorted(schemas)},

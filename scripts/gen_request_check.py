@@ -33,8 +33,10 @@ LUA = ROOT / "gateway" / "request_check.lua"
 SERVICE = "PosService"
 BEGIN = "-- BEGIN ROUTES"
 END = "-- END ROUTES"
-HEADER = (f"{BEGIN} (written by scripts/gen_request_check.py from "
-          "proto/loyalty/v1/pos_service.proto; do not edit by hand)")
+HEADER = (
+    f"{BEGIN} (written by scripts/gen_request_check.py from "
+    "proto/loyalty/v1/pos_service.proto; do not edit by hand)"
+)
 VALUE = "google.protobuf.Value"
 
 
@@ -46,10 +48,12 @@ def _binding(method: MethodDescriptor) -> tuple[str, str, bool]:
         raise SystemExit(f"{method.full_name}: no google.api.http binding")
     path = str(getattr(rule, verb))
     if "{" in path or ":" in path:
-        raise SystemExit(f"{method.full_name}: path variables and verbs are not supported "
-                         f"by request_check.lua ({path})")
+        raise SystemExit(
+            f"{method.full_name}: path variables and verbs are not supported "
+            f"by request_check.lua ({path})"
+        )
     if rule.body not in ("", "*"):
-        raise SystemExit(f"{method.full_name}: only body \"*\" is supported")
+        raise SystemExit(f'{method.full_name}: only body "*" is supported')
     if rule.additional_bindings:
         raise SystemExit(f"{method.full_name}: additional_bindings are not supported")
     return verb.upper(), path, rule.body == "*"
@@ -58,11 +62,13 @@ def _binding(method: MethodDescriptor) -> tuple[str, str, bool]:
 def _kind(field: FieldDescriptor, where: str) -> str:
     if field.type == FieldDescriptor.TYPE_STRING:
         return "S" if field.is_repeated else "s"
-    if (field.message_type is not None and field.message_type.full_name == VALUE
-            and not field.is_repeated):
+    if (
+        field.message_type is not None
+        and field.message_type.full_name == VALUE
+        and not field.is_repeated
+    ):
         return "v"
-    raise SystemExit(f"{where}.{field.name}: no JSON rule for this field type in "
-                     "request_check.lua")
+    raise SystemExit(f"{where}.{field.name}: no JSON rule for this field type in request_check.lua")
 
 
 def _fields(request: Descriptor) -> dict[str, tuple[str, str]]:
@@ -91,12 +97,15 @@ def block() -> str:
         key = f"{verb} {path}"
         if key in routes:
             raise SystemExit(f"{key} is bound twice")
-        entries = "".join(f"\n    [{_lua_string(name)}] = {{{_lua_string(canonical)}, "
-                          f'"{kind}"}},'
-                          for name, (canonical, kind) in sorted(fields.items()))
+        entries = "".join(
+            f'\n    [{_lua_string(name)}] = {{{_lua_string(canonical)}, "{kind}"}},'
+            for name, (canonical, kind) in sorted(fields.items())
+        )
         closing = "\n  " if entries else ""
-        routes[key] = (f"  [{_lua_string(key)}] = {{body = {str(body).lower()}, "
-                       f"fields = {{{entries}{closing}}}}},")
+        routes[key] = (
+            f"  [{_lua_string(key)}] = {{body = {str(body).lower()}, "
+            f"fields = {{{entries}{closing}}}}},"
+        )
     lines = [HEADER, "local ROUTES = {", *(routes[key] for key in sorted(routes)), "}", END]
     return "\n".join(lines)
 

@@ -50,15 +50,24 @@ class Admin:
         return (("authorization", f"Bearer {self.token}"),)
 
     def program(self, programa: str, nombre: str) -> None:
-        self.stub.UpsertProgram(bo.UpsertProgramRequest(program=bo.Program(
-            id=programa, nombre=nombre, tasa_puntos="0.1", qr_url="https://x.example/fan")),
-            metadata=self.md)
+        self.stub.UpsertProgram(
+            bo.UpsertProgramRequest(
+                program=bo.Program(
+                    id=programa, nombre=nombre, tasa_puntos="0.1", qr_url="https://x.example/fan"
+                )
+            ),
+            metadata=self.md,
+        )
 
-    def key(self, programa: str, integracion: str, permisos: list[str],
-            modo: str = "vivo") -> tuple[int, str]:
-        response = self.stub.IssueKey(bo.IssueKeyRequest(
-            programa=programa, integracion=integracion, modo=modo, permisos=permisos),
-            metadata=self.md)
+    def key(
+        self, programa: str, integracion: str, permisos: list[str], modo: str = "vivo"
+    ) -> tuple[int, str]:
+        response = self.stub.IssueKey(
+            bo.IssueKeyRequest(
+                programa=programa, integracion=integracion, modo=modo, permisos=permisos
+            ),
+            metadata=self.md,
+        )
         return response.key.id, response.clave
 
     def revoke(self, key_id: int) -> None:
@@ -92,8 +101,10 @@ def snapshot(engine: Engine) -> Dump:
     prove that something changed nothing."""
     with engine.connect() as conn:
         return {
-            table.name: [tuple(row) for row in conn.execute(
-                select(table).order_by(*table.primary_key.columns))]
+            table.name: [
+                tuple(row)
+                for row in conn.execute(select(table).order_by(*table.primary_key.columns))
+            ]
             for table in metadata.sorted_tables
         }
 

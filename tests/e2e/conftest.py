@@ -31,8 +31,13 @@ def _key(modo: str) -> str:
     return f"lp_{modo}_" + secrets.token_hex(16)
 
 
-STANDARD_KEYS = {"todo": ("vivo", ALL), "prueba": ("prueba", ALL), "ping": ("vivo", []),
-                 "tx": ("vivo", ["tx:escribir"]), "redeem": ("vivo", ["redeem:escribir"])}
+STANDARD_KEYS = {
+    "todo": ("vivo", ALL),
+    "prueba": ("prueba", ALL),
+    "ping": ("vivo", []),
+    "tx": ("vivo", ["tx:escribir"]),
+    "redeem": ("vivo", ["redeem:escribir"]),
+}
 
 
 @dataclass
@@ -49,64 +54,119 @@ class Stack:
     def http(self) -> httpx.Client:
         return httpx.Client(base_url=self.base_url, timeout=10)
 
-    def program(self, programa: str, *, tasa: str = "0.1", fans: list[dict[str, object]],
-                promos: list[dict[str, object]] | None = None) -> dict[str, str]:
+    def program(
+        self,
+        programa: str,
+        *,
+        tasa: str = "0.1",
+        fans: list[dict[str, object]],
+        promos: list[dict[str, object]] | None = None,
+    ) -> dict[str, str]:
         """A program of the test module's own (so modules never see each other's rows),
         applied through the back office; returns its keys by the names of STANDARD_KEYS."""
         keys = {name: _key(modo) for name, (modo, _) in STANDARD_KEYS.items()}
-        document = {"programas": [{
-            "id": programa, "nombre": f"Club {programa}", "tasa_puntos": tasa,
-            "qr_url": f"https://{programa}.example/fan",
-            "claves": [{"clave": keys[name], "integracion": f"Caja {name}", "permisos": perms}
-                       for name, (_, perms) in STANDARD_KEYS.items()],
-            "fans": fans, "promos": promos or []}]}
-        self.admin.stub.ApplyFixture(bo.ApplyFixtureRequest(fixture_json=json.dumps(document)),
-                                     metadata=self.admin.md)
+        document = {
+            "programas": [
+                {
+                    "id": programa,
+                    "nombre": f"Club {programa}",
+                    "tasa_puntos": tasa,
+                    "qr_url": f"https://{programa}.example/fan",
+                    "claves": [
+                        {"clave": keys[name], "integracion": f"Caja {name}", "permisos": perms}
+                        for name, (_, perms) in STANDARD_KEYS.items()
+                    ],
+                    "fans": fans,
+                    "promos": promos or [],
+                }
+            ]
+        }
+        self.admin.stub.ApplyFixture(
+            bo.ApplyFixtureRequest(fixture_json=json.dumps(document)), metadata=self.admin.md
+        )
         return keys
 
 
 @pytest.fixture(scope="session")
-def stack(create_database: Callable[[], str], tmp_path_factory: pytest.TempPathFactory
-          ) -> Iterator[Stack]:
+def stack(
+    create_database: Callable[[], str], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Stack]:
     url = create_database()
     upgrade(url)
-    keys = {"todo": _key("vivo"), "prueba": _key("prueba"), "ping": _key("vivo"),
-            "tx": _key("vivo")}
-    fixture = {"programas": [{
-        "id": "e2e", "nombre": "Club E2E", "tasa_puntos": "0.1",
-        "qr_url": "https://e2e.example/fan",
-        "claves": [
-            {"clave": keys["todo"], "integracion": "Caja Todo", "permisos": ALL},
-            {"clave": keys["prueba"], "integracion": "Caja Pruebas", "permisos": ALL},
-            {"clave": keys["ping"], "integracion": "Kiosko Ping", "permisos": []},
-            {"clave": keys["tx"], "integracion": "Terminal Ventas", "permisos": ["tx:escribir"]},
-        ],
-        "fans": [{"id": "E2E0001", "nombre": "Ana", "correo": "ana@example.com",
-                  "socio_desde": 2018, "temporadas": 5, "qr_token": "q7Hk2Pz", "puntos": 100}],
-    }]}
+    keys = {
+        "todo": _key("vivo"),
+        "prueba": _key("prueba"),
+        "ping": _key("vivo"),
+        "tx": _key("vivo"),
+    }
+    fixture = {
+        "programas": [
+            {
+                "id": "e2e",
+                "nombre": "Club E2E",
+                "tasa_puntos": "0.1",
+                "qr_url": "https://e2e.example/fan",
+                "claves": [
+                    {"clave": keys["todo"], "integracion": "Caja Todo", "permisos": ALL},
+                    {"clave": keys["prueba"], "integracion": "Caja Pruebas", "permisos": ALL},
+                    {"clave": keys["ping"], "integracion": "Kiosko Ping", "permisos": []},
+                    {
+                        "clave": keys["tx"],
+                        "integracion": "Terminal Ventas",
+                        "permisos": ["tx:escribir"],
+                    },
+                ],
+                "fans": [
+                    {
+                        "id": "E2E0001",
+                        "nombre": "Ana",
+                        "correo": "ana@example.com",
+                        "socio_desde": 2018,
+                        "temporadas": 5,
+                        "qr_token": "q7Hk2Pz",
+                        "puntos": 100,
+                    }
+                ],
+            }
+        ]
+    }
     engine = make_engine(url, pool_size=4)
     apply_fixture(engine, json.dumps(fixture))
 
     admin_token = secrets.token_urlsafe(24)
     # The call limiter runs on every call, with a limit the suite never reaches
     # (tests/e2e/test_rate_limit_http.py has its own small-limit stack).
-    server: GrpcServer = build_server(ServerSettings(
-        database_url=url, admin_token=admin_token, port=0, key_cache_seconds=0, max_workers=8,
-        rate_limit_per_minute=1_000_000))
+    server: GrpcServer = build_server(
+        ServerSettings(
+            database_url=url,
+            admin_token=admin_token,
+            port=0,
+            key_cache_seconds=0,
+            max_workers=8,
+            rate_limit_per_minute=1_000_000,
+        )
+    )
     server.start()
     # The wallet-pass sender runs beside the server, as in `loyalty up`.
     sender = WalletSender(engine, LocalProvider(engine), interval=0.2)
     sender.start()
     http_port = free_port()
-    proxy = EnvoyProcess.start(http_port=http_port, upstream_host="127.0.0.1",
-                               upstream_port=server.port,
-                               work_dir=Path(tmp_path_factory.mktemp("envoy")))
+    proxy = EnvoyProcess.start(
+        http_port=http_port,
+        upstream_host="127.0.0.1",
+        upstream_port=server.port,
+        work_dir=Path(tmp_path_factory.mktemp("envoy")),
+    )
     channel = grpc.insecure_channel(f"127.0.0.1:{server.port}")
     try:
-        yield Stack(base_url=proxy.url, grpc_target=f"127.0.0.1:{server.port}",
-                    envoy_port=http_port,
-                    admin=Admin(bo_grpc.BackofficeServiceStub(channel), admin_token), keys=keys,
-                    engine=engine)
+        yield Stack(
+            base_url=proxy.url,
+            grpc_target=f"127.0.0.1:{server.port}",
+            envoy_port=http_port,
+            admin=Admin(bo_grpc.BackofficeServiceStub(channel), admin_token),
+            keys=keys,
+            engine=engine,
+        )
     finally:
         channel.close()
         proxy.stop()

@@ -24,8 +24,11 @@ READY_LINE = "Ctrl-C stops everything."
 
 
 def _env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("LOYALTY_DATABASE_URL", "LOYALTY_ADMIN_TOKEN")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("LOYALTY_DATABASE_URL", "LOYALTY_ADMIN_TOKEN")
+    }
     env.update(extra)
     return env
 
@@ -35,8 +38,14 @@ class Running:
 
     def __init__(self, args: list[str], cwd: Path, env: dict[str, str]) -> None:
         self.lines: list[str] = []
-        self.proc = subprocess.Popen([*LOYALTY, *args], cwd=cwd, env=env, text=True,
-                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        self.proc = subprocess.Popen(
+            [*LOYALTY, *args],
+            cwd=cwd,
+            env=env,
+            text=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+        )
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
 
@@ -63,23 +72,47 @@ class Running:
 
 
 def _admin(data_dir: Path, grpc_port: int, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*LOYALTY, "admin", "--data-dir", str(data_dir), "--target",
-                           f"127.0.0.1:{grpc_port}", *args], env=_env(), text=True,
-                          capture_output=True, timeout=60, check=False)
+    return subprocess.run(
+        [
+            *LOYALTY,
+            "admin",
+            "--data-dir",
+            str(data_dir),
+            "--target",
+            f"127.0.0.1:{grpc_port}",
+            *args,
+        ],
+        env=_env(),
+        text=True,
+        capture_output=True,
+        timeout=60,
+        check=False,
+    )
 
 
 def test_up_demo_serves_and_stops_cleanly(tmp_path: Path):
     data_dir = tmp_path / "data"
     http_port, grpc_port = free_port(), free_port()
-    args = ["up", "--demo", "--http-port", str(http_port), "--grpc-port", str(grpc_port),
-            "--data-dir", str(data_dir)]
+    args = [
+        "up",
+        "--demo",
+        "--http-port",
+        str(http_port),
+        "--grpc-port",
+        str(grpc_port),
+        "--data-dir",
+        str(data_dir),
+    ]
     for run in range(2):  # the second start reuses the data dir; the demo applies idempotently
         up = Running(args, tmp_path, _env())
         try:
             up.wait_for(READY_LINE)
             assert any(DEMO_KEY in line for line in up.lines)
-            response = httpx.post(f"http://127.0.0.1:{http_port}/api/v1/ping",
-                                  headers={"Authorization": f"Bearer {DEMO_KEY}"}, timeout=10)
+            response = httpx.post(
+                f"http://127.0.0.1:{http_port}/api/v1/ping",
+                headers={"Authorization": f"Bearer {DEMO_KEY}"},
+                timeout=10,
+            )
             assert response.status_code == 200
             assert response.json()["data"]["programa"] == "Club Demo"
             if run == 0:
@@ -99,16 +132,26 @@ def test_up_demo_serves_and_stops_cleanly(tmp_path: Path):
     assert (data_dir / "admin_token").stat().st_mode & 0o777 == 0o600
 
 
-def test_migrate_then_serve_stops_gracefully_on_sigterm(create_database: Callable[[], str],
-                                                         tmp_path: Path):
+def test_migrate_then_serve_stops_gracefully_on_sigterm(
+    create_database: Callable[[], str], tmp_path: Path
+):
     url = create_database()
-    migrated = subprocess.run([*LOYALTY, "migrate"], env=_env(LOYALTY_DATABASE_URL=url),
-                              text=True, capture_output=True, timeout=60, check=False)
+    migrated = subprocess.run(
+        [*LOYALTY, "migrate"],
+        env=_env(LOYALTY_DATABASE_URL=url),
+        text=True,
+        capture_output=True,
+        timeout=60,
+        check=False,
+    )
     assert migrated.returncode == 0, migrated.stderr
     assert "database at revision" in migrated.stdout
     port = free_port()
-    serve = Running(["serve", "--grpc-host", "127.0.0.1", "--grpc-port", str(port)], tmp_path,
-                    _env(LOYALTY_DATABASE_URL=url, LOYALTY_ADMIN_TOKEN="t" * 32))
+    serve = Running(
+        ["serve", "--grpc-host", "127.0.0.1", "--grpc-port", str(port)],
+        tmp_path,
+        _env(LOYALTY_DATABASE_URL=url, LOYALTY_ADMIN_TOKEN="t" * 32),
+    )
     try:
         serve.wait_for(f"gRPC: 127.0.0.1:{port}", timeout=30)
     finally:
@@ -117,15 +160,29 @@ def test_migrate_then_serve_stops_gracefully_on_sigterm(create_database: Callabl
 
 
 def test_serve_without_database_url_says_so(tmp_path: Path):
-    result = subprocess.run([*LOYALTY, "serve"], env=_env(), cwd=tmp_path, text=True,
-                            capture_output=True, timeout=30, check=False)
+    result = subprocess.run(
+        [*LOYALTY, "serve"],
+        env=_env(),
+        cwd=tmp_path,
+        text=True,
+        capture_output=True,
+        timeout=30,
+        check=False,
+    )
     assert result.returncode != 0
     assert "LOYALTY_DATABASE_URL" in result.stderr
 
 
 def test_gateway_check(tmp_path: Path):
-    result = subprocess.run([*LOYALTY, "gateway", "check"], cwd=tmp_path, env=_env(), text=True,
-                            capture_output=True, timeout=60, check=False)
+    result = subprocess.run(
+        [*LOYALTY, "gateway", "check"],
+        cwd=tmp_path,
+        env=_env(),
+        text=True,
+        capture_output=True,
+        timeout=60,
+        check=False,
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "OK" in result.stdout
 
@@ -133,16 +190,33 @@ def test_gateway_check(tmp_path: Path):
 def test_wheel_ships_gateway_migrations_and_demo(tmp_path: Path):
     """A plain `pip install <checkout>` must work from any directory: everything the
     runtime reads is package data."""
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps",
-                    "--wheel-dir", str(tmp_path), str(ROOT)], check=True, timeout=300,
-                   capture_output=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--quiet",
+            "--no-deps",
+            "--wheel-dir",
+            str(tmp_path),
+            str(ROOT),
+        ],
+        check=True,
+        timeout=300,
+        capture_output=True,
+    )
     (wheel,) = tmp_path.glob("loyalty_grpc-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
-    for needed in ["loyalty_grpc/gateway/envoy.yaml", "loyalty_grpc/gateway/envelope.lua",
-                   "loyalty_grpc/gateway/request_check.lua",
-                   "loyalty_grpc/gateway/loyalty_pos.pb", "loyalty_grpc/gateway/openapi.json",
-                   "loyalty_grpc/runtime/demo_fixture.json",
-                   "loyalty_grpc/store/migrations/env.py",
-                   "loyalty_grpc/store/migrations/versions/0001_initial.py",
-                   "loyalty_grpc/gen/loyalty/v1/pos_service_pb2.py"]:
+    for needed in [
+        "loyalty_grpc/gateway/envoy.yaml",
+        "loyalty_grpc/gateway/envelope.lua",
+        "loyalty_grpc/gateway/request_check.lua",
+        "loyalty_grpc/gateway/loyalty_pos.pb",
+        "loyalty_grpc/gateway/openapi.json",
+        "loyalty_grpc/runtime/demo_fixture.json",
+        "loyalty_grpc/store/migrations/env.py",
+        "loyalty_grpc/store/migrations/versions/0001_initial.py",
+        "loyalty_grpc/gen/loyalty/v1/pos_service_pb2.py",
+    ]:
         assert needed in names

@@ -17,8 +17,9 @@ import pytest
 from loyalty_grpc.runtime.parent_death import ORPHANED_EXIT
 from tests.support import free_port
 
-pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"),
-                                reason="the parent-death signal is Linux's")
+pytestmark = pytest.mark.skipif(
+    not sys.platform.startswith("linux"), reason="the parent-death signal is Linux's"
+)
 
 # A parent as `loyalty up` is one: it starts Envoy from its main thread and keeps it.
 PARENT = textwrap.dedent("""
@@ -78,8 +79,11 @@ def port_free(port: int) -> bool:
 
 def test_envoy_dies_when_its_parent_is_killed(tmp_path: Path) -> None:
     port = free_port()
-    parent = subprocess.Popen([sys.executable, "-c", PARENT, str(port), str(tmp_path / "envoy")],
-                              stdout=subprocess.PIPE, text=True)
+    parent = subprocess.Popen(
+        [sys.executable, "-c", PARENT, str(port), str(tmp_path / "envoy")],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     envoy: psutil.Process | None = None
     try:
         assert parent.stdout is not None
@@ -106,6 +110,7 @@ def test_envoy_dies_when_its_parent_is_killed(tmp_path: Path) -> None:
 
 
 def test_a_child_whose_parent_is_already_gone_does_not_run() -> None:
-    result = subprocess.run([sys.executable, "-c", LATE_CHILD], capture_output=True,
-                            text=True, timeout=60, check=True)
+    result = subprocess.run(
+        [sys.executable, "-c", LATE_CHILD], capture_output=True, text=True, timeout=60, check=True
+    )
     assert result.stdout.splitlines() == ["0 ran -", f"{ORPHANED_EXIT} - -"]

@@ -41,8 +41,10 @@ INTERNAL_DETAILS = "Traceback: psycopg.OperationalError at 10.0.0.7"
 
 def envelope_bytes(codigo: Codigo, detalle: str) -> bytes:
     """The envelope exactly as the server (and envelope.lua) write it."""
-    body = {"ok": False, "error": {"codigo": codigo.value,
-                                   "mensaje": CATALOGO[codigo].mensaje, "detalle": detalle}}
+    body = {
+        "ok": False,
+        "error": {"codigo": codigo.value, "mensaje": CATALOGO[codigo].mensaje, "detalle": detalle},
+    }
     return json.dumps(body, ensure_ascii=True, separators=(",", ":")).encode()
 
 
@@ -61,12 +63,17 @@ def server_error(codigo: Codigo, detalle: str) -> grpc.Status:
     detail = any_pb2.Any()
     detail.Pack(error_details_pb2.ErrorInfo(reason=codigo.value, domain="loyalty.v1"))
     status = rpc_status.to_status(
-        status_pb2.Status(code=code.value[0], message=detalle, details=[detail]))
-    return _Status(code=status.code, details=status.details, trailing_metadata=(
-        *status.trailing_metadata,
-        ("x-http-status", str(entrada.http)),
-        ("x-envelope", envelope_bytes(codigo, detalle).decode()),
-    ))
+        status_pb2.Status(code=code.value[0], message=detalle, details=[detail])
+    )
+    return _Status(
+        code=status.code,
+        details=status.details,
+        trailing_metadata=(
+            *status.trailing_metadata,
+            ("x-http-status", str(entrada.http)),
+            ("x-envelope", envelope_bytes(codigo, detalle).decode()),
+        ),
+    )
 
 
 class Calls:
@@ -85,20 +92,32 @@ class Pos(pos_service_pb2_grpc.PosServiceServicer):
 
     def Ping(self, request, context):  # noqa: N802
         self.calls.record("Ping")
-        return pos_service_pb2.PingResponse(ok=True, data=pos_service_pb2.PingData(
-            integracion="Caja Norte", programa="Club Halcones", modo="prueba",
-            permisos=["fan:leer"], hora="2026-01-01T00:00:00Z"))
+        return pos_service_pb2.PingResponse(
+            ok=True,
+            data=pos_service_pb2.PingData(
+                integracion="Caja Norte",
+                programa="Club Halcones",
+                modo="prueba",
+                permisos=["fan:leer"],
+                hora="2026-01-01T00:00:00Z",
+            ),
+        )
 
     def PingGet(self, request, context):  # noqa: N802
         self.calls.record("PingGet")
         context.set_trailing_metadata((("x-internal-trailer", "secreto"),))
-        return pos_service_pb2.PingGetResponse(ok=True, data=pos_service_pb2.PingGetData(
-            programa="Club Halcones", modo="prueba", hora="2026-01-01T00:00:00Z"))
+        return pos_service_pb2.PingGetResponse(
+            ok=True,
+            data=pos_service_pb2.PingGetData(
+                programa="Club Halcones", modo="prueba", hora="2026-01-01T00:00:00Z"
+            ),
+        )
 
     def ResolveFan(self, request, context):  # noqa: N802
         self.calls.record("ResolveFan")
         context.abort_with_status(
-            server_error(Codigo.FAN_NO_ENCONTRADO, f"Ningún fan con «{request.fan}»."))
+            server_error(Codigo.FAN_NO_ENCONTRADO, f"Ningún fan con «{request.fan}».")
+        )
 
     def RegisterTx(self, request, context):  # noqa: N802
         # A failure without the envelope (a bug, or a server without the interceptor).
@@ -147,9 +166,13 @@ def grpc_port(calls: Calls) -> Iterator[int]:
 
 @pytest.fixture(scope="module")
 def gateway(grpc_port: int, tmp_path_factory: pytest.TempPathFactory) -> Iterator[EnvoyProcess]:
-    proxy = EnvoyProcess.start(http_port=free_port(), upstream_host="127.0.0.1",
-                               upstream_port=grpc_port, listen_host="127.0.0.1",
-                               work_dir=tmp_path_factory.mktemp("envoy"))
+    proxy = EnvoyProcess.start(
+        http_port=free_port(),
+        upstream_host="127.0.0.1",
+        upstream_port=grpc_port,
+        listen_host="127.0.0.1",
+        work_dir=tmp_path_factory.mktemp("envoy"),
+    )
     yield proxy
     proxy.stop()
 
@@ -157,9 +180,13 @@ def gateway(grpc_port: int, tmp_path_factory: pytest.TempPathFactory) -> Iterato
 @pytest.fixture(scope="module")
 def gateway_without_upstream(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EnvoyProcess]:
     """Envoy pointed at a port where nothing listens."""
-    proxy = EnvoyProcess.start(http_port=free_port(), upstream_host="127.0.0.1",
-                               upstream_port=free_port(), listen_host="127.0.0.1",
-                               work_dir=tmp_path_factory.mktemp("envoy-down"))
+    proxy = EnvoyProcess.start(
+        http_port=free_port(),
+        upstream_host="127.0.0.1",
+        upstream_port=free_port(),
+        listen_host="127.0.0.1",
+        work_dir=tmp_path_factory.mktemp("envoy-down"),
+    )
     yield proxy
     proxy.stop()
 
@@ -223,8 +250,7 @@ def test_server_error_becomes_its_envelope(client: httpx.Client) -> None:
     response = client.post("/api/v1/fan/resolve", json={"fan": "HAL9999"})
     fields = assert_envelope(response, Codigo.FAN_NO_ENCONTRADO)
     assert fields["detalle"] == "Ningún fan con «HAL9999»."
-    assert response.content == envelope_bytes(Codigo.FAN_NO_ENCONTRADO,
-                                              "Ningún fan con «HAL9999».")
+    assert response.content == envelope_bytes(Codigo.FAN_NO_ENCONTRADO, "Ningún fan con «HAL9999».")
 
 
 def test_another_server_error_keeps_its_status(client: httpx.Client) -> None:
@@ -250,8 +276,11 @@ def test_unimplemented_method_is_no_implementado(client: httpx.Client) -> None:
 
 def test_malformed_json_is_solicitud_invalida(client: httpx.Client, calls: Calls) -> None:
     before = len(calls.names)
-    response = client.post("/api/v1/fan/resolve", content=b'{"fan": "HAL0001"',
-                           headers={"content-type": "application/json"})
+    response = client.post(
+        "/api/v1/fan/resolve",
+        content=b'{"fan": "HAL0001"',
+        headers={"content-type": "application/json"},
+    )
     fields = assert_envelope(response, Codigo.SOLICITUD_INVALIDA)
     assert fields["detalle"]  # Envoy's reason
     assert len(calls.names) == before
@@ -264,14 +293,18 @@ def test_wrong_json_type_names_the_field(client: httpx.Client) -> None:
 
 
 def test_reason_with_quotes_and_bytes_stays_valid_json(client: httpx.Client) -> None:
-    response = client.post("/api/v1/fan/resolve", content=b'{"fan": "\xff\xfe\\"" "x\n\t}',
-                           headers={"content-type": "application/json"})
+    response = client.post(
+        "/api/v1/fan/resolve",
+        content=b'{"fan": "\xff\xfe\\"" "x\n\t}',
+        headers={"content-type": "application/json"},
+    )
     assert_envelope(response, Codigo.SOLICITUD_INVALIDA)
     assert response.content.isascii()
 
 
-@pytest.mark.parametrize("path", ["/api/v1/nope", "/nope", "/", "/api/v1",
-                                  "/loyalty.v1.BackofficeService/ListPrograms"])
+@pytest.mark.parametrize(
+    "path", ["/api/v1/nope", "/nope", "/", "/api/v1", "/loyalty.v1.BackofficeService/ListPrograms"]
+)
 def test_unknown_path_is_ruta_no_encontrada(client: httpx.Client, path: str) -> None:
     fields = assert_envelope(client.get(path), Codigo.RUTA_NO_ENCONTRADA)
     assert path in fields["detalle"]
@@ -285,15 +318,17 @@ def test_wrong_method_is_ruta_no_encontrada(client: httpx.Client) -> None:
 def test_body_over_the_limit_is_solicitud_muy_grande(client: httpx.Client) -> None:
     body = json.dumps({"codigos": ["A" * 64] * 20_000}).encode()  # ~1.3 MB
     assert len(body) > 1024 * 1024
-    response = client.post("/api/v1/codes", content=body,
-                           headers={"content-type": "application/json"})
+    response = client.post(
+        "/api/v1/codes", content=body, headers={"content-type": "application/json"}
+    )
     assert_envelope(response, Codigo.SOLICITUD_MUY_GRANDE)
 
 
 def test_largest_legitimate_body_passes(client: httpx.Client) -> None:
     body = json.dumps({"promo": 7, "codigos": ["A" * 64] * 5000}).encode()
-    response = client.post("/api/v1/codes", content=body,
-                           headers={"content-type": "application/json"})
+    response = client.post(
+        "/api/v1/codes", content=body, headers={"content-type": "application/json"}
+    )
     assert_envelope(response, Codigo.PROMO_NO_ENCONTRADA)  # reached the server
 
 
@@ -323,15 +358,21 @@ def raw_get(gateway: EnvoyProcess, path: str) -> tuple[int, bytes, list[tuple[st
         connection.close()
 
 
-@pytest.mark.parametrize(("path", "codigo"), [
-    ("/api/v1/../loyalty.v1.BackofficeService/ListPrograms", Codigo.RUTA_NO_ENCONTRADA),
-    ("/api/v1/..%2Floyalty.v1.BackofficeService/ListPrograms", Codigo.SOLICITUD_INVALIDA),
-    ("/api/v1/%2E%2E/loyalty.v1.BackofficeService/ListPrograms", Codigo.RUTA_NO_ENCONTRADA),
-    ("//api/v1//ping/../../loyalty.v1.BackofficeService/ListPrograms",
-     Codigo.RUTA_NO_ENCONTRADA),
-])
-def test_path_tricks_do_not_reach_the_back_office(gateway: EnvoyProcess, calls: Calls,
-                                                  path: str, codigo: Codigo) -> None:
+@pytest.mark.parametrize(
+    ("path", "codigo"),
+    [
+        ("/api/v1/../loyalty.v1.BackofficeService/ListPrograms", Codigo.RUTA_NO_ENCONTRADA),
+        ("/api/v1/..%2Floyalty.v1.BackofficeService/ListPrograms", Codigo.SOLICITUD_INVALIDA),
+        ("/api/v1/%2E%2E/loyalty.v1.BackofficeService/ListPrograms", Codigo.RUTA_NO_ENCONTRADA),
+        (
+            "//api/v1//ping/../../loyalty.v1.BackofficeService/ListPrograms",
+            Codigo.RUTA_NO_ENCONTRADA,
+        ),
+    ],
+)
+def test_path_tricks_do_not_reach_the_back_office(
+    gateway: EnvoyProcess, calls: Calls, path: str, codigo: Codigo
+) -> None:
     before = list(calls.names)
     status, body, headers = raw_get(gateway, path)
     assert status == CATALOGO[codigo].http
@@ -340,11 +381,13 @@ def test_path_tricks_do_not_reach_the_back_office(gateway: EnvoyProcess, calls: 
     assert calls.names == before
 
 
-@pytest.mark.parametrize("method", ["/loyalty.v1.BackofficeService/ListPrograms",
-                                    "/loyalty.v1.PosService/Ping",
-                                    "/api/v1/ping"])
-def test_native_grpc_through_envoy_never_reaches_the_server(gateway: EnvoyProcess,
-                                                            calls: Calls, method: str) -> None:
+@pytest.mark.parametrize(
+    "method",
+    ["/loyalty.v1.BackofficeService/ListPrograms", "/loyalty.v1.PosService/Ping", "/api/v1/ping"],
+)
+def test_native_grpc_through_envoy_never_reaches_the_server(
+    gateway: EnvoyProcess, calls: Calls, method: str
+) -> None:
     before = list(calls.names)
     with grpc.insecure_channel(f"127.0.0.1:{gateway.http_port}") as channel:
         call = channel.unary_unary(method, request_serializer=None, response_deserializer=None)

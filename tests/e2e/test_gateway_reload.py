@@ -53,9 +53,13 @@ def gateway_dir(tmp_path: Path) -> Path:
 @pytest.fixture
 def gateway(stack: Stack, gateway_dir: Path, tmp_path: Path) -> Iterator[EnvoyProcess]:
     host, _, port = stack.grpc_target.rpartition(":")
-    proxy = EnvoyProcess.start(http_port=free_port(), upstream_host=host,
-                               upstream_port=int(port), work_dir=tmp_path / "envoy",
-                               gateway_dir=gateway_dir)
+    proxy = EnvoyProcess.start(
+        http_port=free_port(),
+        upstream_host=host,
+        upstream_port=int(port),
+        work_dir=tmp_path / "envoy",
+        gateway_dir=gateway_dir,
+    )
     yield proxy
     proxy.stop()
 
@@ -72,8 +76,10 @@ class Load:
         self.failures: list[str] = []
         self._lock = threading.Lock()
         self._stop = threading.Event()
-        self._threads = [threading.Thread(target=self._run, args=(n % 2 == 0,), daemon=True)
-                         for n in range(threads)]
+        self._threads = [
+            threading.Thread(target=self._run, args=(n % 2 == 0,), daemon=True)
+            for n in range(threads)
+        ]
 
     def __enter__(self) -> Load:
         for thread in self._threads:
@@ -81,8 +87,12 @@ class Load:
         self.wait_for(20)
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 traceback: TracebackType | None) -> None:
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
         self._stop.set()
         for thread in self._threads:
             thread.join(15)
@@ -120,8 +130,13 @@ class Load:
 
 def reload(work_dir: Path) -> subprocess.CompletedProcess[str]:
     """`loyalty gateway reload`, as an operator runs it."""
-    return subprocess.run([*LOYALTY, "gateway", "reload", "--work-dir", str(work_dir)],
-                          capture_output=True, text=True, timeout=120, check=False)
+    return subprocess.run(
+        [*LOYALTY, "gateway", "reload", "--work-dir", str(work_dir)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
 
 
 def reloaded(work_dir: Path, load: Load) -> str:
@@ -144,8 +159,13 @@ def get(proxy: EnvoyProcess, path: str, key: str) -> httpx.Response:
 def add_ping_alias(descriptor_set: Path) -> None:
     """A descriptor set regenerated with one more HTTP binding: GET ALIAS -> PingGet."""
     descriptors = descriptor_pb2.FileDescriptorSet.FromString(descriptor_set.read_bytes())
-    [method] = [method for file in descriptors.file for service in file.service
-                for method in service.method if method.name == "PingGet"]
+    [method] = [
+        method
+        for file in descriptors.file
+        for service in file.service
+        for method in service.method
+        if method.name == "PingGet"
+    ]
     method.options.Extensions[annotations_pb2.http].additional_bindings.add(get=ALIAS)
     descriptor_set.write_bytes(descriptors.SerializeToString())
 
@@ -171,24 +191,36 @@ def routes(config: dict[str, Any]) -> list[dict[str, Any]]:
 def add_route(config: dict[str, Any]) -> None:
     """A direct response before the /api/v1/ prefix (the transcoder off on it, like the
     OpenAPI document's route: it would answer 404 for a path outside the proto)."""
-    position = next(n for n, route in enumerate(routes(config))
-                    if route["match"] == {"prefix": "/api/v1/"})
-    routes(config).insert(position, {
-        "match": {"path": ROUTE},
-        "direct_response": {"status": 200, "body": {"inline_string": ROUTE_BODY}},
-        "response_headers_to_add": [{"header": {"key": "content-type",
-                                                "value": "application/json"},
-                                     "append_action": "OVERWRITE_IF_EXISTS_OR_ADD"}],
-        "typed_per_filter_config": {"envoy.filters.http.grpc_json_transcoder": {
-            "@type": "type.googleapis.com/envoy.config.route.v3.FilterConfig",
-            "disabled": True}}})
+    position = next(
+        n for n, route in enumerate(routes(config)) if route["match"] == {"prefix": "/api/v1/"}
+    )
+    routes(config).insert(
+        position,
+        {
+            "match": {"path": ROUTE},
+            "direct_response": {"status": 200, "body": {"inline_string": ROUTE_BODY}},
+            "response_headers_to_add": [
+                {
+                    "header": {"key": "content-type", "value": "application/json"},
+                    "append_action": "OVERWRITE_IF_EXISTS_OR_ADD",
+                }
+            ],
+            "typed_per_filter_config": {
+                "envoy.filters.http.grpc_json_transcoder": {
+                    "@type": "type.googleapis.com/envoy.config.route.v3.FilterConfig",
+                    "disabled": True,
+                }
+            },
+        },
+    )
 
 
 # ---------------------------------------------------------------- swaps under load
 
 
-def test_descriptor_and_routes_change_while_requests_flow(gateway: EnvoyProcess,
-                                                          gateway_dir: Path, key: str):
+def test_descriptor_and_routes_change_while_requests_flow(
+    gateway: EnvoyProcess, gateway_dir: Path, key: str
+):
     with Load(gateway.url, key) as load:
         assert get(gateway, ALIAS, key).status_code == 404
 
@@ -251,6 +283,7 @@ def route_to_nowhere(gateway_dir: Path) -> None:
 def listener_on_another_address(gateway_dir: Path) -> None:
     """Valid for `envoy --mode validate`, refused by the running Envoy: the new address
     cannot be bound while the old one is open (no SO_REUSEPORT)."""
+
     def change(config: dict[str, Any]) -> None:
         listener(config)["address"]["socket_address"]["address"] = "127.0.0.1"
 
@@ -265,22 +298,36 @@ def overload_change(gateway_dir: Path) -> None:
     edit_config(gateway_dir, change)
 
 
-@pytest.mark.parametrize(("breakage", "reason"), [
-    (not_yaml, "envoy.yaml is not valid YAML"),
-    (route_to_nowhere, "no_such_cluster"),
-    (listener_on_another_address, "Envoy refused the new listeners: cannot bind "),
-    (overload_change, "changed outside static_resources (overload_manager): Envoy reads "
-                      "that only at start, restart the gateway"),
-])
+@pytest.mark.parametrize(
+    ("breakage", "reason"),
+    [
+        (not_yaml, "envoy.yaml is not valid YAML"),
+        (route_to_nowhere, "no_such_cluster"),
+        (listener_on_another_address, "Envoy refused the new listeners: cannot bind "),
+        (
+            overload_change,
+            "changed outside static_resources (overload_manager): Envoy reads "
+            "that only at start, restart the gateway",
+        ),
+    ],
+)
 def test_a_broken_configuration_is_refused_and_the_running_one_keeps_serving(
-        gateway: EnvoyProcess, gateway_dir: Path, key: str,
-        breakage: Callable[[Path], None], reason: str):
+    gateway: EnvoyProcess,
+    gateway_dir: Path,
+    key: str,
+    breakage: Callable[[Path], None],
+    reason: str,
+):
     with Load(gateway.url, key) as load:
         edit_config(gateway_dir, add_route)
         reloaded(gateway.work_dir, load)
-        running = {path: path.read_bytes() for path in gateway.work_dir.rglob("*")
-                   if path.is_file() and path.parent.name != "candidate"
-                   and path.name not in ("envoy.log", ".lock")}
+        running = {
+            path: path.read_bytes()
+            for path in gateway.work_dir.rglob("*")
+            if path.is_file()
+            and path.parent.name != "candidate"
+            and path.name not in ("envoy.log", ".lock")
+        }
         breakage(gateway_dir)
         result = reload(gateway.work_dir)
         assert result.returncode == 1, result.stdout + result.stderr
@@ -298,9 +345,11 @@ def test_a_broken_configuration_is_refused_and_the_running_one_keeps_serving(
     assert load.failures == []
     # Nothing Envoy reads changed (a refused listener file was put back).
     assert {path: path.read_bytes() for path in running} == running
-    assert {path for path in gateway.work_dir.rglob("*") if path.is_file()
-            and path.parent.name == "assets"} == {path for path in running
-                                                   if path.parent.name == "assets"}
+    assert {
+        path
+        for path in gateway.work_dir.rglob("*")
+        if path.is_file() and path.parent.name == "assets"
+    } == {path for path in running if path.parent.name == "assets"}
 
 
 # ---------------------------------------------------------------- start and stop
@@ -325,8 +374,13 @@ def test_a_port_in_use_fails_at_start(tmp_path: Path):
         holder.listen()
         port = holder.getsockname()[1]
         with pytest.raises(EnvoyError, match=f"cannot bind '127.0.0.1:{port}': Address already"):
-            EnvoyProcess.start(http_port=port, upstream_host="127.0.0.1", upstream_port=1,
-                               work_dir=tmp_path, listen_host="127.0.0.1")
+            EnvoyProcess.start(
+                http_port=port,
+                upstream_host="127.0.0.1",
+                upstream_port=1,
+                work_dir=tmp_path,
+                listen_host="127.0.0.1",
+            )
     assert envoy_pids(tmp_path / "bootstrap.yaml") == []
 
 

@@ -30,32 +30,58 @@ from tests.e2e.conftest import Stack
 PROGRAM = "cabeceras"
 FAN = "CAB0001"
 FANS: list[dict[str, object]] = [
-    {"id": FAN, "nombre": "Ana", "correo": "ana@cabeceras.example", "socio_desde": 2020,
-     "qr_token": "CabQr01"},
+    {
+        "id": FAN,
+        "nombre": "Ana",
+        "correo": "ana@cabeceras.example",
+        "socio_desde": 2020,
+        "qr_token": "CabQr01",
+    },
 ]
 TIMEOUT = 10.0
 
 # (name, value) added to an authenticated GET /api/v1/ping, one request each.
 NASTY_HEADERS: list[tuple[bytes, bytes]] = [
     # Names gRPC refuses (Envoy lowercases names; these characters are valid HTTP tokens).
-    (b"x|y", b"1"), (b"a`b", b"1"), (b"^a", b""), (b"~x", b"1"), (b"X-Mayusculas", b"1"),
+    (b"x|y", b"1"),
+    (b"a`b", b"1"),
+    (b"^a", b""),
+    (b"~x", b"1"),
+    (b"X-Mayusculas", b"1"),
     # Reserved grpc-* headers, malformed, and other names grpc parses.
-    (b"grpc-timeout", b"zz"), (b"grpc-timeout", b"1n"), (b"grpc-encoding", b"zz"),
-    (b"grpc-status", b"13"), (b"grpc-previous-rpc-attempts", b"x"),
-    (b"grpc-internal-encoding-request", b"zz"), (b"grpc-message", b"%%"),
-    (b"te", b"gzip"), (b"te", b"trailers, deflate"), (b"content-type", b"application/grpc"),
+    (b"grpc-timeout", b"zz"),
+    (b"grpc-timeout", b"1n"),
+    (b"grpc-encoding", b"zz"),
+    (b"grpc-status", b"13"),
+    (b"grpc-previous-rpc-attempts", b"x"),
+    (b"grpc-internal-encoding-request", b"zz"),
+    (b"grpc-message", b"%%"),
+    (b"te", b"gzip"),
+    (b"te", b"trailers, deflate"),
+    (b"content-type", b"application/grpc"),
     # -bin: base64 by grpc's rules ("AB==" has padding bits set), and parsed ones.
-    (b"x-bin", b"!!!"), (b"x-trazas-bin", b"AB=="), (b"x-trazas-bin", b"QUJD"),
-    (b"x-trazas-bin", b"QUJE"), (b"lb-cost-bin", b"QUJD"), (b"-bin", b"="),
-    (b"endpoint-load-metrics-bin", b"%%"), (b"authorization-bin", b"QUJD"),
+    (b"x-bin", b"!!!"),
+    (b"x-trazas-bin", b"AB=="),
+    (b"x-trazas-bin", b"QUJD"),
+    (b"x-trazas-bin", b"QUJE"),
+    (b"lb-cost-bin", b"QUJD"),
+    (b"-bin", b"="),
+    (b"endpoint-load-metrics-bin", b"%%"),
+    (b"authorization-bin", b"QUJD"),
     # Values outside printable ASCII.
-    (b"x-valor", b"\xff\xfe"), (b"user-agent", b"\x80"), (b"x-valor", "café ñ".encode()),
-    (b"x-valor", b"a\tb"), (b"x-valor", b"\x7f"),
+    (b"x-valor", b"\xff\xfe"),
+    (b"user-agent", b"\x80"),
+    (b"x-valor", "café ñ".encode()),
+    (b"x-valor", b"a\tb"),
+    (b"x-valor", b"\x7f"),
     # Envoy's own control headers from a client.
-    (b"x-envoy-upstream-rq-timeout-ms", b"1"), (b"x-envoy-retry-on", b"5xx,reset"),
-    (b"x-envoy-max-retries", b"100"), (b"x-envoy-original-path", b"/loyalty.v1.X/Y"),
+    (b"x-envoy-upstream-rq-timeout-ms", b"1"),
+    (b"x-envoy-retry-on", b"5xx,reset"),
+    (b"x-envoy-max-retries", b"100"),
+    (b"x-envoy-original-path", b"/loyalty.v1.X/Y"),
     # Over grpc's default metadata limit (16 KiB), under Envoy's (60 KiB).
-    (b"x-largo", b"A" * 20_000), (b"x-largo-bin", b"QUFB" * 5_000),
+    (b"x-largo", b"A" * 20_000),
+    (b"x-largo-bin", b"QUFB" * 5_000),
 ]
 
 # Transfer-Encoding / Content-Length tricks on POST /api/v1/fan/resolve.
@@ -67,8 +93,10 @@ FRAMINGS: list[tuple[list[tuple[bytes, bytes]], bytes]] = [
     ([(b"Transfer-Encoding", b"chunked"), (b"Transfer-Encoding", b"chunked")], CHUNKED),
     ([(b"Transfer-Encoding", b"chunked"), (b"Content-Length", b"3")], CHUNKED),
     ([(b"Transfer-Encoding", b"chunked")], b"zz\r\n" + BODY + b"\r\n0\r\n\r\n"),
-    ([(b"Transfer-Encoding", b"chunked"), (b"Trailer", b"grpc-status")],
-     CHUNKED[:-2] + b"grpc-status: 13\r\nx|y: 1\r\nx-bin: !!\r\n\r\n"),
+    (
+        [(b"Transfer-Encoding", b"chunked"), (b"Trailer", b"grpc-status")],
+        CHUNKED[:-2] + b"grpc-status: 13\r\nx|y: 1\r\nx-bin: !!\r\n\r\n",
+    ),
     ([(b"Content-Length", b"17, 18")], BODY),
     ([(b"Content-Length", b"-1")], BODY),
 ]
@@ -105,12 +133,21 @@ def _length(data: bytes) -> int:
     raise AssertionError(f"no Content-Length in {data!r}")
 
 
-def request(key: str, headers: list[tuple[bytes, bytes]], *, method: bytes = b"GET",
-            path: bytes = b"/api/v1/ping", body: bytes = b"") -> bytes:
-    lines = [method + b" " + path + b" HTTP/1.1", b"Host: pos.example",
-             b"Authorization: Bearer " + key.encode(), *(n + b": " + v for n, v in headers)]
-    if body and not any(n.lower() in (b"transfer-encoding", b"content-length")
-                        for n, _ in headers):
+def request(
+    key: str,
+    headers: list[tuple[bytes, bytes]],
+    *,
+    method: bytes = b"GET",
+    path: bytes = b"/api/v1/ping",
+    body: bytes = b"",
+) -> bytes:
+    lines = [
+        method + b" " + path + b" HTTP/1.1",
+        b"Host: pos.example",
+        b"Authorization: Bearer " + key.encode(),
+        *(n + b": " + v for n, v in headers),
+    ]
+    if body and not any(n.lower() in (b"transfer-encoding", b"content-length") for n, _ in headers):
         lines.append(b"Content-Length: " + str(len(body)).encode())
     if body:
         lines.append(b"Content-Type: application/json")
@@ -138,27 +175,46 @@ def _hpack_int(value: int) -> bytes:
 
 def _block(fields: list[tuple[bytes, bytes]]) -> bytes:
     """Literal header fields without indexing: the client's HPACK table stays empty."""
-    return b"".join(b"\x00" + _hpack_int(len(n)) + n + _hpack_int(len(v)) + v
-                    for n, v in fields)
+    return b"".join(b"\x00" + _hpack_int(len(n)) + n + _hpack_int(len(v)) + v for n, v in fields)
 
 
 def _frame(kind: int, flags: int, stream: int, payload: bytes) -> bytes:
-    return struct.pack(">I", len(payload))[1:] + bytes([kind, flags]) + \
-        struct.pack(">I", stream) + payload
+    return (
+        struct.pack(">I", len(payload))[1:]
+        + bytes([kind, flags])
+        + struct.pack(">I", stream)
+        + payload
+    )
 
 
-def h2c(stack: Stack, key: str, headers: list[tuple[bytes, bytes]], *,
-        path: bytes = b"/api/v1/ping", body: bytes | None = None,
-        trailers: list[tuple[bytes, bytes]] | None = None) -> dict[str, object]:
+def h2c(
+    stack: Stack,
+    key: str,
+    headers: list[tuple[bytes, bytes]],
+    *,
+    path: bytes = b"/api/v1/ping",
+    body: bytes | None = None,
+    trailers: list[tuple[bytes, bytes]] | None = None,
+) -> dict[str, object]:
     """One request on a new prior-knowledge HTTP/2 connection; the JSON it answered."""
-    fields = [(b":method", b"GET" if body is None else b"POST"), (b":scheme", b"http"),
-              (b":authority", b"pos.example"), (b":path", path),
-              (b"authorization", b"Bearer " + key.encode()), *headers]
+    fields = [
+        (b":method", b"GET" if body is None else b"POST"),
+        (b":scheme", b"http"),
+        (b":authority", b"pos.example"),
+        (b":path", path),
+        (b"authorization", b"Bearer " + key.encode()),
+        *headers,
+    ]
     if body is not None:
         fields.append((b"content-type", b"application/json"))
     ends_with_headers = body is None and trailers is None
-    out = _PREFACE + _frame(_SETTINGS, 0, 0, b"") + _frame(
-        _HEADERS, _END_HEADERS | (_END_STREAM if ends_with_headers else 0), 1, _block(fields))
+    out = (
+        _PREFACE
+        + _frame(_SETTINGS, 0, 0, b"")
+        + _frame(
+            _HEADERS, _END_HEADERS | (_END_STREAM if ends_with_headers else 0), 1, _block(fields)
+        )
+    )
     if body is not None:
         out += _frame(_DATA, 0 if trailers else _END_STREAM, 1, body)
     if trailers is not None:
@@ -174,7 +230,7 @@ def h2c(stack: Stack, key: str, headers: list[tuple[bytes, bytes]], *,
                 length = int.from_bytes(received[:3])
                 kind, flags = received[3], received[4]
                 stream = int.from_bytes(received[5:9]) & 0x7FFFFFFF
-                payload, received = received[9:9 + length], received[9 + length:]
+                payload, received = received[9 : 9 + length], received[9 + length :]
                 assert kind not in (_RST_STREAM, _GOAWAY), (kind, payload)
                 if kind == _SETTINGS and not flags & _ACK:
                     sock.sendall(_frame(_SETTINGS, _ACK, 0, b""))
@@ -198,34 +254,46 @@ def server_side(answer: dict[str, object]) -> bool:
 # ---------------------------------------------------------------- the tests
 
 
-def test_nasty_headers_never_get_a_5xx_and_ping_still_answers(stack: Stack, key: str,
-                                                              http: httpx.Client) -> None:
+def test_nasty_headers_never_get_a_5xx_and_ping_still_answers(
+    stack: Stack, key: str, http: httpx.Client
+) -> None:
     failures: list[str] = []
     for name, value in NASTY_HEADERS:
         status, body = http1(stack, request(key, [(name, value)]))
         if status >= 500:
             failures.append(f"{name!r}: {value[:20]!r} -> {status} {body[:120]!r}")
     # Many headers, and many values of one name.
-    for headers in ([(f"x-h{i}".encode(), b"v") for i in range(90)],
-                    [(f"x-h{i}".encode(), b"v") for i in range(150)],
-                    [(b"x-bin", f"{i}!".encode()) for i in range(90)]):
+    for headers in (
+        [(f"x-h{i}".encode(), b"v") for i in range(90)],
+        [(f"x-h{i}".encode(), b"v") for i in range(150)],
+        [(b"x-bin", f"{i}!".encode()) for i in range(90)],
+    ):
         status, body = http1(stack, request(key, headers))
         if status >= 500:
             failures.append(f"{len(headers)} headers -> {status} {body[:120]!r}")
     for framing, raw_body in FRAMINGS:
-        status, body = http1(stack, request(key, framing, method=b"POST",
-                                            path=b"/api/v1/fan/resolve", body=raw_body))
+        status, body = http1(
+            stack, request(key, framing, method=b"POST", path=b"/api/v1/fan/resolve", body=raw_body)
+        )
         if status >= 500:
             failures.append(f"{framing!r} -> {status} {body[:120]!r}")
     # HTTP/2: the same headers, and request trailers (which bypassed the header clean-up).
-    for name, value in [(b"x-bin", b"!!!"), (b"grpc-timeout", b"zz"), (b"x|y", b"1"),
-                        (b"x-valor", b"\xff")]:
+    for name, value in [
+        (b"x-bin", b"!!!"),
+        (b"grpc-timeout", b"zz"),
+        (b"x|y", b"1"),
+        (b"x-valor", b"\xff"),
+    ]:
         if server_side(answer := h2c(stack, key, [(name, value)])):
             failures.append(f"h2 {name!r}: {value!r} -> {answer}")
-    for trailers in ([(b"x|y", b"1")], [(b"grpc-timeout", b"zz")], [(b"x-bin", b"!!!")],
-                     [(b"grpc-encoding", b"zz")], [(b"x-normal", b"1")]):
-        answer = h2c(stack, key, [], path=b"/api/v1/fan/resolve", body=BODY,
-                     trailers=trailers)
+    for trailers in (
+        [(b"x|y", b"1")],
+        [(b"grpc-timeout", b"zz")],
+        [(b"x-bin", b"!!!")],
+        [(b"grpc-encoding", b"zz")],
+        [(b"x-normal", b"1")],
+    ):
+        answer = h2c(stack, key, [], path=b"/api/v1/fan/resolve", body=BODY, trailers=trailers)
         if server_side(answer) or answer.get("ok") is not True:
             failures.append(f"h2 trailers {trailers!r} -> {answer}")
     assert failures == []
@@ -255,9 +323,16 @@ def test_large_headers_pass_up_to_envoys_limit(stack: Stack, key: str) -> None:
 def test_an_unsupported_transfer_coding_is_solicitud_invalida(stack: Stack, key: str) -> None:
     """Envoy's HTTP/1 codec answers 501 to a transfer coding it does not implement; that
     is the client's mistake, not an operation we lack (no_implementado)."""
-    status, body = http1(stack, request(
-        key, [(b"Transfer-Encoding", b"gzip, chunked")], method=b"POST",
-        path=b"/api/v1/fan/resolve", body=CHUNKED))
+    status, body = http1(
+        stack,
+        request(
+            key,
+            [(b"Transfer-Encoding", b"gzip, chunked")],
+            method=b"POST",
+            path=b"/api/v1/fan/resolve",
+            body=CHUNKED,
+        ),
+    )
     assert status == 400, body
     error = json.loads(body)["error"]
     assert error["codigo"] == Codigo.SOLICITUD_INVALIDA.value
@@ -267,8 +342,11 @@ def test_an_unsupported_transfer_coding_is_solicitud_invalida(stack: Stack, key:
 def test_connect_is_answered_at_once(stack: Stack, key: str) -> None:
     """A CONNECT (a tunnel request, no path) used to wait for Envoy's idle timeout (5 min)
     in the buffer filter; it is a 404 envelope at once (the socket timeout bounds it)."""
-    status, body = http1(stack, b"CONNECT example.com:443 HTTP/1.1\r\nHost: example.com:443\r\n"
-                                b"Authorization: Bearer " + key.encode() + b"\r\n\r\n")
+    status, body = http1(
+        stack,
+        b"CONNECT example.com:443 HTTP/1.1\r\nHost: example.com:443\r\n"
+        b"Authorization: Bearer " + key.encode() + b"\r\n\r\n",
+    )
     assert status == 404, body
     error = json.loads(body)["error"]
     assert error["codigo"] == Codigo.RUTA_NO_ENCONTRADA.value

@@ -31,8 +31,9 @@ def assert_error(response: httpx.Response, codigo: Codigo) -> dict[str, str]:
     entrada = CATALOGO[codigo]
     assert response.status_code == entrada.http, response.text
     assert_clean_headers(response)
-    assert response.content.startswith(b'{"ok":false,"error":{"codigo":"' +
-                                       codigo.value.encode() + b'","mensaje":')
+    assert response.content.startswith(
+        b'{"ok":false,"error":{"codigo":"' + codigo.value.encode() + b'","mensaje":'
+    )
     body = response.json()
     assert list(body) == ["ok", "error"]
     assert list(body["error"]) == ["codigo", "mensaje", "detalle"]
@@ -57,9 +58,11 @@ def test_post_ping_live_key(stack: Stack, http: httpx.Client):
 
 
 def test_post_ping_accepts_an_empty_json_body(stack: Stack, http: httpx.Client):
-    response = http.post("/api/v1/ping", headers={**auth(stack.keys["ping"]),
-                                                  "content-type": "application/json"},
-                         content=b"{}")
+    response = http.post(
+        "/api/v1/ping",
+        headers={**auth(stack.keys["ping"]), "content-type": "application/json"},
+        content=b"{}",
+    )
     assert response.status_code == 200
     assert response.json()["data"]["permisos"] == []
 
@@ -114,6 +117,8 @@ ENDPOINTS = [
     ("GET", "/api/v1/roster", None),
     ("POST", "/api/v1/roster", {"limite": 10}),
 ]
+
+
 @pytest.mark.parametrize(("method", "path", "body"), ENDPOINTS)
 def test_permission_denied(stack: Stack, http: httpx.Client, method, path, body):
     denied = http.request(method, path, headers=auth(stack.keys["ping"]), json=body)
@@ -122,8 +127,9 @@ def test_permission_denied(stack: Stack, http: httpx.Client, method, path, body)
 
 
 def test_tx_only_key_cannot_resolve(stack: Stack, http: httpx.Client):
-    response = http.post("/api/v1/fan/resolve", headers=auth(stack.keys["tx"]),
-                         json={"fan": "E2E0001"})
+    response = http.post(
+        "/api/v1/fan/resolve", headers=auth(stack.keys["tx"]), json={"fan": "E2E0001"}
+    )
     assert "fan:leer" in assert_error(response, Codigo.PERMISO_DENEGADO)["detalle"]
 
 
@@ -132,25 +138,33 @@ def test_unknown_path_and_method(stack: Stack, http: httpx.Client):
     assert_error(http.get("/api/v1/nope", headers=headers), Codigo.RUTA_NO_ENCONTRADA)
     assert_error(http.delete("/api/v1/ping", headers=headers), Codigo.RUTA_NO_ENCONTRADA)
     assert_error(http.get("/", headers=headers), Codigo.RUTA_NO_ENCONTRADA)
-    assert_error(http.post("/loyalty.v1.BackofficeService/ListPrograms", headers=headers),
-                 Codigo.RUTA_NO_ENCONTRADA)
+    assert_error(
+        http.post("/loyalty.v1.BackofficeService/ListPrograms", headers=headers),
+        Codigo.RUTA_NO_ENCONTRADA,
+    )
 
 
 def test_malformed_json_and_wrong_types(stack: Stack, http: httpx.Client):
     headers = {**auth(stack.keys["todo"]), "content-type": "application/json"}
-    error = assert_error(http.post("/api/v1/fan/resolve", headers=headers, content=b'{"fan":'),
-                         Codigo.SOLICITUD_INVALIDA)
+    error = assert_error(
+        http.post("/api/v1/fan/resolve", headers=headers, content=b'{"fan":'),
+        Codigo.SOLICITUD_INVALIDA,
+    )
     assert error["detalle"]
-    error = assert_error(http.post("/api/v1/fan/resolve", headers=headers,
-                                   content=json.dumps({"fan": 12345})), Codigo.SOLICITUD_INVALIDA)
+    error = assert_error(
+        http.post("/api/v1/fan/resolve", headers=headers, content=json.dumps({"fan": 12345})),
+        Codigo.SOLICITUD_INVALIDA,
+    )
     assert "fan" in error["detalle"]
 
 
 def test_oversized_body(stack: Stack, http: httpx.Client):
     big = json.dumps({"codigos": ["X" * 60] * 40_000}).encode()  # ~2.5 MB
-    response = http.post("/api/v1/codes", headers={**auth(stack.keys["todo"]),
-                                                   "content-type": "application/json"},
-                         content=big)
+    response = http.post(
+        "/api/v1/codes",
+        headers={**auth(stack.keys["todo"]), "content-type": "application/json"},
+        content=big,
+    )
     assert_error(response, Codigo.SOLICITUD_MUY_GRANDE)
 
 

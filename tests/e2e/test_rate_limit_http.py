@@ -36,8 +36,9 @@ class LimitedStack:
 
 
 @pytest.fixture(scope="module")
-def limited(create_database: Callable[[], str], tmp_path_factory: pytest.TempPathFactory
-            ) -> Iterator[LimitedStack]:
+def limited(
+    create_database: Callable[[], str], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[LimitedStack]:
     url = create_database()
     upgrade(url)
     engine = make_engine(url, pool_size=2)
@@ -46,23 +47,50 @@ def limited(create_database: Callable[[], str], tmp_path_factory: pytest.TempPat
     def new_key() -> str:
         """A fresh key (its own counter) of the module's program, with fan:leer."""
         key = "lp_vivo_" + secrets.token_hex(16)
-        apply_fixture(engine, json.dumps({"programas": [{
-            "id": "limite", "nombre": "Club Limite", "tasa_puntos": "0.1",
-            "qr_url": "https://limite.example/fan",
-            "claves": [{"clave": key, "integracion": f"Caja {next(counter)}",
-                        "permisos": ["fan:leer"]}],
-            "fans": []}]}))
+        apply_fixture(
+            engine,
+            json.dumps(
+                {
+                    "programas": [
+                        {
+                            "id": "limite",
+                            "nombre": "Club Limite",
+                            "tasa_puntos": "0.1",
+                            "qr_url": "https://limite.example/fan",
+                            "claves": [
+                                {
+                                    "clave": key,
+                                    "integracion": f"Caja {next(counter)}",
+                                    "permisos": ["fan:leer"],
+                                }
+                            ],
+                            "fans": [],
+                        }
+                    ]
+                }
+            ),
+        )
         return key
 
-    server = build_server(ServerSettings(
-        database_url=url, admin_token=secrets.token_urlsafe(24), port=0, key_cache_seconds=0,
-        max_workers=4, rate_limit_per_minute=LIMIT))
+    server = build_server(
+        ServerSettings(
+            database_url=url,
+            admin_token=secrets.token_urlsafe(24),
+            port=0,
+            key_cache_seconds=0,
+            max_workers=4,
+            rate_limit_per_minute=LIMIT,
+        )
+    )
     server.start()
     proxy = None
     try:
-        proxy = EnvoyProcess.start(http_port=free_port(), upstream_host="127.0.0.1",
-                                   upstream_port=server.port,
-                                   work_dir=Path(tmp_path_factory.mktemp("envoy-limit")))
+        proxy = EnvoyProcess.start(
+            http_port=free_port(),
+            upstream_host="127.0.0.1",
+            upstream_port=server.port,
+            work_dir=Path(tmp_path_factory.mktemp("envoy-limit")),
+        )
         yield LimitedStack(proxy.url, new_key)
     finally:
         if proxy is not None:
@@ -96,8 +124,7 @@ def test_success_carries_the_ratelimit_fields(limited: LimitedStack, http: httpx
         assert "retry-after" not in response.headers
 
 
-def test_an_ordinary_error_carries_the_ratelimit_fields(limited: LimitedStack,
-                                                        http: httpx.Client):
+def test_an_ordinary_error_carries_the_ratelimit_fields(limited: LimitedStack, http: httpx.Client):
     key = limited.new_key()
     response = http.post("/api/v1/fan/resolve", headers=auth(key), json={"fan": "NADIE999"})
     assert_error(response, Codigo.FAN_NO_ENCONTRADO)

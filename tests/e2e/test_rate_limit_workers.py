@@ -72,31 +72,63 @@ class Served:
             row = conn.execute(
                 select(limite_llamadas.c.cuentas, limite_llamadas.c.reservas)
                 .join(claves, claves.c.id == limite_llamadas.c.clave_id)
-                .where(claves.c.integracion == f"Caja {key}")).one()
+                .where(claves.c.integracion == f"Caja {key}")
+            ).one()
         return sum(row.cuentas), sum(row.reservas)
 
 
 @pytest.fixture(scope="module", params=[2, 4], ids=["2 workers", "4 workers"])
-def served(request: pytest.FixtureRequest, create_database: Callable[[], str],
-          tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+def served(
+    request: pytest.FixtureRequest,
+    create_database: Callable[[], str],
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[Served]:
     workers: int = request.param
     url = create_database()
     upgrade(url)
     engine = make_engine(url, pool_size=1)
     keys = {name: "lp_vivo_" + secrets.token_hex(16) for name in KEYS}
-    apply_fixture(engine, json.dumps({"programas": [{
-        "id": "rlw", "nombre": "Club Workers", "tasa_puntos": "0.1",
-        "qr_url": "https://rlw.example/fan",
-        "claves": [{"clave": key, "integracion": f"Caja {name}", "permisos": []}
-                   for name, key in keys.items()],
-        "fans": []}]}))
+    apply_fixture(
+        engine,
+        json.dumps(
+            {
+                "programas": [
+                    {
+                        "id": "rlw",
+                        "nombre": "Club Workers",
+                        "tasa_puntos": "0.1",
+                        "qr_url": "https://rlw.example/fan",
+                        "claves": [
+                            {"clave": key, "integracion": f"Caja {name}", "permisos": []}
+                            for name, key in keys.items()
+                        ],
+                        "fans": [],
+                    }
+                ]
+            }
+        ),
+    )
     port = free_port()
-    serve = Running(["serve", "--grpc-host", "127.0.0.1", "--grpc-port", str(port),
-                     "--workers", str(workers), "--metrics-port", "0"],
-                    tmp_path_factory.mktemp("rlw"),
-                    _env(LOYALTY_DATABASE_URL=url, LOYALTY_ADMIN_TOKEN="t" * 32,
-                         LOYALTY_RATE_LIMIT_PER_MINUTE=str(LIMIT),
-                         LOYALTY_LOG_FORMAT="json"))
+    serve = Running(
+        [
+            "serve",
+            "--grpc-host",
+            "127.0.0.1",
+            "--grpc-port",
+            str(port),
+            "--workers",
+            str(workers),
+            "--metrics-port",
+            "0",
+        ],
+        tmp_path_factory.mktemp("rlw"),
+        _env(
+            LOYALTY_DATABASE_URL=url,
+            LOYALTY_ADMIN_TOKEN="t" * 32,
+            LOYALTY_RATE_LIMIT_PER_MINUTE=str(LIMIT),
+            LOYALTY_LOG_FORMAT="json",
+        ),
+    )
     try:
         _wait_for_workers(serve, workers)
         yield Served(port, workers, serve, engine, keys)
@@ -110,13 +142,17 @@ def _wait_for_workers(serve: Running, workers: int, timeout: float = 90) -> None
     """Until `workers` distinct processes logged that they listen (api/server.py)."""
     deadline = time.monotonic() + timeout
     while True:
-        pids = {json.loads(line)["pid"] for line in list(serve.lines)
-                if line.startswith("{") and "gRPC server listening on" in line}
+        pids = {
+            json.loads(line)["pid"]
+            for line in list(serve.lines)
+            if line.startswith("{") and "gRPC server listening on" in line
+        }
         if len(pids) >= workers:
             return
         if serve.proc.poll() is not None or time.monotonic() > deadline:
-            pytest.fail(f"{len(pids)} of {workers} workers started:\n"
-                        + "\n".join(serve.lines[-40:]))
+            pytest.fail(
+                f"{len(pids)} of {workers} workers started:\n" + "\n".join(serve.lines[-40:])
+            )
         time.sleep(0.1)
 
 
@@ -135,9 +171,12 @@ class Clients:
     def __init__(self, served: Served, key: str, tag: str) -> None:
         self.served, self.key, self.tag = served, key, tag
         # Each channel its own connection (no shared subchannel pool).
-        self.channels = [grpc.insecure_channel(f"127.0.0.1:{served.port}",
-                                               options=[("grpc.use_local_subchannel_pool", 1)])
-                         for _ in range(CHANNELS)]
+        self.channels = [
+            grpc.insecure_channel(
+                f"127.0.0.1:{served.port}", options=[("grpc.use_local_subchannel_pool", 1)]
+            )
+            for _ in range(CHANNELS)
+        ]
         self.stubs = [pos_grpc.PosServiceStub(c) for c in self.channels]
         self.outcomes: list[Outcome] = []
         self._lock = threading.Lock()
@@ -154,9 +193,11 @@ class Clients:
         code = grpc.StatusCode.OK
         try:
             self.stubs[channel % CHANNELS].Ping(
-                pos.PingRequest(), timeout=CALL_TIMEOUT, wait_for_ready=True,
-                metadata=(("authorization", f"Bearer {self.key}"),
-                          ("x-request-id", request_id)))
+                pos.PingRequest(),
+                timeout=CALL_TIMEOUT,
+                wait_for_ready=True,
+                metadata=(("authorization", f"Bearer {self.key}"), ("x-request-id", request_id)),
+            )
         except grpc.RpcError as error:
             code = error.code()
         assert code in (grpc.StatusCode.OK, grpc.StatusCode.RESOURCE_EXHAUSTED), code
@@ -186,8 +227,9 @@ class Clients:
             thread.join(60)
         return self.outcomes[started:]
 
-    def one_at_a_time(self, admitted_before: int, then: int = 10,
-                      budget: float = 15) -> list[Outcome]:
+    def one_at_a_time(
+        self, admitted_before: int, then: int = 10, budget: float = 15
+    ) -> list[Outcome]:
         """Calls one at a time, each on the next channel, until LIMIT calls were admitted
         in all (waiting a little after a refusal), then `then` more."""
         started = len(self.outcomes)
@@ -270,4 +312,3 @@ def test_a_key_idle_and_back_on_another_worker_is_not_refused_early(served: Serv
     assert len(back) >= 2
     assert back - set(burst_workers.values())  # it came back on another worker too
     assert len(_workers_that_served(served, burst)) >= 2
-

@@ -29,8 +29,15 @@ LOTE = 501  # L-0001… : asignado to RED02, for the batch limits
 
 
 def fan(fan_id: str, **extra: object) -> dict[str, object]:
-    return {"id": fan_id, "nombre": f"Fan {fan_id}", "correo": f"{fan_id.lower()}@example.com",
-            "socio_desde": 2020, "temporadas": 1, "qr_token": f"qr{fan_id}", **extra}
+    return {
+        "id": fan_id,
+        "nombre": f"Fan {fan_id}",
+        "correo": f"{fan_id.lower()}@example.com",
+        "socio_desde": 2020,
+        "temporadas": 1,
+        "qr_token": f"qr{fan_id}",
+        **extra,
+    }
 
 
 def asignado(codigo: str, fan_id: str) -> dict[str, object]:
@@ -38,37 +45,61 @@ def asignado(codigo: str, fan_id: str) -> dict[str, object]:
 
 
 PROMOS: list[dict[str, object]] = [
-    {"nombre": "Hot Dog", "estado": "activa", "vigencia_fin": "2099-12-31", "puntos_canje": 50,
-     "codigos": [
-         *(asignado(f"HD-{i:03}", "RED01") for i in range(1, POOL + 1)),
-         {"codigo": "HD-D01"},
-         {"codigo": "HD-L01", "estado": "liberado", "fan": "RED01"},
-         {"codigo": "HD-L02", "estado": "liberado"},
-         {"codigo": "HD-C01", "estado": "canjeado", "fan": "RED02"},
-         asignado("BAJA-1", "RED03"),
-         # One text in several promotions; this promotion's copies are the older ones.
-         asignado("MULTI-1", "RED01"),
-         {"codigo": "MULTI-2", "estado": "liberado", "fan": "RED01"},
-         {"codigo": "MULTI-3"},
-         {"codigo": "MULTI-4"},
-         {"codigo": "MULTI-5", "estado": "canjeado", "fan": "RED01"},
-         asignado("MULTI-6", "RED01"),
-     ]},
-    {"nombre": "Gorra", "estado": "activa", "vigencia_fin": "2099-06-30", "puntos_canje": 30,
-     "codigos": [
-         asignado("MULTI-1", "RED02"),
-         {"codigo": "MULTI-2", "estado": "canjeado", "fan": "RED02"},
-         {"codigo": "MULTI-3", "estado": "liberado", "fan": "RED02"},
-         {"codigo": "MULTI-4"},
-         asignado("MULTI-5", "RED02"),
-         asignado("MULTI-6", "RED02"),
-     ]},
-    {"nombre": "Sin puntos", "estado": "activa", "vigencia_fin": "2099-12-31",
-     "codigos": [asignado("CERO-1", "RED01")]},
-    {"nombre": "Terminada", "estado": "terminada", "vigencia_fin": "2020-01-01",
-     "puntos_canje": 10, "codigos": [asignado("TER-1", "RED02")]},
-    {"nombre": "Lote", "estado": "activa", "vigencia_fin": "2099-12-31", "puntos_canje": 1,
-     "codigos": [asignado(f"L-{i:04}", "RED02") for i in range(1, LOTE + 1)]},
+    {
+        "nombre": "Hot Dog",
+        "estado": "activa",
+        "vigencia_fin": "2099-12-31",
+        "puntos_canje": 50,
+        "codigos": [
+            *(asignado(f"HD-{i:03}", "RED01") for i in range(1, POOL + 1)),
+            {"codigo": "HD-D01"},
+            {"codigo": "HD-L01", "estado": "liberado", "fan": "RED01"},
+            {"codigo": "HD-L02", "estado": "liberado"},
+            {"codigo": "HD-C01", "estado": "canjeado", "fan": "RED02"},
+            asignado("BAJA-1", "RED03"),
+            # One text in several promotions; this promotion's copies are the older ones.
+            asignado("MULTI-1", "RED01"),
+            {"codigo": "MULTI-2", "estado": "liberado", "fan": "RED01"},
+            {"codigo": "MULTI-3"},
+            {"codigo": "MULTI-4"},
+            {"codigo": "MULTI-5", "estado": "canjeado", "fan": "RED01"},
+            asignado("MULTI-6", "RED01"),
+        ],
+    },
+    {
+        "nombre": "Gorra",
+        "estado": "activa",
+        "vigencia_fin": "2099-06-30",
+        "puntos_canje": 30,
+        "codigos": [
+            asignado("MULTI-1", "RED02"),
+            {"codigo": "MULTI-2", "estado": "canjeado", "fan": "RED02"},
+            {"codigo": "MULTI-3", "estado": "liberado", "fan": "RED02"},
+            {"codigo": "MULTI-4"},
+            asignado("MULTI-5", "RED02"),
+            asignado("MULTI-6", "RED02"),
+        ],
+    },
+    {
+        "nombre": "Sin puntos",
+        "estado": "activa",
+        "vigencia_fin": "2099-12-31",
+        "codigos": [asignado("CERO-1", "RED01")],
+    },
+    {
+        "nombre": "Terminada",
+        "estado": "terminada",
+        "vigencia_fin": "2020-01-01",
+        "puntos_canje": 10,
+        "codigos": [asignado("TER-1", "RED02")],
+    },
+    {
+        "nombre": "Lote",
+        "estado": "activa",
+        "vigencia_fin": "2099-12-31",
+        "puntos_canje": 1,
+        "codigos": [asignado(f"L-{i:04}", "RED02") for i in range(1, LOTE + 1)],
+    },
 ]
 _pool = itertools.count(1)
 
@@ -82,12 +113,23 @@ def fresh() -> str:
 
 @pytest.fixture(scope="module")
 def keys(stack: Stack) -> dict[str, str]:
-    stack.program(OTRO, fans=[fan("OTR01")], promos=[
-        {"nombre": "Ajena", "vigencia_fin": "2099-12-31", "puntos_canje": 5,
-         "codigos": [asignado("OTRO-1", "OTR01")]}])
-    return stack.program(P, fans=[fan("RED01"), fan("RED02"),
-                                  fan("RED03", estado="baja", baja_motivo="mudanza")],
-                         promos=PROMOS)
+    stack.program(
+        OTRO,
+        fans=[fan("OTR01")],
+        promos=[
+            {
+                "nombre": "Ajena",
+                "vigencia_fin": "2099-12-31",
+                "puntos_canje": 5,
+                "codigos": [asignado("OTRO-1", "OTR01")],
+            }
+        ],
+    )
+    return stack.program(
+        P,
+        fans=[fan("RED01"), fan("RED02"), fan("RED03", estado="baja", baja_motivo="mudanza")],
+        promos=PROMOS,
+    )
 
 
 def redeem(http: httpx.Client, key: str, body: object) -> httpx.Response:
@@ -104,29 +146,49 @@ def ok(response: httpx.Response) -> dict[str, Any]:
 
 def balance(stack: Stack, fan_id: str) -> int:
     with stack.engine.connect() as conn:
-        return int(conn.execute(select(fans.c.puntos).where(
-            fans.c.programa_id == P, fans.c.fan_id == fan_id)).scalar_one())
+        return int(
+            conn.execute(
+                select(fans.c.puntos).where(fans.c.programa_id == P, fans.c.fan_id == fan_id)
+            ).scalar_one()
+        )
 
 
 def stored(stack: Stack, codigo: str, promo: str = "Hot Dog") -> dict[str, object]:
     with stack.engine.connect() as conn:
-        return dict(conn.execute(
-            select(codigos).join(promos, promos.c.id == codigos.c.promo_id)
-            .where(codigos.c.programa_id == P, codigos.c.codigo == codigo,
-                   promos.c.nombre == promo)).one()._mapping)
+        return dict(
+            conn.execute(
+                select(codigos)
+                .join(promos, promos.c.id == codigos.c.promo_id)
+                .where(
+                    codigos.c.programa_id == P, codigos.c.codigo == codigo, promos.c.nombre == promo
+                )
+            )
+            .one()
+            ._mapping
+        )
 
 
 def credits(stack: Stack, codigo_id: object) -> list[tuple[int, str]]:
     with stack.engine.connect() as conn:
-        return [(int(r.puntos), r.motivo) for r in conn.execute(
-            select(movimientos.c.puntos, movimientos.c.motivo)
-            .where(movimientos.c.codigo_id == codigo_id))]
+        return [
+            (int(r.puntos), r.motivo)
+            for r in conn.execute(
+                select(movimientos.c.puntos, movimientos.c.motivo).where(
+                    movimientos.c.codigo_id == codigo_id
+                )
+            )
+        ]
 
 
 def key_id(stack: Stack, integracion: str) -> int:
     with stack.engine.connect() as conn:
-        return int(conn.execute(select(claves.c.id).where(
-            claves.c.programa_id == P, claves.c.integracion == integracion)).scalar_one())
+        return int(
+            conn.execute(
+                select(claves.c.id).where(
+                    claves.c.programa_id == P, claves.c.integracion == integracion
+                )
+            ).scalar_one()
+        )
 
 
 def ledger_total(stack: Stack) -> int:
@@ -144,15 +206,26 @@ def correo(fan_id: str) -> dict[str, str]:
 def test_burn_credits_records_and_then_is_a_duplicate(stack, http, keys):
     codigo = fresh()
     before = balance(stack, "RED01")
-    response = redeem(http, keys["todo"], {"codigo": codigo, "terminal": "Caja 3",
-                                           "ts": "2025-11-20T12:30:00-06:00"})
+    response = redeem(
+        http,
+        keys["todo"],
+        {"codigo": codigo, "terminal": "Caja 3", "ts": "2025-11-20T12:30:00-06:00"},
+    )
     data = ok(response)
     assert response.content.startswith(
-        b'{"ok":true,"data":{"codigo":"' + codigo.encode() +
-        b'","estado":"canjeado","duplicado":false,"promo":"Hot Dog",')
+        b'{"ok":true,"data":{"codigo":"'
+        + codigo.encode()
+        + b'","estado":"canjeado","duplicado":false,"promo":"Hot Dog",'
+    )
     assert list(data) == ["codigo", "estado", "duplicado", "promo", "fan", "puntos_otorgados"]
-    assert data == {"codigo": codigo, "estado": "canjeado", "duplicado": False,
-                    "promo": "Hot Dog", "fan": correo("RED01"), "puntos_otorgados": 50}
+    assert data == {
+        "codigo": codigo,
+        "estado": "canjeado",
+        "duplicado": False,
+        "promo": "Hot Dog",
+        "fan": correo("RED01"),
+        "puntos_otorgados": 50,
+    }
     assert balance(stack, "RED01") == before + 50
     row = stored(stack, codigo)
     assert row["estado"] == "canjeado"
@@ -232,8 +305,14 @@ def test_correo_only_with_fan_leer(stack, http, keys):
 def test_already_burned_in_the_fixture(stack, http, keys):
     before = balance(stack, "RED02")
     data = ok(redeem(http, keys["todo"], {"codigo": "hd-c01"}))
-    assert data == {"codigo": "HD-C01", "estado": "canjeado", "duplicado": True,
-                    "promo": "Hot Dog", "fan": correo("RED02"), "puntos_otorgados": 0}
+    assert data == {
+        "codigo": "HD-C01",
+        "estado": "canjeado",
+        "duplicado": True,
+        "promo": "Hot Dog",
+        "fan": correo("RED02"),
+        "puntos_otorgados": 0,
+    }
     assert balance(stack, "RED02") == before
 
 
@@ -245,8 +324,11 @@ def test_no_other_condition_applies(stack, http, keys):
     assert (data["duplicado"], data["promo"], data["puntos_otorgados"]) == (False, "Terminada", 10)
     assert balance(stack, "RED02") == before + 10
     baja = ok(redeem(http, keys["todo"], {"codigo": "BAJA-1"}))
-    assert (baja["duplicado"], baja["fan"], baja["puntos_otorgados"]) == (False, correo("RED03"),
-                                                                          50)
+    assert (baja["duplicado"], baja["fan"], baja["puntos_otorgados"]) == (
+        False,
+        correo("RED03"),
+        50,
+    )
     entries = ledger_total(stack)
     cero = ok(redeem(http, keys["todo"], {"codigo": "CERO-1"}))
     assert (cero["duplicado"], cero["promo"], cero["puntos_otorgados"]) == (False, "Sin puntos", 0)
@@ -260,10 +342,18 @@ def test_one_text_in_several_promotions(stack, http, keys):
     red01, red02 = balance(stack, "RED01"), balance(stack, "RED02")
     first = ok(redeem(http, keys["todo"], {"codigo": "multi-1"}))
     assert (first["promo"], first["fan"], first["duplicado"], first["puntos_otorgados"]) == (
-        "Hot Dog", correo("RED01"), False, 50)
+        "Hot Dog",
+        correo("RED01"),
+        False,
+        50,
+    )
     second = ok(redeem(http, keys["todo"], {"codigo": "MULTI-1"}))
     assert (second["promo"], second["fan"], second["duplicado"], second["puntos_otorgados"]) == (
-        "Gorra", correo("RED02"), False, 30)
+        "Gorra",
+        correo("RED02"),
+        False,
+        30,
+    )
     third = ok(redeem(http, keys["todo"], {"codigo": "MULTI-1"}))
     assert (third["promo"], third["duplicado"], third["puntos_otorgados"]) == ("Hot Dog", True, 0)
     assert (balance(stack, "RED01"), balance(stack, "RED02")) == (red01 + 50, red02 + 30)
@@ -330,19 +420,22 @@ def test_request_errors_burn_nothing(stack, http, keys, body, error, hint):
             return [fill(v) for v in value]
         return value
 
-    detalle = assert_error(redeem(http, keys["todo"], {k: fill(v) for k, v in body.items()}),
-                           error)["detalle"]
+    detalle = assert_error(
+        redeem(http, keys["todo"], {k: fill(v) for k, v in body.items()}), error
+    )["detalle"]
     assert hint in detalle
     assert stored(stack, codigo)["estado"] == "asignado"
 
 
 def test_permission(stack, http, keys):
     for name in ("tx", "ping"):
-        error = assert_error(redeem(http, keys[name], {"codigo": "HD-D01"}),
-                             Codigo.PERMISO_DENEGADO)
+        error = assert_error(
+            redeem(http, keys[name], {"codigo": "HD-D01"}), Codigo.PERMISO_DENEGADO
+        )
         assert "redeem:escribir" in error["detalle"]
-        error = assert_error(redeem(http, keys[name], {"codigos": ["HD-D01"]}),
-                             Codigo.PERMISO_DENEGADO)
+        error = assert_error(
+            redeem(http, keys[name], {"codigos": ["HD-D01"]}), Codigo.PERMISO_DENEGADO
+        )
 
 
 def test_twenty_concurrent_burns_credit_once(stack, keys):
@@ -373,30 +466,56 @@ def test_twenty_concurrent_burns_credit_once(stack, keys):
 
 
 def error_entry(codigo: str, error: Codigo) -> dict[str, object]:
-    return {"codigo": codigo, "ok": False,
-            "error": {"codigo": error.value, "mensaje": CATALOGO[error].mensaje}}
+    return {
+        "codigo": codigo,
+        "ok": False,
+        "error": {"codigo": error.value, "mensaje": CATALOGO[error].mensaje},
+    }
 
 
 def test_batch_answers_each_code_as_the_single_form_would(stack, http, keys):
     a, b = fresh(), fresh()
     before = balance(stack, "RED01")
-    response = redeem(http, keys["todo"], {
-        "codigos": [a, f"  {b.lower()} ", a, "HD-L01", "HD-D01", "NADA", "", "MULTI-2",
-                    "hd-c01", b],
-        "terminal": "Caja 5", "ts": "2025-11-20 18:30:00"})
+    response = redeem(
+        http,
+        keys["todo"],
+        {
+            "codigos": [
+                a,
+                f"  {b.lower()} ",
+                a,
+                "HD-L01",
+                "HD-D01",
+                "NADA",
+                "",
+                "MULTI-2",
+                "hd-c01",
+                b,
+            ],
+            "terminal": "Caja 5",
+            "ts": "2025-11-20 18:30:00",
+        },
+    )
     data = ok(response)
     assert response.content.startswith(
         b'{"ok":true,"data":{"resumen":{"recibidos":10,"canjeados":2,"duplicados":4,'
-        b'"rechazados":4},"resultados":[{')
+        b'"rechazados":4},"resultados":[{'
+    )
     assert list(data) == ["resumen", "resultados"]
-    assert data["resumen"] == {"recibidos": 10, "canjeados": 2, "duplicados": 4,
-                               "rechazados": 4}
+    assert data["resumen"] == {"recibidos": 10, "canjeados": 2, "duplicados": 4, "rechazados": 4}
 
-    def burned(codigo: str, duplicado: bool, promo: str = "Hot Dog", fan_id: str = "RED01"
-               ) -> dict[str, object]:
-        return {"codigo": codigo, "ok": True, "estado": "canjeado", "duplicado": duplicado,
-                "promo": promo, "fan": correo(fan_id),
-                "puntos_otorgados": 0 if duplicado else 50}
+    def burned(
+        codigo: str, duplicado: bool, promo: str = "Hot Dog", fan_id: str = "RED01"
+    ) -> dict[str, object]:
+        return {
+            "codigo": codigo,
+            "ok": True,
+            "estado": "canjeado",
+            "duplicado": duplicado,
+            "promo": promo,
+            "fan": correo(fan_id),
+            "puntos_otorgados": 0 if duplicado else 50,
+        }
 
     assert data["resultados"] == [
         burned(a, False),
@@ -414,7 +533,10 @@ def test_batch_answers_each_code_as_the_single_form_would(stack, http, keys):
     for codigo in (a, b):
         row = stored(stack, codigo)
         assert (row["estado"], row["canje_terminal"], row["canjeado_en"]) == (
-            "canjeado", "Caja 5", datetime(2025, 11, 20, 18, 30, tzinfo=UTC))
+            "canjeado",
+            "Caja 5",
+            datetime(2025, 11, 20, 18, 30, tzinfo=UTC),
+        )
         assert credits(stack, row["id"]) == [(50, "canje")]
     assert stored(stack, "HD-L01")["estado"] == "liberado"
     assert stored(stack, "HD-D01")["estado"] == "disponible"
@@ -426,8 +548,15 @@ def test_batch_entry_fields(stack, http, keys):
     response = redeem(http, keys["todo"], {"codigos": [fresh(), "NADA"]})
     entries = ok(response)["resultados"]
     assert isinstance(entries, list)
-    assert set(entries[0]) == {"codigo", "ok", "estado", "duplicado", "promo", "fan",
-                               "puntos_otorgados"}
+    assert set(entries[0]) == {
+        "codigo",
+        "ok",
+        "estado",
+        "duplicado",
+        "promo",
+        "fan",
+        "puntos_otorgados",
+    }
     assert set(entries[1]) == {"codigo", "ok", "error"}
     assert set(entries[1]["error"]) == {"codigo", "mensaje"}
     assert isinstance(entries[0]["puntos_otorgados"], int)
@@ -437,19 +566,31 @@ def test_batch_repeats_a_text_in_several_promotions(stack, http, keys):
     """A text repeated in a batch is answered as successive single burns: the older
     asignado copy, then the newer one, then the duplicate of the older."""
     red01, red02 = balance(stack, "RED01"), balance(stack, "RED02")
-    data = ok(redeem(http, keys["todo"], {"codigos": ["MULTI-6", "multi-6", " MULTI-6 ",
-                                                      "MULTI-3", "MULTI-4", "OTRO-1"]}))
-    assert [(e["codigo"], e.get("promo"), e.get("duplicado"), e.get("puntos_otorgados"))
-            for e in data["resultados"]] == [
-        ("MULTI-6", "Hot Dog", False, 50), ("MULTI-6", "Gorra", False, 30),
-        ("MULTI-6", "Hot Dog", True, 0), ("MULTI-3", None, None, None),
-        ("MULTI-4", None, None, None), ("OTRO-1", None, None, None)]
+    data = ok(
+        redeem(
+            http,
+            keys["todo"],
+            {"codigos": ["MULTI-6", "multi-6", " MULTI-6 ", "MULTI-3", "MULTI-4", "OTRO-1"]},
+        )
+    )
+    assert [
+        (e["codigo"], e.get("promo"), e.get("duplicado"), e.get("puntos_otorgados"))
+        for e in data["resultados"]
+    ] == [
+        ("MULTI-6", "Hot Dog", False, 50),
+        ("MULTI-6", "Gorra", False, 30),
+        ("MULTI-6", "Hot Dog", True, 0),
+        ("MULTI-3", None, None, None),
+        ("MULTI-4", None, None, None),
+        ("OTRO-1", None, None, None),
+    ]
     assert data["resultados"][1]["fan"] == correo("RED02")
-    assert data["resultados"][3:] == [error_entry("MULTI-3", Codigo.CODIGO_LIBERADO),
-                                      error_entry("MULTI-4", Codigo.CODIGO_NO_ASIGNADO),
-                                      error_entry("OTRO-1", Codigo.CODIGO_NO_ENCONTRADO)]
-    assert data["resumen"] == {"recibidos": 6, "canjeados": 2, "duplicados": 1,
-                               "rechazados": 3}
+    assert data["resultados"][3:] == [
+        error_entry("MULTI-3", Codigo.CODIGO_LIBERADO),
+        error_entry("MULTI-4", Codigo.CODIGO_NO_ASIGNADO),
+        error_entry("OTRO-1", Codigo.CODIGO_NO_ENCONTRADO),
+    ]
+    assert data["resumen"] == {"recibidos": 6, "canjeados": 2, "duplicados": 1, "rechazados": 3}
     assert (balance(stack, "RED01"), balance(stack, "RED02")) == (red01 + 50, red02 + 30)
 
 
@@ -458,8 +599,9 @@ def test_a_string_in_codigos_is_refused(stack, http, keys):
     as a list of one; the gateway's request check refuses it, and nothing is burned."""
     codigo = fresh()
     before = balance(stack, "RED01")
-    detalle = assert_error(redeem(http, keys["todo"], {"codigos": codigo.lower()}),
-                           Codigo.SOLICITUD_INVALIDA)["detalle"]
+    detalle = assert_error(
+        redeem(http, keys["todo"], {"codigos": codigo.lower()}), Codigo.SOLICITUD_INVALIDA
+    )["detalle"]
     assert detalle == "codigos: debe ser una lista de textos; llegó un texto"
     assert stored(stack, codigo)["estado"] == "asignado"
     assert balance(stack, "RED01") == before
@@ -469,13 +611,23 @@ def test_batch_without_fan_leer_and_with_a_test_key(stack, http, keys):
     a, b = fresh(), fresh()
     before = balance(stack, "RED01")
     plain = ok(redeem(http, keys["redeem"], {"codigos": [a]}))["resultados"]
-    assert plain == [{"codigo": a, "ok": True, "estado": "canjeado", "duplicado": False,
-                      "promo": "Hot Dog", "fan": {}, "puntos_otorgados": 50}]
+    assert plain == [
+        {
+            "codigo": a,
+            "ok": True,
+            "estado": "canjeado",
+            "duplicado": False,
+            "promo": "Hot Dog",
+            "fan": {},
+            "puntos_otorgados": 50,
+        }
+    ]
     test = ok(redeem(http, keys["prueba"], {"codigos": [b, b]}))
     assert [(e["duplicado"], e["puntos_otorgados"]) for e in test["resultados"]] == [
-        (False, 0), (True, 0)]
-    assert test["resumen"] == {"recibidos": 2, "canjeados": 1, "duplicados": 1,
-                               "rechazados": 0}
+        (False, 0),
+        (True, 0),
+    ]
+    assert test["resumen"] == {"recibidos": 2, "canjeados": 1, "duplicados": 1, "rechazados": 0}
     assert stored(stack, b)["estado"] == "canjeado"
     assert balance(stack, "RED01") == before + 50
 
@@ -483,19 +635,21 @@ def test_batch_without_fan_leer_and_with_a_test_key(stack, http, keys):
 def test_batch_limit(stack, http, keys):
     lote = [f"L-{i:04}" for i in range(1, LOTE + 1)]
     before, entries = balance(stack, "RED02"), ledger_total(stack)
-    detalle = assert_error(redeem(http, keys["todo"], {"codigos": lote}),
-                           Codigo.DEMASIADOS_CODIGOS)["detalle"]
+    detalle = assert_error(
+        redeem(http, keys["todo"], {"codigos": lote}), Codigo.DEMASIADOS_CODIGOS
+    )["detalle"]
     assert "500" in detalle
     assert (balance(stack, "RED02"), ledger_total(stack)) == (before, entries)
     with stack.engine.connect() as conn:
-        states = conn.execute(select(codigos.c.estado, func.count())
-                              .where(codigos.c.codigo.like("L-%"), codigos.c.programa_id == P)
-                              .group_by(codigos.c.estado)).all()
+        states = conn.execute(
+            select(codigos.c.estado, func.count())
+            .where(codigos.c.codigo.like("L-%"), codigos.c.programa_id == P)
+            .group_by(codigos.c.estado)
+        ).all()
     assert states == [("asignado", LOTE)]
     # 500 is allowed, repeats counted as entries.
     data = ok(redeem(http, keys["todo"], {"codigos": [*lote[:499], lote[0]]}))
-    assert data["resumen"] == {"recibidos": 500, "canjeados": 499, "duplicados": 1,
-                               "rechazados": 0}
+    assert data["resumen"] == {"recibidos": 500, "canjeados": 499, "duplicados": 1, "rechazados": 0}
     assert balance(stack, "RED02") == before + 499
     assert ledger_total(stack) == entries + 499
 
@@ -514,8 +668,10 @@ def test_single_and_batch_over_native_grpc_leave_the_other_form_unset(stack, key
         batch = stub.Redeem(pb.RedeemRequest(codigos=[codigo]), metadata=md).data
         assert batch.HasField("resumen")
         assert batch.HasField("resultados")
-        assert not any(batch.HasField(f) for f in ("codigo", "estado", "duplicado", "promo",
-                                                   "fan", "puntos_otorgados"))
+        assert not any(
+            batch.HasField(f)
+            for f in ("codigo", "estado", "duplicado", "promo", "fan", "puntos_otorgados")
+        )
         with pytest.raises(grpc.RpcError) as err:
             stub.Redeem(pb.RedeemRequest(codigo="HD-L01"), metadata=md)
         assert err.value.code() is grpc.StatusCode.FAILED_PRECONDITION

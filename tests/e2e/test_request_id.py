@@ -20,9 +20,18 @@ from loyalty_grpc.runtime.logs import JsonFormatter
 from tests.e2e.conftest import Stack
 from tests.support import free_port
 
-FANS = [{"id": f"RID{n:04d}", "nombre": f"Fan {n}", "correo": f"rid{n}@example.com",
-         "socio_desde": 2020, "temporadas": 1, "qr_token": f"qrrid{n}", "puntos": 0}
-        for n in range(3)]
+FANS = [
+    {
+        "id": f"RID{n:04d}",
+        "nombre": f"Fan {n}",
+        "correo": f"rid{n}@example.com",
+        "socio_desde": 2020,
+        "temporadas": 1,
+        "qr_token": f"qrrid{n}",
+        "puntos": 0,
+    }
+    for n in range(3)
+]
 # Envoy writes access log lines out every few seconds, not at once.
 ACCESS_LOG_WAIT = 20.0
 
@@ -37,8 +46,11 @@ class Captured(logging.Handler):
         self.lines.append(json.loads(self.format(record)))
 
     def call(self, request_id: str) -> dict[str, object]:
-        [line] = [line for line in self.lines
-                  if line["logger"] == CALLS_LOGGER and line["request_id"] == request_id]
+        [line] = [
+            line
+            for line in self.lines
+            if line["logger"] == CALLS_LOGGER and line["request_id"] == request_id
+        ]
         return line
 
 
@@ -47,9 +59,12 @@ def gateway(stack: Stack, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
     """An Envoy of this module's own in front of the stack's server, so that its output
     (the access log) is a file only this module reads."""
     host, _, port = stack.grpc_target.rpartition(":")
-    proxy = EnvoyProcess.start(http_port=free_port(), upstream_host=host,
-                               upstream_port=int(port),
-                               work_dir=tmp_path_factory.mktemp("envoy-request-id"))
+    proxy = EnvoyProcess.start(
+        http_port=free_port(),
+        upstream_host=host,
+        upstream_port=int(port),
+        work_dir=tmp_path_factory.mktemp("envoy-request-id"),
+    )
     yield proxy
     proxy.stop()
 
@@ -96,14 +111,20 @@ def test_ping_has_a_request_id_that_the_server_logged(client, keys, captured):
     request_id = response.headers["x-request-id"]
     assert uuid.UUID(request_id).version == 4
     line = captured.call(request_id)
-    assert (line["method"], line["codigo"], line["programa"]) == \
-        ("loyalty.v1.PosService/Ping", "ok", "reqid")
+    assert (line["method"], line["codigo"], line["programa"]) == (
+        "loyalty.v1.PosService/Ping",
+        "ok",
+        "reqid",
+    )
     assert keys["todo"] not in json.dumps(captured.lines)
 
 
 def test_errors_and_envoy_replies_have_one_too(client, keys, captured):
-    response = client.post("/api/v1/fan/resolve", json={"fan": "NADIE0000"},
-                           headers={"Authorization": f"Bearer {keys['todo']}"})
+    response = client.post(
+        "/api/v1/fan/resolve",
+        json={"fan": "NADIE0000"},
+        headers={"Authorization": f"Bearer {keys['todo']}"},
+    )
     assert response.status_code == 404
     assert response.json()["error"]["codigo"] == "fan_no_encontrado"
     request_id = response.headers["x-request-id"]
@@ -113,19 +134,19 @@ def test_errors_and_envoy_replies_have_one_too(client, keys, captured):
 
 
 def test_a_client_cannot_choose_the_request_id(client, keys):
-    response = client.post("/api/v1/ping", headers={"Authorization": f"Bearer {keys['todo']}",
-                                                    "x-request-id": "forged-id"})
+    response = client.post(
+        "/api/v1/ping",
+        headers={"Authorization": f"Bearer {keys['todo']}", "x-request-id": "forged-id"},
+    )
     assert response.headers["x-request-id"] != "forged-id"
 
 
-def test_access_log_has_the_path_without_the_cursor_nor_the_key(gateway, client, keys,
-                                                                captured):
+def test_access_log_has_the_path_without_the_cursor_nor_the_key(gateway, client, keys, captured):
     auth = {"Authorization": f"Bearer {keys['todo']}"}
     first = client.get("/api/v1/roster", params={"limite": "1"}, headers=auth)
     cursor = first.json()["data"]["siguiente"]
     assert cursor
-    response = client.get("/api/v1/roster", params={"desde": cursor, "limite": "1"},
-                          headers=auth)
+    response = client.get("/api/v1/roster", params={"desde": cursor, "limite": "1"}, headers=auth)
     assert response.status_code == 200
     request_id = response.headers["x-request-id"]
     assert captured.call(request_id)["method"] == "loyalty.v1.PosService/Roster"
@@ -138,8 +159,7 @@ def test_access_log_has_the_path_without_the_cursor_nor_the_key(gateway, client,
     assert isinstance(line["bytes_sent"], int)
     assert line["bytes_sent"] > 0
     assert str(line["upstream_host"]).endswith(gateway_upstream_port(gateway))
-    for secret in (cursor, "desde", "limite", keys["todo"], "Bearer", "RID0001",
-                   "@example.com"):
+    for secret in (cursor, "desde", "limite", keys["todo"], "Bearer", "RID0001", "@example.com"):
         assert secret not in raw
     # Nor in any other line of the access log.
     log_text = Path(gateway.log_path).read_text(encoding="utf-8", errors="replace")

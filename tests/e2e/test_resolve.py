@@ -11,38 +11,92 @@ from tests.e2e.conftest import Stack
 from tests.e2e.test_ping_and_auth import assert_error, auth
 
 FANS: list[dict[str, object]] = [
-    {"id": "RES0001", "nombre": "Ana López", "correo": "ana@example.com", "socio_desde": 2018,
-     "temporadas": 5, "qr_token": "q7Hk2Pz", "puntos": 100},
-    {"id": "RES0002", "nombre": "Beto Ruiz", "correo": "beto@example.com", "socio_desde": 2019,
-     "temporadas": 1, "qr_token": "qrBeto2", "estado": "baja",
-     "baja_motivo": "solicitud del socio"},
-    {"id": "RES0003", "nombre": "Carla Mix", "correo": "Carla.Mix@Example.com",
-     "socio_desde": 2020, "temporadas": 2, "qr_token": "QRcarla3", "puntos": 7},
+    {
+        "id": "RES0001",
+        "nombre": "Ana López",
+        "correo": "ana@example.com",
+        "socio_desde": 2018,
+        "temporadas": 5,
+        "qr_token": "q7Hk2Pz",
+        "puntos": 100,
+    },
+    {
+        "id": "RES0002",
+        "nombre": "Beto Ruiz",
+        "correo": "beto@example.com",
+        "socio_desde": 2019,
+        "temporadas": 1,
+        "qr_token": "qrBeto2",
+        "estado": "baja",
+        "baja_motivo": "solicitud del socio",
+    },
+    {
+        "id": "RES0003",
+        "nombre": "Carla Mix",
+        "correo": "Carla.Mix@Example.com",
+        "socio_desde": 2020,
+        "temporadas": 2,
+        "qr_token": "QRcarla3",
+        "puntos": 7,
+    },
     # A fan whose QR token reads like another fan's ID, and who has no promotion.
-    {"id": "RES0005", "nombre": "Eva Paz", "correo": "eva@example.com", "socio_desde": 2024,
-     "temporadas": 0, "qr_token": "res0003"},
+    {
+        "id": "RES0005",
+        "nombre": "Eva Paz",
+        "correo": "eva@example.com",
+        "socio_desde": 2024,
+        "temporadas": 0,
+        "qr_token": "res0003",
+    },
 ]
 PROMOS: list[dict[str, object]] = [
-    {"nombre": "2x1 Hot Dog", "descripcion": "Dos por uno", "estado": "activa",
-     "vigencia_fin": "2099-12-31", "puntos_canje": 50, "codigos": [
-         {"codigo": "HD-0001", "estado": "asignado", "fan": "RES0001"},
-         {"codigo": "HD-0002"},
-         {"codigo": "HD-0003", "estado": "canjeado", "fan": "RES0003"},
-         {"codigo": "HD-0004", "estado": "liberado", "fan": "RES0003"},
-         # A code whose text is another fan's ID: the Fan ID reading wins.
-         {"codigo": "RES0001", "estado": "asignado", "fan": "RES0003"}]},
-    {"nombre": "Gorra", "descripcion": "Gorra oficial", "estado": "activa",
-     "vigencia_fin": "2099-06-30", "codigos": [
-         {"codigo": "GO-0001", "estado": "asignado", "fan": "RES0001"}]},
-    {"nombre": "Vencida", "estado": "activa", "vigencia_fin": "2020-01-01", "codigos": [
-        {"codigo": "VE-0001", "estado": "asignado", "fan": "RES0003"}]},
-    {"nombre": "Pausada", "estado": "pausada", "vigencia_fin": "2099-12-31", "codigos": [
-        {"codigo": "PA-0001", "estado": "asignado", "fan": "RES0003"}]},
+    {
+        "nombre": "2x1 Hot Dog",
+        "descripcion": "Dos por uno",
+        "estado": "activa",
+        "vigencia_fin": "2099-12-31",
+        "puntos_canje": 50,
+        "codigos": [
+            {"codigo": "HD-0001", "estado": "asignado", "fan": "RES0001"},
+            {"codigo": "HD-0002"},
+            {"codigo": "HD-0003", "estado": "canjeado", "fan": "RES0003"},
+            {"codigo": "HD-0004", "estado": "liberado", "fan": "RES0003"},
+            # A code whose text is another fan's ID: the Fan ID reading wins.
+            {"codigo": "RES0001", "estado": "asignado", "fan": "RES0003"},
+        ],
+    },
+    {
+        "nombre": "Gorra",
+        "descripcion": "Gorra oficial",
+        "estado": "activa",
+        "vigencia_fin": "2099-06-30",
+        "codigos": [{"codigo": "GO-0001", "estado": "asignado", "fan": "RES0001"}],
+    },
+    {
+        "nombre": "Vencida",
+        "estado": "activa",
+        "vigencia_fin": "2020-01-01",
+        "codigos": [{"codigo": "VE-0001", "estado": "asignado", "fan": "RES0003"}],
+    },
+    {
+        "nombre": "Pausada",
+        "estado": "pausada",
+        "vigencia_fin": "2099-12-31",
+        "codigos": [{"codigo": "PA-0001", "estado": "asignado", "fan": "RES0003"}],
+    },
 ]
-GORRA = {"nombre": "Gorra", "descripcion": "Gorra oficial", "vigencia_fin": "2099-06-30",
-         "codigo": "GO-0001"}
-HOTDOG_HD1 = {"nombre": "2x1 Hot Dog", "descripcion": "Dos por uno",
-              "vigencia_fin": "2099-12-31", "codigo": "HD-0001"}
+GORRA = {
+    "nombre": "Gorra",
+    "descripcion": "Gorra oficial",
+    "vigencia_fin": "2099-06-30",
+    "codigo": "GO-0001",
+}
+HOTDOG_HD1 = {
+    "nombre": "2x1 Hot Dog",
+    "descripcion": "Dos por uno",
+    "vigencia_fin": "2099-12-31",
+    "codigo": "HD-0001",
+}
 HOTDOG_CARLA = {**HOTDOG_HD1, "codigo": "RES0001"}
 
 
@@ -91,8 +145,13 @@ def test_fan_fields_and_exact_null_promo(keys, http):
     assert response.content.startswith(b'{"ok":true,"data":{"fan":{"id":"RES0005",')
     assert response.content.endswith(b',"promo":null}}')
     assert response.json()["data"]["fan"] == {
-        "id": "RES0005", "nombre": "Eva Paz", "correo": "eva@example.com",
-        "socio_desde": 2024, "temporadas": 0, "puntos": 0}
+        "id": "RES0005",
+        "nombre": "Eva Paz",
+        "correo": "eva@example.com",
+        "socio_desde": 2024,
+        "temporadas": 0,
+        "puntos": 0,
+    }
     fan = resolve(http, keys["todo"], {"fan": "RES0001"}).json()["data"]["fan"]
     assert list(fan) == ["id", "nombre", "correo", "socio_desde", "temporadas", "puntos"]
     assert (fan["socio_desde"], fan["temporadas"], fan["puntos"]) == (2018, 5, 100)

@@ -35,9 +35,16 @@ Entry = dict[str, Any]
 
 
 def fan(fan_id: str, puntos: int = 0, **extra: object) -> dict[str, object]:
-    return {"id": fan_id, "nombre": f"Fan {fan_id}", "correo": f"{fan_id.lower()}@example.com",
-            "socio_desde": 2015 + len(fan_id) % 7, "temporadas": 1, "qr_token": f"qr{fan_id}",
-            "puntos": puntos, **extra}
+    return {
+        "id": fan_id,
+        "nombre": f"Fan {fan_id}",
+        "correo": f"{fan_id.lower()}@example.com",
+        "socio_desde": 2015 + len(fan_id) % 7,
+        "temporadas": 1,
+        "qr_token": f"qr{fan_id}",
+        "puntos": puntos,
+        **extra,
+    }
 
 
 @pytest.fixture(scope="module")
@@ -60,12 +67,12 @@ def big_keys(stack: Stack) -> dict[str, str]:
 # ---------------------------------------------------------------- helpers
 
 
-def call(http: httpx.Client, key: str, *, post: bool = False, **params: object
-         ) -> httpx.Response:
+def call(http: httpx.Client, key: str, *, post: bool = False, **params: object) -> httpx.Response:
     if post:
         return http.post("/api/v1/roster", headers=auth(key), json=params)
-    return http.get("/api/v1/roster", headers=auth(key),
-                    params={k: str(v) for k, v in params.items()})
+    return http.get(
+        "/api/v1/roster", headers=auth(key), params={k: str(v) for k, v in params.items()}
+    )
 
 
 def page(http: httpx.Client, key: str, *, post: bool = False, **params: object) -> Entry:
@@ -83,8 +90,15 @@ def page(http: httpx.Client, key: str, *, post: bool = False, **params: object) 
     return data
 
 
-def follow(http: httpx.Client, key: str, desde: str | None, limite: int,
-           mirror: dict[str, Entry], *, post: bool = False) -> tuple[str, list[Entry]]:
+def follow(
+    http: httpx.Client,
+    key: str,
+    desde: str | None,
+    limite: int,
+    mirror: dict[str, Entry],
+    *,
+    post: bool = False,
+) -> tuple[str, list[Entry]]:
     """Call until hay_mas is false, upserting every entry by id; the final `siguiente`
     and the pages."""
     pages = []
@@ -108,8 +122,14 @@ def expected(stack: Stack, programa: str) -> dict[str, Entry]:
         rows = conn.execute(select(fans).where(fans.c.programa_id == programa)).all()
     result = {}
     for r in rows:
-        entry: Entry = {"id": r.fan_id, "nombre": r.nombre, "correo": r.correo,
-                        "socio_desde": r.socio_desde, "puntos": r.puntos, "estado": r.estado}
+        entry: Entry = {
+            "id": r.fan_id,
+            "nombre": r.nombre,
+            "correo": r.correo,
+            "socio_desde": r.socio_desde,
+            "puntos": r.puntos,
+            "estado": r.estado,
+        }
         if r.estado == "baja":
             entry["baja"] = {"en": format_iso_utc(r.baja_en), "motivo": r.baja_motivo or ""}
         entry["actualizado"] = format_iso_utc(r.actualizado)
@@ -117,8 +137,9 @@ def expected(stack: Stack, programa: str) -> dict[str, Entry]:
     return result
 
 
-def snapshot(stack: Stack, http: httpx.Client, key: str, limite: int = 500
-             ) -> tuple[str, dict[str, Entry]]:
+def snapshot(
+    stack: Stack, http: httpx.Client, key: str, limite: int = 500
+) -> tuple[str, dict[str, Entry]]:
     mirror: dict[str, Entry] = {}
     cursor, _ = follow(http, key, None, limite, mirror)
     return cursor, mirror
@@ -129,9 +150,15 @@ def admin(stack: Stack, method: str, request: object) -> Any:
 
 
 def sale(http: httpx.Client, key: str, fan_id: str, importe: int) -> int:
-    response = http.post("/api/v1/tx", headers=auth(key), json={
-        "id_externo": f"ros-{next(_ids)}-{datetime.now(UTC).timestamp()}", "fan": fan_id,
-        "importe": importe})
+    response = http.post(
+        "/api/v1/tx",
+        headers=auth(key),
+        json={
+            "id_externo": f"ros-{next(_ids)}-{datetime.now(UTC).timestamp()}",
+            "fan": fan_id,
+            "importe": importe,
+        },
+    )
     assert response.status_code == 200, response.text
     return int(response.json()["data"]["tx"])
 
@@ -157,8 +184,9 @@ def test_snapshot_pages_every_fan(stack, http, keys):
     assert mirror["ROS003"]["puntos"] == 30
     for entry in mirror.values():
         assert entry["actualizado"].endswith("Z")
-        assert abs(datetime.now(UTC) - datetime.fromisoformat(entry["actualizado"])) \
-            < timedelta(hours=1)
+        assert abs(datetime.now(UTC) - datetime.fromisoformat(entry["actualizado"])) < timedelta(
+            hours=1
+        )
     # Nothing changed since: the feed is at its end.
     quiet = page(http, keys["todo"], desde=cursor)
     assert (quiet["desde"], quiet["fans"], quiet["hay_mas"]) == (cursor, [], False)
@@ -181,10 +209,14 @@ def test_snapshot_sees_changes_made_while_paging(stack, http, keys):
     first = page(http, keys["todo"], limite=4)
     mirror.update({f["id"]: f for f in first["fans"]})
     early, late = first["fans"][0]["id"], f"ROS{N_FANS - 2:03d}"
-    admin(stack, "UpdateFan", bo.UpdateFanRequest(programa=PROGRAM, id=early,
-                                                  nombre="Cambió en la foto"))
-    admin(stack, "UpdateFan", bo.UpdateFanRequest(programa=PROGRAM, id=late,
-                                                  nombre="También cambió"))
+    admin(
+        stack,
+        "UpdateFan",
+        bo.UpdateFanRequest(programa=PROGRAM, id=early, nombre="Cambió en la foto"),
+    )
+    admin(
+        stack, "UpdateFan", bo.UpdateFanRequest(programa=PROGRAM, id=late, nombre="También cambió")
+    )
     cursor, _ = follow(http, keys["todo"], first["siguiente"], 4, mirror)
     assert mirror[early]["nombre"] != "Cambió en la foto"  # the snapshot page was earlier
     _, pages = follow(http, keys["todo"], cursor, 4, mirror)
@@ -201,17 +233,35 @@ def test_changes_after_the_snapshot(stack, http, keys):
     start, before = cursor, dict(mirror)
     folio = sale(http, keys["todo"], "ROS001", 250)  # +25 points
     sale(http, keys["todo"], "ROS002", 100)
-    admin(stack, "VoidSale", bo.VoidSaleRequest(programa=PROGRAM, folio=folio,
-                                                motivo="devolución"))
-    admin(stack, "UpdateFan", bo.UpdateFanRequest(programa=PROGRAM, id="ROS003",
-                                                  nombre="Nombre Nuevo", correo="nuevo@x.mx"))
-    admin(stack, "AdjustPoints", bo.AdjustPointsRequest(programa=PROGRAM, fan="ROS004",
-                                                        puntos=-15, motivo="corrección"))
-    admin(stack, "DeactivateFan", bo.DeactivateFanRequest(programa=PROGRAM, id="ROS005",
-                                                          motivo="solicitud del socio"))
-    admin(stack, "RegisterFan", bo.RegisterFanRequest(
-        programa=PROGRAM, id="ROSNEW", nombre="Recién", correo="recien@example.com",
-        socio_desde=2026))
+    admin(stack, "VoidSale", bo.VoidSaleRequest(programa=PROGRAM, folio=folio, motivo="devolución"))
+    admin(
+        stack,
+        "UpdateFan",
+        bo.UpdateFanRequest(
+            programa=PROGRAM, id="ROS003", nombre="Nombre Nuevo", correo="nuevo@x.mx"
+        ),
+    )
+    admin(
+        stack,
+        "AdjustPoints",
+        bo.AdjustPointsRequest(programa=PROGRAM, fan="ROS004", puntos=-15, motivo="corrección"),
+    )
+    admin(
+        stack,
+        "DeactivateFan",
+        bo.DeactivateFanRequest(programa=PROGRAM, id="ROS005", motivo="solicitud del socio"),
+    )
+    admin(
+        stack,
+        "RegisterFan",
+        bo.RegisterFanRequest(
+            programa=PROGRAM,
+            id="ROSNEW",
+            nombre="Recién",
+            correo="recien@example.com",
+            socio_desde=2026,
+        ),
+    )
     # Not entry fields: no change in the feed.
     admin(stack, "UpdateFan", bo.UpdateFanRequest(programa=PROGRAM, id="ROS006", temporadas=9))
 
@@ -224,16 +274,19 @@ def test_changes_after_the_snapshot(stack, http, keys):
     assert mirror == expected(stack, PROGRAM)
     assert mirror["ROS001"]["puntos"] == before["ROS001"]["puntos"]  # sale then void
     assert mirror["ROS002"]["puntos"] == before["ROS002"]["puntos"] + 10
-    assert (mirror["ROS003"]["nombre"], mirror["ROS003"]["correo"]) == ("Nombre Nuevo",
-                                                                       "nuevo@x.mx")
+    assert (mirror["ROS003"]["nombre"], mirror["ROS003"]["correo"]) == (
+        "Nombre Nuevo",
+        "nuevo@x.mx",
+    )
     assert mirror["ROS004"]["puntos"] == before["ROS004"]["puntos"] - 15
     assert mirror["ROSNEW"]["estado"] == "activo"
     assert mirror["ROSNEW"]["puntos"] == 0
     baja = mirror["ROS005"]
     assert baja["estado"] == "baja"
     assert baja["baja"]["motivo"] == "solicitud del socio"
-    assert abs(datetime.now(UTC) - datetime.fromisoformat(baja["baja"]["en"])) \
-        < timedelta(minutes=5)
+    assert abs(datetime.now(UTC) - datetime.fromisoformat(baja["baja"]["en"])) < timedelta(
+        minutes=5
+    )
     assert baja["actualizado"] > before["ROS005"]["actualizado"]
 
     # Reactivation: back to activo, `baja` gone.
@@ -257,8 +310,13 @@ def test_many_changes_page_in_order_once_per_page(stack, http, keys):
     cursor, mirror = snapshot(stack, http, keys["todo"])
     for round_ in range(3):
         for i in range(1, 11):
-            admin(stack, "AdjustPoints", bo.AdjustPointsRequest(
-                programa=PROGRAM, fan=f"ROS{i:03d}", puntos=round_ + 1, motivo="lote"))
+            admin(
+                stack,
+                "AdjustPoints",
+                bo.AdjustPointsRequest(
+                    programa=PROGRAM, fan=f"ROS{i:03d}", puntos=round_ + 1, motivo="lote"
+                ),
+            )
     _, pages = follow(http, keys["todo"], cursor, 4, mirror)
     assert all(p["hay_mas"] for p in pages[:-1])
     assert [len(p["fans"]) for p in pages][:2] == [4, 4]
@@ -281,8 +339,9 @@ def test_both_parameter_locations(stack, http, keys):
     # POST: limite is a JSON number (the contract's type: a numeric string is refused);
     # desde null or empty = a new snapshot.
     assert len(page(http, keys["todo"], post=True, limite=2.0)["fans"]) == 2
-    detalle = assert_error(call(http, keys["todo"], post=True, limite="2"),
-                           Codigo.SOLICITUD_INVALIDA)["detalle"]
+    detalle = assert_error(
+        call(http, keys["todo"], post=True, limite="2"), Codigo.SOLICITUD_INVALIDA
+    )["detalle"]
     assert detalle.startswith("limite: llegó un texto")
     assert page(http, keys["todo"], post=True, desde=None, limite=2)["desde"] == ""
     assert page(http, keys["todo"], post=True, desde="", limite=2)["desde"] == ""
@@ -333,9 +392,11 @@ def test_desde_of_wrong_json_type(http, keys):
 
 
 def test_body_not_json(http, keys):
-    response = http.post("/api/v1/roster", headers={**auth(keys["todo"]),
-                                                    "Content-Type": "application/json"},
-                         content=b"{not json")
+    response = http.post(
+        "/api/v1/roster",
+        headers={**auth(keys["todo"]), "Content-Type": "application/json"},
+        content=b"{not json",
+    )
     assert_error(response, Codigo.SOLICITUD_INVALIDA)
 
 
@@ -345,8 +406,16 @@ def test_body_not_json(http, keys):
 def test_cursor_errors(stack, http, keys, other_keys):
     good = page(http, keys["todo"], limite=2)["siguiente"]
     other = page(http, other_keys["todo"], limite=1)["siguiente"]
-    bad = ["garbage", good[:-1], good + "A", good[:-2] + ("AA" if good[-2:] != "AA" else "BB"),
-           "0", "12345", other, "x" * 500]
+    bad = [
+        "garbage",
+        good[:-1],
+        good + "A",
+        good[:-2] + ("AA" if good[-2:] != "AA" else "BB"),
+        "0",
+        "12345",
+        other,
+        "x" * 500,
+    ]
     for desde in bad:
         for post in (False, True):
             response = call(http, keys["todo"], post=post, desde=desde)
@@ -356,8 +425,10 @@ def test_cursor_errors(stack, http, keys, other_keys):
         assert_error(call(http, keys["todo"], post=True, desde=number), Codigo.CURSOR_INVALIDO)
     # Well formed and bound to the program, but beyond anything the database has reached.
     future = encode_cursor(PROGRAM, Posicion(Fase.CAMBIOS, 2**62, 0))
-    assert "más allá" in assert_error(call(http, keys["todo"], desde=future),
-                                      Codigo.CURSOR_INVALIDO)["detalle"]
+    assert (
+        "más allá"
+        in assert_error(call(http, keys["todo"], desde=future), Codigo.CURSOR_INVALIDO)["detalle"]
+    )
     # Errors change nothing: the good cursor still works.
     page(http, keys["todo"], desde=good)
 
@@ -385,8 +456,11 @@ def test_program_isolation(stack, http, keys, other_keys):
     assert not set(mine) & set(theirs)
     assert theirs == expected(stack, OTHER)
     # A change in one program is not in the other's feed.
-    admin(stack, "AdjustPoints", bo.AdjustPointsRequest(programa=PROGRAM, fan="ROS010",
-                                                        puntos=3, motivo="aislamiento"))
+    admin(
+        stack,
+        "AdjustPoints",
+        bo.AdjustPointsRequest(programa=PROGRAM, fan="ROS010", puntos=3, motivo="aislamiento"),
+    )
     _, pages = follow(http, other_keys["todo"], theirs_cursor, 3, theirs)
     assert all(not p["fans"] for p in pages)
     _, pages = follow(http, keys["todo"], mine_cursor, 3, mine)

@@ -36,11 +36,20 @@ CHANNELS = 16
 
 
 def _fixture() -> str:
-    return json.dumps({"programas": [{
-        "id": "wk", "nombre": "Club Workers", "tasa_puntos": "0.1",
-        "qr_url": "https://wk.example/fan",
-        "claves": [{"clave": KEY, "integracion": "Caja Workers", "permisos": []}],
-        "fans": []}]})
+    return json.dumps(
+        {
+            "programas": [
+                {
+                    "id": "wk",
+                    "nombre": "Club Workers",
+                    "tasa_puntos": "0.1",
+                    "qr_url": "https://wk.example/fan",
+                    "claves": [{"clave": KEY, "integracion": "Caja Workers", "permisos": []}],
+                    "fans": [],
+                }
+            ]
+        }
+    )
 
 
 class Timed(Running):
@@ -72,10 +81,26 @@ def served(create_database: Callable[[], str], tmp_path: Path) -> Iterator[Serve
     finally:
         engine.dispose()
     port = free_port()
-    serve = Timed(["serve", "--grpc-host", "127.0.0.1", "--grpc-port", str(port),
-                   "--workers", "2", "--metrics-port", "0"], tmp_path,
-                    _env(LOYALTY_DATABASE_URL=url, LOYALTY_ADMIN_TOKEN="t" * 32,
-                         LOYALTY_RATE_LIMIT_PER_MINUTE="1000000", LOYALTY_LOG_FORMAT="json"))
+    serve = Timed(
+        [
+            "serve",
+            "--grpc-host",
+            "127.0.0.1",
+            "--grpc-port",
+            str(port),
+            "--workers",
+            "2",
+            "--metrics-port",
+            "0",
+        ],
+        tmp_path,
+        _env(
+            LOYALTY_DATABASE_URL=url,
+            LOYALTY_ADMIN_TOKEN="t" * 32,
+            LOYALTY_RATE_LIMIT_PER_MINUTE="1000000",
+            LOYALTY_LOG_FORMAT="json",
+        ),
+    )
     try:
         serve.wait_for(f"gRPC: 127.0.0.1:{port} (2 workers)", timeout=60)
         yield Served(url, port, serve)
@@ -90,9 +115,10 @@ def served(create_database: Callable[[], str], tmp_path: Path) -> Iterator[Serve
 
 def _channels(port: int) -> list[grpc.Channel]:
     # Each channel its own connection (no shared subchannel pool): the kernel spreads them.
-    return [grpc.insecure_channel(f"127.0.0.1:{port}",
-                                  options=[("grpc.use_local_subchannel_pool", 1)])
-            for _ in range(CHANNELS)]
+    return [
+        grpc.insecure_channel(f"127.0.0.1:{port}", options=[("grpc.use_local_subchannel_pool", 1)])
+        for _ in range(CHANNELS)
+    ]
 
 
 def _ping(channel: grpc.Channel) -> bool:
@@ -100,8 +126,11 @@ def _ping(channel: grpc.Channel) -> bool:
     # worker that stopped waits for the channel to reconnect (to a worker still serving)
     # instead of failing fast through grpc's reconnect back-off.
     reply = pos_grpc.PosServiceStub(channel).Ping(
-        pos.PingRequest(), metadata=(("authorization", f"Bearer {KEY}"),), timeout=5,
-        wait_for_ready=True)
+        pos.PingRequest(),
+        metadata=(("authorization", f"Bearer {KEY}"),),
+        timeout=5,
+        wait_for_ready=True,
+    )
     return bool(reply.ok)
 
 
@@ -123,17 +152,24 @@ def test_serve_runs_workers_that_share_the_port(served: Served):
     channels = _channels(served.port)
     try:
         with_threads: list[bool] = []
-        threads = [threading.Thread(target=lambda c=c: with_threads.extend(
-            _ping(c) for _ in range(20))) for c in channels]
+        threads = [
+            threading.Thread(target=lambda c=c: with_threads.extend(_ping(c) for _ in range(20)))
+            for c in channels
+        ]
         for thread in threads:
             thread.start()
         for thread in threads:
             thread.join(30)
         assert with_threads == [True] * (CHANNELS * 20)
         # Both workers hold some of the 16 connections (all on one: probability 2^-15).
-        serving = [w.pid for w in workers
-                   if any(c.laddr and c.laddr.port == served.port and c.status == "ESTABLISHED"
-                          for c in w.net_connections("tcp"))]
+        serving = [
+            w.pid
+            for w in workers
+            if any(
+                c.laddr and c.laddr.port == served.port and c.status == "ESTABLISHED"
+                for c in w.net_connections("tcp")
+            )
+        ]
         assert len(serving) == 2
     finally:
         for channel in channels:
@@ -171,8 +207,7 @@ class Stop:
 
     def during(self) -> list[str | None]:
         """Calls that ended while another worker than the last was stopping."""
-        return [error for at, error in self.outcomes
-                if self.sigterm_at <= at < self.last_worker_at]
+        return [error for at, error in self.outcomes if self.sigterm_at <= at < self.last_worker_at]
 
 
 def _stop_under_load(served: Served, callers: list[Callable[[], str | None]]) -> Stop:
@@ -209,9 +244,12 @@ def _until_every_worker_has_clients(served: Served) -> None:
     while True:
         workers = _workers(served.serve.proc.pid)
         if len(workers) == 2 and all(
-                any(c.laddr and c.laddr.port == served.port and c.status == "ESTABLISHED"
-                    for c in worker.net_connections("tcp"))
-                for worker in workers):
+            any(
+                c.laddr and c.laddr.port == served.port and c.status == "ESTABLISHED"
+                for c in worker.net_connections("tcp")
+            )
+            for worker in workers
+        ):
             return
         assert time.monotonic() < deadline, "a worker never got a client connection"
         time.sleep(0.05)
@@ -224,8 +262,9 @@ def _assert_no_call_failed(stop: Stop) -> None:
     # Hundreds in practice (the first worker hands over for about a second, then exits).
     assert len(during) >= 20, f"only {len(during)} calls while the first worker stopped"
     failed = [error for error in during if error]
-    assert failed == [], f"{len(failed)} of {len(during)} calls failed during the stop: " \
-        f"{sorted(set(failed))[:5]}"
+    assert failed == [], (
+        f"{len(failed)} of {len(during)} calls failed during the stop: {sorted(set(failed))[:5]}"
+    )
 
 
 def _native_ping(channel: grpc.Channel) -> Callable[[], str | None]:
@@ -251,8 +290,7 @@ def test_rolling_stop_fails_no_native_call(served: Served):
 
 def _http_ping(client: httpx.Client) -> str | None:
     try:
-        response = client.post("/api/v1/ping", headers={"Authorization": f"Bearer {KEY}"},
-                               json={})
+        response = client.post("/api/v1/ping", headers={"Authorization": f"Bearer {KEY}"}, json={})
     except httpx.HTTPError as exc:
         return repr(exc)
     if response.status_code == 200 and response.json()["ok"]:
@@ -263,8 +301,12 @@ def _http_ping(client: httpx.Client) -> str | None:
 def test_rolling_stop_fails_no_call_through_envoy(served: Served, tmp_path: Path):
     """POS clients over HTTP through a real Envoy: Envoy retries only what never reached a
     worker (connect-failure, refused-stream), so every call must succeed on its own."""
-    proxy = EnvoyProcess.start(http_port=free_port(), upstream_host="127.0.0.1",
-                               upstream_port=served.port, work_dir=tmp_path / "envoy")
+    proxy = EnvoyProcess.start(
+        http_port=free_port(),
+        upstream_host="127.0.0.1",
+        upstream_port=served.port,
+        work_dir=tmp_path / "envoy",
+    )
     clients = [httpx.Client(base_url=proxy.url, timeout=10) for _ in range(CHANNELS)]
     try:
         stop = _stop_under_load(served, [functools.partial(_http_ping, c) for c in clients])
@@ -276,8 +318,14 @@ def test_rolling_stop_fails_no_call_through_envoy(served: Served, tmp_path: Path
 
 
 def _status(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*LOYALTY, "status", *args], env=_env(**env), text=True,
-                          capture_output=True, timeout=90, check=False)
+    return subprocess.run(
+        [*LOYALTY, "status", *args],
+        env=_env(**env),
+        text=True,
+        capture_output=True,
+        timeout=90,
+        check=False,
+    )
 
 
 def test_status_of_a_healthy_server(served: Served):
@@ -302,8 +350,14 @@ def test_status_says_unhealthy(create_database: Callable[[], str], tmp_path: Pat
     assert "UNAVAILABLE" in result.stdout
     assert "none applied, head is" in result.stdout
     assert result.stdout.rstrip().endswith("status: UNHEALTHY")
-    nothing = subprocess.run([*LOYALTY, "status", "--data-dir", str(tmp_path / "none")],
-                             env=_env(), text=True, capture_output=True, timeout=60, check=False)
+    nothing = subprocess.run(
+        [*LOYALTY, "status", "--data-dir", str(tmp_path / "none")],
+        env=_env(),
+        text=True,
+        capture_output=True,
+        timeout=60,
+        check=False,
+    )
     assert nothing.returncode == 1
     assert "no embedded database in" in nothing.stdout
     assert not (tmp_path / "none").exists()
@@ -312,9 +366,24 @@ def test_status_says_unhealthy(create_database: Callable[[], str], tmp_path: Pat
 def test_up_with_workers_and_status_on_its_embedded_database(tmp_path: Path):
     data_dir = tmp_path / "data"
     http_port, grpc_port = free_port(), free_port()
-    up = Running(["up", "--demo", "--workers", "2", "--metrics-port", "0", "--http-port",
-                  str(http_port), "--grpc-port", str(grpc_port), "--data-dir", str(data_dir)],
-                 tmp_path, _env())
+    up = Running(
+        [
+            "up",
+            "--demo",
+            "--workers",
+            "2",
+            "--metrics-port",
+            "0",
+            "--http-port",
+            str(http_port),
+            "--grpc-port",
+            str(grpc_port),
+            "--data-dir",
+            str(data_dir),
+        ],
+        tmp_path,
+        _env(),
+    )
     try:
         up.wait_for(READY_LINE)
         assert len(_workers(up.proc.pid)) == 2
@@ -323,8 +392,11 @@ def test_up_with_workers_and_status_on_its_embedded_database(tmp_path: Path):
         assert "status: healthy" in status.stdout
         # status reused up's PostgreSQL and left it running.
         for _ in range(8):
-            response = httpx.post(f"http://127.0.0.1:{http_port}/api/v1/ping",
-                                  headers={"Authorization": f"Bearer {DEMO_KEY}"}, timeout=10)
+            response = httpx.post(
+                f"http://127.0.0.1:{http_port}/api/v1/ping",
+                headers={"Authorization": f"Bearer {DEMO_KEY}"},
+                timeout=10,
+            )
             assert response.status_code == 200
     finally:
         code = up.stop(signal.SIGINT)
@@ -333,18 +405,35 @@ def test_up_with_workers_and_status_on_its_embedded_database(tmp_path: Path):
     assert not (data_dir / "pgdata" / "postmaster.pid").exists()
 
 
-def test_a_port_in_use_fails_before_any_worker_starts(tmp_path: Path,
-                                                      create_database: Callable[[], str]):
+def test_a_port_in_use_fails_before_any_worker_starts(
+    tmp_path: Path, create_database: Callable[[], str]
+):
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))
         busy.listen()
         port = busy.getsockname()[1]
         result = subprocess.run(
-            [*LOYALTY, "serve", "--grpc-host", "127.0.0.1", "--grpc-port", str(port),
-             "--workers", "2", "--metrics-port", "0"], cwd=tmp_path,
-            env=_env(LOYALTY_DATABASE_URL=create_database(),
-                     LOYALTY_ADMIN_TOKEN=secrets.token_hex(8)),
-            text=True, capture_output=True, timeout=60, check=False)
+            [
+                *LOYALTY,
+                "serve",
+                "--grpc-host",
+                "127.0.0.1",
+                "--grpc-port",
+                str(port),
+                "--workers",
+                "2",
+                "--metrics-port",
+                "0",
+            ],
+            cwd=tmp_path,
+            env=_env(
+                LOYALTY_DATABASE_URL=create_database(), LOYALTY_ADMIN_TOKEN=secrets.token_hex(8)
+            ),
+            text=True,
+            capture_output=True,
+            timeout=60,
+            check=False,
+        )
     assert result.returncode == 1
     assert f"cannot listen on 127.0.0.1:{port}: is the port in use?" in result.stderr
     assert "worker" not in result.stderr

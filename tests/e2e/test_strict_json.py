@@ -110,14 +110,18 @@ def grpc_port(recorder: Recorder) -> Iterator[int]:
 
 
 def start_gateway(grpc_port: int, work: Path, gateway_dir: Path = GATEWAY) -> EnvoyProcess:
-    return EnvoyProcess.start(http_port=free_port(), upstream_host="127.0.0.1",
-                              upstream_port=grpc_port, listen_host="127.0.0.1",
-                              work_dir=work, gateway_dir=gateway_dir)
+    return EnvoyProcess.start(
+        http_port=free_port(),
+        upstream_host="127.0.0.1",
+        upstream_port=grpc_port,
+        listen_host="127.0.0.1",
+        work_dir=work,
+        gateway_dir=gateway_dir,
+    )
 
 
 @pytest.fixture(scope="module")
-def gateway(grpc_port: int, tmp_path_factory: pytest.TempPathFactory
-            ) -> Iterator[EnvoyProcess]:
+def gateway(grpc_port: int, tmp_path_factory: pytest.TempPathFactory) -> Iterator[EnvoyProcess]:
     proxy = start_gateway(grpc_port, tmp_path_factory.mktemp("envoy"))
     yield proxy
     proxy.stop()
@@ -129,22 +133,28 @@ def client(gateway: EnvoyProcess) -> Iterator[httpx.Client]:
         yield http
 
 
-def send(client: httpx.Client, recorder: Recorder, path: str, body: bytes | str, *,
-         method: str = "POST", headers: dict[str, str] | None = None
-         ) -> tuple[httpx.Response, list[Message]]:
+def send(
+    client: httpx.Client,
+    recorder: Recorder,
+    path: str,
+    body: bytes | str,
+    *,
+    method: str = "POST",
+    headers: dict[str, str] | None = None,
+) -> tuple[httpx.Response, list[Message]]:
     """The response, and what the server received for it."""
     with recorder.lock:
         before = len(recorder.calls)
     content = body.encode() if isinstance(body, str) else body
-    response = client.request(method, path, content=content,
-                              headers=JSON_HEADERS if headers is None else headers)
+    response = client.request(
+        method, path, content=content, headers=JSON_HEADERS if headers is None else headers
+    )
     with recorder.lock:
         received = [request for _, request in recorder.calls[before:]]
     return response, received
 
 
-def refused(response: httpx.Response, received: list[Message], body: bytes | str = b""
-            ) -> str:
+def refused(response: httpx.Response, received: list[Message], body: bytes | str = b"") -> str:
     """The response is the solicitud_invalida envelope, nothing reached the server, and the
     detalle (returned) is one line that repeats nothing of the body."""
     entrada = CATALOGO[Codigo.SOLICITUD_INVALIDA]
@@ -185,16 +195,19 @@ def test_nested_lists_in_codigos_are_refused(client, recorder):
         assert detalle == "codigos[0]: debe ser un texto; llegó una lista"
 
 
-@pytest.mark.parametrize(("body", "detalle"), [
-    ('{"codigos":["A", 7]}', "codigos[1]: debe ser un texto; llegó un número"),
-    ('{"codigos":["A", "B", null]}', "codigos[2]: debe ser un texto; llegó null"),
-    ('{"codigos":[true]}', "codigos[0]: debe ser un texto; llegó un booleano"),
-    ('{"codigos":[{"c":"A"}]}', "codigos[0]: debe ser un texto; llegó un objeto"),
-    ('{"codigos":"HD-1"}', "codigos: debe ser una lista de textos; llegó un texto"),
-    ('{"codigos":{"a":"HD-1"}}', "codigos: debe ser una lista de textos; llegó un objeto"),
-    ('{"codigo":["HD-1"]}', "codigo: debe ser un texto; llegó una lista"),
-    ('{"codigo":"HD-1","terminal":3}', "terminal: debe ser un texto; llegó un número"),
-])
+@pytest.mark.parametrize(
+    ("body", "detalle"),
+    [
+        ('{"codigos":["A", 7]}', "codigos[1]: debe ser un texto; llegó un número"),
+        ('{"codigos":["A", "B", null]}', "codigos[2]: debe ser un texto; llegó null"),
+        ('{"codigos":[true]}', "codigos[0]: debe ser un texto; llegó un booleano"),
+        ('{"codigos":[{"c":"A"}]}', "codigos[0]: debe ser un texto; llegó un objeto"),
+        ('{"codigos":"HD-1"}', "codigos: debe ser una lista de textos; llegó un texto"),
+        ('{"codigos":{"a":"HD-1"}}', "codigos: debe ser una lista de textos; llegó un objeto"),
+        ('{"codigo":["HD-1"]}', "codigo: debe ser un texto; llegó una lista"),
+        ('{"codigo":"HD-1","terminal":3}', "terminal: debe ser un texto; llegó un número"),
+    ],
+)
 def test_redeem_field_types(client, recorder, body, detalle):
     assert refused(*send(client, recorder, "/api/v1/redeem", body), body) == detalle
 
@@ -202,8 +215,9 @@ def test_redeem_field_types(client, recorder, body, detalle):
 def test_trailing_comma_is_refused(client, recorder):
     body = f'{{"id_externo":"x","fan":"{SECRET}","importe":"1",}}'
     detalle = refused(*send(client, recorder, "/api/v1/tx", body), body)
-    assert detalle == ("cuerpo: JSON no válido en la línea 1, columna 53: sobra una coma "
-                       "antes de cerrar el objeto")
+    assert detalle == (
+        "cuerpo: JSON no válido en la línea 1, columna 53: sobra una coma antes de cerrar el objeto"
+    )
 
 
 # What protobuf's JSON reader accepted (or read wrongly) that is not JSON, and more.
@@ -261,52 +275,73 @@ NOT_JSON: list[tuple[str, str]] = [
 
 @pytest.mark.parametrize(("body", "problem"), NOT_JSON)
 def test_what_is_not_json_is_refused(client, recorder, body, problem):
-    path = "/api/v1/redeem" if "codigos" in body else (
-        "/api/v1/tx" if "importe" in body else "/api/v1/fan/resolve")
+    path = (
+        "/api/v1/redeem"
+        if "codigos" in body
+        else ("/api/v1/tx" if "importe" in body else "/api/v1/fan/resolve")
+    )
     detalle = refused(*send(client, recorder, path, body), body)
     assert problem in detalle
     assert "JSON no válido en la línea" in detalle or "anidado" in detalle
 
 
-@pytest.mark.parametrize(("body", "where"), [
-    ('{\n  "fan": "añejo",\n  "qr": x\n}', "línea 3, columna 9"),
-    ('{"fan": "añejo", "qr": x}', "línea 1, columna 24"),  # characters, not bytes
-])
+@pytest.mark.parametrize(
+    ("body", "where"),
+    [
+        ('{\n  "fan": "añejo",\n  "qr": x\n}', "línea 3, columna 9"),
+        ('{"fan": "añejo", "qr": x}', "línea 1, columna 24"),  # characters, not bytes
+    ],
+)
 def test_the_position_names_line_and_column_in_characters(client, recorder, body, where):
     detalle = refused(*send(client, recorder, "/api/v1/fan/resolve", body), body)
     assert detalle.startswith(f"qr: JSON no válido en la {where}: ")
 
 
-@pytest.mark.parametrize(("body", "detalle"), [
-    (b"\xef\xbb\xbf{}", "cuerpo: empieza con una marca de orden de bytes (BOM, U+FEFF); "
-                        "envíe UTF-8 sin ella"),
-    (b'{"fan":"\xff"}', "cuerpo: no es UTF-8 válido (byte 9)"),
-    (b'{"fan":"\xc0\xaf"}', "cuerpo: no es UTF-8 válido (byte 9)"),          # overlong
-    (b'{"fan":"\xed\xa0\x80"}', "cuerpo: no es UTF-8 válido (byte 9)"),      # surrogate
-    (b'{"fan":"\xf4\x90\x80\x80"}', "cuerpo: no es UTF-8 válido (byte 9)"),  # > U+10FFFF
-    (b'{"fan":"\xe2\x82"}', "cuerpo: no es UTF-8 válido (byte 9)"),          # truncated
-    (b"   \r\n", "cuerpo: solo tiene espacios; envíe un objeto JSON o ningún cuerpo"),
-    (b"[]", "cuerpo: debe ser un objeto JSON; llegó una lista"),
-    (b'"fan"', "cuerpo: debe ser un objeto JSON; llegó un texto"),
-    (b"12", "cuerpo: debe ser un objeto JSON; llegó un número"),
-    (b"null", "cuerpo: debe ser un objeto JSON; llegó null"),
-    (b"true", "cuerpo: debe ser un objeto JSON; llegó un booleano"),
-    (b"fan=A", "cuerpo: JSON no válido en la línea 1, columna 1: se esperaba un valor JSON "
-               "(un texto entre comillas dobles, un número, un objeto, una lista, true, "
-               "false o null)"),
-])
+@pytest.mark.parametrize(
+    ("body", "detalle"),
+    [
+        (
+            b"\xef\xbb\xbf{}",
+            "cuerpo: empieza con una marca de orden de bytes (BOM, U+FEFF); envíe UTF-8 sin ella",
+        ),
+        (b'{"fan":"\xff"}', "cuerpo: no es UTF-8 válido (byte 9)"),
+        (b'{"fan":"\xc0\xaf"}', "cuerpo: no es UTF-8 válido (byte 9)"),  # overlong
+        (b'{"fan":"\xed\xa0\x80"}', "cuerpo: no es UTF-8 válido (byte 9)"),  # surrogate
+        (b'{"fan":"\xf4\x90\x80\x80"}', "cuerpo: no es UTF-8 válido (byte 9)"),  # > U+10FFFF
+        (b'{"fan":"\xe2\x82"}', "cuerpo: no es UTF-8 válido (byte 9)"),  # truncated
+        (b"   \r\n", "cuerpo: solo tiene espacios; envíe un objeto JSON o ningún cuerpo"),
+        (b"[]", "cuerpo: debe ser un objeto JSON; llegó una lista"),
+        (b'"fan"', "cuerpo: debe ser un objeto JSON; llegó un texto"),
+        (b"12", "cuerpo: debe ser un objeto JSON; llegó un número"),
+        (b"null", "cuerpo: debe ser un objeto JSON; llegó null"),
+        (b"true", "cuerpo: debe ser un objeto JSON; llegó un booleano"),
+        (
+            b"fan=A",
+            "cuerpo: JSON no válido en la línea 1, columna 1: se esperaba un valor JSON "
+            "(un texto entre comillas dobles, un número, un objeto, una lista, true, "
+            "false o null)",
+        ),
+    ],
+)
 def test_bodies_that_are_not_one_json_object(client, recorder, body, detalle):
     assert refused(*send(client, recorder, "/api/v1/fan/resolve", body), body) == detalle
 
 
-@pytest.mark.parametrize(("body", "detalle"), [
-    ('{"fan":"A","fan":"B"}', "fan: el campo aparece dos veces"),
-    ('{"fan_id":"A","fanId":"B"}', "fan_id: el campo aparece dos veces (como fan_id y como "
-                                   "fanId)"),
-    ('{"f\\u0061n":"A","fan":"B"}', "fan: el campo aparece dos veces"),
-    ('{"fan":"A","otro":1,"otro":2}', "cuerpo: un nombre se repite en el mismo objeto "
-                                      "(línea 1, columna 21)"),
-])
+@pytest.mark.parametrize(
+    ("body", "detalle"),
+    [
+        ('{"fan":"A","fan":"B"}', "fan: el campo aparece dos veces"),
+        (
+            '{"fan_id":"A","fanId":"B"}',
+            "fan_id: el campo aparece dos veces (como fan_id y como fanId)",
+        ),
+        ('{"f\\u0061n":"A","fan":"B"}', "fan: el campo aparece dos veces"),
+        (
+            '{"fan":"A","otro":1,"otro":2}',
+            "cuerpo: un nombre se repite en el mismo objeto (línea 1, columna 21)",
+        ),
+    ],
+)
 def test_a_key_twice_is_refused(client, recorder, body, detalle):
     assert refused(*send(client, recorder, "/api/v1/fan/resolve", body), body) == detalle
 
@@ -314,33 +349,48 @@ def test_a_key_twice_is_refused(client, recorder, body, detalle):
 def test_a_key_twice_inside_a_value_field_is_refused(client, recorder):
     body = '{"importe":{"a":1,"a":2}}'
     assert refused(*send(client, recorder, "/api/v1/tx", body), body) == (
-        "importe: un nombre se repite en el mismo objeto (línea 1, columna 19)")
+        "importe: un nombre se repite en el mismo objeto (línea 1, columna 19)"
+    )
 
 
-@pytest.mark.parametrize(("field", "value", "tipo"), [
-    ("fan", "12345", "un número"), ("fan", "true", "un booleano"),
-    ("fan", '["A"]', "una lista"), ("fan", '{"id":"A"}', "un objeto"),
-    ("fan_id", "1", "un número"), ("fanId", "1", "un número"),
-    ("qr", "[]", "una lista"), ("codigo", "false", "un booleano"),
-])
+@pytest.mark.parametrize(
+    ("field", "value", "tipo"),
+    [
+        ("fan", "12345", "un número"),
+        ("fan", "true", "un booleano"),
+        ("fan", '["A"]', "una lista"),
+        ("fan", '{"id":"A"}', "un objeto"),
+        ("fan_id", "1", "un número"),
+        ("fanId", "1", "un número"),
+        ("qr", "[]", "una lista"),
+        ("codigo", "false", "un booleano"),
+    ],
+)
 def test_a_string_field_takes_text_or_null(client, recorder, field, value, tipo):
     body = f'{{"{field}": {value}}}'
     canonical = "fan_id" if field == "fanId" else field
     assert refused(*send(client, recorder, "/api/v1/fan/resolve", body), body) == (
-        f"{canonical}: debe ser un texto; llegó {tipo}")
+        f"{canonical}: debe ser un texto; llegó {tipo}"
+    )
 
 
-@pytest.mark.parametrize("field", ["id_externo", "id", "tx_id", "fan", "terminal", "caja",
-                                   "sitio", "sucursal", "moneda"])
+@pytest.mark.parametrize(
+    "field", ["id_externo", "id", "tx_id", "fan", "terminal", "caja", "sitio", "sucursal", "moneda"]
+)
 def test_every_string_field_of_tx_is_checked(client, recorder, field):
     body = f'{{"{field}": 5}}'
     assert refused(*send(client, recorder, "/api/v1/tx", body), body) == (
-        f"{field}: debe ser un texto; llegó un número")
+        f"{field}: debe ser un texto; llegó un número"
+    )
 
 
 def test_null_is_not_sent_and_unknown_fields_are_ignored(client, recorder):
-    response, received = send(client, recorder, "/api/v1/fan/resolve",
-                              '{"fan": null, "qr": "Q1", "otro": [1, {"a": [null, true]}]}')
+    response, received = send(
+        client,
+        recorder,
+        "/api/v1/fan/resolve",
+        '{"fan": null, "qr": "Q1", "otro": [1, {"a": [null, true]}]}',
+    )
     assert response.status_code == 200, response.text
     assert received == [pb.ResolveFanRequest(qr="Q1")]
 
@@ -348,8 +398,10 @@ def test_null_is_not_sent_and_unknown_fields_are_ignored(client, recorder):
 def test_value_fields_reach_the_server_as_sent(client, recorder):
     """google.protobuf.Value fields take any JSON value: the server checks their type
     with the field's own error code (test_strict_bodies.py)."""
-    body = ('{"importe": [[1], {"a": null}], "ts": {"x": "y"}, "importe_centavos": -0.0, '
-            '"centavos": 1E+2, "amount_cents": 12345678901234567890}')
+    body = (
+        '{"importe": [[1], {"a": null}], "ts": {"x": "y"}, "importe_centavos": -0.0, '
+        '"centavos": 1E+2, "amount_cents": 12345678901234567890}'
+    )
     response, received = send(client, recorder, "/api/v1/tx", body)
     assert response.status_code == 200, response.text
     (request,) = received
@@ -373,30 +425,53 @@ def test_escapes_reach_the_server_decoded(client, recorder):
 # ---------------------------------------------------------------- headers, URL, method
 
 
-@pytest.mark.parametrize(("headers", "detalle"), [
-    ({}, "Content-Type: falta; un cuerpo JSON se envía con Content-Type: application/json"),
-    ({"content-type": "text/plain"}, "Content-Type: debe ser application/json"),
-    ({"content-type": "application/x-www-form-urlencoded"},
-     "Content-Type: debe ser application/json"),
-    ({"content-type": "application/json-patch+json"}, "Content-Type: debe ser application/json"),
-    ({"content-type": "application/json; charset=latin-1"},
-     "Content-Type: el JSON va en UTF-8 (charset=utf-8, o sin charset)"),
-    ({"content-type": "application/json", "content-encoding": "gzip"},
-     "Content-Encoding: no se admite; envíe el cuerpo sin comprimir"),
-])
+@pytest.mark.parametrize(
+    ("headers", "detalle"),
+    [
+        ({}, "Content-Type: falta; un cuerpo JSON se envía con Content-Type: application/json"),
+        ({"content-type": "text/plain"}, "Content-Type: debe ser application/json"),
+        (
+            {"content-type": "application/x-www-form-urlencoded"},
+            "Content-Type: debe ser application/json",
+        ),
+        (
+            {"content-type": "application/json-patch+json"},
+            "Content-Type: debe ser application/json",
+        ),
+        (
+            {"content-type": "application/json; charset=latin-1"},
+            "Content-Type: el JSON va en UTF-8 (charset=utf-8, o sin charset)",
+        ),
+        (
+            {"content-type": "application/json", "content-encoding": "gzip"},
+            "Content-Encoding: no se admite; envíe el cuerpo sin comprimir",
+        ),
+    ],
+)
 def test_a_body_must_be_labelled_json(client, recorder, headers, detalle):
     body = f'{{"fan": "{SECRET}"}}'
-    response, received = send(client, recorder, "/api/v1/fan/resolve", body,
-                              headers=headers)
+    response, received = send(client, recorder, "/api/v1/fan/resolve", body, headers=headers)
     assert refused(response, received, body) == detalle
 
 
-@pytest.mark.parametrize("content_type", [
-    "application/json", "Application/JSON", "application/json; charset=utf-8",
-    'application/json;charset="UTF-8"', "application/json; odata=verbose"])
+@pytest.mark.parametrize(
+    "content_type",
+    [
+        "application/json",
+        "Application/JSON",
+        "application/json; charset=utf-8",
+        'application/json;charset="UTF-8"',
+        "application/json; odata=verbose",
+    ],
+)
 def test_json_content_types_accepted(client, recorder, content_type):
-    response, received = send(client, recorder, "/api/v1/fan/resolve", '{"fan":"A"}',
-                              headers={"content-type": content_type})
+    response, received = send(
+        client,
+        recorder,
+        "/api/v1/fan/resolve",
+        '{"fan":"A"}',
+        headers={"content-type": content_type},
+    )
     assert response.status_code == 200, response.text
     assert received == [pb.ResolveFanRequest(fan="A")]
 
@@ -413,16 +488,20 @@ def test_a_get_takes_no_body(client, recorder, path):
     body = '{"limite": "7"}'
     response, received = send(client, recorder, path, body, method="GET")
     assert refused(response, received, body) == (
-        f"GET {path}: no lleva cuerpo; sus parámetros van en la URL")
+        f"GET {path}: no lleva cuerpo; sus parámetros van en la URL"
+    )
 
 
-@pytest.mark.parametrize(("target", "detalle"), [
-    ("/api/v1/tx?fan=A", "fan: va en el cuerpo JSON, no en la URL"),
-    ("/api/v1/tx?otro=1&importe=5", "importe: va en el cuerpo JSON, no en la URL"),
-    ("/api/v1/tx?fanId=A", "fan_id: va en el cuerpo JSON, no en la URL"),
-    ("/api/v1/tx?f%61n=A", "fan: va en el cuerpo JSON, no en la URL"),
-    ("/api/v1/redeem?codigos=A&codigos=B", "codigos: va en el cuerpo JSON, no en la URL"),
-])
+@pytest.mark.parametrize(
+    ("target", "detalle"),
+    [
+        ("/api/v1/tx?fan=A", "fan: va en el cuerpo JSON, no en la URL"),
+        ("/api/v1/tx?otro=1&importe=5", "importe: va en el cuerpo JSON, no en la URL"),
+        ("/api/v1/tx?fanId=A", "fan_id: va en el cuerpo JSON, no en la URL"),
+        ("/api/v1/tx?f%61n=A", "fan: va en el cuerpo JSON, no en la URL"),
+        ("/api/v1/redeem?codigos=A&codigos=B", "codigos: va en el cuerpo JSON, no en la URL"),
+    ],
+)
 def test_body_fields_never_come_from_the_url(client, recorder, target, detalle):
     response, received = send(client, recorder, target, '{"id_externo": "a"}')
     assert refused(response, received) == detalle
@@ -434,35 +513,55 @@ def test_unknown_query_parameters_of_a_post_are_ignored(client, recorder):
     assert received == [pb.ResolveFanRequest(fan="A")]
 
 
-@pytest.mark.parametrize(("query", "detalle"), [
-    ("desde=a&desde=b", "desde: el parámetro aparece dos veces en la URL"),
-    ("limite=1&limite=2", "limite: el parámetro aparece dos veces en la URL"),
-    ("limite=%ff", "limite: no es UTF-8 válido"),
-    ("desde=%C3%28", "desde: no es UTF-8 válido"),
-    ("limite=5%", "URL: un escape % mal formado en los parámetros (se escribe %XX, dos "
-                  "dígitos hexadecimales)"),
-    ("otro=%zz", "URL: un escape % mal formado en los parámetros (se escribe %XX, dos "
-                 "dígitos hexadecimales)"),
-])
+@pytest.mark.parametrize(
+    ("query", "detalle"),
+    [
+        ("desde=a&desde=b", "desde: el parámetro aparece dos veces en la URL"),
+        ("limite=1&limite=2", "limite: el parámetro aparece dos veces en la URL"),
+        ("limite=%ff", "limite: no es UTF-8 válido"),
+        ("desde=%C3%28", "desde: no es UTF-8 válido"),
+        (
+            "limite=5%",
+            "URL: un escape % mal formado en los parámetros (se escribe %XX, dos "
+            "dígitos hexadecimales)",
+        ),
+        (
+            "otro=%zz",
+            "URL: un escape % mal formado en los parámetros (se escribe %XX, dos "
+            "dígitos hexadecimales)",
+        ),
+    ],
+)
 def test_get_parameters(client, recorder, query, detalle):
-    response, received = send(client, recorder, f"/api/v1/roster?{query}", b"",
-                              method="GET", headers={})
+    response, received = send(
+        client, recorder, f"/api/v1/roster?{query}", b"", method="GET", headers={}
+    )
     assert refused(response, received) == detalle
 
 
 def test_get_parameters_accepted(client, recorder):
-    response, received = send(client, recorder, "/api/v1/roster?desde=c%C3%BA&limite=5&x=1",
-                              b"", method="GET", headers={})
+    response, received = send(
+        client, recorder, "/api/v1/roster?desde=c%C3%BA&limite=5&x=1", b"", method="GET", headers={}
+    )
     assert response.status_code == 200, response.text
     assert received == [pb.RosterRequest(desde="cú", limite="5")]
 
 
-@pytest.mark.parametrize("path", ["/api/v1/redeem/", "/api/v1/redeem//", "/api/v1/./redeem",
-                                  "/api/v1/re%64eem", "/api/v1/redeem?"])
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/api/v1/redeem/",
+        "/api/v1/redeem//",
+        "/api/v1/./redeem",
+        "/api/v1/re%64eem",
+        "/api/v1/redeem?",
+    ],
+)
 def test_path_variants_the_transcoder_maps_are_checked(client, recorder, path):
     body = '{"codigos":[["HD-1"]]}'
     assert refused(*send(client, recorder, path, body), body) == (
-        "codigos[0]: debe ser un texto; llegó una lista")
+        "codigos[0]: debe ser un texto; llegó una lista"
+    )
 
 
 def test_unknown_path_with_a_body_still_gets_the_grammar(client, recorder):
@@ -551,8 +650,13 @@ def reference(body: bytes, request: type[Message]) -> dict[str, Any]:
     if text.startswith("\ufeff"):
         raise _RefusedError("bom")
     try:
-        value = json.loads(text, object_pairs_hook=_pairs, parse_float=_number,
-                           parse_int=_number, parse_constant=_constant)
+        value = json.loads(
+            text,
+            object_pairs_hook=_pairs,
+            parse_float=_number,
+            parse_int=_number,
+            parse_constant=_constant,
+        )
     except (json.JSONDecodeError, RecursionError):
         raise _RefusedError("syntax") from None
     if not isinstance(value, _Object):
@@ -576,8 +680,7 @@ def reference(body: bytes, request: type[Message]) -> dict[str, Any]:
             continue
         if kind == "s" and not isinstance(item, str):
             raise _RefusedError("type")
-        if kind == "S" and not (isinstance(item, list) and all(isinstance(x, str)
-                                                                for x in item)):
+        if kind == "S" and not (isinstance(item, list) and all(isinstance(x, str) for x in item)):
             raise _RefusedError("type")
         if item:  # proto3: "" and [] are not sent
             fields[name] = item
@@ -597,25 +700,70 @@ def as_received(request: Message) -> dict[str, Any]:
 
 
 SEEDS: list[tuple[str, type[Message], str]] = [
-    ("/api/v1/fan/resolve", pb.ResolveFanRequest,
-     f'{{"fan": "{SECRET}", "qr": null, "otro": [1, -2.5e3, {{"a": true}}, "\\u00e9"]}}'),
-    ("/api/v1/tx", pb.RegisterTxRequest,
-     f'{{"id_externo": "V-1", "fan": "{SECRET}", "importe": "1,234.50", '
-     '"importe_centavos": 123450, "ts": 1795295812000, "terminal": "Caja 3"}'),
-    ("/api/v1/redeem", pb.RedeemRequest,
-     '{"codigos": ["HD-0001", "hd-0002", "\\ud83d\\ude00"], "caja": "C1", "ts": "2026-01-01"}'),
-    ("/api/v1/codes", pb.DepositCodesRequest,
-     '{"promo": 7, "codes": [["A"], "B"], "codigos": "A1, A2"}'),
+    (
+        "/api/v1/fan/resolve",
+        pb.ResolveFanRequest,
+        f'{{"fan": "{SECRET}", "qr": null, "otro": [1, -2.5e3, {{"a": true}}, "\\u00e9"]}}',
+    ),
+    (
+        "/api/v1/tx",
+        pb.RegisterTxRequest,
+        f'{{"id_externo": "V-1", "fan": "{SECRET}", "importe": "1,234.50", '
+        '"importe_centavos": 123450, "ts": 1795295812000, "terminal": "Caja 3"}',
+    ),
+    (
+        "/api/v1/redeem",
+        pb.RedeemRequest,
+        '{"codigos": ["HD-0001", "hd-0002", "\\ud83d\\ude00"], "caja": "C1", "ts": "2026-01-01"}',
+    ),
+    (
+        "/api/v1/codes",
+        pb.DepositCodesRequest,
+        '{"promo": 7, "codes": [["A"], "B"], "codigos": "A1, A2"}',
+    ),
 ]
 # How many mutated bodies the differential test sends, from which seed (a longer run:
 # STRICT_JSON_MUTATIONS=20000 STRICT_JSON_SEED=7 pytest -k agrees tests/e2e/test_strict_json.py).
 MUTATIONS = int(os.environ.get("STRICT_JSON_MUTATIONS", "600"))
 MUTATION_SEED = int(os.environ.get("STRICT_JSON_SEED", "20261124"))
 # Bytes the mutations insert or substitute: JSON's structure, and what it does not allow.
-INSERTS = [b",", b"]", b"}", b"[", b"{", b'"', b"'", b"\\", b":", b" ", b"\t", b"\n", b"\x0b",
-           b"/", b"*", b"0", b"-", b".", b"e", b"+", b"N", b"x", b"\x00", b"\x1f",
-           "\u00a0".encode(), b"\xff", b"\xed\xa0\x80", b"\\u", b"\\ud800", b"null", b"true",
-           b"[[", b'"fan":"A",', b'"codigos":', b"1e999"]
+INSERTS = [
+    b",",
+    b"]",
+    b"}",
+    b"[",
+    b"{",
+    b'"',
+    b"'",
+    b"\\",
+    b":",
+    b" ",
+    b"\t",
+    b"\n",
+    b"\x0b",
+    b"/",
+    b"*",
+    b"0",
+    b"-",
+    b".",
+    b"e",
+    b"+",
+    b"N",
+    b"x",
+    b"\x00",
+    b"\x1f",
+    "\u00a0".encode(),
+    b"\xff",
+    b"\xed\xa0\x80",
+    b"\\u",
+    b"\\ud800",
+    b"null",
+    b"true",
+    b"[[",
+    b'"fan":"A",',
+    b'"codigos":',
+    b"1e999",
+]
 
 
 def mutations(count: int) -> Iterator[tuple[str, type[Message], bytes]]:
@@ -629,9 +777,9 @@ def mutations(count: int) -> Iterator[tuple[str, type[Message], bytes]]:
             if action < 0.4:
                 body[at:at] = rng.choice(INSERTS)
             elif action < 0.7:
-                body[at:at + 1] = b""
+                body[at : at + 1] = b""
             else:
-                body[at:at + 1] = rng.choice(INSERTS)
+                body[at : at + 1] = rng.choice(INSERTS)
         yield path, request, bytes(body)
 
 
@@ -663,26 +811,33 @@ def gateway_copy(tmp: Path, change: str) -> Path:
     copy = Path(shutil.copytree(GATEWAY, tmp / "gateway"))
     config = yaml.safe_load((copy / "envoy.yaml").read_text(encoding="utf-8"))
     manager = config["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0][
-        "typed_config"]
+        "typed_config"
+    ]
     filters = manager["http_filters"]
-    (check,) = [f for f in filters if f["typed_config"].get("default_source_code", {}).get(
-        "filename", "").endswith("request_check.lua")]
+    (check,) = [
+        f
+        for f in filters
+        if f["typed_config"]
+        .get("default_source_code", {})
+        .get("filename", "")
+        .endswith("request_check.lua")
+    ]
     if change == "without":
         filters.remove(check)
     else:  # a bug in the check
         lua = (copy / "request_check.lua").read_text(encoding="utf-8")
-        broken = lua.replace("local function check(handle)\n",
-                             "local function check(handle)\n  error(\"fallo de prueba\")\n")
+        broken = lua.replace(
+            "local function check(handle)\n",
+            'local function check(handle)\n  error("fallo de prueba")\n',
+        )
         assert broken != lua
         (copy / "request_check.lua").write_text(broken, encoding="utf-8")
-    (copy / "envoy.yaml").write_text(yaml.safe_dump(config, sort_keys=False),
-                                     encoding="utf-8")
+    (copy / "envoy.yaml").write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
     return copy
 
 
 @pytest.fixture(scope="module")
-def unchecked(grpc_port: int, tmp_path_factory: pytest.TempPathFactory
-              ) -> Iterator[httpx.Client]:
+def unchecked(grpc_port: int, tmp_path_factory: pytest.TempPathFactory) -> Iterator[httpx.Client]:
     """The gateway without request_check.lua: what the transcoder's own refusals become."""
     tmp = tmp_path_factory.mktemp("unchecked")
     proxy = start_gateway(grpc_port, tmp / "work", gateway_copy(tmp, "without"))
@@ -691,29 +846,44 @@ def unchecked(grpc_port: int, tmp_path_factory: pytest.TempPathFactory
     proxy.stop()
 
 
-@pytest.mark.parametrize(("path", "body", "detalle"), [
-    ("/api/v1/fan/resolve", f'{{"fan": {SECRET}}}',
-     "cuerpo: no es JSON válido o no es una solicitud de esta operación"),
-    ("/api/v1/fan/resolve", '{"fan": 12345}', "fan: debe ser un texto"),
-    ("/api/v1/redeem", '{"codigos": ["A", true]}', "codigos: cada elemento debe ser un texto"),
-    ("/api/v1/fan/resolve", f'{{"fan": {{"id": "{SECRET}"}}}}', "fan: no admite un objeto"),
-    ("/api/v1/fan/resolve", f'{{"fan": ["{SECRET}"]}}',
-     "cuerpo: un campo de un solo valor recibió una lista"),
-    ("/api/v1/fan/resolve", "[]", "cuerpo: debe ser un objeto JSON"),
-    ("/api/v1/fan/resolve", f'{{"fan": "{SECRET}"}} x',
-     "cuerpo: no es JSON válido o no es una solicitud de esta operación"),
-    ("/api/v1/fan/resolve", f'{{"fan": "\\ud800{SECRET}"}}',
-     "cuerpo: no es JSON válido o no es una solicitud de esta operación"),
-])
-def test_the_transcoders_refusals_never_show_its_text(unchecked, recorder, path, body,
-                                                      detalle):
+@pytest.mark.parametrize(
+    ("path", "body", "detalle"),
+    [
+        (
+            "/api/v1/fan/resolve",
+            f'{{"fan": {SECRET}}}',
+            "cuerpo: no es JSON válido o no es una solicitud de esta operación",
+        ),
+        ("/api/v1/fan/resolve", '{"fan": 12345}', "fan: debe ser un texto"),
+        ("/api/v1/redeem", '{"codigos": ["A", true]}', "codigos: cada elemento debe ser un texto"),
+        ("/api/v1/fan/resolve", f'{{"fan": {{"id": "{SECRET}"}}}}', "fan: no admite un objeto"),
+        (
+            "/api/v1/fan/resolve",
+            f'{{"fan": ["{SECRET}"]}}',
+            "cuerpo: un campo de un solo valor recibió una lista",
+        ),
+        ("/api/v1/fan/resolve", "[]", "cuerpo: debe ser un objeto JSON"),
+        (
+            "/api/v1/fan/resolve",
+            f'{{"fan": "{SECRET}"}} x',
+            "cuerpo: no es JSON válido o no es una solicitud de esta operación",
+        ),
+        (
+            "/api/v1/fan/resolve",
+            f'{{"fan": "\\ud800{SECRET}"}}',
+            "cuerpo: no es JSON válido o no es una solicitud de esta operación",
+        ),
+    ],
+)
+def test_the_transcoders_refusals_never_show_its_text(unchecked, recorder, path, body, detalle):
     response, received = send(unchecked, recorder, path, body)
     assert refused(response, received, body) == detalle
 
 
 @pytest.fixture(scope="module")
-def broken(grpc_port: int, tmp_path_factory: pytest.TempPathFactory
-           ) -> Iterator[tuple[httpx.Client, EnvoyProcess]]:
+def broken(
+    grpc_port: int, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[httpx.Client, EnvoyProcess]]:
     tmp = tmp_path_factory.mktemp("broken")
     proxy = start_gateway(grpc_port, tmp / "work", gateway_copy(tmp, "broken"))
     with httpx.Client(base_url=proxy.url, timeout=30) as http:

@@ -26,9 +26,16 @@ _ids = itertools.count()
 
 
 def fan(fan_id: str, puntos: int = 0, **extra: object) -> dict[str, object]:
-    return {"id": fan_id, "nombre": f"Fan {fan_id}", "correo": f"{fan_id.lower()}@example.com",
-            "socio_desde": 2020, "temporadas": 1, "qr_token": f"qr{fan_id}", "puntos": puntos,
-            **extra}
+    return {
+        "id": fan_id,
+        "nombre": f"Fan {fan_id}",
+        "correo": f"{fan_id.lower()}@example.com",
+        "socio_desde": 2020,
+        "temporadas": 1,
+        "qr_token": f"qr{fan_id}",
+        "puntos": puntos,
+        **extra,
+    }
 
 
 @pytest.fixture(scope="module")
@@ -38,9 +45,18 @@ def cents_keys(stack: Stack) -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def keys(stack: Stack) -> dict[str, str]:
-    return stack.program(POINTS_PROGRAM, tasa="0.1", fans=[
-        fan("TXP01"), fan("TXP02"), fan("TXP03", 500), fan("TXP04"), fan("TXP05"),
-        fan("TXP09", estado="baja", baja_motivo="mudanza")])
+    return stack.program(
+        POINTS_PROGRAM,
+        tasa="0.1",
+        fans=[
+            fan("TXP01"),
+            fan("TXP02"),
+            fan("TXP03", 500),
+            fan("TXP04"),
+            fan("TXP05"),
+            fan("TXP09", estado="baja", baja_motivo="mudanza"),
+        ],
+    )
 
 
 def new_id() -> str:
@@ -59,8 +75,11 @@ def ok(response: httpx.Response) -> dict[str, object]:
 
 def balance(stack: Stack, programa: str, fan_id: str) -> int:
     with stack.engine.connect() as conn:
-        return int(conn.execute(select(fans.c.puntos).where(
-            fans.c.programa_id == programa, fans.c.fan_id == fan_id)).scalar_one())
+        return int(
+            conn.execute(
+                select(fans.c.puntos).where(fans.c.programa_id == programa, fans.c.fan_id == fan_id)
+            ).scalar_one()
+        )
 
 
 def stored_sale(stack: Stack, folio: int) -> dict[str, object]:
@@ -142,15 +161,36 @@ def test_correo_only_with_fan_leer(http, keys):
 
 
 def test_aliases_and_labels(stack, http, keys):
-    for id_field, fan_field, fan_value in [("id", "fan_id", "TXP02"), ("tx_id", "qr", "qrTXP02"),
-                                           ("id_externo", "codigo", "TXP02")]:
-        data = ok(tx(http, keys["todo"], importe=10, caja="Caja 7", sucursal="Estadio Norte",
-                     **{id_field: new_id(), fan_field: fan_value}))
+    for id_field, fan_field, fan_value in [
+        ("id", "fan_id", "TXP02"),
+        ("tx_id", "qr", "qrTXP02"),
+        ("id_externo", "codigo", "TXP02"),
+    ]:
+        data = ok(
+            tx(
+                http,
+                keys["todo"],
+                importe=10,
+                caja="Caja 7",
+                sucursal="Estadio Norte",
+                **{id_field: new_id(), fan_field: fan_value},
+            )
+        )
         assert data["fan"] == {"id": "TXP02", "correo": "txp02@example.com"}
         sale = stored_sale(stack, int(str(data["tx"])))
         assert (sale["terminal"], sale["sitio"]) == ("Caja 7", "Estadio Norte")
-    data = ok(tx(http, keys["todo"], id_externo=new_id(), fan="TXP02", importe=10,
-                 terminal="T1", sitio="S1", moneda="mxn"))
+    data = ok(
+        tx(
+            http,
+            keys["todo"],
+            id_externo=new_id(),
+            fan="TXP02",
+            importe=10,
+            terminal="T1",
+            sitio="S1",
+            moneda="mxn",
+        )
+    )
     sale = stored_sale(stack, int(str(data["tx"])))
     assert (sale["terminal"], sale["sitio"], sale["moneda"]) == ("T1", "S1", "MXN")
 
@@ -161,8 +201,12 @@ def test_duplicate_replays_the_original(stack, http, keys):
     assert first["puntos_otorgados"] == 5
     ok(tx(http, keys["todo"], id_externo=new_id(), fan="TXP03", importe=100))  # +10
     again = ok(tx(http, keys["todo"], id_externo=id_externo, fan="qrTXP03", importe="50.00"))
-    assert again == {**first, "duplicado": True, "puntos_otorgados": 0,
-                     "saldo": balance(stack, POINTS_PROGRAM, "TXP03")}
+    assert again == {
+        **first,
+        "duplicado": True,
+        "puntos_otorgados": 0,
+        "saldo": balance(stack, POINTS_PROGRAM, "TXP03"),
+    }
     assert again["saldo"] == int(str(first["saldo"])) + 10
 
 
@@ -187,8 +231,11 @@ def test_test_key_credits_nothing_in_its_own_namespace(stack, http, keys):
     assert (live["duplicado"], live["puntos_otorgados"]) == (False, 100)
     assert live["tx"] != test_sale["tx"]
     replay = ok(tx(http, keys["prueba"], id_externo=id_externo, fan="TXP05", importe=1000))
-    assert (replay["duplicado"], replay["tx"], replay["saldo"]) == (True, test_sale["tx"],
-                                                                    before + 100)
+    assert (replay["duplicado"], replay["tx"], replay["saldo"]) == (
+        True,
+        test_sale["tx"],
+        before + 100,
+    )
     assert stored_sale(stack, int(str(test_sale["tx"])))["modo"] == "prueba"
 
 
@@ -201,8 +248,7 @@ def test_fifty_concurrent_identical_calls_credit_once(stack, keys):
     def call() -> None:
         with stack.http() as client:
             barrier.wait()
-            results.append(tx(client, keys["todo"], id_externo=id_externo, fan="TXP01",
-                              importe=80))
+            results.append(tx(client, keys["todo"], id_externo=id_externo, fan="TXP01", importe=80))
 
     threads = [threading.Thread(target=call) for _ in range(50)]
     for thread in threads:
@@ -216,8 +262,11 @@ def test_fifty_concurrent_identical_calls_credit_once(stack, keys):
     assert sum(int(str(d["puntos_otorgados"])) for d in datas) == 8
     assert balance(stack, POINTS_PROGRAM, "TXP01") == before + 8
     with stack.engine.connect() as conn:
-        entries = conn.execute(select(func.count()).select_from(movimientos)
-                               .where(movimientos.c.venta_id == datas[0]["tx"])).scalar_one()
+        entries = conn.execute(
+            select(func.count())
+            .select_from(movimientos)
+            .where(movimientos.c.venta_id == datas[0]["tx"])
+        ).scalar_one()
     assert entries == 1
 
 
@@ -229,27 +278,51 @@ def test_fifty_concurrent_identical_calls_credit_once(stack, keys):
         ({"id_externo": "x", "fan": "TXP01"}, Codigo.CAMPO_REQUERIDO, "importe"),
         ({"id_externo": "x", "fan": "TXP01", "importe": "abc"}, Codigo.IMPORTE_INVALIDO, "importe"),
         ({"id_externo": "x", "fan": "TXP01", "importe": -5}, Codigo.IMPORTE_INVALIDO, "importe"),
-        ({"id_externo": "x", "fan": "TXP01", "importe": 12.345}, Codigo.IMPORTE_INVALIDO,
-         "importe"),
+        (
+            {"id_externo": "x", "fan": "TXP01", "importe": 12.345},
+            Codigo.IMPORTE_INVALIDO,
+            "importe",
+        ),
         ({"id_externo": "x", "fan": "TXP01", "importe": "1.2345"}, Codigo.IMPORTE_INVALIDO, "?"),
         ({"id_externo": "x", "fan": "TXP01", "importe": True}, Codigo.IMPORTE_INVALIDO, "importe"),
-        ({"id_externo": "x", "fan": "TXP01", "importe_centavos": 10.5}, Codigo.IMPORTE_INVALIDO,
-         "importe_centavos"),
-        ({"id_externo": "x", "fan": "TXP01", "importe": "10", "centavos": 999},
-         Codigo.IMPORTE_INVALIDO, "centavos"),
-        ({"id_externo": "x", "fan": "TXP01", "importe": 10, "ts": "mañana"}, Codigo.TS_INVALIDO,
-         "ts"),
-        ({"id_externo": "x", "fan": "TXP01", "importe": 10, "ts": "2999-01-01T00:00:00Z"},
-         Codigo.TS_INVALIDO, "ts"),
-        ({"id_externo": "x", "fan": "TXP01", "importe": 10, "moneda": "USD"},
-         Codigo.MONEDA_NO_SOPORTADA, "MXN"),
+        (
+            {"id_externo": "x", "fan": "TXP01", "importe_centavos": 10.5},
+            Codigo.IMPORTE_INVALIDO,
+            "importe_centavos",
+        ),
+        (
+            {"id_externo": "x", "fan": "TXP01", "importe": "10", "centavos": 999},
+            Codigo.IMPORTE_INVALIDO,
+            "centavos",
+        ),
+        (
+            {"id_externo": "x", "fan": "TXP01", "importe": 10, "ts": "mañana"},
+            Codigo.TS_INVALIDO,
+            "ts",
+        ),
+        (
+            {"id_externo": "x", "fan": "TXP01", "importe": 10, "ts": "2999-01-01T00:00:00Z"},
+            Codigo.TS_INVALIDO,
+            "ts",
+        ),
+        (
+            {"id_externo": "x", "fan": "TXP01", "importe": 10, "moneda": "USD"},
+            Codigo.MONEDA_NO_SOPORTADA,
+            "MXN",
+        ),
         ({"id_externo": "x", "fan": "NADIE", "importe": 10}, Codigo.FAN_NO_ENCONTRADO, ""),
         ({"id_externo": "x", "fan": "TXP09", "importe": 10}, Codigo.FAN_NO_ENCONTRADO, ""),
-        ({"id_externo": "x", "id": "y", "fan": "TXP01", "importe": 10},
-         Codigo.SOLICITUD_INVALIDA, "id_externo"),
+        (
+            {"id_externo": "x", "id": "y", "fan": "TXP01", "importe": 10},
+            Codigo.SOLICITUD_INVALIDA,
+            "id_externo",
+        ),
         ({"id_externo": 5, "fan": "TXP01", "importe": 10}, Codigo.SOLICITUD_INVALIDA, "id_externo"),
-        ({"id_externo": "x" * 129, "fan": "TXP01", "importe": 10}, Codigo.SOLICITUD_INVALIDA,
-         "id_externo"),
+        (
+            {"id_externo": "x" * 129, "fan": "TXP01", "importe": 10},
+            Codigo.SOLICITUD_INVALIDA,
+            "id_externo",
+        ),
     ],
 )
 def test_errors_change_nothing(stack, http, keys, body, codigo, hint):
@@ -264,22 +337,29 @@ def test_errors_change_nothing(stack, http, keys, body, codigo, hint):
 
 
 def test_permission(http, keys):
-    assert_error(tx(http, keys["ping"], id_externo="x", fan="TXP01", importe=1),
-                 Codigo.PERMISO_DENEGADO)
+    assert_error(
+        tx(http, keys["ping"], id_externo="x", fan="TXP01", importe=1), Codigo.PERMISO_DENEGADO
+    )
 
 
 def test_a_sale_refreshes_the_wallet_pass_once_with_the_latest_balance(stack, http, keys):
     """The sender running beside the server delivers the sale's new balance exactly once;
     nothing is left pending afterwards."""
     with stack.engine.connect() as conn:
-        fan_pk = conn.execute(select(fans.c.pk).where(
-            fans.c.programa_id == POINTS_PROGRAM, fans.c.fan_id == "TXP05")).scalar_one()
+        fan_pk = conn.execute(
+            select(fans.c.pk).where(fans.c.programa_id == POINTS_PROGRAM, fans.c.fan_id == "TXP05")
+        ).scalar_one()
 
     def deliveries() -> list[int]:
         with stack.engine.connect() as conn:
-            return [int(s) for s in conn.execute(
-                select(wallet_entregas.c.saldo).where(wallet_entregas.c.fan_pk == fan_pk)
-                .order_by(wallet_entregas.c.id)).scalars()]
+            return [
+                int(s)
+                for s in conn.execute(
+                    select(wallet_entregas.c.saldo)
+                    .where(wallet_entregas.c.fan_pk == fan_pk)
+                    .order_by(wallet_entregas.c.id)
+                ).scalars()
+            ]
 
     already = len(deliveries())
     data = ok(tx(http, keys["todo"], id_externo=new_id(), fan="TXP05", importe=420))

@@ -23,21 +23,24 @@ TOKEN = "cli-admin-token-abcdefghijklmnopqrstuvwxyz"
 
 @pytest.fixture(scope="module")
 def server(db_url: str) -> Iterator[GrpcServer]:
-    srv = build_server(ServerSettings(database_url=db_url, admin_token=TOKEN, port=0,
-                                      key_cache_seconds=0, max_workers=4))
+    srv = build_server(
+        ServerSettings(
+            database_url=db_url, admin_token=TOKEN, port=0, key_cache_seconds=0, max_workers=4
+        )
+    )
     srv.start()
     yield srv
     srv.stop()
 
 
 @pytest.fixture
-def admin(server: GrpcServer, monkeypatch: pytest.MonkeyPatch,
-          capsys: pytest.CaptureFixture[str]):
+def admin(server: GrpcServer, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]):
     monkeypatch.setenv("LOYALTY_ADMIN_TOKEN", TOKEN)
 
     def run(*argv: str, target: str | None = None) -> tuple[int, str, str]:
         args = build_parser().parse_args(
-            ["admin", "--target", target or f"127.0.0.1:{server.port}", *argv])
+            ["admin", "--target", target or f"127.0.0.1:{server.port}", *argv]
+        )
         from loyalty_grpc.runtime.admin import run_admin
 
         code = run_admin(args)
@@ -47,20 +50,32 @@ def admin(server: GrpcServer, monkeypatch: pytest.MonkeyPatch,
     return run
 
 
-
-
 def test_program_key_fan_promo_code_flow(admin, engine: Engine):
     out = ok(admin("programs", "upsert", "cli", "--nombre", "Club CLI", "--tasa", "0.1"))
     assert "creado: sí" in out
     assert "id=cli" in out
     assert "tasa_puntos=0.1" in out
-    assert "creado: no" in ok(admin("programs", "upsert", "cli", "--nombre", "Club CLI",
-                                    "--tasa", "0.100"))
-    assert "nombre=\"Club CLI\"" in ok(admin("programs", "list"))
+    assert "creado: no" in ok(
+        admin("programs", "upsert", "cli", "--nombre", "Club CLI", "--tasa", "0.100")
+    )
+    assert 'nombre="Club CLI"' in ok(admin("programs", "list"))
 
-    issued = json.loads(ok(admin("keys", "issue", "-p", "cli", "--integracion", "Caja",
-                                 "--permisos", "fan:leer,tx:escribir", "roster:leer",
-                                 "--json")))
+    issued = json.loads(
+        ok(
+            admin(
+                "keys",
+                "issue",
+                "-p",
+                "cli",
+                "--integracion",
+                "Caja",
+                "--permisos",
+                "fan:leer,tx:escribir",
+                "roster:leer",
+                "--json",
+            )
+        )
+    )
     assert issued["clave"].startswith("lp_vivo_")
     assert issued["key"]["permisos"] == ["fan:leer", "tx:escribir", "roster:leer"]
     listed = ok(admin("keys", "list", "-p", "cli"))
@@ -69,8 +84,21 @@ def test_program_key_fan_promo_code_flow(admin, engine: Engine):
     revoked = ok(admin("--json", "keys", "revoke", str(issued["key"]["id"])))
     assert json.loads(revoked)["key"]["revocada"].endswith("Z")
 
-    out = ok(admin("fans", "register", "-p", "cli", "cli 1", "--nombre", "Ana Pérez",
-                   "--correo", "ana@example.com", "--socio-desde", "2018"))
+    out = ok(
+        admin(
+            "fans",
+            "register",
+            "-p",
+            "cli",
+            "cli 1",
+            "--nombre",
+            "Ana Pérez",
+            "--correo",
+            "ana@example.com",
+            "--socio-desde",
+            "2018",
+        )
+    )
     assert "id=CLI1" in out
     assert 'nombre="Ana Pérez"' in out
     assert "estado=activo" in out
@@ -83,35 +111,72 @@ def test_program_key_fan_promo_code_flow(admin, engine: Engine):
     assert (fan["id"], fan["temporadas"], fan["baja_en"]) == ("CLI1", 3, "")
     assert "puntos=0" in ok(admin("fans", "get", "-p", "cli", "CLI1"))
 
-    promo = json.loads(ok(admin("--json", "promos", "create", "-p", "cli", "2x1",
-                                "--vigencia-fin", "2099-12-31", "--puntos-canje", "5")))
+    promo = json.loads(
+        ok(
+            admin(
+                "--json",
+                "promos",
+                "create",
+                "-p",
+                "cli",
+                "2x1",
+                "--vigencia-fin",
+                "2099-12-31",
+                "--puntos-canje",
+                "5",
+            )
+        )
+    )
     promo_id = promo["promo"]["id"]
-    assert "estado=pausada" in ok(admin("promos", "update", "-p", "cli", str(promo_id),
-                                        "--estado", "pausada"))
+    assert "estado=pausada" in ok(
+        admin("promos", "update", "-p", "cli", str(promo_id), "--estado", "pausada")
+    )
     with engine.begin() as conn:
-        conn.execute(insert(codigos).values(promo_id=promo_id, programa_id="cli",
-                                            codigo="CLI-1"))
-    out = ok(admin("codes", "assign", "-p", "cli", "--promo", str(promo_id), "cli-1",
-                   "--fan", "CLI1"))
+        conn.execute(insert(codigos).values(promo_id=promo_id, programa_id="cli", codigo="CLI-1"))
+    out = ok(
+        admin("codes", "assign", "-p", "cli", "--promo", str(promo_id), "cli-1", "--fan", "CLI1")
+    )
     assert "estado=asignado" in out
     assert "fan=CLI1" in out
-    assert "estado=liberado" in ok(admin("codes", "release", "-p", "cli", "--promo",
-                                         str(promo_id), "CLI-1"))
+    assert "estado=liberado" in ok(
+        admin("codes", "release", "-p", "cli", "--promo", str(promo_id), "CLI-1")
+    )
     with engine.connect() as conn:
-        assert conn.execute(select(codigos.c.estado).where(
-            codigos.c.codigo == "CLI-1")).scalar_one() == "liberado"
-    line = failed(admin("codes", "release", "-p", "cli", "--promo", str(promo_id), "CLI-1"),
-                  "transicion_invalida")
+        assert (
+            conn.execute(select(codigos.c.estado).where(codigos.c.codigo == "CLI-1")).scalar_one()
+            == "liberado"
+        )
+    line = failed(
+        admin("codes", "release", "-p", "cli", "--promo", str(promo_id), "CLI-1"),
+        "transicion_invalida",
+    )
     assert "liberado" in line
 
 
 def test_apply_fixture(admin, tmp_path: Path):
     fixture = tmp_path / "f.json"
-    fixture.write_text(json.dumps({"programas": [{
-        "id": "clifx", "nombre": "Fixture", "tasa_puntos": "1",
-        "fans": [{"id": "FX1", "nombre": "Ana", "correo": "fx1@example.com",
-                  "socio_desde": 2020, "qr_token": "fxqr1"}],
-    }]}))
+    fixture.write_text(
+        json.dumps(
+            {
+                "programas": [
+                    {
+                        "id": "clifx",
+                        "nombre": "Fixture",
+                        "tasa_puntos": "1",
+                        "fans": [
+                            {
+                                "id": "FX1",
+                                "nombre": "Ana",
+                                "correo": "fx1@example.com",
+                                "socio_desde": 2020,
+                                "qr_token": "fxqr1",
+                            }
+                        ],
+                    }
+                ]
+            }
+        )
+    )
     out = ok(admin("apply", str(fixture)))
     assert "entidad=programas" in out
     again = json.loads(ok(admin("apply", str(fixture), "--json")))
@@ -126,13 +191,28 @@ def test_errors_are_one_line_with_the_codigo(admin, monkeypatch, tmp_path):
     ok(admin("programs", "upsert", "cli2", "--nombre", "Dos", "--tasa", "1"))
     line = failed(admin("fans", "get", "-p", "cli2", "nope"), "fan_no_encontrado")
     assert "NOPE" in line
-    failed(admin("fans", "register", "-p", "cli2", "X1", "--nombre", "A", "--correo", "a",
-                 "--socio-desde", "2000"), "solicitud_invalida")
-    failed(admin("keys", "issue", "-p", "cli2", "--integracion", "C", "--permisos", "x:y"),
-           "permiso_desconocido")
+    failed(
+        admin(
+            "fans",
+            "register",
+            "-p",
+            "cli2",
+            "X1",
+            "--nombre",
+            "A",
+            "--correo",
+            "a",
+            "--socio-desde",
+            "2000",
+        ),
+        "solicitud_invalida",
+    )
+    failed(
+        admin("keys", "issue", "-p", "cli2", "--integracion", "C", "--permisos", "x:y"),
+        "permiso_desconocido",
+    )
     failed(admin("keys", "revoke", "987654"), "clave_no_encontrada")
-    failed(admin("programs", "list", target=f"127.0.0.1:{free_port()}"),
-           "servicio_no_disponible")
+    failed(admin("programs", "list", target=f"127.0.0.1:{free_port()}"), "servicio_no_disponible")
     monkeypatch.setenv("LOYALTY_ADMIN_TOKEN", "wrong-token")
     failed(admin("programs", "list"), "clave_invalida")
 

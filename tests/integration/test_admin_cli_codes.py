@@ -24,23 +24,23 @@ P = "clic"
 @pytest.fixture(scope="module")
 def server(db_url: str, engine: Engine) -> Iterator[GrpcServer]:
     programs.upsert_program(engine, P, "Club Códigos", "0.1")
-    fans.register_fan(engine, P, "CC01", nombre="Ana", correo="cc01@example.com",
-                      socio_desde=2020)
-    srv = build_server(ServerSettings(database_url=db_url, admin_token=TOKEN, port=0,
-                                      key_cache_seconds=0, max_workers=4))
+    fans.register_fan(engine, P, "CC01", nombre="Ana", correo="cc01@example.com", socio_desde=2020)
+    srv = build_server(
+        ServerSettings(
+            database_url=db_url, admin_token=TOKEN, port=0, key_cache_seconds=0, max_workers=4
+        )
+    )
     srv.start()
     yield srv
     srv.stop()
 
 
 @pytest.fixture
-def admin(server: GrpcServer, monkeypatch: pytest.MonkeyPatch,
-          capsys: pytest.CaptureFixture[str]):
+def admin(server: GrpcServer, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]):
     monkeypatch.setenv("LOYALTY_ADMIN_TOKEN", TOKEN)
 
     def run(*argv: str, tty: bool = False) -> tuple[int, str, str]:
-        args = build_parser().parse_args(
-            ["admin", "--target", f"127.0.0.1:{server.port}", *argv])
+        args = build_parser().parse_args(["admin", "--target", f"127.0.0.1:{server.port}", *argv])
         from loyalty_grpc.runtime.admin import run_admin
 
         if tty:
@@ -56,14 +56,18 @@ _names = iter(range(1, 1000))
 
 
 def new_promo(engine: Engine, estado: str = "") -> int:
-    return promos.create_promo(engine, P, f"Importada {next(_names)}",
-                               vigencia_fin="2099-12-31", estado=estado).id
+    return promos.create_promo(
+        engine, P, f"Importada {next(_names)}", vigencia_fin="2099-12-31", estado=estado
+    ).id
 
 
 def count(engine: Engine, promo_id: int) -> int:
     with engine.connect() as conn:
-        return int(conn.execute(select(func.count()).select_from(codigos)
-                                .where(codigos.c.promo_id == promo_id)).scalar_one())
+        return int(
+            conn.execute(
+                select(func.count()).select_from(codigos).where(codigos.c.promo_id == promo_id)
+            ).scalar_one()
+        )
 
 
 def summary(out: str) -> tuple[int, int, int]:
@@ -76,7 +80,7 @@ def write_codes(path: Path, codes: list[str]) -> None:
     lower case, blank lines."""
     lines = []
     for i in range(0, len(codes), 3):
-        lines.append(" , ".join(codes[i:i + 2]) + ";" + "".join(codes[i + 2:i + 3]))
+        lines.append(" , ".join(codes[i : i + 2]) + ";" + "".join(codes[i + 2 : i + 3]))
         if i % 999 == 0:
             lines.append("")
     path.write_bytes(("\ufeff" + "\r\n".join(lines) + "\r\n").encode())
@@ -98,8 +102,9 @@ def test_import_twice_second_adds_nothing(admin, engine, tmp_path):
     assert recibidos == agregados + duplicados
     assert count(engine, promo_id) == 12_000
     with engine.connect() as conn:
-        stored = set(conn.execute(select(codigos.c.codigo).where(codigos.c.promo_id == promo_id))
-                     .scalars())
+        stored = set(
+            conn.execute(select(codigos.c.codigo).where(codigos.c.promo_id == promo_id)).scalars()
+        )
     assert stored == {c.upper() for c in unique}
 
     code, out, err = admin("codes", "import", "-p", P, str(promo_id), str(path))
@@ -118,8 +123,7 @@ def test_a_failing_chunk_stops_the_import_and_running_again_resumes(admin, engin
     code, out, err = admin("codes", "import", "-p", P, str(promo_id), str(path))
     assert (code, out) == (1, "")
     *progress, error = err.splitlines()
-    assert progress == ["leídos 5000  agregados 5000  duplicados 0  (" +
-                        progress[0].split("(")[1]]
+    assert progress == ["leídos 5000  agregados 5000  duplicados 0  (" + progress[0].split("(")[1]]
     assert error.startswith("error: codigo_invalido: 1 código(s) no válido(s)")
     assert "archivo: código 7001 del texto" in error
     assert "se detuvo en el bloque 2 (códigos desde el 5001 del archivo)" in error

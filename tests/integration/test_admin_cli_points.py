@@ -22,21 +22,22 @@ P = "clip"
 
 @pytest.fixture(scope="module")
 def server(db_url: str) -> Iterator[GrpcServer]:
-    srv = build_server(ServerSettings(database_url=db_url, admin_token=TOKEN, port=0,
-                                      key_cache_seconds=0, max_workers=4))
+    srv = build_server(
+        ServerSettings(
+            database_url=db_url, admin_token=TOKEN, port=0, key_cache_seconds=0, max_workers=4
+        )
+    )
     srv.start()
     yield srv
     srv.stop()
 
 
 @pytest.fixture
-def admin(server: GrpcServer, monkeypatch: pytest.MonkeyPatch,
-          capsys: pytest.CaptureFixture[str]):
+def admin(server: GrpcServer, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]):
     monkeypatch.setenv("LOYALTY_ADMIN_TOKEN", TOKEN)
 
     def run(*argv: str) -> tuple[int, str, str]:
-        args = build_parser().parse_args(
-            ["admin", "--target", f"127.0.0.1:{server.port}", *argv])
+        args = build_parser().parse_args(["admin", "--target", f"127.0.0.1:{server.port}", *argv])
         from loyalty_grpc.runtime.admin import run_admin
 
         code = run_admin(args)
@@ -46,8 +47,6 @@ def admin(server: GrpcServer, monkeypatch: pytest.MonkeyPatch,
     return run
 
 
-
-
 @pytest.fixture(scope="module")
 def clave_id(server: GrpcServer, engine: Engine) -> int:
     from loyalty_grpc.services import fans as fans_service
@@ -55,19 +54,34 @@ def clave_id(server: GrpcServer, engine: Engine) -> int:
 
     programs.upsert_program(engine, P, "Club CLI", "0.1")
     for fid in ("CLIP1", "CLIP2"):
-        fans_service.register_fan(engine, P, fid, nombre="Ana",
-                                  correo=f"{fid.lower()}@example.com", socio_desde=2018)
+        fans_service.register_fan(
+            engine, P, fid, nombre="Ana", correo=f"{fid.lower()}@example.com", socio_desde=2018
+        )
     return keys.issue_key(engine, P, "Caja", "vivo", ["tx:escribir"]).info.id
 
 
 def new_sale(engine: Engine, clave_id: int, fan_id: str, puntos: int, id_externo: str) -> int:
     with engine.begin() as conn:
-        pk = conn.execute(select(fans.c.pk).where(fans.c.programa_id == P,
-                                                  fans.c.fan_id == fan_id)).scalar_one()
-        folio = int(conn.execute(insert(ventas).values(
-            programa_id=P, modo="vivo", id_externo=id_externo, fan_pk=pk,
-            importe_centavos=puntos * 1000, moneda="MXN", ts=func.now(), puntos=puntos,
-            clave_id=clave_id).returning(ventas.c.id)).scalar_one())
+        pk = conn.execute(
+            select(fans.c.pk).where(fans.c.programa_id == P, fans.c.fan_id == fan_id)
+        ).scalar_one()
+        folio = int(
+            conn.execute(
+                insert(ventas)
+                .values(
+                    programa_id=P,
+                    modo="vivo",
+                    id_externo=id_externo,
+                    fan_pk=pk,
+                    importe_centavos=puntos * 1000,
+                    moneda="MXN",
+                    ts=func.now(),
+                    puntos=puntos,
+                    clave_id=clave_id,
+                )
+                .returning(ventas.c.id)
+            ).scalar_one()
+        )
         move_points(conn, pk, puntos, Motivo.VENTA, venta_id=folio)
     return folio
 
@@ -75,18 +89,44 @@ def new_sale(engine: Engine, clave_id: int, fan_id: str, puntos: int, id_externo
 def test_adjust_ledger_void_flow(admin, engine: Engine, clave_id: int):
     folio = new_sale(engine, clave_id, "CLIP1", 100, "T-1")
 
-    out = ok(admin("points", "adjust", "clip1", "-p", P, "--puntos", "25",
-                   "--motivo", "regalo de cumpleaños"))
+    out = ok(
+        admin(
+            "points",
+            "adjust",
+            "clip1",
+            "-p",
+            P,
+            "--puntos",
+            "25",
+            "--motivo",
+            "regalo de cumpleaños",
+        )
+    )
     assert "motivo=ajuste" in out
     assert "puntos=25" in out
     assert "saldo=125" in out
     assert 'nota="regalo de cumpleaños"' in out
-    entry = json.loads(ok(admin("points", "adjust", "CLIP1", "-p", P, "--puntos", "-50",
-                                "--motivo", "corrección", "--json")))["entry"]
+    entry = json.loads(
+        ok(
+            admin(
+                "points",
+                "adjust",
+                "CLIP1",
+                "-p",
+                P,
+                "--puntos",
+                "-50",
+                "--motivo",
+                "corrección",
+                "--json",
+            )
+        )
+    )["entry"]
     assert (entry["puntos"], entry["saldo"], entry["motivo"]) == ("-50", "75", "ajuste")
     assert entry["creado"].endswith("Z")
-    assert "saldo=70" in ok(admin("points", "adjust", "CLIP1", "-p", P, "--puntos=-5",
-                                  "--motivo", "x"))
+    assert "saldo=70" in ok(
+        admin("points", "adjust", "CLIP1", "-p", P, "--puntos=-5", "--motivo", "x")
+    )
 
     out = ok(admin("sales", "void", str(folio), "-p", P, "--motivo", "devolución"))
     assert f"folio={folio}" in out
@@ -94,16 +134,25 @@ def test_adjust_ledger_void_flow(admin, engine: Engine, clave_id: int):
     assert "anulada=" in out
     assert "revertidos: 100" in out
     assert "ya_anulada: no" in out
-    again = json.loads(ok(admin("--json", "sales", "void", str(folio), "-p", P,
-                                "--motivo", "otra vez")))
+    again = json.loads(
+        ok(admin("--json", "sales", "void", str(folio), "-p", P, "--motivo", "otra vez"))
+    )
     assert (again["revertidos"], again["ya_anulada"]) == ("0", True)
     assert again["sale"]["id_externo"] == "T-1"
 
     lines = ok(admin("fans", "ledger", "CLIP1", "-p", P)).splitlines()
     assert "id=CLIP1" in lines[0]
     assert "puntos=-30" in lines[0]
-    assert lines[1].split() == ["fecha", "(UTC)", "motivo", "puntos", "venta", "código",
-                                "saldo", "nota"]
+    assert lines[1].split() == [
+        "fecha",
+        "(UTC)",
+        "motivo",
+        "puntos",
+        "venta",
+        "código",
+        "saldo",
+        "nota",
+    ]
     rows = [line.split() for line in lines[2:]]
     # fecha is two words (date and time), then motivo, puntos, [venta], saldo, nota…
     assert [r[2:] for r in rows] == [
@@ -124,23 +173,29 @@ def test_ledger_of_a_fan_without_entries(admin, clave_id):
 
 
 def test_errors_are_one_line(admin, engine, clave_id):
-    line = failed(admin("points", "adjust", "CLIP2", "-p", P, "--puntos", "-1",
-                        "--motivo", "x"), "solicitud_invalida")
+    line = failed(
+        admin("points", "adjust", "CLIP2", "-p", P, "--puntos", "-1", "--motivo", "x"),
+        "solicitud_invalida",
+    )
     assert "saldo es 0" in line
-    failed(admin("points", "adjust", "CLIP2", "-p", P, "--puntos", "0", "--motivo", "x"),
-           "solicitud_invalida")
-    failed(admin("points", "adjust", "CLIP2", "-p", P, "--puntos", "5", "--motivo", " "),
-           "campo_requerido")
-    failed(admin("points", "adjust", "NADIE", "-p", P, "--puntos", "5", "--motivo", "x"),
-           "fan_no_encontrado")
+    failed(
+        admin("points", "adjust", "CLIP2", "-p", P, "--puntos", "0", "--motivo", "x"),
+        "solicitud_invalida",
+    )
+    failed(
+        admin("points", "adjust", "CLIP2", "-p", P, "--puntos", "5", "--motivo", " "),
+        "campo_requerido",
+    )
+    failed(
+        admin("points", "adjust", "NADIE", "-p", P, "--puntos", "5", "--motivo", "x"),
+        "fan_no_encontrado",
+    )
     failed(admin("fans", "ledger", "CLIP2", "-p", "nadie"), "programa_no_encontrado")
-    line = failed(admin("sales", "void", "987654", "-p", P, "--motivo", "x"),
-                  "venta_no_encontrada")
+    line = failed(admin("sales", "void", "987654", "-p", P, "--motivo", "x"), "venta_no_encontrada")
     assert "987654" in line
     failed(admin("sales", "void", "0", "-p", P, "--motivo", "x"), "solicitud_invalida")
     with engine.connect() as conn:
-        assert conn.execute(select(fans.c.puntos).where(
-            fans.c.fan_id == "CLIP2")).scalar_one() == 0
+        assert conn.execute(select(fans.c.puntos).where(fans.c.fan_id == "CLIP2")).scalar_one() == 0
 
 
 def test_out_of_range_numbers_are_usage_errors(admin, capsys):

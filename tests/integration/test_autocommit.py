@@ -64,6 +64,7 @@ def test_the_connection_goes_back_to_the_pool_transactional(one_connection: Engi
 def test_an_explicit_transaction_left_open_is_rolled_back(one_connection: Engine):
     with autocommit(one_connection) as conn:
         conn.execute("CREATE TABLE IF NOT EXISTS probe2 (n int)")
+
     def half_way() -> None:
         with autocommit(one_connection) as conn:
             conn.execute("BEGIN")
@@ -84,8 +85,7 @@ def test_a_lost_connection_leaves_the_pool(one_connection: Engine, engine: Engin
     assert _backend_pid(one_connection) != pid
 
 
-def test_a_server_that_went_away_takes_every_older_connection_with_it(db_url: str,
-                                                                      engine: Engine):
+def test_a_server_that_went_away_takes_every_older_connection_with_it(db_url: str, engine: Engine):
     """After a database restart, one call fails, not one per stale pooled connection."""
     pooled = make_engine(db_url, pool_size=4)
     try:
@@ -104,13 +104,31 @@ def test_a_server_that_went_away_takes_every_older_connection_with_it(db_url: st
 
 
 def test_a_lost_connection_is_503_then_the_next_call_works(db_url: str, engine: Engine):
-    apply_fixture(engine, json.dumps({"programas": [{
-        "id": "auto", "nombre": "Club Auto", "tasa_puntos": "0.1",
-        "claves": [{"clave": KEY, "integracion": "Caja", "permisos": []}]}]}))
+    apply_fixture(
+        engine,
+        json.dumps(
+            {
+                "programas": [
+                    {
+                        "id": "auto",
+                        "nombre": "Club Auto",
+                        "tasa_puntos": "0.1",
+                        "claves": [{"clave": KEY, "integracion": "Caja", "permisos": []}],
+                    }
+                ]
+            }
+        ),
+    )
     server_url = f"{db_url}&application_name={SERVER_APP}"
-    server = build_server(ServerSettings(database_url=server_url, admin_token="a" * 32,
-                                         port=0, key_cache_seconds=0,
-                                         rate_limit_per_minute=0))
+    server = build_server(
+        ServerSettings(
+            database_url=server_url,
+            admin_token="a" * 32,
+            port=0,
+            key_cache_seconds=0,
+            rate_limit_per_minute=0,
+        )
+    )
     server.start()
     try:
         with grpc.insecure_channel(f"127.0.0.1:{server.port}") as channel:
@@ -118,9 +136,13 @@ def test_a_lost_connection_is_503_then_the_next_call_works(db_url: str, engine: 
             metadata = (("authorization", f"Bearer {KEY}"),)
             assert stub.Ping(pos.PingRequest(), metadata=metadata).ok
             with engine.connect() as conn:  # the server's pooled backends
-                pids = [int(r[0]) for r in conn.execute(text(
-                    "SELECT pid FROM pg_stat_activity WHERE application_name = :app"),
-                    {"app": SERVER_APP})]
+                pids = [
+                    int(r[0])
+                    for r in conn.execute(
+                        text("SELECT pid FROM pg_stat_activity WHERE application_name = :app"),
+                        {"app": SERVER_APP},
+                    )
+                ]
             assert pids
             for pid in pids:
                 _terminate(engine, pid)

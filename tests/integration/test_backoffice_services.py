@@ -27,12 +27,11 @@ P = "halcones"
 OTRO = "otro"
 
 
-
-
 @pytest.fixture(scope="module", autouse=True)
 def _programs(engine: Engine) -> None:
-    programs.upsert_program(engine, P, "Club Halcones", "0.1",
-                            qr_url="https://halcones.example/fan")
+    programs.upsert_program(
+        engine, P, "Club Halcones", "0.1", qr_url="https://halcones.example/fan"
+    )
     programs.upsert_program(engine, OTRO, "Otro Club", "1")
 
 
@@ -45,8 +44,11 @@ def fan_id() -> str:
 
 def new_fan(engine: Engine, programa: str = P, **kw: Any) -> fans.FanInfo:
     fid = kw.pop("fan_id", None) or fan_id()
-    values: dict[str, Any] = {"nombre": "Ana", "correo": f"{fid.lower()}@example.com",
-                              "socio_desde": 2018}
+    values: dict[str, Any] = {
+        "nombre": "Ana",
+        "correo": f"{fid.lower()}@example.com",
+        "socio_desde": 2018,
+    }
     values.update(kw)
     return fans.register_fan(engine, programa, fid, **values)
 
@@ -57,26 +59,30 @@ def new_fan(engine: Engine, programa: str = P, **kw: Any) -> fans.FanInfo:
 def test_upsert_program_creates_then_updates(engine):
     created = programs.upsert_program(engine, "nuevo", " Club Nuevo ", "0.25")
     assert created.creado
-    assert created.programa == programs.Programa("nuevo", "Club Nuevo", Decimal("0.25"), "",
-                                                 "MXN")
-    again = programs.upsert_program(engine, "nuevo", "Club Nuevo 2", "0.5",
-                                    qr_url="https://n.example/v", moneda="mxn")
+    assert created.programa == programs.Programa("nuevo", "Club Nuevo", Decimal("0.25"), "", "MXN")
+    again = programs.upsert_program(
+        engine, "nuevo", "Club Nuevo 2", "0.5", qr_url="https://n.example/v", moneda="mxn"
+    )
     assert not again.creado
-    assert again.programa == programs.Programa("nuevo", "Club Nuevo 2", Decimal("0.5"),
-                                               "https://n.example/v", "MXN")
+    assert again.programa == programs.Programa(
+        "nuevo", "Club Nuevo 2", Decimal("0.5"), "https://n.example/v", "MXN"
+    )
     listed = programs.list_programs(engine)
     assert [p.id for p in listed] == sorted(p.id for p in listed)
     assert again.programa in listed
 
 
-@pytest.mark.parametrize(("args", "codigo", "campo"), [
-    (("Mal Id", "X", "0.1"), Codigo.SOLICITUD_INVALIDA, "id"),
-    (("", "X", "0.1"), Codigo.CAMPO_REQUERIDO, "id"),
-    ((P, "", "0.1"), Codigo.CAMPO_REQUERIDO, "nombre"),
-    ((P, "X", "-1"), Codigo.SOLICITUD_INVALIDA, "tasa_puntos"),
-    ((P, "X", "0.1234567"), Codigo.SOLICITUD_INVALIDA, "tasa_puntos"),
-    ((P, "X", "diez"), Codigo.SOLICITUD_INVALIDA, "tasa_puntos"),
-])
+@pytest.mark.parametrize(
+    ("args", "codigo", "campo"),
+    [
+        (("Mal Id", "X", "0.1"), Codigo.SOLICITUD_INVALIDA, "id"),
+        (("", "X", "0.1"), Codigo.CAMPO_REQUERIDO, "id"),
+        ((P, "", "0.1"), Codigo.CAMPO_REQUERIDO, "nombre"),
+        ((P, "X", "-1"), Codigo.SOLICITUD_INVALIDA, "tasa_puntos"),
+        ((P, "X", "0.1234567"), Codigo.SOLICITUD_INVALIDA, "tasa_puntos"),
+        ((P, "X", "diez"), Codigo.SOLICITUD_INVALIDA, "tasa_puntos"),
+    ],
+)
 def test_upsert_program_invalid(engine, args, codigo, campo):
     with fails(engine, codigo, campo):
         programs.upsert_program(engine, *args)
@@ -86,8 +92,9 @@ def test_upsert_program_invalid(engine, args, codigo, campo):
 
 
 def test_issue_authenticate_revoke(engine):
-    issued = keys.issue_key(engine, P, " Caja Norte ", "vivo",
-                            ["tx:escribir", "fan:leer", "tx:escribir"])
+    issued = keys.issue_key(
+        engine, P, " Caja Norte ", "vivo", ["tx:escribir", "fan:leer", "tx:escribir"]
+    )
     clave = issued.clave
     assert clave.startswith("lp_vivo_")
     assert clave not in repr(issued)
@@ -104,8 +111,13 @@ def test_issue_authenticate_revoke(engine):
     assert clave.encode() not in stored.hash
     assert all(clave not in str(v) for v in stored)  # the secret is stored nowhere
     assert caller is not None
-    assert (caller.programa_id, caller.programa_nombre, caller.clave_id, caller.integracion,
-            caller.modo) == (P, "Club Halcones", info.id, "Caja Norte", Modo.VIVO)
+    assert (
+        caller.programa_id,
+        caller.programa_nombre,
+        caller.clave_id,
+        caller.integracion,
+        caller.modo,
+    ) == (P, "Club Halcones", info.id, "Caja Norte", Modo.VIVO)
     assert caller.permisos == frozenset({Permiso.TX_ESCRIBIR, Permiso.FAN_LEER})
 
     revoked = keys.revoke_key(engine, info.id)
@@ -136,14 +148,20 @@ def test_authenticate_unknown_or_malformed(engine):
     assert keys.authenticate(engine, "") is None
 
 
-@pytest.mark.parametrize(("args", "codigo", "campo"), [
-    (("nadie", "Caja", "vivo", []), Codigo.PROGRAMA_NO_ENCONTRADO, "programa"),
-    ((P, "Caja", "vivo", ["fan:leer", "fan:escribir"]), Codigo.PERMISO_DESCONOCIDO,
-     "fan:escribir"),
-    ((P, "Caja", "real", []), Codigo.SOLICITUD_INVALIDA, "modo"),
-    ((P, "Caja", "", []), Codigo.CAMPO_REQUERIDO, "modo"),
-    ((P, " ", "vivo", []), Codigo.CAMPO_REQUERIDO, "integracion"),
-])
+@pytest.mark.parametrize(
+    ("args", "codigo", "campo"),
+    [
+        (("nadie", "Caja", "vivo", []), Codigo.PROGRAMA_NO_ENCONTRADO, "programa"),
+        (
+            (P, "Caja", "vivo", ["fan:leer", "fan:escribir"]),
+            Codigo.PERMISO_DESCONOCIDO,
+            "fan:escribir",
+        ),
+        ((P, "Caja", "real", []), Codigo.SOLICITUD_INVALIDA, "modo"),
+        ((P, "Caja", "", []), Codigo.CAMPO_REQUERIDO, "modo"),
+        ((P, " ", "vivo", []), Codigo.CAMPO_REQUERIDO, "integracion"),
+    ],
+)
 def test_issue_key_invalid(engine, args, codigo, campo):
     with fails(engine, codigo, campo):
         keys.issue_key(engine, *args)
@@ -160,12 +178,27 @@ def test_key_not_found(engine):
 
 
 def test_register_and_get(engine):
-    fan = fans.register_fan(engine, P, " hal 9001 ", nombre=" Ana ", correo=" Ana@Example.com ",
-                            socio_desde=2018, temporadas=5)
+    fan = fans.register_fan(
+        engine,
+        P,
+        " hal 9001 ",
+        nombre=" Ana ",
+        correo=" Ana@Example.com ",
+        socio_desde=2018,
+        temporadas=5,
+    )
     assert (fan.programa, fan.fan_id, fan.nombre, fan.correo) == (
-        P, "HAL9001", "Ana", "Ana@Example.com")
+        P,
+        "HAL9001",
+        "Ana",
+        "Ana@Example.com",
+    )
     assert (fan.socio_desde, fan.temporadas, fan.puntos, fan.estado) == (
-        2018, 5, 0, EstadoFan.ACTIVO)
+        2018,
+        5,
+        0,
+        EstadoFan.ACTIVO,
+    )
     assert fan.baja_en is None
     assert fan.baja_motivo is None
     assert len(fan.qr_token) == 16  # generated, URL-safe
@@ -190,19 +223,23 @@ def test_register_duplicates(engine):
         new_fan(engine, qr_token="dupqr")
     # qr tokens are case-sensitive; other programs are separate.
     new_fan(engine, qr_token="DUPQR")
-    again = new_fan(engine, programa=OTRO, fan_id="DUP01", correo="dup@example.com",
-                    qr_token="dupqr")
+    again = new_fan(
+        engine, programa=OTRO, fan_id="DUP01", correo="dup@example.com", qr_token="dupqr"
+    )
     assert again.fan_id == first.fan_id
 
 
-@pytest.mark.parametrize(("kw", "codigo", "campo"), [
-    ({"fan_id": "ana@x"}, Codigo.SOLICITUD_INVALIDA, "id"),
-    ({"correo": "ana"}, Codigo.SOLICITUD_INVALIDA, "correo"),
-    ({"nombre": " "}, Codigo.CAMPO_REQUERIDO, "nombre"),
-    ({"socio_desde": 0}, Codigo.SOLICITUD_INVALIDA, "socio_desde"),
-    ({"temporadas": -1}, Codigo.SOLICITUD_INVALIDA, "temporadas"),
-    ({"qr_token": "a b"}, Codigo.SOLICITUD_INVALIDA, "qr_token"),
-])
+@pytest.mark.parametrize(
+    ("kw", "codigo", "campo"),
+    [
+        ({"fan_id": "ana@x"}, Codigo.SOLICITUD_INVALIDA, "id"),
+        ({"correo": "ana"}, Codigo.SOLICITUD_INVALIDA, "correo"),
+        ({"nombre": " "}, Codigo.CAMPO_REQUERIDO, "nombre"),
+        ({"socio_desde": 0}, Codigo.SOLICITUD_INVALIDA, "socio_desde"),
+        ({"temporadas": -1}, Codigo.SOLICITUD_INVALIDA, "temporadas"),
+        ({"qr_token": "a b"}, Codigo.SOLICITUD_INVALIDA, "qr_token"),
+    ],
+)
 def test_register_invalid(engine, kw, codigo, campo):
     with fails(engine, codigo, campo):
         new_fan(engine, **kw)
@@ -221,11 +258,20 @@ def test_update_only_given_fields(engine):
     assert changed.nombre == "Ana María"
     assert changed.temporadas == 2
     assert (changed.correo, changed.socio_desde, changed.qr_token) == (
-        fan.correo, fan.socio_desde, fan.qr_token)
+        fan.correo,
+        fan.socio_desde,
+        fan.qr_token,
+    )
     assert changed.actualizado > fan.actualizado  # nombre is a roster field
     # Its own e-mail in another case is not a duplicate.
-    recased = fans.update_fan(engine, P, fan.fan_id, correo=fan.correo.upper(),
-                              qr_token="nuevo-qr-" + fan.fan_id, socio_desde=2000)
+    recased = fans.update_fan(
+        engine,
+        P,
+        fan.fan_id,
+        correo=fan.correo.upper(),
+        qr_token="nuevo-qr-" + fan.fan_id,
+        socio_desde=2000,
+    )
     assert recased.correo == fan.correo.upper()
     assert recased.qr_token == "nuevo-qr-" + fan.fan_id
     assert recased.socio_desde == 2000
@@ -301,20 +347,26 @@ def _wait_for_lock_waiter(engine: Engine) -> None:
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
         with engine.connect() as conn:
-            waiting = conn.execute(text(
-                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
-                "AND wait_event_type = 'Lock'")).scalar_one()
+            waiting = conn.execute(
+                text(
+                    "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                    "AND wait_event_type = 'Lock'"
+                )
+            ).scalar_one()
         if waiting:
             return
         time.sleep(0.02)
     raise AssertionError("the racing registration never waited on the unique index")
 
 
-@pytest.mark.parametrize(("field", "codigo"), [
-    ("fan_id", Codigo.FAN_DUPLICADO),
-    ("correo", Codigo.CORREO_DUPLICADO),
-    ("qr_token", Codigo.QR_DUPLICADO),
-])
+@pytest.mark.parametrize(
+    ("field", "codigo"),
+    [
+        ("fan_id", Codigo.FAN_DUPLICADO),
+        ("correo", Codigo.CORREO_DUPLICADO),
+        ("qr_token", Codigo.QR_DUPLICADO),
+    ],
+)
 def test_race_past_the_pre_check_is_translated(engine, field, codigo):
     """The other writer's row is not yet committed when the pre-check runs: the unique
     index makes the insert wait, then refuses it; the violation is told apart by the
@@ -325,8 +377,9 @@ def test_race_past_the_pre_check_is_translated(engine, field, codigo):
     mine[field] = theirs[field].lower() if field == "fan_id" else theirs[field]
     with engine.connect() as other:
         other.begin()
-        other.execute(insert(fans_table).values(
-            programa_id=P, nombre="Otro", socio_desde=2000, **theirs))
+        other.execute(
+            insert(fans_table).values(programa_id=P, nombre="Otro", socio_desde=2000, **theirs)
+        )
         with ThreadPoolExecutor(1) as pool:
             future = pool.submit(new_fan, engine, **mine)
             _wait_for_lock_waiter(engine)
@@ -335,8 +388,13 @@ def test_race_past_the_pre_check_is_translated(engine, field, codigo):
                 future.result(timeout=10)
     assert err.value.codigo is codigo
     with engine.connect() as conn:
-        stored = conn.execute(select(fans_table.c.fan_id).where(
-            fans_table.c.fan_id.in_([f"R{n}", f"M{n}"]))).scalars().all()
+        stored = (
+            conn.execute(
+                select(fans_table.c.fan_id).where(fans_table.c.fan_id.in_([f"R{n}", f"M{n}"]))
+            )
+            .scalars()
+            .all()
+        )
     assert stored == [f"R{n}"]  # only theirs
 
 
@@ -344,20 +402,45 @@ def test_race_past_the_pre_check_is_translated(engine, field, codigo):
 
 
 def test_create_and_update_promo(engine):
-    promo = promos.create_promo(engine, P, " 2x1 Hot Dog ", vigencia_fin="2099-12-31",
-                                descripcion="Dos por uno\nen el estadio", puntos_canje=50)
-    assert (promo.programa, promo.nombre, promo.estado, promo.vigencia_fin,
-            promo.puntos_canje, promo.descripcion) == (
-        P, "2x1 Hot Dog", EstadoPromo.ACTIVA, date(2099, 12, 31), 50,
-        "Dos por uno\nen el estadio")
+    promo = promos.create_promo(
+        engine,
+        P,
+        " 2x1 Hot Dog ",
+        vigencia_fin="2099-12-31",
+        descripcion="Dos por uno\nen el estadio",
+        puntos_canje=50,
+    )
+    assert (
+        promo.programa,
+        promo.nombre,
+        promo.estado,
+        promo.vigencia_fin,
+        promo.puntos_canje,
+        promo.descripcion,
+    ) == (
+        P,
+        "2x1 Hot Dog",
+        EstadoPromo.ACTIVA,
+        date(2099, 12, 31),
+        50,
+        "Dos por uno\nen el estadio",
+    )
     assert promos.update_promo(engine, P, promo.id) == promo
     paused = promos.update_promo(engine, P, promo.id, estado="pausada", puntos_canje=10)
     assert (paused.estado, paused.puntos_canje, paused.vigencia_fin, paused.descripcion) == (
-        EstadoPromo.PAUSADA, 10, promo.vigencia_fin, promo.descripcion)
-    moved = promos.update_promo(engine, P, promo.id, estado="activa",
-                                vigencia_fin="2030-01-31", descripcion="")
+        EstadoPromo.PAUSADA,
+        10,
+        promo.vigencia_fin,
+        promo.descripcion,
+    )
+    moved = promos.update_promo(
+        engine, P, promo.id, estado="activa", vigencia_fin="2030-01-31", descripcion=""
+    )
     assert (moved.estado, moved.vigencia_fin, moved.descripcion) == (
-        EstadoPromo.ACTIVA, date(2030, 1, 31), "")
+        EstadoPromo.ACTIVA,
+        date(2030, 1, 31),
+        "",
+    )
     ended = promos.update_promo(engine, P, promo.id, estado="terminada")
     assert ended.estado is EstadoPromo.TERMINADA
     with fails(engine, Codigo.TRANSICION_INVALIDA, "terminada"):
@@ -367,8 +450,9 @@ def test_create_and_update_promo(engine):
 
 
 def test_create_promo_with_estado(engine):
-    promo = promos.create_promo(engine, P, "Pausada desde el inicio",
-                                vigencia_fin="2099-01-01", estado="pausada")
+    promo = promos.create_promo(
+        engine, P, "Pausada desde el inicio", vigencia_fin="2099-01-01", estado="pausada"
+    )
     assert promo.estado is EstadoPromo.PAUSADA
 
 
@@ -404,26 +488,39 @@ def test_promo_errors(engine):
 
 @pytest.fixture(scope="module")
 def promo(engine: Engine) -> promos.PromoInfo:
-    return promos.create_promo(engine, P, "Códigos", vigencia_fin="2099-12-31",
-                               puntos_canje=5)
+    return promos.create_promo(engine, P, "Códigos", vigencia_fin="2099-12-31", puntos_canje=5)
 
 
-def add_code(engine: Engine, promo: promos.PromoInfo, estado: str = "disponible",
-             fan: fans.FanInfo | None = None) -> str:
+def add_code(
+    engine: Engine,
+    promo: promos.PromoInfo,
+    estado: str = "disponible",
+    fan: fans.FanInfo | None = None,
+) -> str:
     codigo = f"CD-{next(_seq):05d}"
     with engine.begin() as conn:
-        fan_pk = None if fan is None else conn.execute(select(fans_table.c.pk).where(
-            fans_table.c.programa_id == fan.programa,
-            fans_table.c.fan_id == fan.fan_id)).scalar_one()
-        conn.execute(insert(codigos).values(promo_id=promo.id, programa_id=P, codigo=codigo,
-                                            estado=estado, fan_pk=fan_pk))
+        fan_pk = (
+            None
+            if fan is None
+            else conn.execute(
+                select(fans_table.c.pk).where(
+                    fans_table.c.programa_id == fan.programa, fans_table.c.fan_id == fan.fan_id
+                )
+            ).scalar_one()
+        )
+        conn.execute(
+            insert(codigos).values(
+                promo_id=promo.id, programa_id=P, codigo=codigo, estado=estado, fan_pk=fan_pk
+            )
+        )
     return codigo
 
 
 def code_row(engine: Engine, promo: promos.PromoInfo, codigo: str) -> Any:
     with engine.connect() as conn:
-        return conn.execute(select(codigos).where(codigos.c.promo_id == promo.id,
-                                                  codigos.c.codigo == codigo)).one()
+        return conn.execute(
+            select(codigos).where(codigos.c.promo_id == promo.id, codigos.c.codigo == codigo)
+        ).one()
 
 
 def test_assign_then_release(engine, promo):

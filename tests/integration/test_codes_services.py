@@ -35,16 +35,19 @@ def _programs(engine: Engine) -> None:
     programs.upsert_program(engine, P, "Club Depósitos", "0.1")
     programs.upsert_program(engine, OTRO, "Otro Club", "0.1")
     for i in range(1, 41):
-        fans.register_fan(engine, P, f"D{i:03d}", nombre="Fan", correo=f"d{i}@example.com",
-                          socio_desde=2020)
-    fans.register_fan(engine, P, "BAJA1", nombre="Fan", correo="baja1@example.com",
-                      socio_desde=2020)
+        fans.register_fan(
+            engine, P, f"D{i:03d}", nombre="Fan", correo=f"d{i}@example.com", socio_desde=2020
+        )
+    fans.register_fan(
+        engine, P, "BAJA1", nombre="Fan", correo="baja1@example.com", socio_desde=2020
+    )
     fans.deactivate_fan(engine, P, "BAJA1", "mudanza")
 
 
 def new_promo(engine: Engine, programa: str = P, estado: str = "") -> int:
-    return promos.create_promo(engine, programa, f"Promo {next(_names)}",
-                               vigencia_fin="2099-12-31", estado=estado).id
+    return promos.create_promo(
+        engine, programa, f"Promo {next(_names)}", vigencia_fin="2099-12-31", estado=estado
+    ).id
 
 
 def batch(*items: str) -> CodeBatch:
@@ -53,9 +56,14 @@ def batch(*items: str) -> CodeBatch:
 
 def rows(engine: Engine, promo_id: int) -> list[tuple[str, str]]:
     with engine.connect() as conn:
-        return [(r.codigo, r.estado) for r in conn.execute(
-            select(codigos.c.codigo, codigos.c.estado).where(codigos.c.promo_id == promo_id)
-            .order_by(codigos.c.id))]
+        return [
+            (r.codigo, r.estado)
+            for r in conn.execute(
+                select(codigos.c.codigo, codigos.c.estado)
+                .where(codigos.c.promo_id == promo_id)
+                .order_by(codigos.c.id)
+            )
+        ]
 
 
 def total(engine: Engine) -> int:
@@ -79,11 +87,14 @@ def test_deposit_counts_and_inventory(engine):
     assert (first.recibidos, first.agregados, first.duplicados) == (3, 3, 0)
     assert first.inventario == Inventario(3, 0, 0, 0)
     assert first.promo.estado is EstadoPromo.ACTIVA
-    again = deposit_codes(engine, P, PromoRef(None, first.promo.nombre.upper()),
-                          batch("c", "D"))
+    again = deposit_codes(engine, P, PromoRef(None, first.promo.nombre.upper()), batch("c", "D"))
     assert (again.recibidos, again.agregados, again.duplicados) == (2, 1, 1)
-    assert rows(engine, promo_id) == [("A", "disponible"), ("B", "disponible"),
-                                      ("C", "disponible"), ("D", "disponible")]
+    assert rows(engine, promo_id) == [
+        ("A", "disponible"),
+        ("B", "disponible"),
+        ("C", "disponible"),
+        ("D", "disponible"),
+    ]
 
 
 def test_numeric_name_is_found_when_no_promotion_has_that_id(engine):
@@ -96,15 +107,23 @@ def test_deposit_failures_change_nothing(engine):
     ended = new_promo(engine, estado="terminada")
     theirs = new_promo(engine, programa=OTRO)
     before = total(engine)
-    error = raises(Codigo.PROMO_NO_ADMITE_CODIGOS,
-                   lambda: deposit_codes(engine, P, PromoRef(ended, None), batch("X")))
+    error = raises(
+        Codigo.PROMO_NO_ADMITE_CODIGOS,
+        lambda: deposit_codes(engine, P, PromoRef(ended, None), batch("X")),
+    )
     assert "terminada" in error.detalle
-    raises(Codigo.PROMO_NO_ENCONTRADA,
-           lambda: deposit_codes(engine, P, PromoRef(theirs, None), batch("X")))
-    raises(Codigo.PROMO_NO_ENCONTRADA,
-           lambda: deposit_codes(engine, P, PromoRef(None, "Nadie"), batch("X")))
-    raises(Codigo.PROGRAMA_NO_ENCONTRADO,
-           lambda: deposit_codes(engine, "noexiste", PromoRef(theirs, None), batch("X")))
+    raises(
+        Codigo.PROMO_NO_ENCONTRADA,
+        lambda: deposit_codes(engine, P, PromoRef(theirs, None), batch("X")),
+    )
+    raises(
+        Codigo.PROMO_NO_ENCONTRADA,
+        lambda: deposit_codes(engine, P, PromoRef(None, "Nadie"), batch("X")),
+    )
+    raises(
+        Codigo.PROGRAMA_NO_ENCONTRADO,
+        lambda: deposit_codes(engine, "noexiste", PromoRef(theirs, None), batch("X")),
+    )
     assert total(engine) == before
 
 
@@ -139,8 +158,11 @@ def test_deposit_waits_for_a_concurrent_end_of_the_promotion(engine):
     and a deposit after the end is refused."""
     promo_id = new_promo(engine)
     with UnitOfWork(engine) as uow:  # a deposit in flight holds the share lock
-        uow.conn.execute(select(promos_table.c.id).where(promos_table.c.id == promo_id)
-                         .with_for_update(read=True))
+        uow.conn.execute(
+            select(promos_table.c.id)
+            .where(promos_table.c.id == promo_id)
+            .with_for_update(read=True)
+        )
         ended = threading.Event()
 
         def end() -> None:
@@ -152,8 +174,10 @@ def test_deposit_waits_for_a_concurrent_end_of_the_promotion(engine):
         assert not ended.wait(0.5)
     thread.join(10)
     assert ended.is_set()
-    raises(Codigo.PROMO_NO_ADMITE_CODIGOS,
-           lambda: deposit_codes(engine, P, PromoRef(promo_id, None), batch("LATE")))
+    raises(
+        Codigo.PROMO_NO_ADMITE_CODIGOS,
+        lambda: deposit_codes(engine, P, PromoRef(promo_id, None), batch("LATE")),
+    )
 
 
 # ---------------------------------------------------------------- listing
@@ -183,9 +207,11 @@ def test_listing_is_one_statement_with_every_state(engine, statements):
     codes.release_code(engine, P, promo_id, "L1")
     codes.release_code(engine, P, promo_id, "L2")
     with engine.begin() as conn:  # a burn (the redeem use case is not this module's)
-        conn.execute(codigos.update().where(codigos.c.promo_id == promo_id,
-                                            codigos.c.codigo == "L0")
-                     .values(estado=EstadoCodigo.CANJEADO.value))
+        conn.execute(
+            codigos.update()
+            .where(codigos.c.promo_id == promo_id, codigos.c.codigo == "L0")
+            .values(estado=EstadoCodigo.CANJEADO.value)
+        )
     for _ in range(3):
         new_promo(engine)
     statements.clear()
@@ -210,10 +236,13 @@ def test_assign_next_takes_the_oldest_disponible(engine):
     codes.release_code(engine, P, promo_id, "Z1")
     got = [codes.assign_next_code(engine, P, promo_id, "d002") for _ in range(2)]
     assert [(c.codigo, c.estado, c.fan) for c in got] == [
-        ("Z9", EstadoCodigo.ASIGNADO, "D002"), ("A1", EstadoCodigo.ASIGNADO, "D002")]
+        ("Z9", EstadoCodigo.ASIGNADO, "D002"),
+        ("A1", EstadoCodigo.ASIGNADO, "D002"),
+    ]
     before = total(engine), rows(engine, promo_id)
-    error = raises(Codigo.CODIGO_NO_ENCONTRADO,
-                   lambda: codes.assign_next_code(engine, P, promo_id, "D002"))
+    error = raises(
+        Codigo.CODIGO_NO_ENCONTRADO, lambda: codes.assign_next_code(engine, P, promo_id, "D002")
+    )
     assert "no tiene códigos disponibles" in error.detalle
     assert (total(engine), rows(engine, promo_id)) == before
 
@@ -221,14 +250,12 @@ def test_assign_next_takes_the_oldest_disponible(engine):
 def test_assign_next_failures(engine):
     promo_id = new_promo(engine)
     deposit_codes(engine, P, PromoRef(promo_id, None), batch("F1"))
-    raises(Codigo.FAN_NO_ENCONTRADO, lambda: codes.assign_next_code(engine, P, promo_id,
-                                                                    "BAJA1"))
-    raises(Codigo.FAN_NO_ENCONTRADO, lambda: codes.assign_next_code(engine, P, promo_id,
-                                                                    "NADIE"))
-    raises(Codigo.PROMO_NO_ENCONTRADA, lambda: codes.assign_next_code(engine, OTRO, promo_id,
-                                                                      "D001"))
-    raises(Codigo.PROMO_NO_ENCONTRADA, lambda: codes.assign_next_code(engine, P, 999999,
-                                                                      "D001"))
+    raises(Codigo.FAN_NO_ENCONTRADO, lambda: codes.assign_next_code(engine, P, promo_id, "BAJA1"))
+    raises(Codigo.FAN_NO_ENCONTRADO, lambda: codes.assign_next_code(engine, P, promo_id, "NADIE"))
+    raises(
+        Codigo.PROMO_NO_ENCONTRADA, lambda: codes.assign_next_code(engine, OTRO, promo_id, "D001")
+    )
+    raises(Codigo.PROMO_NO_ENCONTRADA, lambda: codes.assign_next_code(engine, P, 999999, "D001"))
     assert rows(engine, promo_id) == [("F1", "disponible")]
 
 
@@ -236,9 +263,11 @@ def test_assign_next_skips_a_locked_code_without_waiting(engine):
     promo_id = new_promo(engine)
     deposit_codes(engine, P, PromoRef(promo_id, None), batch("K1", "K2"))
     with UnitOfWork(engine) as uow:
-        uow.conn.execute(select(codigos.c.id).where(codigos.c.promo_id == promo_id,
-                                                    codigos.c.codigo == "K1")
-                         .with_for_update())
+        uow.conn.execute(
+            select(codigos.c.id)
+            .where(codigos.c.promo_id == promo_id, codigos.c.codigo == "K1")
+            .with_for_update()
+        )
         with ThreadPoolExecutor(1) as pool:
             got = pool.submit(codes.assign_next_code, engine, P, promo_id, "D003").result(5)
     assert got.codigo == "K2"
@@ -248,8 +277,7 @@ def test_concurrent_assign_next_gives_distinct_codes(engine):
     """30 concurrent calls for 25 codes: 25 distinct codes (the 25 there are), 5 clear
     errors, nobody waits for anybody."""
     promo_id = new_promo(engine)
-    deposit_codes(engine, P, PromoRef(promo_id, None),
-                  batch(*(f"C{i:03d}" for i in range(25))))
+    deposit_codes(engine, P, PromoRef(promo_id, None), batch(*(f"C{i:03d}" for i in range(25))))
     calls = 30
     barrier = threading.Barrier(calls)
 

@@ -24,8 +24,9 @@ def silent_port() -> Iterator[int]:
         yield sock.getsockname()[1]
 
 
-@pytest.mark.parametrize(("query", "bound"), [("", CONNECT_TIMEOUT_SECONDS),
-                                               ("?connect_timeout=1", 1)])
+@pytest.mark.parametrize(
+    ("query", "bound"), [("", CONNECT_TIMEOUT_SECONDS), ("?connect_timeout=1", 1)]
+)
 def test_a_silent_database_fails_fast(silent_port: int, query: str, bound: int):
     engine = make_engine(f"postgresql://u:p@127.0.0.1:{silent_port}/db{query}", pool_size=1)
     started = time.monotonic()

@@ -81,15 +81,20 @@ def _handler(google: FakeGoogle) -> type[BaseHTTPRequestHandler]:
         def _record(self) -> Seen:
             length = int(self.headers.get("Content-Length", "0"))
             parts = urlsplit(self.path)
-            seen = Seen(self.command, parts.path, parts.query,
-                        {k.lower(): v for k, v in self.headers.items()},
-                        self.rfile.read(length))
+            seen = Seen(
+                self.command,
+                parts.path,
+                parts.query,
+                {k.lower(): v for k, v in self.headers.items()},
+                self.rfile.read(length),
+            )
             with google.lock:
                 google.requests.append(seen)
             return seen
 
-        def _reply(self, status: int, payload: object,
-                   headers: dict[str, str] | None = None) -> None:
+        def _reply(
+            self, status: int, payload: object, headers: dict[str, str] | None = None
+        ) -> None:
             body = json.dumps(payload).encode()
             self.send_response(status)
             self.send_header("Content-Type", "application/json")
@@ -107,8 +112,10 @@ def _handler(google: FakeGoogle) -> type[BaseHTTPRequestHandler]:
             with google.lock:
                 google.tokens_issued += 1
                 token = f"tok-{google.tokens_issued}"
-            self._reply(200, {"access_token": token, "expires_in": google.expires_in,
-                              "token_type": "Bearer"})
+            self._reply(
+                200,
+                {"access_token": token, "expires_in": google.expires_in, "token_type": "Bearer"},
+            )
 
         def do_PATCH(self) -> None:
             seen = self._record()
@@ -118,8 +125,9 @@ def _handler(google: FakeGoogle) -> type[BaseHTTPRequestHandler]:
                 if object_id in google.missing:
                     status = 404
             if status != 200:
-                self._reply(status, {"error": {"code": status, "message": f"fake {status}"}},
-                            google.headers)
+                self._reply(
+                    status, {"error": {"code": status, "message": f"fake {status}"}}, google.headers
+                )
                 return
             self._reply(200, {"id": object_id, **json.loads(seen.body)})
 
@@ -131,8 +139,9 @@ def google() -> Iterator[FakeGoogle]:
     fake = FakeGoogle()
     server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(fake))
     fake.url = f"http://127.0.0.1:{server.server_address[1]}"
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05},
-                              daemon=True)
+    thread = threading.Thread(
+        target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+    )
     thread.start()
     yield fake
     server.shutdown()
@@ -147,12 +156,18 @@ def private_key() -> rsa.RSAPrivateKey:
 
 @pytest.fixture
 def key_info(private_key: rsa.RSAPrivateKey, google: FakeGoogle) -> dict[str, str]:
-    pem = private_key.private_bytes(serialization.Encoding.PEM,
-                                    serialization.PrivateFormat.PKCS8,
-                                    serialization.NoEncryption()).decode()
-    return {"type": "service_account", "project_id": "loyalty-test",
-            "private_key_id": "k1", "private_key": pem, "client_email": EMAIL,
-            "client_id": "1", "token_uri": f"{google.url}/token"}
+    pem = private_key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    ).decode()
+    return {
+        "type": "service_account",
+        "project_id": "loyalty-test",
+        "private_key_id": "k1",
+        "private_key": pem,
+        "client_email": EMAIL,
+        "client_id": "1",
+        "token_uri": f"{google.url}/token",
+    }
 
 
 @pytest.fixture
@@ -164,8 +179,9 @@ def key_file(key_info: dict[str, str], tmp_path: Path) -> Path:
 
 @pytest.fixture
 def provider(key_info: dict[str, str], google: FakeGoogle) -> Iterator[GoogleWalletProvider]:
-    wallet = GoogleWalletProvider.from_service_account_info(key_info, ISSUER,
-                                                            api_base=google.url, timeout=5)
+    wallet = GoogleWalletProvider.from_service_account_info(
+        key_info, ISSUER, api_base=google.url, timeout=5
+    )
     yield wallet
     wallet.close()
 
@@ -181,16 +197,20 @@ def verified_claims(assertion: str, key: rsa.RSAPrivateKey) -> dict[str, Any]:
     """The JWT's claims, after checking its RS256 signature with the public key."""
     header, payload, signature = assertion.split(".")
     assert json.loads(_b64(header))["alg"] == "RS256"
-    key.public_key().verify(_b64(signature), f"{header}.{payload}".encode(),
-                            padding.PKCS1v15(), hashes.SHA256())
+    key.public_key().verify(
+        _b64(signature), f"{header}.{payload}".encode(), padding.PKCS1v15(), hashes.SHA256()
+    )
     claims: dict[str, Any] = json.loads(_b64(payload))
     return claims
 
 
 # --- the provider --------------------------------------------------------------------------
 
+
 def test_a_delivery_is_a_silent_patch_with_a_service_account_token(
-    provider: GoogleWalletProvider, google: FakeGoogle, private_key: rsa.RSAPrivateKey,
+    provider: GoogleWalletProvider,
+    google: FakeGoogle,
+    private_key: rsa.RSAPrivateKey,
 ) -> None:
     provider.deliver(FAN, 120)
 
@@ -220,43 +240,54 @@ def test_a_delivery_is_a_silent_patch_with_a_service_account_token(
             assert "messages" not in text
 
 
-def test_the_token_is_reused_across_deliveries(provider: GoogleWalletProvider,
-                                               google: FakeGoogle) -> None:
+def test_the_token_is_reused_across_deliveries(
+    provider: GoogleWalletProvider, google: FakeGoogle
+) -> None:
     provider.deliver(FAN, 1)
     provider.deliver(FanPass(2, "halcones", "HAL0002"), 2)
     provider.deliver(FAN, 3)
     assert len(google.token_requests()) == 1
     assert [p.headers["authorization"] for p in google.patches()] == ["Bearer tok-1"] * 3
-    assert [json.loads(p.body)["loyaltyPoints"]["balance"]["int"]
-            for p in google.patches()] == [1, 2, 3]
+    assert [json.loads(p.body)["loyaltyPoints"]["balance"]["int"] for p in google.patches()] == [
+        1,
+        2,
+        3,
+    ]
 
 
-def test_a_token_close_to_expiry_is_replaced(provider: GoogleWalletProvider,
-                                             google: FakeGoogle) -> None:
+def test_a_token_close_to_expiry_is_replaced(
+    provider: GoogleWalletProvider, google: FakeGoogle
+) -> None:
     google.expires_in = 60  # within google-auth's refresh margin (several minutes)
     provider.deliver(FAN, 1)
     provider.deliver(FAN, 2)
     assert len(google.token_requests()) == 2
     assert [p.headers["authorization"] for p in google.patches()] == [
-        "Bearer tok-1", "Bearer tok-2"]
+        "Bearer tok-1",
+        "Bearer tok-2",
+    ]
 
 
 def test_a_401_gets_one_fresh_token(provider: GoogleWalletProvider, google: FakeGoogle) -> None:
     google.statuses = [401]
     provider.deliver(FAN, 5)
     assert [p.headers["authorization"] for p in google.patches()] == [
-        "Bearer tok-1", "Bearer tok-2"]
+        "Bearer tok-1",
+        "Bearer tok-2",
+    ]
 
 
 @pytest.mark.parametrize("status", [500, 502, 503, 429, 403])
-def test_server_errors_are_retryable(provider: GoogleWalletProvider, google: FakeGoogle,
-                                     status: int) -> None:
+def test_server_errors_are_retryable(
+    provider: GoogleWalletProvider, google: FakeGoogle, status: int
+) -> None:
     google.statuses = [status]
     with pytest.raises(WalletDeliveryError) as caught:
         provider.deliver(FAN, 5)
     assert not caught.value.permanent
     assert f"Google Wallet {status} for {ISSUER}.halcones.HAL0001: fake {status}" == str(
-        caught.value)
+        caught.value
+    )
 
 
 def test_retry_after_is_passed_on(provider: GoogleWalletProvider, google: FakeGoogle) -> None:
@@ -268,8 +299,9 @@ def test_retry_after_is_passed_on(provider: GoogleWalletProvider, google: FakeGo
 
 
 @pytest.mark.parametrize("status", [404, 400, 410])
-def test_no_pass_is_permanent(provider: GoogleWalletProvider, google: FakeGoogle,
-                              status: int) -> None:
+def test_no_pass_is_permanent(
+    provider: GoogleWalletProvider, google: FakeGoogle, status: int
+) -> None:
     google.statuses = [status]
     with pytest.raises(WalletDeliveryError) as caught:
         provider.deliver(FAN, 5)
@@ -279,7 +311,8 @@ def test_no_pass_is_permanent(provider: GoogleWalletProvider, google: FakeGoogle
 
 def test_an_unreachable_api_is_retryable(key_info: dict[str, str]) -> None:
     wallet = GoogleWalletProvider.from_service_account_info(
-        key_info, ISSUER, api_base="http://127.0.0.1:9", timeout=2)
+        key_info, ISSUER, api_base="http://127.0.0.1:9", timeout=2
+    )
     try:
         # The token comes from the fake; the API port is closed.
         with pytest.raises(WalletDeliveryError) as caught:
@@ -291,7 +324,8 @@ def test_an_unreachable_api_is_retryable(key_info: dict[str, str]) -> None:
 
 
 def test_a_balance_beyond_32_bits_is_permanent_and_not_sent(
-    provider: GoogleWalletProvider, google: FakeGoogle,
+    provider: GoogleWalletProvider,
+    google: FakeGoogle,
 ) -> None:
     with pytest.raises(WalletDeliveryError) as caught:
         provider.deliver(FAN, 2**31)
@@ -300,7 +334,8 @@ def test_a_balance_beyond_32_bits_is_permanent_and_not_sent(
 
 
 def test_object_ids_use_only_allowed_characters_and_are_one_to_one(
-    provider: GoogleWalletProvider, google: FakeGoogle,
+    provider: GoogleWalletProvider,
+    google: FakeGoogle,
 ) -> None:
     assert object_suffix("halcones", "HAL0001") == "halcones.HAL0001"
     assert object_suffix("halcones", "A_B/1") == "halcones.A_5FB_2F1"
@@ -312,17 +347,33 @@ def test_object_ids_use_only_allowed_characters_and_are_one_to_one(
 
 # --- through the sender, with the database ------------------------------------------------------
 
+
 def test_the_sender_delivers_the_latest_balance_to_google(
-    engine: Engine, provider: GoogleWalletProvider, google: FakeGoogle,
+    engine: Engine,
+    provider: GoogleWalletProvider,
+    google: FakeGoogle,
 ) -> None:
     with engine.begin() as conn:
         conn.execute(delete(wallet_outbox))
         conn.execute(delete(wallet_pases))
         conn.execute(insert(programas).values(id="halcones", nombre="H", tasa_puntos="0.1"))
-        pks = [int(conn.execute(insert(fans).values(
-            programa_id="halcones", fan_id=fan_id, nombre=fan_id, correo=f"{fan_id}@x.example",
-            socio_desde=2020, qr_token=fan_id.lower()).returning(fans.c.pk)).scalar_one())
-            for fan_id in ("HAL0001", "HAL0404")]
+        pks = [
+            int(
+                conn.execute(
+                    insert(fans)
+                    .values(
+                        programa_id="halcones",
+                        fan_id=fan_id,
+                        nombre=fan_id,
+                        correo=f"{fan_id}@x.example",
+                        socio_desde=2020,
+                        qr_token=fan_id.lower(),
+                    )
+                    .returning(fans.c.pk)
+                ).scalar_one()
+            )
+            for fan_id in ("HAL0001", "HAL0404")
+        ]
     for puntos in (10, 25):
         with engine.begin() as conn:
             move_points(conn, pks[0], puntos, Motivo.VENTA)
@@ -334,11 +385,14 @@ def test_the_sender_delivers_the_latest_balance_to_google(
     report = send_pending(engine, provider)
     assert report == SendReport(claimed=2, delivered=1, dropped=1)
     bodies = {p.path.rsplit(".", 1)[1]: json.loads(p.body) for p in google.patches()}
-    assert bodies == {"HAL0001": {"loyaltyPoints": {"balance": {"int": 35}}},
-                      "HAL0404": {"loyaltyPoints": {"balance": {"int": 3}}}}
+    assert bodies == {
+        "HAL0001": {"loyaltyPoints": {"balance": {"int": 35}}},
+        "HAL0404": {"loyaltyPoints": {"balance": {"int": 3}}},
+    }
     with engine.connect() as conn:
-        errors = dict(conn.execute(
-            select(wallet_pases.c.fan_pk, wallet_pases.c.ultimo_error)).all())
+        errors = dict(
+            conn.execute(select(wallet_pases.c.fan_pk, wallet_pases.c.ultimo_error)).all()
+        )
         left = conn.execute(select(wallet_outbox.c.id)).all()
     assert errors[pks[0]] is None
     assert errors[pks[1]].startswith("permanente: Google Wallet 404 for ")
@@ -348,12 +402,19 @@ def test_the_sender_delivers_the_latest_balance_to_google(
 
 # --- configuration ----------------------------------------------------------------------------
 
-def test_google_settings_from_the_environment(key_file: Path, google: FakeGoogle,
-                                              engine: Engine) -> None:
-    settings = WalletSettings.from_env({
-        "LOYALTY_WALLET_PROVIDER": "google", "LOYALTY_GOOGLE_WALLET_ISSUER_ID": ISSUER,
-        "LOYALTY_GOOGLE_WALLET_CREDENTIALS": str(key_file),
-        "LOYALTY_GOOGLE_WALLET_API": google.url, "LOYALTY_WALLET_INTERVAL_SECONDS": "0.5"})
+
+def test_google_settings_from_the_environment(
+    key_file: Path, google: FakeGoogle, engine: Engine
+) -> None:
+    settings = WalletSettings.from_env(
+        {
+            "LOYALTY_WALLET_PROVIDER": "google",
+            "LOYALTY_GOOGLE_WALLET_ISSUER_ID": ISSUER,
+            "LOYALTY_GOOGLE_WALLET_CREDENTIALS": str(key_file),
+            "LOYALTY_GOOGLE_WALLET_API": google.url,
+            "LOYALTY_WALLET_INTERVAL_SECONDS": "0.5",
+        }
+    )
     assert settings.interval == 0.5
     assert "PRIVATE KEY" not in repr(settings)
     wallet = settings.build_provider(engine)
@@ -372,56 +433,101 @@ def test_the_default_is_the_local_provider(engine: Engine) -> None:
 
 
 def _bad(tmp_path: Path, key_file: Path) -> dict[str, tuple[dict[str, str], str]]:
-    google = {"LOYALTY_WALLET_PROVIDER": "google", "LOYALTY_GOOGLE_WALLET_ISSUER_ID": ISSUER,
-              "LOYALTY_GOOGLE_WALLET_CREDENTIALS": str(key_file)}
+    google = {
+        "LOYALTY_WALLET_PROVIDER": "google",
+        "LOYALTY_GOOGLE_WALLET_ISSUER_ID": ISSUER,
+        "LOYALTY_GOOGLE_WALLET_CREDENTIALS": str(key_file),
+    }
     not_json = tmp_path / "x.json"
     not_json.write_text("{")
     user_key = tmp_path / "user.json"
     user_key.write_text(json.dumps({"type": "authorized_user"}))
     bad_key = tmp_path / "bad.json"
-    bad_key.write_text(json.dumps({**json.loads(key_file.read_text()),
-                                   "private_key": "-----BEGIN PRIVATE KEY-----\nxx\n"}))
+    bad_key.write_text(
+        json.dumps(
+            {**json.loads(key_file.read_text()), "private_key": "-----BEGIN PRIVATE KEY-----\nxx\n"}
+        )
+    )
     no_uri = tmp_path / "nouri.json"
     no_uri.write_text(json.dumps({**json.loads(key_file.read_text()), "token_uri": ""}))
     missing = str(tmp_path / "missing.json")
     return {
-        "provider": ({"LOYALTY_WALLET_PROVIDER": "apple"},
-                     "LOYALTY_WALLET_PROVIDER must be one of local, google, got 'apple'"),
-        "interval": ({"LOYALTY_WALLET_INTERVAL_SECONDS": "0"},
-                     "LOYALTY_WALLET_INTERVAL_SECONDS must be a positive number, got '0'"),
-        "interval_text": ({"LOYALTY_WALLET_INTERVAL_SECONDS": "soon"},
-                          "LOYALTY_WALLET_INTERVAL_SECONDS must be a positive number, "
-                          "got 'soon'"),
-        "no_issuer": ({**google, "LOYALTY_GOOGLE_WALLET_ISSUER_ID": ""},
-                      "LOYALTY_WALLET_PROVIDER=google needs LOYALTY_GOOGLE_WALLET_ISSUER_ID"),
-        "issuer": ({**google, "LOYALTY_GOOGLE_WALLET_ISSUER_ID": "abc"},
-                   "LOYALTY_GOOGLE_WALLET_ISSUER_ID must be digits, got 'abc'"),
-        "api": ({**google, "LOYALTY_GOOGLE_WALLET_API": "ftp://x"},
-                "LOYALTY_GOOGLE_WALLET_API must be an http(s) URL, got 'ftp://x'"),
-        "no_credentials": ({**google, "LOYALTY_GOOGLE_WALLET_CREDENTIALS": ""},
-                           "LOYALTY_WALLET_PROVIDER=google needs "
-                           "LOYALTY_GOOGLE_WALLET_CREDENTIALS (path of the service "
-                           "account's JSON key)"),
-        "missing": ({**google, "LOYALTY_GOOGLE_WALLET_CREDENTIALS": missing},
-                    f"LOYALTY_GOOGLE_WALLET_CREDENTIALS: cannot read {missing}: "
-                    "No such file or directory"),
-        "not_json": ({**google, "LOYALTY_GOOGLE_WALLET_CREDENTIALS": str(not_json)},
-                     f"LOYALTY_GOOGLE_WALLET_CREDENTIALS: {not_json} is not JSON"),
-        "user_key": ({**google, "LOYALTY_GOOGLE_WALLET_CREDENTIALS": str(user_key)},
-                     f"LOYALTY_GOOGLE_WALLET_CREDENTIALS: {user_key} is not a service "
-                     "account key (\"type\": \"service_account\")"),
-        "no_uri": ({**google, "LOYALTY_GOOGLE_WALLET_CREDENTIALS": str(no_uri)},
-                   f"LOYALTY_GOOGLE_WALLET_CREDENTIALS: {no_uri} lacks token_uri"),
-        "bad_key": ({**google, "LOYALTY_GOOGLE_WALLET_CREDENTIALS": str(bad_key)},
-                    f"LOYALTY_GOOGLE_WALLET_CREDENTIALS: {bad_key}: unusable key ("),
+        "provider": (
+            {"LOYALTY_WALLET_PROVIDER": "apple"},
+            "LOYALTY_WALLET_PROVIDER must be one of local, google, got 'apple'",
+        ),
+        "interval": (
+            {"LOYALTY_WALLET_INTERVAL_SECONDS": "0"},
+            "LOYALTY_WALLET_INTERVAL_SECONDS must be a positive number, got '0'",
+        ),
+        "interval_text": (
+            {"LOYALTY_WALLET_INTERVAL_SECONDS": "soon"},
+            "LOYALTY_WALLET_INTERVAL_SECONDS must be a positive number, got 'soon'",
+        ),
+        "no_issuer": (
+            {**google, "LOYALTY_GOOGLE_WALLET_ISSUER_ID": ""},
+            "LOYALTY_WALLET_PROVIDER=google needs LOYALTY_GOOGLE_WALLET_ISSUER_ID",
+        ),
+        "issuer": (
+            {**google, "LOYALTY_GOOGLE_WALLET_ISSUER_ID": "abc"},
+            "LOYALTY_GOOGLE_WALLET_ISSUER_ID must be digits, got 'abc'",
+        ),
+        "api": (
+            {**google, "LOYALTY_GOOGLE_WALLET_API": "ftp://x"},
+            "LOYALTY_GOOGLE_WALLET_API must be an http(s) URL, got 'ftp://x'",
+        ),
+        "no_credentials": (
+            {**google, "LOYALTY_GOOGLE_WALLET_CREDENTIALS": ""},
+            "LOYALTY_WALLET_PROVIDER=google needs "
+            "LOYALTY_GOOGLE_WALLET_CREDENTIALS (path of the service "
+            "account's JSON key)",
+        ),
+        "missing": (
+            {**google, "LOYALTY_GOOGLE_WALLET_CREDENTIALS": missing},
+            f"LOYALTY_GOOGLE_WALLET_CREDENTIALS: cannot read {missing}: No such file or directory",
+        ),
+        "not_json": (
+            {**google, "LOYALTY_GOOGLE_WALLET_CREDENTIALS": str(not_json)},
+            f"LOYALTY_GOOGLE_WALLET_CREDENTIALS: {not_json} is not JSON",
+        ),
+        "user_key": (
+            {**google, "LOYALTY_GOOGLE_WALLET_CREDENTIALS": str(user_key)},
+            f"LOYALTY_GOOGLE_WALLET_CREDENTIALS: {user_key} is not a service "
+            'account key ("type": "service_account")',
+        ),
+        "no_uri": (
+            {**google, "LOYALTY_GOOGLE_WALLET_CREDENTIALS": str(no_uri)},
+            f"LOYALTY_GOOGLE_WALLET_CREDENTIALS: {no_uri} lacks token_uri",
+        ),
+        "bad_key": (
+            {**google, "LOYALTY_GOOGLE_WALLET_CREDENTIALS": str(bad_key)},
+            f"LOYALTY_GOOGLE_WALLET_CREDENTIALS: {bad_key}: unusable key (",
+        ),
     }
 
 
-@pytest.mark.parametrize("case", ["provider", "interval", "interval_text", "no_issuer",
-                                  "issuer", "api", "no_credentials", "missing", "not_json",
-                                  "user_key", "no_uri", "bad_key"])
+@pytest.mark.parametrize(
+    "case",
+    [
+        "provider",
+        "interval",
+        "interval_text",
+        "no_issuer",
+        "issuer",
+        "api",
+        "no_credentials",
+        "missing",
+        "not_json",
+        "user_key",
+        "no_uri",
+        "bad_key",
+    ],
+)
 def test_bad_configuration_is_one_clear_line(
-    case: str, tmp_path: Path, key_file: Path, monkeypatch: pytest.MonkeyPatch,
+    case: str,
+    tmp_path: Path,
+    key_file: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     environ, message = _bad(tmp_path, key_file)[case]
     with pytest.raises(WalletConfigError) as caught:
@@ -437,8 +543,9 @@ def test_bad_configuration_is_one_clear_line(
     assert str(exited.value) == f"error: {caught.value}"
 
 
-def test_settings_are_read_at_start(monkeypatch: pytest.MonkeyPatch,
-                                    capsys: pytest.CaptureFixture[str]) -> None:
+def test_settings_are_read_at_start(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     """`loyalty up`/`serve` read the settings before anything starts (a bad value stops them
     with the one-line error)."""
     monkeypatch.setenv("LOYALTY_WALLET_PROVIDER", "nope")
@@ -447,11 +554,11 @@ def test_settings_are_read_at_start(monkeypatch: pytest.MonkeyPatch,
     from loyalty_grpc.runtime.cli import main
 
     try:
-        outcome: object = main(["serve", "--grpc-host", "127.0.0.1", "--grpc-port", "0",
-                                "--workers", "1"])
+        outcome: object = main(
+            ["serve", "--grpc-host", "127.0.0.1", "--grpc-port", "0", "--workers", "1"]
+        )
     except SystemExit as exited:
         outcome = exited.code if isinstance(exited.code, int) else str(exited.code)
     said = capsys.readouterr().err + (outcome if isinstance(outcome, str) else "")
     assert outcome not in (0, None)
     assert "LOYALTY_WALLET_PROVIDER must be one of" in said
-

@@ -26,9 +26,16 @@ ALL = ["fan:leer", "tx:escribir", "redeem:escribir", "codigos:escribir", "roster
 
 @pytest.fixture(scope="module")
 def server(db_url: str) -> Iterator[GrpcServer]:
-    srv = build_server(ServerSettings(database_url=db_url, admin_token=ADMIN_TOKEN, port=0,
-                                      key_cache_seconds=0, max_workers=8,
-                                      rate_limit_per_minute=1_000_000))
+    srv = build_server(
+        ServerSettings(
+            database_url=db_url,
+            admin_token=ADMIN_TOKEN,
+            port=0,
+            key_cache_seconds=0,
+            max_workers=8,
+            rate_limit_per_minute=1_000_000,
+        )
+    )
     srv.start()
     yield srv
     srv.stop()
@@ -71,8 +78,9 @@ def test_health_serving(channel):
 
 def test_reflection_lists_services(channel):
     stub = reflection_pb2_grpc.ServerReflectionStub(channel)
-    replies = stub.ServerReflectionInfo(iter([reflection_pb2.ServerReflectionRequest(
-        list_services="")]))
+    replies = stub.ServerReflectionInfo(
+        iter([reflection_pb2.ServerReflectionRequest(list_services="")])
+    )
     names = {s.name for s in next(replies).list_services_response.service}
     assert {"loyalty.v1.PosService", "loyalty.v1.BackofficeService"} <= names
 
@@ -157,14 +165,20 @@ def test_pos_key_does_not_open_backoffice(admin, channel):
 
 
 def test_database_down_is_service_unavailable():
-    srv = build_server(ServerSettings(
-        database_url="postgresql://postgres@/nodb?host=/nonexistent-socket-dir",
-        admin_token=ADMIN_TOKEN, port=0, key_cache_seconds=0))
+    srv = build_server(
+        ServerSettings(
+            database_url="postgresql://postgres@/nodb?host=/nonexistent-socket-dir",
+            admin_token=ADMIN_TOKEN,
+            port=0,
+            key_cache_seconds=0,
+        )
+    )
     srv.start()
     try:
         with grpc.insecure_channel(f"127.0.0.1:{srv.port}") as ch:
-            error = fail(pos_grpc.PosServiceStub(ch).Ping, pos.PingRequest(),
-                         bearer("lp_vivo_" + "a" * 30))
+            error = fail(
+                pos_grpc.PosServiceStub(ch).Ping, pos.PingRequest(), bearer("lp_vivo_" + "a" * 30)
+            )
         assert error.code() == grpc.StatusCode.UNAVAILABLE
         assert error_info(error).reason == "servicio_no_disponible"
     finally:
@@ -174,9 +188,16 @@ def test_database_down_is_service_unavailable():
 def test_graceful_stop_finishes_in_flight_calls(db_url: str, engine: Engine):
     """SIGTERM path: health says NOT_SERVING while the drain lasts, the in-flight call
     (blocked on a row lock) still completes, then the server is gone."""
-    srv = build_server(ServerSettings(database_url=db_url, admin_token=ADMIN_TOKEN, port=0,
-                                      key_cache_seconds=0, drain_seconds=1.0,
-                                      grace_seconds=10))
+    srv = build_server(
+        ServerSettings(
+            database_url=db_url,
+            admin_token=ADMIN_TOKEN,
+            port=0,
+            key_cache_seconds=0,
+            drain_seconds=1.0,
+            grace_seconds=10,
+        )
+    )
     srv.start()
     channel = grpc.insecure_channel(f"127.0.0.1:{srv.port}")
     admin = Admin(bo_grpc.BackofficeServiceStub(channel), ADMIN_TOKEN)
@@ -185,8 +206,12 @@ def test_graceful_stop_finishes_in_flight_calls(db_url: str, engine: Engine):
     locker.begin()
     locker.execute(text("SELECT 1 FROM programas WHERE id = 'lento' FOR UPDATE"))
     try:
-        in_flight = admin.stub.UpsertProgram.future(bo.UpsertProgramRequest(program=bo.Program(
-            id="lento", nombre="Club Lento 2", tasa_puntos="0.2")), metadata=admin.md)
+        in_flight = admin.stub.UpsertProgram.future(
+            bo.UpsertProgramRequest(
+                program=bo.Program(id="lento", nombre="Club Lento 2", tasa_puntos="0.2")
+            ),
+            metadata=admin.md,
+        )
         stopper = threading.Thread(target=srv.stop)
         stopper.start()
         health = health_pb2_grpc.HealthStub(channel)

@@ -38,10 +38,16 @@ def test_current_is_head(migrated_url: str) -> None:
 def test_upgrade_twice_is_a_noop(migrated_url: str, eng: Engine) -> None:
     def snapshot() -> list[tuple[object, ...]]:
         with eng.connect() as conn:
-            return [tuple(r) for r in conn.execute(text(
-                "SELECT table_name, column_name, data_type, column_default "
-                "FROM information_schema.columns WHERE table_schema = 'public' "
-                "ORDER BY table_name, column_name"))]
+            return [
+                tuple(r)
+                for r in conn.execute(
+                    text(
+                        "SELECT table_name, column_name, data_type, column_default "
+                        "FROM information_schema.columns WHERE table_schema = 'public' "
+                        "ORDER BY table_name, column_name"
+                    )
+                )
+            ]
 
     before = snapshot()
     migrate.upgrade(migrated_url)
@@ -56,11 +62,11 @@ def test_autogenerate_sees_no_difference(eng: Engine) -> None:
     look those up in the catalogue."""
     with eng.connect() as conn:
         ctx = MigrationContext.configure(
-            conn, opts={"compare_type": True, "compare_server_default": True})
+            conn, opts={"compare_type": True, "compare_server_default": True}
+        )
         diff = compare_metadata(ctx, metadata)
     # alembic_version is Alembic's own table, not part of the schema.
-    diff = [d for d in diff
-            if not (d[0] == "remove_table" and d[1].name == "alembic_version")]
+    diff = [d for d in diff if not (d[0] == "remove_table" and d[1].name == "alembic_version")]
     assert diff == []
 
 
@@ -69,17 +75,21 @@ _CATALOGUE = {
         "SELECT t.relname, c.conname, c.contype, pg_get_constraintdef(c.oid) "
         "FROM pg_constraint c JOIN pg_class t ON t.oid = c.conrelid "
         "JOIN pg_namespace n ON n.oid = t.relnamespace "
-        "WHERE n.nspname = 'public' AND t.relname <> 'alembic_version'"),
+        "WHERE n.nspname = 'public' AND t.relname <> 'alembic_version'"
+    ),
     "indexes": (
         "SELECT tablename, indexname, indexdef FROM pg_indexes "
-        "WHERE schemaname = 'public' AND tablename <> 'alembic_version'"),
+        "WHERE schemaname = 'public' AND tablename <> 'alembic_version'"
+    ),
     "columns": (
         "SELECT table_name, column_name, data_type, is_nullable, column_default, "
         "is_identity, identity_generation FROM information_schema.columns "
-        "WHERE table_schema = 'public' AND table_name <> 'alembic_version'"),
+        "WHERE table_schema = 'public' AND table_name <> 'alembic_version'"
+    ),
     "storage parameters": (
         "SELECT relname, array_to_string(reloptions, ',') FROM pg_class "
-        "WHERE relnamespace = 'public'::regnamespace AND reloptions IS NOT NULL"),
+        "WHERE relnamespace = 'public'::regnamespace AND reloptions IS NOT NULL"
+    ),
 }
 
 
@@ -89,7 +99,8 @@ def _catalogue(engine: Engine) -> dict[str, set[tuple[object, ...]]]:
 
 
 def test_catalogue_matches_create_all(
-    eng: Engine, create_database: Callable[[], str],
+    eng: Engine,
+    create_database: Callable[[], str],
 ) -> None:
     """What autogenerate cannot see, compared in PostgreSQL's own words: every constraint
     (CHECK included) with its definition, every index definition, every column default and
@@ -106,8 +117,7 @@ def test_catalogue_matches_create_all(
         reference.dispose()
     got = _catalogue(eng)
     assert any(row[2] == "c" for row in expected["constraints"])
-    assert {row[0] for row in expected["storage parameters"]} == {"wallet_outbox",
-                                                                 "wallet_pases"}
+    assert {row[0] for row in expected["storage parameters"]} == {"wallet_outbox", "wallet_pases"}
     for kind in _CATALOGUE:
         assert got[kind] - expected[kind] == set(), kind
         assert expected[kind] - got[kind] == set(), kind
@@ -115,12 +125,15 @@ def test_catalogue_matches_create_all(
 
 def test_sequence_and_trigger_exist(eng: Engine) -> None:
     with eng.connect() as conn:
-        seq = conn.execute(text(
-            "SELECT 1 FROM pg_class WHERE relkind = 'S' AND relname = 'fans_cambio_seq'"
-        )).scalar()
-        trig = conn.execute(text(
-            "SELECT tgenabled FROM pg_trigger WHERE tgname = 'fans_cambio' "
-            "AND tgrelid = 'fans'::regclass")).scalar()
+        seq = conn.execute(
+            text("SELECT 1 FROM pg_class WHERE relkind = 'S' AND relname = 'fans_cambio_seq'")
+        ).scalar()
+        trig = conn.execute(
+            text(
+                "SELECT tgenabled FROM pg_trigger WHERE tgname = 'fans_cambio' "
+                "AND tgrelid = 'fans'::regclass"
+            )
+        ).scalar()
     assert seq == 1
     assert trig == "O"  # enabled (origin)
 
@@ -128,8 +141,8 @@ def test_sequence_and_trigger_exist(eng: Engine) -> None:
 def _stamp(eng: Engine, pk: int) -> tuple[object, ...]:
     with eng.connect() as conn:
         row = conn.execute(
-            select(fans.c.cambio_seq, fans.c.actualizado, fans.c.cambio_xid)
-            .where(fans.c.pk == pk)).one()
+            select(fans.c.cambio_seq, fans.c.actualizado, fans.c.cambio_xid).where(fans.c.pk == pk)
+        ).one()
     return tuple(row)
 
 
@@ -137,9 +150,20 @@ def _stamp(eng: Engine, pk: int) -> tuple[object, ...]:
 def fan_pk(eng: Engine) -> int:
     with eng.begin() as conn:
         conn.execute(insert(programas).values(id="p", nombre="P", tasa_puntos="0.1"))
-        return int(conn.execute(insert(fans).values(
-            programa_id="p", fan_id="F1", nombre="Ana", correo="ana@example.com",
-            socio_desde=2020, qr_token="q1").returning(fans.c.pk)).scalar_one())
+        return int(
+            conn.execute(
+                insert(fans)
+                .values(
+                    programa_id="p",
+                    fan_id="F1",
+                    nombre="Ana",
+                    correo="ana@example.com",
+                    socio_desde=2020,
+                    qr_token="q1",
+                )
+                .returning(fans.c.pk)
+            ).scalar_one()
+        )
 
 
 def test_insert_takes_a_change_number(eng: Engine, fan_pk: int) -> None:
@@ -151,12 +175,21 @@ def test_insert_takes_a_change_number(eng: Engine, fan_pk: int) -> None:
     assert xid > 0
 
 
-@pytest.mark.parametrize(("column", "value"), [
-    ("puntos", 10), ("nombre", "Ana María"), ("correo", "ana.m@example.com"),
-    ("socio_desde", 2019), ("baja_motivo", "x"),
-])
+@pytest.mark.parametrize(
+    ("column", "value"),
+    [
+        ("puntos", 10),
+        ("nombre", "Ana María"),
+        ("correo", "ana.m@example.com"),
+        ("socio_desde", 2019),
+        ("baja_motivo", "x"),
+    ],
+)
 def test_roster_field_change_bumps_the_stamp(
-    eng: Engine, fan_pk: int, column: str, value: object,
+    eng: Engine,
+    fan_pk: int,
+    column: str,
+    value: object,
 ) -> None:
     seq, actualizado, xid = _stamp(eng, fan_pk)
     with eng.begin() as conn:
@@ -170,26 +203,37 @@ def test_roster_field_change_bumps_the_stamp(
 def test_estado_change_bumps_the_stamp(eng: Engine, fan_pk: int) -> None:
     seq = _stamp(eng, fan_pk)[0]
     with eng.begin() as conn:
-        conn.execute(update(fans).where(fans.c.pk == fan_pk).values(
-            estado="baja", baja_en=text("now()")))
+        conn.execute(
+            update(fans).where(fans.c.pk == fan_pk).values(estado="baja", baja_en=text("now()"))
+        )
     mid = _stamp(eng, fan_pk)[0]
     with eng.begin() as conn:
-        conn.execute(update(fans).where(fans.c.pk == fan_pk).values(
-            estado="activo", baja_en=None, baja_motivo=None))
+        conn.execute(
+            update(fans)
+            .where(fans.c.pk == fan_pk)
+            .values(estado="activo", baja_en=None, baja_motivo=None)
+        )
     assert seq < mid < _stamp(eng, fan_pk)[0]  # type: ignore[operator]
 
 
-@pytest.mark.parametrize(("column", "value"), [
-    ("temporadas", 7), ("qr_token", "q2"), ("puntos", None),
-])
+@pytest.mark.parametrize(
+    ("column", "value"),
+    [
+        ("temporadas", 7),
+        ("qr_token", "q2"),
+        ("puntos", None),
+    ],
+)
 def test_other_or_no_change_keeps_the_stamp(
-    eng: Engine, fan_pk: int, column: str, value: object,
+    eng: Engine,
+    fan_pk: int,
+    column: str,
+    value: object,
 ) -> None:
     before = _stamp(eng, fan_pk)
     with eng.begin() as conn:
         if value is None:  # an UPDATE that writes the same value is no change
-            conn.execute(update(fans).where(fans.c.pk == fan_pk)
-                         .values({column: fans.c[column]}))
+            conn.execute(update(fans).where(fans.c.pk == fan_pk).values({column: fans.c[column]}))
         else:
             conn.execute(update(fans).where(fans.c.pk == fan_pk).values({column: value}))
     assert _stamp(eng, fan_pk) == before
@@ -211,12 +255,21 @@ def test_downgrade_to_base_and_back(create_database: Callable[[], str]) -> None:
     engine = make_engine(url, pool_size=1)
     try:
         with engine.connect() as conn:
-            left = conn.execute(text(
-                "SELECT relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
-                "WHERE n.nspname = 'public' AND relname NOT LIKE 'alembic_version%' "
-                "AND relkind IN ('r', 'S', 'i')")).scalars().all()
-            functions = conn.execute(text(
-                "SELECT count(*) FROM pg_proc WHERE proname = 'fans_cambio'")).scalar_one()
+            left = (
+                conn.execute(
+                    text(
+                        "SELECT relname FROM pg_class c"
+                        " JOIN pg_namespace n ON n.oid = c.relnamespace "
+                        "WHERE n.nspname = 'public' AND relname NOT LIKE 'alembic_version%' "
+                        "AND relkind IN ('r', 'S', 'i')"
+                    )
+                )
+                .scalars()
+                .all()
+            )
+            functions = conn.execute(
+                text("SELECT count(*) FROM pg_proc WHERE proname = 'fans_cambio'")
+            ).scalar_one()
     finally:
         engine.dispose()
     assert left == []
@@ -239,33 +292,59 @@ def test_wallet_data_survives_0007_both_ways(create_database: Callable[[], str])
     later = datetime.now(UTC) + timedelta(hours=1)
     try:
         with engine.begin() as conn:
-            conn.execute(text("INSERT INTO programas (id, nombre, tasa_puntos) "
-                              "VALUES ('p', 'P', 0.1)"))
-            pks = [conn.execute(text(
-                "INSERT INTO fans (programa_id, fan_id, nombre, correo, socio_desde, "
-                "qr_token) VALUES ('p', :f, 'n', :f || '@x.example', 2020, :f) RETURNING pk"),
-                {"f": f}).scalar_one() for f in ("DUE", "WAITS", "DONE")]
+            conn.execute(
+                text("INSERT INTO programas (id, nombre, tasa_puntos) VALUES ('p', 'P', 0.1)")
+            )
+            pks = [
+                conn.execute(
+                    text(
+                        "INSERT INTO fans (programa_id, fan_id, nombre, correo, socio_desde, "
+                        "qr_token) VALUES ('p', :f, 'n', :f || '@x.example', 2020, :f) RETURNING pk"
+                    ),
+                    {"f": f},
+                ).scalar_one()
+                for f in ("DUE", "WAITS", "DONE")
+            ]
             due, waits, done = pks
-            conn.execute(text("INSERT INTO wallet_outbox (fan_pk, saldo) VALUES "
-                              "(:due, 10), (:waits, 7), (:due, 25)"),
-                         {"due": due, "waits": waits})
-            conn.execute(text(
-                "INSERT INTO wallet_pases (fan_pk, intentos, proximo_intento, ultimo_error, "
-                "entregado_saldo) VALUES (:waits, 3, :later, 'down', NULL), "
-                "(:done, 0, now(), NULL, 5)"), {"waits": waits, "done": done, "later": later})
-            waits_id = conn.execute(text("SELECT id FROM wallet_outbox WHERE fan_pk = :f"),
-                                    {"f": waits}).scalar_one()
+            conn.execute(
+                text(
+                    "INSERT INTO wallet_outbox (fan_pk, saldo) VALUES "
+                    "(:due, 10), (:waits, 7), (:due, 25)"
+                ),
+                {"due": due, "waits": waits},
+            )
+            conn.execute(
+                text(
+                    "INSERT INTO wallet_pases (fan_pk, intentos, proximo_intento, ultimo_error, "
+                    "entregado_saldo) VALUES (:waits, 3, :later, 'down', NULL), "
+                    "(:done, 0, now(), NULL, 5)"
+                ),
+                {"waits": waits, "done": done, "later": later},
+            )
+            waits_id = conn.execute(
+                text("SELECT id FROM wallet_outbox WHERE fan_pk = :f"), {"f": waits}
+            ).scalar_one()
         migrate.upgrade(url)
-        assert send_pending(engine, LocalProvider(engine)) == SendReport(claimed=1,
-                                                                          delivered=1)
+        assert send_pending(engine, LocalProvider(engine)) == SendReport(claimed=1, delivered=1)
         with engine.connect() as conn:
             assert conn.execute(text("SELECT fan_pk, saldo FROM wallet_entregas")).all() == [
-                (due, 25)]
-            state = {r.fan_pk: r for r in conn.execute(text(
-                "SELECT fan_pk, intentos, proximo_intento, ultimo_error, entregado_saldo, "
-                "saldo_pendiente FROM wallet_pases"))}
-        assert (state[waits].intentos, state[waits].proximo_intento,
-                state[waits].ultimo_error, state[waits].saldo_pendiente) == (3, later, "down", 7)
+                (due, 25)
+            ]
+            state = {
+                r.fan_pk: r
+                for r in conn.execute(
+                    text(
+                        "SELECT fan_pk, intentos, proximo_intento, ultimo_error, entregado_saldo, "
+                        "saldo_pendiente FROM wallet_pases"
+                    )
+                )
+            }
+        assert (
+            state[waits].intentos,
+            state[waits].proximo_intento,
+            state[waits].ultimo_error,
+            state[waits].saldo_pendiente,
+        ) == (3, later, "down", 7)
         assert (state[done].entregado_saldo, state[done].saldo_pendiente) == (5, None)
         assert (state[due].entregado_saldo, state[due].saldo_pendiente) == (25, None)
         engine.dispose()
@@ -273,9 +352,16 @@ def test_wallet_data_survives_0007_both_ways(create_database: Callable[[], str])
         migrate.downgrade(url, "0006")
         with engine.connect() as conn:
             assert conn.execute(text("SELECT id, fan_pk, saldo FROM wallet_outbox")).all() == [
-                (waits_id, waits, 7)]
-            assert "saldo_pendiente" not in {r[0] for r in conn.execute(text(
-                "SELECT column_name FROM information_schema.columns "
-                "WHERE table_name = 'wallet_pases'"))}
+                (waits_id, waits, 7)
+            ]
+            assert "saldo_pendiente" not in {
+                r[0]
+                for r in conn.execute(
+                    text(
+                        "SELECT column_name FROM information_schema.columns "
+                        "WHERE table_name = 'wallet_pases'"
+                    )
+                )
+            }
     finally:
         engine.dispose()

@@ -64,8 +64,11 @@ class Captured(logging.Handler):
 
 @pytest.fixture(scope="module")
 def server(db_url: str) -> Iterator[GrpcServer]:
-    srv = build_server(ServerSettings(database_url=db_url, admin_token=ADMIN_TOKEN, port=0,
-                                      key_cache_seconds=0, max_workers=4))
+    srv = build_server(
+        ServerSettings(
+            database_url=db_url, admin_token=ADMIN_TOKEN, port=0, key_cache_seconds=0, max_workers=4
+        )
+    )
     srv.start()
     yield srv
     srv.stop()
@@ -80,14 +83,37 @@ def channel(server: GrpcServer) -> Iterator[grpc.Channel]:
 @pytest.fixture(scope="module")
 def clave_id(channel: grpc.Channel) -> int:
     admin = Admin(bo_grpc.BackofficeServiceStub(channel), ADMIN_TOKEN)
-    document = {"programas": [{
-        "id": "obs", "nombre": "Club Obs", "tasa_puntos": "0.1", "qr_url": "https://o.example/f",
-        "claves": [{"clave": KEY, "integracion": "Caja Obs",
-                    "permisos": ["fan:leer", "tx:escribir"]}],
-        "fans": [{"id": FAN_ID, "nombre": NOMBRE, "correo": CORREO, "socio_desde": 2019,
-                  "temporadas": 2, "qr_token": QR, "puntos": 10}]}]}
-    admin.stub.ApplyFixture(bo.ApplyFixtureRequest(fixture_json=json.dumps(document)),
-                            metadata=admin.md)
+    document = {
+        "programas": [
+            {
+                "id": "obs",
+                "nombre": "Club Obs",
+                "tasa_puntos": "0.1",
+                "qr_url": "https://o.example/f",
+                "claves": [
+                    {
+                        "clave": KEY,
+                        "integracion": "Caja Obs",
+                        "permisos": ["fan:leer", "tx:escribir"],
+                    }
+                ],
+                "fans": [
+                    {
+                        "id": FAN_ID,
+                        "nombre": NOMBRE,
+                        "correo": CORREO,
+                        "socio_desde": 2019,
+                        "temporadas": 2,
+                        "qr_token": QR,
+                        "puntos": 10,
+                    }
+                ],
+            }
+        ]
+    }
+    admin.stub.ApplyFixture(
+        bo.ApplyFixtureRequest(fixture_json=json.dumps(document)), metadata=admin.md
+    )
     keys = admin.stub.ListKeys(bo.ListKeysRequest(programa="obs"), metadata=admin.md)
     return next(k.id for k in keys.keys if k.integracion == "Caja Obs")
 
@@ -135,18 +161,20 @@ def test_counters_move_per_method_and_codigo(stub, clave_id):
     with pytest.raises(grpc.RpcError):
         stub.Ping(pos.PingRequest())
     assert sample("loyalty_requests_total", method=PING, codigo="ok") == ok_before + 2
-    assert sample("loyalty_requests_total", method=PING, codigo="clave_invalida") == \
-        bad_before + 1
-    assert sample("loyalty_requests_total", method=PING, codigo="no_autenticado") == \
-        anon_before + 1
+    assert sample("loyalty_requests_total", method=PING, codigo="clave_invalida") == bad_before + 1
+    assert sample("loyalty_requests_total", method=PING, codigo="no_autenticado") == anon_before + 1
     assert sample("loyalty_request_seconds_count", method=PING) == count_before + 4
 
 
 def test_histogram_buckets_are_cumulative(stub, clave_id):
     stub.Ping(pos.PingRequest(), metadata=md())
-    buckets = [(float(s.labels["le"]), s.value) for metric in REGISTRY.collect()
-               if metric.name == "loyalty_request_seconds" for s in metric.samples
-               if s.name.endswith("_bucket") and s.labels["method"] == PING]
+    buckets = [
+        (float(s.labels["le"]), s.value)
+        for metric in REGISTRY.collect()
+        if metric.name == "loyalty_request_seconds"
+        for s in metric.samples
+        if s.name.endswith("_bucket") and s.labels["method"] == PING
+    ]
     assert len(buckets) >= 10
     assert buckets[-1][0] == float("inf")
     counts = [count for _, count in sorted(buckets)]
@@ -189,21 +217,31 @@ def test_errors_carry_the_request_id_and_keep_their_status(stub, clave_id, captu
     assert meta[REQUEST_ID_KEY] == given
     assert meta["x-http-status"] == "404"  # the envelope metadata for Envoy is still there
     [line] = captured.calls()
-    assert (line["request_id"], line["codigo"], line["grpc_code"]) == \
-        (given, "fan_no_encontrado", "NOT_FOUND")
+    assert (line["request_id"], line["codigo"], line["grpc_code"]) == (
+        given,
+        "fan_no_encontrado",
+        "NOT_FOUND",
+    )
     assert line["level"] == "INFO"
 
 
 def test_one_json_line_per_call_without_personal_data(stub, clave_id, captured):
     importe = struct_pb2.Value(number_value=150)
-    stub.RegisterTx(pos.RegisterTxRequest(id_externo=ID_EXTERNO, fan=CORREO, importe=importe,
-                                          terminal=TERMINAL), metadata=md(request_id="tx-1"))
+    stub.RegisterTx(
+        pos.RegisterTxRequest(
+            id_externo=ID_EXTERNO, fan=CORREO, importe=importe, terminal=TERMINAL
+        ),
+        metadata=md(request_id="tx-1"),
+    )
     stub.ResolveFan(pos.ResolveFanRequest(fan=FAN_ID), metadata=md(request_id="resolve-1"))
     stub.ResolveFan(pos.ResolveFanRequest(qr=QR), metadata=md(request_id="resolve-2"))
     with pytest.raises(grpc.RpcError):  # a conflict quotes nothing of the sale either
-        stub.RegisterTx(pos.RegisterTxRequest(id_externo=ID_EXTERNO, fan=FAN_ID,
-                                              importe=struct_pb2.Value(number_value=99)),
-                        metadata=md(request_id="tx-2"))
+        stub.RegisterTx(
+            pos.RegisterTxRequest(
+                id_externo=ID_EXTERNO, fan=FAN_ID, importe=struct_pb2.Value(number_value=99)
+            ),
+            metadata=md(request_id="tx-2"),
+        )
     lines = captured.calls()
     assert [line["request_id"] for line in lines] == ["tx-1", "resolve-1", "resolve-2", "tx-2"]
     assert [line["method"] for line in lines] == [TX, RESOLVE, RESOLVE, TX]
@@ -213,9 +251,21 @@ def test_one_json_line_per_call_without_personal_data(stub, clave_id, captured):
         assert line["clave_id"] == clave_id
         assert line["modo"] == "vivo"
         assert isinstance(line["duration_ms"], float)
-        assert set(line) == {"ts", "level", "logger", "msg", "pid", "request_id", "method",
-                             "codigo", "grpc_code", "duration_ms", "programa", "modo",
-                             "clave_id"}
+        assert set(line) == {
+            "ts",
+            "level",
+            "logger",
+            "msg",
+            "pid",
+            "request_id",
+            "method",
+            "codigo",
+            "grpc_code",
+            "duration_ms",
+            "programa",
+            "modo",
+            "clave_id",
+        }
     everything = "\n".join(captured.lines)
     for secret in (KEY, KEY[8:], FAN_ID, CORREO, NOMBRE, QR, ID_EXTERNO, TERMINAL):
         assert secret not in everything
@@ -236,8 +286,9 @@ def test_metrics_endpoint_in_one_process(db_url, stub, clave_id):
     assert "loyalty_db_pool_size " in text
     assert "loyalty_database_up 1.0" in text
     # The sale of the test above waits in the wallet outbox (no sender runs here).
-    fans = next(line for line in text.splitlines()
-                if line.startswith("loyalty_wallet_outbox_fans "))
+    fans = next(
+        line for line in text.splitlines() if line.startswith("loyalty_wallet_outbox_fans ")
+    )
     assert float(fans.split()[1]) >= 1
     assert "loyalty_wallet_outbox_oldest_seconds " in text
     stop()  # a second stop is harmless
@@ -245,8 +296,7 @@ def test_metrics_endpoint_in_one_process(db_url, stub, clave_id):
 
 def test_metrics_endpoint_reports_an_unreachable_database():
     port = free_port()  # nothing listens there
-    stop = metrics.serve_metrics("127.0.0.1", 0,
-                                 f"postgresql://x:y@127.0.0.1:{port}/nada")
+    stop = metrics.serve_metrics("127.0.0.1", 0, f"postgresql://x:y@127.0.0.1:{port}/nada")
     try:
         text = httpx.get(f"http://127.0.0.1:{stop.port}/metrics", timeout=20).text
     finally:
@@ -264,8 +314,9 @@ WORKER = textwrap.dedent("""
 """)
 
 
-def test_metrics_endpoint_aggregates_worker_processes(tmp_path: Path, db_url,
-                                                      monkeypatch: pytest.MonkeyPatch):
+def test_metrics_endpoint_aggregates_worker_processes(
+    tmp_path: Path, db_url, monkeypatch: pytest.MonkeyPatch
+):
     directory = tmp_path / "prometheus"
     directory.mkdir()
     (directory / "counter_999999.db").write_bytes(b"stale")
@@ -277,9 +328,13 @@ def test_metrics_endpoint_aggregates_worker_processes(tmp_path: Path, db_url,
     assert not (directory / "counter_999999.db").exists()
     pids = []
     for count in (2, 3):
-        worker = subprocess.run([sys.executable, "-c", WORKER + "import os; print(os.getpid())",
-                                 str(count)], capture_output=True, text=True, check=True,
-                                env=os.environ.copy())
+        worker = subprocess.run(
+            [sys.executable, "-c", WORKER + "import os; print(os.getpid())", str(count)],
+            capture_output=True,
+            text=True,
+            check=True,
+            env=os.environ.copy(),
+        )
         pids.append(int(worker.stdout))
     stop = metrics.serve_metrics("127.0.0.1", 0, db_url)
     try:

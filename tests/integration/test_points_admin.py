@@ -39,8 +39,6 @@ _seq = itertools.count(1)
 # ---------------------------------------------------------------- helpers
 
 
-
-
 def assert_ledger_consistent(engine: Engine) -> None:
     with engine.connect() as conn:
         assert conn.execute(text(LEDGER_MISMATCH_SQL)).all() == []
@@ -52,39 +50,56 @@ def clave(engine: Engine) -> dict[str, int]:
     ids = {}
     for programa, nombre in [(P, "Club Halcones"), (OTRO, "Otro Club")]:
         programs.upsert_program(engine, programa, nombre, "0.1")
-        ids[programa] = keys.issue_key(engine, programa, "Caja", "vivo",
-                                       ["tx:escribir"]).info.id
+        ids[programa] = keys.issue_key(engine, programa, "Caja", "vivo", ["tx:escribir"]).info.id
     return ids
 
 
 def new_fan(engine: Engine, programa: str = P) -> fans.FanInfo:
     fid = f"PA{next(_seq):04d}"
-    return fans.register_fan(engine, programa, fid, nombre="Ana",
-                             correo=f"{fid.lower()}@example.com", socio_desde=2018)
+    return fans.register_fan(
+        engine, programa, fid, nombre="Ana", correo=f"{fid.lower()}@example.com", socio_desde=2018
+    )
 
 
 def fan_pk(engine: Engine, fan: fans.FanInfo) -> int:
     with engine.connect() as conn:
-        return int(conn.execute(select(fans_table.c.pk).where(
-            fans_table.c.programa_id == fan.programa,
-            fans_table.c.fan_id == fan.fan_id)).scalar_one())
+        return int(
+            conn.execute(
+                select(fans_table.c.pk).where(
+                    fans_table.c.programa_id == fan.programa, fans_table.c.fan_id == fan.fan_id
+                )
+            ).scalar_one()
+        )
 
 
 def balance(engine: Engine, fan: fans.FanInfo) -> int:
     return fans.get_fan(engine, fan.programa, fan.fan_id).puntos
 
 
-def new_sale(engine: Engine, clave: dict[str, int], fan: fans.FanInfo, puntos: int, *,
-             modo: Modo = Modo.VIVO) -> int:
+def new_sale(
+    engine: Engine, clave: dict[str, int], fan: fans.FanInfo, puntos: int, *, modo: Modo = Modo.VIVO
+) -> int:
     """A sale as the POS would record it: the ventas row and, when live, its credit."""
     pk = fan_pk(engine, fan)
     with engine.begin() as conn:
-        folio = int(conn.execute(insert(ventas).values(
-            programa_id=fan.programa, modo=modo.value, id_externo=f"EXT-{next(_seq)}",
-            fan_pk=pk, importe_centavos=puntos * 1000, moneda="MXN", terminal="Caja 1",
-            ts=func.now(), puntos=puntos if modo is Modo.VIVO else 0,
-            clave_id=clave[fan.programa],
-        ).returning(ventas.c.id)).scalar_one())
+        folio = int(
+            conn.execute(
+                insert(ventas)
+                .values(
+                    programa_id=fan.programa,
+                    modo=modo.value,
+                    id_externo=f"EXT-{next(_seq)}",
+                    fan_pk=pk,
+                    importe_centavos=puntos * 1000,
+                    moneda="MXN",
+                    terminal="Caja 1",
+                    ts=func.now(),
+                    puntos=puntos if modo is Modo.VIVO else 0,
+                    clave_id=clave[fan.programa],
+                )
+                .returning(ventas.c.id)
+            ).scalar_one()
+        )
         if modo is Modo.VIVO:
             move_points(conn, pk, puntos, Motivo.VENTA, venta_id=folio)
     return folio
@@ -97,10 +112,19 @@ def sale_row(engine: Engine, folio: int) -> dict[str, Any]:
 
 def ledger_rows(engine: Engine, fan: fans.FanInfo) -> list[tuple[Any, ...]]:
     with engine.connect() as conn:
-        return [tuple(r) for r in conn.execute(
-            select(movimientos.c.puntos, movimientos.c.motivo, movimientos.c.venta_id,
-                   movimientos.c.nota)
-            .where(movimientos.c.fan_pk == fan_pk(engine, fan)).order_by(movimientos.c.id))]
+        return [
+            tuple(r)
+            for r in conn.execute(
+                select(
+                    movimientos.c.puntos,
+                    movimientos.c.motivo,
+                    movimientos.c.venta_id,
+                    movimientos.c.nota,
+                )
+                .where(movimientos.c.fan_pk == fan_pk(engine, fan))
+                .order_by(movimientos.c.id)
+            )
+        ]
 
 
 def _wait_for_lock_waiters(engine: Engine, count: int) -> None:
@@ -108,9 +132,12 @@ def _wait_for_lock_waiters(engine: Engine, count: int) -> None:
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
         with engine.connect() as conn:
-            waiting = conn.execute(text(
-                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
-                "AND wait_event_type = 'Lock'")).scalar_one()
+            waiting = conn.execute(
+                text(
+                    "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                    "AND wait_event_type = 'Lock'"
+                )
+            ).scalar_one()
         if waiting >= count:
             return
         time.sleep(0.02)
@@ -124,13 +151,18 @@ def test_ledger_oldest_first_with_running_balance_and_details(engine, clave):
     fan = new_fan(engine)
     folio = new_sale(engine, clave, fan, 100)
     points_admin.adjust_points(engine, P, fan.fan_id, 20, " regalo de cumpleaños ")
-    promo = promos.create_promo(engine, P, f"Canje {next(_seq)}", vigencia_fin="2099-12-31",
-                                puntos_canje=50)
+    promo = promos.create_promo(
+        engine, P, f"Canje {next(_seq)}", vigencia_fin="2099-12-31", puntos_canje=50
+    )
     pk = fan_pk(engine, fan)
     with engine.begin() as conn:
-        code_pk = conn.execute(insert(codigos).values(
-            promo_id=promo.id, programa_id=P, codigo="HD-0001", estado="canjeado",
-            fan_pk=pk).returning(codigos.c.id)).scalar_one()
+        code_pk = conn.execute(
+            insert(codigos)
+            .values(
+                promo_id=promo.id, programa_id=P, codigo="HD-0001", estado="canjeado", fan_pk=pk
+            )
+            .returning(codigos.c.id)
+        ).scalar_one()
         move_points(conn, pk, 50, Motivo.CANJE, codigo_id=code_pk)
     points_admin.adjust_points(engine, P, fan.fan_id, -30, "corrección")
 
@@ -144,8 +176,7 @@ def test_ledger_oldest_first_with_running_balance_and_details(engine, clave):
         (Motivo.AJUSTE, -30, 140, None, None, "corrección"),
     ]
     assert [e.id for e in entries] == sorted(e.id for e in entries)
-    assert all(isinstance(e.creado, datetime) and e.creado.tzinfo is not None
-               for e in entries)
+    assert all(isinstance(e.creado, datetime) and e.creado.tzinfo is not None for e in entries)
     assert entries[-1].saldo == info.puntos
     assert_ledger_consistent(engine)
 
@@ -182,8 +213,14 @@ def test_adjust_credit_then_debit(engine):
     fan = new_fan(engine)
     credit = points_admin.adjust_points(engine, P, fan.fan_id, 250, "compensación")
     assert isinstance(credit, LedgerEntryInfo)
-    assert (credit.motivo, credit.puntos, credit.saldo, credit.nota, credit.venta_id,
-            credit.codigo) == (Motivo.AJUSTE, 250, 250, "compensación", None, None)
+    assert (
+        credit.motivo,
+        credit.puntos,
+        credit.saldo,
+        credit.nota,
+        credit.venta_id,
+        credit.codigo,
+    ) == (Motivo.AJUSTE, 250, 250, "compensación", None, None)
     debit = points_admin.adjust_points(engine, P, fan.fan_id, -250, "error de captura")
     assert (debit.puntos, debit.saldo) == (-250, 0)
     assert debit.id > credit.id
@@ -239,8 +276,9 @@ def test_concurrent_debits_never_go_below_zero(engine):
 
     with engine.connect() as other:
         other.begin()
-        other.execute(select(fans_table.c.pk).where(
-            fans_table.c.pk == fan_pk(engine, fan)).with_for_update())
+        other.execute(
+            select(fans_table.c.pk).where(fans_table.c.pk == fan_pk(engine, fan)).with_for_update()
+        )
         with ThreadPoolExecutor(2) as pool:
             futures = [pool.submit(debit) for _ in range(2)]
             _wait_for_lock_waiters(engine, 2)
@@ -264,22 +302,30 @@ def test_void_reverses_once_and_keeps_the_sale(engine, clave):
     result = points_admin.void_sale(engine, P, folio, " devolución en caja ")
     assert (result.revertidos, result.ya_anulada) == (100, False)
     sale = result.venta
-    assert (sale.folio, sale.programa, sale.modo, sale.fan, sale.id_externo, sale.puntos,
-            sale.terminal, sale.sitio) == (
-        folio, P, Modo.VIVO, fan.fan_id, before["id_externo"], 100, "Caja 1", None)
+    assert (
+        sale.folio,
+        sale.programa,
+        sale.modo,
+        sale.fan,
+        sale.id_externo,
+        sale.puntos,
+        sale.terminal,
+        sale.sitio,
+    ) == (folio, P, Modo.VIVO, fan.fan_id, before["id_externo"], 100, "Caja 1", None)
     assert sale.anulada_en is not None
     after = sale_row(engine, folio)
     assert after["anulada_en"] == sale.anulada_en
     assert {k: v for k, v in after.items() if k != "anulada_en"} == {
-        k: v for k, v in before.items() if k != "anulada_en"}
+        k: v for k, v in before.items() if k != "anulada_en"
+    }
     assert balance(engine, fan) == 7
     assert ledger_rows(engine, fan) == [
-        (100, "venta", folio, ""), (7, "venta", other, ""),
+        (100, "venta", folio, ""),
+        (7, "venta", other, ""),
         (-100, "anulacion", folio, "devolución en caja"),
     ]
     _, entries = points_admin.get_ledger(engine, P, fan.fan_id)
-    assert [(e.motivo, e.venta_id, e.saldo) for e in entries][-1] == (
-        Motivo.ANULACION, folio, 7)
+    assert [(e.motivo, e.venta_id, e.saldo) for e in entries][-1] == (Motivo.ANULACION, folio, 7)
 
     state = snapshot(engine)
     again = points_admin.void_sale(engine, P, folio, "otra vez")
@@ -290,10 +336,19 @@ def test_void_reverses_once_and_keeps_the_sale(engine, clave):
 
     # Still on record: its id_externo stays taken in its namespace.
     with pytest.raises(IntegrityError), engine.begin() as conn:
-        conn.execute(insert(ventas).values(
-            programa_id=P, modo="vivo", id_externo=before["id_externo"],
-            fan_pk=before["fan_pk"], importe_centavos=1, moneda="MXN", ts=func.now(),
-            puntos=0, clave_id=clave[P]))
+        conn.execute(
+            insert(ventas).values(
+                programa_id=P,
+                modo="vivo",
+                id_externo=before["id_externo"],
+                fan_pk=before["fan_pk"],
+                importe_centavos=1,
+                moneda="MXN",
+                ts=func.now(),
+                puntos=0,
+                clave_id=clave[P],
+            )
+        )
     assert_ledger_consistent(engine)
 
 
@@ -368,8 +423,7 @@ def _void_race(engine: Engine, folio: int, *, hold_lock: bool) -> list[tuple[int
             return sorted(f.result(timeout=10) for f in futures)
 
 
-@pytest.mark.parametrize(("hold_lock", "round_"),
-                         [(True, 0), (False, 1), (False, 2), (False, 3)])
+@pytest.mark.parametrize(("hold_lock", "round_"), [(True, 0), (False, 1), (False, 2), (False, 3)])
 def test_concurrent_voids_reverse_once(engine, clave, hold_lock, round_):
     """Two voids of one sale at once (with `hold_lock`, both are certainly waiting on the
     sale's row when it is released): one reversal, the other finds it voided."""
@@ -377,7 +431,8 @@ def test_concurrent_voids_reverse_once(engine, clave, hold_lock, round_):
     folio = new_sale(engine, clave, fan, 60)
     assert _void_race(engine, folio, hold_lock=hold_lock) == [(0, True), (60, False)]
     assert [r for r in ledger_rows(engine, fan) if r[1] == "anulacion"] == [
-        (-60, "anulacion", folio, "carrera")]
+        (-60, "anulacion", folio, "carrera")
+    ]
     assert balance(engine, fan) == 0
     assert_ledger_consistent(engine)
 

@@ -61,8 +61,9 @@ def test_a_child_waiting_for_a_restart_is_unhealthy(tmp_path: Path):
 
 def test_a_killed_supervisor_and_no_file(tmp_path: Path):
     assert summary(tmp_path) is None
-    (tmp_path / FILE_NAME).write_text(json.dumps(
-        {"command": "up", "pid": 2**22 + 1, "started": 0, "children": []}))
+    (tmp_path / FILE_NAME).write_text(
+        json.dumps({"command": "up", "pid": 2**22 + 1, "started": 0, "children": []})
+    )
     found = summary(tmp_path)
     assert found is not None
     assert not found.ok

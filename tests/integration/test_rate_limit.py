@@ -46,23 +46,39 @@ START_TIMEOUT = 60.0
 def key_ids(engine: Engine) -> list[int]:
     with engine.begin() as conn:
         conn.execute(insert(programas).values(id="rl", nombre="RL", tasa_puntos="0.1"))
-        return [int(conn.execute(insert(claves).values(
-            programa_id="rl", hash=secrets.token_bytes(32), modo="vivo", integracion=f"k{i}",
-            sufijo="abcd").returning(claves.c.id)).scalar_one()) for i in range(4)]
+        return [
+            int(
+                conn.execute(
+                    insert(claves)
+                    .values(
+                        programa_id="rl",
+                        hash=secrets.token_bytes(32),
+                        modo="vivo",
+                        integracion=f"k{i}",
+                        sufijo="abcd",
+                    )
+                    .returning(claves.c.id)
+                ).scalar_one()
+            )
+            for i in range(4)
+        ]
 
 
 def test_the_table_is_unlogged(engine: Engine) -> None:
     with engine.connect() as conn:
-        persistence = conn.execute(text(
-            "SELECT relpersistence FROM pg_class WHERE relname = 'limite_llamadas'")).scalar()
+        persistence = conn.execute(
+            text("SELECT relpersistence FROM pg_class WHERE relname = 'limite_llamadas'")
+        ).scalar()
     assert persistence == "u"
 
 
 def _row(engine: Engine, clave_id: int) -> tuple[int, tuple[int, ...], tuple[int, ...]]:
     with engine.connect() as conn:
-        row = conn.execute(select(limite_llamadas.c.segundo, limite_llamadas.c.cuentas,
-                                  limite_llamadas.c.reservas)
-                           .where(limite_llamadas.c.clave_id == clave_id)).one()
+        row = conn.execute(
+            select(
+                limite_llamadas.c.segundo, limite_llamadas.c.cuentas, limite_llamadas.c.reservas
+            ).where(limite_llamadas.c.clave_id == clave_id)
+        ).one()
     return row.segundo, tuple(row.cuentas), tuple(row.reservas)
 
 
@@ -80,21 +96,32 @@ def test_the_statement_equals_the_model(engine: Engine, key_ids: list[int], seed
         second += rng.choice([0, 0, 0, 1, 2, 3, 4, 5, 7, 30, 61, 62, 500])
         pedidas = rng.choice([1, 1, 2, 5, 50])
         holgura = rng.choice([0, 1, 3, 100])
-        devolucion = (model.Devolucion(second - rng.choice([0, 1, 3, 4, 5, 60, 61]),
-                                       rng.choice([0, 1, 3, 100]), rng.choice([0, 1, 2, 100]))
-                      if rng.random() < 0.4 else None)
+        devolucion = (
+            model.Devolucion(
+                second - rng.choice([0, 1, 3, 4, 5, 60, 61]),
+                rng.choice([0, 1, 3, 100]),
+                rng.choice([0, 1, 2, 100]),
+            )
+            if rng.random() < 0.4
+            else None
+        )
         if ventana is not None and devolucion is not None and rng.random() < 0.3:
             ventana = model.settle(ventana, devolucion)
             counters.settle([(clave_id, devolucion)])
-            assert _row(engine, clave_id) == (ventana.segundo, ventana.cuentas,
-                                              ventana.reservas)
+            assert _row(engine, clave_id) == (ventana.segundo, ventana.cuentas, ventana.reservas)
             continue
-        ventana, granted = model.take(ventana, second, limit, pedidas=pedidas,
-                                      devolucion=devolucion, holgura=holgura)
-        got = counters.reserve(clave_id, pedidas, limit, devolucion, holgura=holgura,
-                               segundo=second)
+        ventana, granted = model.take(
+            ventana, second, limit, pedidas=pedidas, devolucion=devolucion, holgura=holgura
+        )
+        got = counters.reserve(
+            clave_id, pedidas, limit, devolucion, holgura=holgura, segundo=second
+        )
         assert (got.segundo, got.cuentas, got.reservas, got.concedidas) == (
-            ventana.segundo, ventana.cuentas, ventana.reservas, granted)
+            ventana.segundo,
+            ventana.cuentas,
+            ventana.reservas,
+            granted,
+        )
         assert got.ahora == second
         assert _row(engine, clave_id) == (ventana.segundo, ventana.cuentas, ventana.reservas)
 
@@ -109,23 +136,27 @@ def test_one_statement_settles_many_keys(engine: Engine, key_ids: list[int]) -> 
         got = counters.reserve(clave_id, 10, 100, holgura=8, segundo=5000 + i)
         assert granted == got.concedidas == 9
         ventanas[clave_id] = ventana
-    settled = [(key_ids[2], model.Devolucion(5002, 4, 8)),
-               (key_ids[0], model.Devolucion(5000, 2, 8)),
-               (key_ids[3], model.Devolucion(5000, 2, 8))]  # no row: nothing happens
+    settled = [
+        (key_ids[2], model.Devolucion(5002, 4, 8)),
+        (key_ids[0], model.Devolucion(5000, 2, 8)),
+        (key_ids[3], model.Devolucion(5000, 2, 8)),
+    ]  # no row: nothing happens
     counters.settle(settled)
     for clave_id, devolucion in settled[:2]:
         expected = model.settle(ventanas[clave_id], devolucion)
-        assert _row(engine, clave_id) == (expected.segundo, expected.cuentas,
-                                          expected.reservas)
-    assert _row(engine, key_ids[1]) == (ventanas[key_ids[1]].segundo,
-                                        ventanas[key_ids[1]].cuentas,
-                                        ventanas[key_ids[1]].reservas)
+        assert _row(engine, clave_id) == (expected.segundo, expected.cuentas, expected.reservas)
+    assert _row(engine, key_ids[1]) == (
+        ventanas[key_ids[1]].segundo,
+        ventanas[key_ids[1]].cuentas,
+        ventanas[key_ids[1]].reservas,
+    )
     assert _row(engine, key_ids[0])[1][-1] == 7
     assert _row(engine, key_ids[0])[2][-1] == 0
 
 
-def test_settlements_in_opposite_key_orders_never_deadlock(engine: Engine,
-                                                           key_ids: list[int]) -> None:
+def test_settlements_in_opposite_key_orders_never_deadlock(
+    engine: Engine, key_ids: list[int]
+) -> None:
     """Two processes settling the same keys listed in opposite orders, while requests of
     those keys go on: the rows are locked in key order, so no deadlock (PostgreSQL would
     abort one statement after deadlock_timeout)."""
@@ -145,8 +176,12 @@ def test_settlements_in_opposite_key_orders_never_deadlock(engine: Engine,
 
     began = time.monotonic()
     with ThreadPoolExecutor(max_workers=4) as pool:
-        done = [pool.submit(settle, 0), pool.submit(settle, 1), pool.submit(reserve, 0),
-                pool.submit(reserve, 1)]
+        done = [
+            pool.submit(settle, 0),
+            pool.submit(settle, 1),
+            pool.submit(reserve, 0),
+            pool.submit(reserve, 1),
+        ]
         for future in done:
             future.result()
     assert time.monotonic() - began < 30
@@ -157,8 +192,7 @@ def _no_counters(engine: Engine) -> None:
         conn.execute(delete(limite_llamadas))
 
 
-def test_ahora_is_the_database_clock_within_the_second(engine: Engine,
-                                                       key_ids: list[int]) -> None:
+def test_ahora_is_the_database_clock_within_the_second(engine: Engine, key_ids: list[int]) -> None:
     _no_counters(engine)
     got = PgCounters(engine).reserve(key_ids[0], 3, 10, holgura=2)
     assert got.concedidas == 3
@@ -179,8 +213,7 @@ def test_idle_rows_are_purged(engine: Engine, key_ids: list[int]) -> None:
     assert live in left
 
 
-def test_two_limiters_in_threads_never_pass_the_limit(engine: Engine,
-                                                      key_ids: list[int]) -> None:
+def test_two_limiters_in_threads_never_pass_the_limit(engine: Engine, key_ids: list[int]) -> None:
     """Two processes' limiters (batches on), 8 threads each, one key, on PostgreSQL: at
     most the limit is admitted, and at least the limit less the slack."""
 
@@ -210,8 +243,9 @@ def test_two_limiters_in_threads_never_pass_the_limit(engine: Engine,
     # processes' spare calls at 4 together (a limit of a million: tests/unit, bench/).
     assert Counting.requests < limit * 3 // 4
     with engine.connect() as conn:
-        reservas = conn.execute(select(limite_llamadas.c.reservas)
-                                .where(limite_llamadas.c.clave_id == clave_id)).scalar_one()
+        reservas = conn.execute(
+            select(limite_llamadas.c.reservas).where(limite_llamadas.c.clave_id == clave_id)
+        ).scalar_one()
     assert sum(reservas) == 0  # every batch settled (close settles what is left)
 
 
@@ -244,9 +278,15 @@ def _wait_serving(channel: grpc.Channel, process: subprocess.Popen[bytes]) -> No
 @pytest.fixture(scope="module")
 def servers(db_url: str) -> Iterator[Servers]:
     token = secrets.token_urlsafe(24)
-    env = {**os.environ, "LOYALTY_DATABASE_URL": db_url, "LOYALTY_ADMIN_TOKEN": token,
-           "LOYALTY_RATE_LIMIT_PER_MINUTE": str(LIMIT), "LOYALTY_WORKERS": "1",
-           "LOYALTY_KEY_CACHE_SECONDS": "0", "LOYALTY_METRICS_PORT": "0"}
+    env = {
+        **os.environ,
+        "LOYALTY_DATABASE_URL": db_url,
+        "LOYALTY_ADMIN_TOKEN": token,
+        "LOYALTY_RATE_LIMIT_PER_MINUTE": str(LIMIT),
+        "LOYALTY_WORKERS": "1",
+        "LOYALTY_KEY_CACHE_SECONDS": "0",
+        "LOYALTY_METRICS_PORT": "0",
+    }
     processes: list[subprocess.Popen[bytes]] = []
     channels: list[grpc.Channel] = []
     targets: list[str] = []
@@ -254,9 +294,20 @@ def servers(db_url: str) -> Iterator[Servers]:
         for _ in range(2):
             port = free_port()
             process = subprocess.Popen(
-                [sys.executable, "-m", "loyalty_grpc.runtime.cli", "serve",
-                 "--grpc-host", "127.0.0.1", "--grpc-port", str(port)],
-                env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                [
+                    sys.executable,
+                    "-m",
+                    "loyalty_grpc.runtime.cli",
+                    "serve",
+                    "--grpc-host",
+                    "127.0.0.1",
+                    "--grpc-port",
+                    str(port),
+                ],
+                env=env,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
             processes.append(process)
             targets.append(f"127.0.0.1:{port}")
             channel = grpc.insecure_channel(targets[-1])
@@ -347,8 +398,10 @@ def test_concurrent_calls_on_both_processes_admit_exactly_the_limit(servers: Ser
     def stubs() -> list[pos_grpc.PosServiceStub]:
         if not hasattr(local, "stubs"):
             # Own subchannels: grpc shares one connection per target otherwise.
-            channels = [grpc.insecure_channel(t, options=[("grpc.use_local_subchannel_pool", 1)])
-                        for t in servers.targets]
+            channels = [
+                grpc.insecure_channel(t, options=[("grpc.use_local_subchannel_pool", 1)])
+                for t in servers.targets
+            ]
             with lock:
                 opened.extend(channels)
             local.stubs = [pos_grpc.PosServiceStub(c) for c in channels]
@@ -367,5 +420,7 @@ def test_concurrent_calls_on_both_processes_admit_exactly_the_limit(servers: Ser
     finally:
         for channel in opened:
             channel.close()
-    assert Counter(codes) == {grpc.StatusCode.OK: LIMIT,
-                              grpc.StatusCode.RESOURCE_EXHAUSTED: 3 * LIMIT}
+    assert Counter(codes) == {
+        grpc.StatusCode.OK: LIMIT,
+        grpc.StatusCode.RESOURCE_EXHAUSTED: 3 * LIMIT,
+    }

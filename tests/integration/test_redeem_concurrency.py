@@ -56,23 +56,52 @@ def caller(engine: Engine) -> Caller:
     """A program with 8 fans and CODES `asignado` codes, C-0001…, spread over the fans so
     that code order and fan order differ."""
     fan_of = [FANS[(i * 5) % len(FANS)] for i in range(CODES)]
-    document = {"programas": [{
-        "id": P, "nombre": "Club Conc", "tasa_puntos": "1",
-        "claves": [{"clave": CLAVE, "integracion": "Caja", "permisos": ["redeem:escribir"]}],
-        "fans": [{"id": f, "nombre": f, "correo": f"{f.lower()}@example.com",
-                  "socio_desde": 2020, "qr_token": f"qr{f}"} for f in FANS],
-        "promos": [{"nombre": "Promo", "vigencia_fin": "2099-12-31", "puntos_canje": PUNTOS,
-                    "codigos": [{"codigo": f"C-{i + 1:04}", "estado": "asignado", "fan": f}
-                                for i, f in enumerate(fan_of)]}],
-    }]}
+    document = {
+        "programas": [
+            {
+                "id": P,
+                "nombre": "Club Conc",
+                "tasa_puntos": "1",
+                "claves": [
+                    {"clave": CLAVE, "integracion": "Caja", "permisos": ["redeem:escribir"]}
+                ],
+                "fans": [
+                    {
+                        "id": f,
+                        "nombre": f,
+                        "correo": f"{f.lower()}@example.com",
+                        "socio_desde": 2020,
+                        "qr_token": f"qr{f}",
+                    }
+                    for f in FANS
+                ],
+                "promos": [
+                    {
+                        "nombre": "Promo",
+                        "vigencia_fin": "2099-12-31",
+                        "puntos_canje": PUNTOS,
+                        "codigos": [
+                            {"codigo": f"C-{i + 1:04}", "estado": "asignado", "fan": f}
+                            for i, f in enumerate(fan_of)
+                        ],
+                    }
+                ],
+            }
+        ]
+    }
     apply_fixture(engine, json.dumps(document))
     with engine.connect() as conn:
-        clave_id = conn.execute(select(claves.c.id).where(claves.c.programa_id == P)
-                                ).scalar_one()
-    return Caller(programa_id=P, programa_nombre="Club Conc", clave_id=int(clave_id),
-                  tasa_puntos=Decimal(1), moneda="MXN",
-                  integracion="Caja", modo=Modo.VIVO,
-                  permisos=frozenset({Permiso.REDEEM_ESCRIBIR}))
+        clave_id = conn.execute(select(claves.c.id).where(claves.c.programa_id == P)).scalar_one()
+    return Caller(
+        programa_id=P,
+        programa_nombre="Club Conc",
+        clave_id=int(clave_id),
+        tasa_puntos=Decimal(1),
+        moneda="MXN",
+        integracion="Caja",
+        modo=Modo.VIVO,
+        permisos=frozenset({Permiso.REDEEM_ESCRIBIR}),
+    )
 
 
 _next_code = itertools.count(1)
@@ -114,14 +143,18 @@ def credits_per_code(engine: Engine, texts: list[str]) -> dict[str, int]:
             select(codigos.c.codigo, func.count(movimientos.c.id))
             .outerjoin(movimientos, movimientos.c.codigo_id == codigos.c.id)
             .where(codigos.c.programa_id == P, codigos.c.codigo.in_(texts))
-            .group_by(codigos.c.codigo)).all()
+            .group_by(codigos.c.codigo)
+        ).all()
     return {codigo: int(n) for codigo, n in rows}
 
 
 def total_points(engine: Engine) -> int:
     with engine.connect() as conn:
-        return int(conn.execute(select(func.sum(fans.c.puntos))
-                                .where(fans.c.programa_id == P)).scalar_one())
+        return int(
+            conn.execute(
+                select(func.sum(fans.c.puntos)).where(fans.c.programa_id == P)
+            ).scalar_one()
+        )
 
 
 def assert_ledger_consistent(engine: Engine) -> None:
@@ -132,8 +165,9 @@ def assert_ledger_consistent(engine: Engine) -> None:
 def test_twenty_concurrent_burns_of_one_code_credit_once(engine, caller):
     [codigo] = take(1)
     before = total_points(engine)
-    results = run_together([lambda: redeem_code(engine, caller, codigo.lower(), burn())
-                            for _ in range(20)])
+    results = run_together(
+        [lambda: redeem_code(engine, caller, codigo.lower(), burn()) for _ in range(20)]
+    )
     assert sorted(r.duplicado for r in results) == [False] + [True] * 19
     assert sum(r.puntos_otorgados for r in results) == PUNTOS
     assert total_points(engine) == before + PUNTOS
@@ -147,8 +181,9 @@ def test_a_batch_racing_single_burns_credits_each_code_once(engine, caller):
     calls: list[Callable[[], Any]] = [lambda: redeem_codes(engine, caller, texts, burn())]
     calls += [partial(redeem_code, engine, caller, c, burn()) for c in reversed(texts)]
     batch, *singles = run_together(calls)
-    burned_by_batch = {e.codigo for e in batch.resultados
-                       if e.result is not None and not e.result.duplicado}
+    burned_by_batch = {
+        e.codigo for e in batch.resultados if e.result is not None and not e.result.duplicado
+    }
     burned_by_single = {s.codigo for s in singles if not s.duplicado}
     assert burned_by_batch | burned_by_single == set(texts)
     assert burned_by_batch & burned_by_single == set()
@@ -169,10 +204,23 @@ def test_overlapping_batches_in_different_orders_never_deadlock(engine, caller):
         orders = [rng.sample(texts, len(texts)) for _ in range(8)]
         orders[0] = orders[0] + orders[0][:5]  # repeats within a batch
         calls: list[Callable[[], Any]] = [
-            partial(redeem_codes, engine, caller, order, burn()) for order in orders]
-        calls += [partial(register_sale, engine, caller, NewSale(
-            id_externo=f"venta-{next(_ids)}", fan=parse_fan_ref(f), centavos=100, moneda="MXN",
-            ts=datetime.now(UTC))) for f in FANS]
+            partial(redeem_codes, engine, caller, order, burn()) for order in orders
+        ]
+        calls += [
+            partial(
+                register_sale,
+                engine,
+                caller,
+                NewSale(
+                    id_externo=f"venta-{next(_ids)}",
+                    fan=parse_fan_ref(f),
+                    centavos=100,
+                    moneda="MXN",
+                    ts=datetime.now(UTC),
+                ),
+            )
+            for f in FANS
+        ]
         results = run_together(calls)
         batches = results[:8]
         assert sum(b.resumen.canjeados for b in batches) == 40
@@ -191,9 +239,8 @@ def test_batches_over_different_codes_of_the_same_fans_never_deadlock(engine, ca
     for _ in range(5):
         texts = take(80)
         before = total_points(engine)
-        groups = [rng.sample(texts[10 * i:10 * i + 10], 10) for i in range(8)]
-        results = run_together([partial(redeem_codes, engine, caller, g, burn())
-                                for g in groups])
+        groups = [rng.sample(texts[10 * i : 10 * i + 10], 10) for i in range(8)]
+        results = run_together([partial(redeem_codes, engine, caller, g, burn()) for g in groups])
         assert [b.resumen.canjeados for b in results] == [10] * 8
         assert total_points(engine) == before + 80 * PUNTOS
         assert credits_per_code(engine, texts) == dict.fromkeys(texts, 1)
@@ -214,8 +261,15 @@ def test_a_batch_that_fails_half_way_leaves_nothing(engine, caller, monkeypatch)
         redeem_codes(engine, caller, texts, burn())
     monkeypatch.undo()
     with engine.connect() as conn:
-        states = conn.execute(select(codigos.c.estado).where(
-            codigos.c.programa_id == P, codigos.c.codigo.in_(texts))).scalars().all()
+        states = (
+            conn.execute(
+                select(codigos.c.estado).where(
+                    codigos.c.programa_id == P, codigos.c.codigo.in_(texts)
+                )
+            )
+            .scalars()
+            .all()
+        )
     assert states == ["asignado"] * 6
     assert total_points(engine) == before
     assert credits_per_code(engine, texts) == dict.fromkeys(texts, 0)

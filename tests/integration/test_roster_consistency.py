@@ -76,10 +76,17 @@ LIMITE = 7
 
 
 def _entry(row: Any) -> RosterEntry:
-    return RosterEntry(fan_id=row.fan_id, nombre=row.nombre, correo=row.correo,
-                       socio_desde=row.socio_desde, puntos=row.puntos,
-                       estado=EstadoFan(row.estado), baja_en=row.baja_en,
-                       baja_motivo=row.baja_motivo, actualizado=row.actualizado)
+    return RosterEntry(
+        fan_id=row.fan_id,
+        nombre=row.nombre,
+        correo=row.correo,
+        socio_desde=row.socio_desde,
+        puntos=row.puntos,
+        estado=EstadoFan(row.estado),
+        baja_en=row.baja_en,
+        baja_motivo=row.baja_motivo,
+        actualizado=row.actualizado,
+    )
 
 
 def truth(engine: Engine, programa: str) -> dict[str, RosterEntry]:
@@ -109,8 +116,7 @@ class Feed:
     last: tuple[int, int] = (0, 0)
 
     def step(self, settle: float = 0.0) -> bool:
-        page = read_roster(self.engine, self.programa, self.cursor, LIMITE,
-                           settle_seconds=settle)
+        page = read_roster(self.engine, self.programa, self.cursor, LIMITE, settle_seconds=settle)
         ids = [e.fan_id for e in page.fans]
         assert len(ids) == len(set(ids)), "a fan twice in one page"
         self.mirror.update({e.fan_id: e for e in page.fans})
@@ -130,9 +136,19 @@ class Feed:
         raise AssertionError("the feed never ended")
 
 
-_NAIVE_COLUMNS = (fans.c.pk, fans.c.cambio_seq, fans.c.fan_id, fans.c.nombre, fans.c.correo,
-                  fans.c.socio_desde, fans.c.puntos, fans.c.estado, fans.c.baja_en,
-                  fans.c.baja_motivo, fans.c.actualizado)
+_NAIVE_COLUMNS = (
+    fans.c.pk,
+    fans.c.cambio_seq,
+    fans.c.fan_id,
+    fans.c.nombre,
+    fans.c.correo,
+    fans.c.socio_desde,
+    fans.c.puntos,
+    fans.c.estado,
+    fans.c.baja_en,
+    fans.c.baja_motivo,
+    fans.c.actualizado,
+)
 
 
 @dataclass
@@ -152,25 +168,31 @@ class NaiveFeed:
             if self.cursor is None or self.cursor[0] == "foto":
                 if self.cursor is None:
                     watermark = conn.execute(
-                        select(func.coalesce(func.max(fans.c.cambio_seq), 0))
-                        .where(fans.c.programa_id == self.programa)).scalar_one()
+                        select(func.coalesce(func.max(fans.c.cambio_seq), 0)).where(
+                            fans.c.programa_id == self.programa
+                        )
+                    ).scalar_one()
                     after = 0
                 else:
                     _, watermark, after = self.cursor
                 rows = conn.execute(
                     select(*_NAIVE_COLUMNS)
                     .where(fans.c.programa_id == self.programa, fans.c.pk > after)
-                    .order_by(fans.c.pk).limit(LIMITE + 1)).all()
+                    .order_by(fans.c.pk)
+                    .limit(LIMITE + 1)
+                ).all()
                 more = len(rows) > LIMITE
                 rows = rows[:LIMITE]
-                self.cursor = (("foto", watermark, rows[-1].pk) if more
-                               else ("cambios", watermark, 0))
+                self.cursor = (
+                    ("foto", watermark, rows[-1].pk) if more else ("cambios", watermark, 0)
+                )
             else:
                 rows = conn.execute(
                     select(*_NAIVE_COLUMNS)
-                    .where(fans.c.programa_id == self.programa,
-                           fans.c.cambio_seq > self.cursor[1])
-                    .order_by(fans.c.cambio_seq).limit(LIMITE + 1)).all()
+                    .where(fans.c.programa_id == self.programa, fans.c.cambio_seq > self.cursor[1])
+                    .order_by(fans.c.cambio_seq)
+                    .limit(LIMITE + 1)
+                ).all()
                 more = len(rows) > LIMITE
                 rows = rows[:LIMITE]
                 if rows:
@@ -196,18 +218,43 @@ class Program:
 
 def _program(engine: Engine, programa: str) -> Program:
     key = "lp_vivo_" + secrets.token_hex(16)
-    fans_ = [{"id": f"{programa.upper()}{i:03d}", "nombre": f"Fan {i}",
-              "correo": f"{programa}{i}@example.com", "socio_desde": 2000 + i % 25,
-              "temporadas": 1, "qr_token": f"q{programa}{i}", "puntos": i * 3}
-             for i in range(FANS)]
-    apply_fixture(engine, json.dumps({"programas": [{
-        "id": programa, "nombre": programa, "tasa_puntos": "0.1",
-        "claves": [{"clave": key, "integracion": "prueba", "permisos": ["tx:escribir"]}],
-        "fans": fans_}]}))
+    fans_ = [
+        {
+            "id": f"{programa.upper()}{i:03d}",
+            "nombre": f"Fan {i}",
+            "correo": f"{programa}{i}@example.com",
+            "socio_desde": 2000 + i % 25,
+            "temporadas": 1,
+            "qr_token": f"q{programa}{i}",
+            "puntos": i * 3,
+        }
+        for i in range(FANS)
+    ]
+    apply_fixture(
+        engine,
+        json.dumps(
+            {
+                "programas": [
+                    {
+                        "id": programa,
+                        "nombre": programa,
+                        "tasa_puntos": "0.1",
+                        "claves": [
+                            {"clave": key, "integracion": "prueba", "permisos": ["tx:escribir"]}
+                        ],
+                        "fans": fans_,
+                    }
+                ]
+            }
+        ),
+    )
     caller = authenticate(engine, key)
     with engine.connect() as conn:
-        pks = dict(conn.execute(select(fans.c.fan_id, fans.c.pk)
-                                .where(fans.c.programa_id == programa)).all())
+        pks = dict(
+            conn.execute(
+                select(fans.c.fan_id, fans.c.pk).where(fans.c.programa_id == programa)
+            ).all()
+        )
     assert caller is not None
     return Program(programa, caller, [str(f["id"]) for f in fans_], pks)
 
@@ -233,11 +280,15 @@ class Writers:
         with UnitOfWork(self.engine) as uow:
             for fan_id in chosen:
                 if rng.random() < 0.6:
-                    move_points(uow.conn, p.pks[fan_id], rng.randint(1, 50), Motivo.AJUSTE,
-                                nota="retenida")
+                    move_points(
+                        uow.conn, p.pks[fan_id], rng.randint(1, 50), Motivo.AJUSTE, nota="retenida"
+                    )
                 else:
-                    uow.conn.execute(update(fans).where(fans.c.pk == p.pks[fan_id])
-                                     .values(nombre=f"Retenido {uuid.uuid4().hex[:8]}"))
+                    uow.conn.execute(
+                        update(fans)
+                        .where(fans.c.pk == p.pks[fan_id])
+                        .values(nombre=f"Retenido {uuid.uuid4().hex[:8]}")
+                    )
             time.sleep(rng.uniform(0.02, 0.4))
             if rng.random() < 0.2:
                 self.count("held, rolled back")
@@ -247,21 +298,36 @@ class Writers:
 
     def one(self, rng: random.Random, p: Program, writer: int, i: int) -> None:
         fan_id = rng.choice(p.fan_ids)
-        op = rng.choices(["held", "sale", "edit", "adjust", "baja", "void", "register"],
-                         [33, 30, 15, 10, 6, 4, 2])[0]
+        op = rng.choices(
+            ["held", "sale", "edit", "adjust", "baja", "void", "register"],
+            [33, 30, 15, 10, 6, 4, 2],
+        )[0]
         if op == "held":
             self.held(rng, p)
             return
         if op == "sale":
-            result = register_sale(self.engine, p.caller, NewSale(
-                id_externo=uuid.uuid4().hex, fan=parse_fan_ref(fan_id),
-                centavos=rng.randint(100, 90_000), moneda="MXN", ts=datetime.now(UTC)))
+            result = register_sale(
+                self.engine,
+                p.caller,
+                NewSale(
+                    id_externo=uuid.uuid4().hex,
+                    fan=parse_fan_ref(fan_id),
+                    centavos=rng.randint(100, 90_000),
+                    moneda="MXN",
+                    ts=datetime.now(UTC),
+                ),
+            )
             with self.lock:
                 self.folios.append((p.programa, result.folio))
         elif op == "edit":
-            update_fan(self.engine, p.programa, fan_id, nombre=f"Editado {rng.random():.6f}",
-                       correo=f"{fan_id.lower()}.{writer}.{i}@example.com",
-                       socio_desde=rng.randint(1990, 2026))
+            update_fan(
+                self.engine,
+                p.programa,
+                fan_id,
+                nombre=f"Editado {rng.random():.6f}",
+                correo=f"{fan_id.lower()}.{writer}.{i}@example.com",
+                socio_desde=rng.randint(1990, 2026),
+            )
         elif op == "adjust":
             adjust_points(self.engine, p.programa, fan_id, rng.randint(-20, 60) or 1, "prueba")
         elif op == "baja":
@@ -276,11 +342,20 @@ class Writers:
                 void_sale(self.engine, p.programa, rng.choice(mine), "devolución")
         else:
             new_id = f"{p.programa.upper()}N{writer}X{i}"
-            register_fan(self.engine, p.programa, new_id, nombre="Nuevo",
-                         correo=f"{new_id.lower()}@example.com", socio_desde=2026)
+            register_fan(
+                self.engine,
+                p.programa,
+                new_id,
+                nombre="Nuevo",
+                correo=f"{new_id.lower()}@example.com",
+                socio_desde=2026,
+            )
             with self.engine.connect() as conn:
-                p.pks[new_id] = conn.execute(select(fans.c.pk).where(
-                    fans.c.programa_id == p.programa, fans.c.fan_id == new_id)).scalar_one()
+                p.pks[new_id] = conn.execute(
+                    select(fans.c.pk).where(
+                        fans.c.programa_id == p.programa, fans.c.fan_id == new_id
+                    )
+                ).scalar_one()
             p.fan_ids.append(new_id)  # after its pk is known: held() looks it up
         self.count(op)
 
@@ -301,8 +376,9 @@ class Writers:
                 raise
 
 
-def _loop(stop: threading.Event, step: Callable[[], bool], failures: list[BaseException]
-          ) -> Callable[[], None]:
+def _loop(
+    stop: threading.Event, step: Callable[[], bool], failures: list[BaseException]
+) -> Callable[[], None]:
     def run() -> None:
         try:
             while not stop.is_set():
@@ -328,8 +404,7 @@ class Outcome:
 def _run(engine: Engine, name: str, seconds: float) -> Outcome:
     main, other = _program(engine, name), _program(engine, name + "o")
     writers = Writers(engine, [main, other])
-    threads = [threading.Thread(target=writers.run, args=(w,), daemon=True)
-               for w in range(WRITERS)]
+    threads = [threading.Thread(target=writers.run, args=(w,), daemon=True) for w in range(WRITERS)]
     for thread in threads:
         thread.start()
     time.sleep(min(1.0, seconds / 5))  # the snapshot begins while writes go on
@@ -337,8 +412,10 @@ def _run(engine: Engine, name: str, seconds: float) -> Outcome:
     other_feed = Feed(engine, other.programa)
     stop_readers = threading.Event()
     failures: list[BaseException] = []
-    readers = [threading.Thread(target=_loop(stop_readers, r.step, failures), daemon=True)
-               for r in (feed, naive, other_feed)]
+    readers = [
+        threading.Thread(target=_loop(stop_readers, r.step, failures), daemon=True)
+        for r in (feed, naive, other_feed)
+    ]
     for reader in readers:
         reader.start()
     time.sleep(seconds)
@@ -359,8 +436,14 @@ def _run(engine: Engine, name: str, seconds: float) -> Outcome:
     assert differences(other_feed.mirror, truth(engine, other.programa)) == []
     with engine.connect() as conn:
         assert conn.execute(text(LEDGER_MISMATCH_SQL)).all() == []
-    return Outcome(differences(feed.mirror, db), differences(naive.mirror, db), len(db),
-                   feed.pages, live_entries, writers.counts)
+    return Outcome(
+        differences(feed.mirror, db),
+        differences(naive.mirror, db),
+        len(db),
+        feed.pages,
+        live_entries,
+        writers.counts,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -372,29 +455,38 @@ def proof_engine(db_url: str) -> Iterator[Engine]:
 
 def test_feed_from_a_snapshot_mirrors_exactly_under_out_of_order_commits(proof_engine):
     outcome = _run(proof_engine, "prueba", SECONDS)
-    print(f"\n{outcome.fans} fans, {outcome.pages} pages ({outcome.live_entries} entries "
-          f"while writing), writes {dict(outcome.counts)}; naive variant wrong on "
-          f"{len(outcome.naive_diff)} fans")
+    print(
+        f"\n{outcome.fans} fans, {outcome.pages} pages ({outcome.live_entries} entries "
+        f"while writing), writes {dict(outcome.counts)}; naive variant wrong on "
+        f"{len(outcome.naive_diff)} fans"
+    )
     assert outcome.counts["held, committed"] > 10
     assert outcome.live_entries > 2 * outcome.fans  # the feed kept up, not only at the end
     assert sum(outcome.counts.values()) > 200
     assert outcome.feed_diff == []
 
 
-@pytest.mark.skipif(NAIVE_RUNS < 1, reason="set ROSTER_NAIVE_RUNS=N to run the naive "
-                    "sequence-number cursor experiment N times")
+@pytest.mark.skipif(
+    NAIVE_RUNS < 1,
+    reason="set ROSTER_NAIVE_RUNS=N to run the naive sequence-number cursor experiment N times",
+)
 def test_naive_sequence_cursor_experiment(proof_engine):
     wrong = []
     for run in range(NAIVE_RUNS):
         outcome = _run(proof_engine, f"naive{run}", SECONDS)
         assert outcome.feed_diff == [], f"run {run}: the real feed is wrong"
         wrong.append(len(outcome.naive_diff))
-        print(f"run {run + 1}/{NAIVE_RUNS}: {outcome.fans} fans, naive wrong on "
-              f"{len(outcome.naive_diff)}, real feed exact", flush=True)
+        print(
+            f"run {run + 1}/{NAIVE_RUNS}: {outcome.fans} fans, naive wrong on "
+            f"{len(outcome.naive_diff)}, real feed exact",
+            flush=True,
+        )
     failed = [n for n in wrong if n]
-    print(f"\nnaive sequence-number cursor: wrong mirror in {len(failed)} of {NAIVE_RUNS} runs"
-          f"; wrong fans per run min {min(wrong)}, median {median(wrong)}, max {max(wrong)}; "
-          f"real feed exact in {NAIVE_RUNS} of {NAIVE_RUNS}")
+    print(
+        f"\nnaive sequence-number cursor: wrong mirror in {len(failed)} of {NAIVE_RUNS} runs"
+        f"; wrong fans per run min {min(wrong)}, median {median(wrong)}, max {max(wrong)}; "
+        f"real feed exact in {NAIVE_RUNS} of {NAIVE_RUNS}"
+    )
     assert failed, "the naive variant never failed: the workload is too gentle"
 
 
@@ -446,8 +538,7 @@ def test_settle_waits_for_an_older_transaction_then_delivers(proof_engine):
             if timer:
                 timer.start()
             began = time.monotonic()
-            page = read_roster(proof_engine, p.programa, feed.cursor, LIMITE,
-                               settle_seconds=1.0)
+            page = read_roster(proof_engine, p.programa, feed.cursor, LIMITE, settle_seconds=1.0)
             waited = time.monotonic() - began
             if timer:
                 timer.join()

@@ -64,8 +64,13 @@ class Clock:
 class Recording:
     """Records deliveries; fails for the fans in `failing` (a count each, or forever)."""
 
-    def __init__(self, failing: dict[int, int] | None = None, *, permanent: bool = False,
-                 retry_after: float | None = None) -> None:
+    def __init__(
+        self,
+        failing: dict[int, int] | None = None,
+        *,
+        permanent: bool = False,
+        retry_after: float | None = None,
+    ) -> None:
         self.delivered: list[tuple[int, int]] = []
         self.attempts: list[tuple[int, int]] = []
         self.failing = dict(failing or {})
@@ -79,16 +84,16 @@ class Recording:
             left = self.failing.get(fan.fan_pk, 0)
             if left:
                 self.failing[fan.fan_pk] = left - 1
-                raise WalletDeliveryError("wallet down", permanent=self.permanent,
-                                          retry_after=self.retry_after)
+                raise WalletDeliveryError(
+                    "wallet down", permanent=self.permanent, retry_after=self.retry_after
+                )
             self.delivered.append((fan.fan_pk, saldo))
 
 
 @pytest.fixture(scope="module", autouse=True)
 def programa(engine: Engine) -> str:
     with engine.begin() as conn:
-        conn.execute(insert(programas).values(id="halcones", nombre="Halcones",
-                                               tasa_puntos="0.1"))
+        conn.execute(insert(programas).values(id="halcones", nombre="Halcones", tasa_puntos="0.1"))
     return "halcones"
 
 
@@ -104,10 +109,21 @@ def new_fan(engine: Engine) -> Callable[[], int]:
     def create() -> int:
         n = next(_ids)
         with engine.begin() as conn:
-            return int(conn.execute(insert(fans).values(
-                programa_id="halcones", fan_id=f"HAL{n:04d}", nombre=f"Fan {n}",
-                correo=f"fan{n}@example.com", socio_desde=2020, qr_token=f"q{n}",
-            ).returning(fans.c.pk)).scalar_one())
+            return int(
+                conn.execute(
+                    insert(fans)
+                    .values(
+                        programa_id="halcones",
+                        fan_id=f"HAL{n:04d}",
+                        nombre=f"Fan {n}",
+                        correo=f"fan{n}@example.com",
+                        socio_desde=2020,
+                        qr_token=f"q{n}",
+                    )
+                    .returning(fans.c.pk)
+                ).scalar_one()
+            )
+
     return create
 
 
@@ -130,12 +146,17 @@ def pending(engine: Engine) -> dict[int, int]:
     """fan_pk -> the balance waiting for the sender: folded into wallet_pases, or newer in
     the outbox (not folded in yet)."""
     with engine.connect() as conn:
-        latest = {int(f): (int(i), int(s)) for f, i, s in conn.execute(
-            select(wallet_pases.c.fan_pk, wallet_pases.c.saldo_id,
-                   wallet_pases.c.saldo_pendiente)
-            .where(wallet_pases.c.saldo_pendiente.is_not(None)))}
-        for f, i, s in conn.execute(select(wallet_outbox.c.fan_pk, wallet_outbox.c.id,
-                                           wallet_outbox.c.saldo)):
+        latest = {
+            int(f): (int(i), int(s))
+            for f, i, s in conn.execute(
+                select(
+                    wallet_pases.c.fan_pk, wallet_pases.c.saldo_id, wallet_pases.c.saldo_pendiente
+                ).where(wallet_pases.c.saldo_pendiente.is_not(None))
+            )
+        }
+        for f, i, s in conn.execute(
+            select(wallet_outbox.c.fan_pk, wallet_outbox.c.id, wallet_outbox.c.saldo)
+        ):
             if int(i) > latest.get(int(f), (0, 0))[0]:
                 latest[int(f)] = (int(i), int(s))
     return {f: s for f, (_, s) in latest.items()}
@@ -143,9 +164,14 @@ def pending(engine: Engine) -> dict[int, int]:
 
 def entregas(engine: Engine) -> list[tuple[int, int, str]]:
     with engine.connect() as conn:
-        return [(int(a), int(b), c) for a, b, c in conn.execute(
-            select(wallet_entregas.c.fan_pk, wallet_entregas.c.saldo, wallet_entregas.c.proveedor)
-            .order_by(wallet_entregas.c.id))]
+        return [
+            (int(a), int(b), c)
+            for a, b, c in conn.execute(
+                select(
+                    wallet_entregas.c.fan_pk, wallet_entregas.c.saldo, wallet_entregas.c.proveedor
+                ).order_by(wallet_entregas.c.id)
+            )
+        ]
 
 
 def state(engine: Engine, fan_pk: int) -> dict[str, object]:
@@ -156,21 +182,26 @@ def state(engine: Engine, fan_pk: int) -> dict[str, object]:
 
 # --- the outbox, written by move_points ---------------------------------------------------
 
-def test_a_committed_change_writes_the_new_balance(engine: Engine, new_fan: Callable[[], int],
-                                                   ) -> None:
+
+def test_a_committed_change_writes_the_new_balance(
+    engine: Engine,
+    new_fan: Callable[[], int],
+) -> None:
     fan = new_fan()
     assert change(engine, fan, 30) == 30
     assert change(engine, fan, -5) == 25
     assert outbox(engine, fan) == [(fan, 30), (fan, 25)]
 
 
-def test_a_rolled_back_change_leaves_no_outbox_row(engine: Engine,
-                                                   new_fan: Callable[[], int]) -> None:
+def test_a_rolled_back_change_leaves_no_outbox_row(
+    engine: Engine, new_fan: Callable[[], int]
+) -> None:
     fan = new_fan()
     with UnitOfWork(engine) as uow:
         move_points(uow.conn, fan, 40, Motivo.AJUSTE)
-        inside = uow.conn.execute(select(func.count()).select_from(wallet_outbox)
-                                  .where(wallet_outbox.c.fan_pk == fan)).scalar_one()
+        inside = uow.conn.execute(
+            select(func.count()).select_from(wallet_outbox).where(wallet_outbox.c.fan_pk == fan)
+        ).scalar_one()
         # no commit: the unit of work rolls back
     assert inside == 1
     assert outbox(engine, fan) == []
@@ -196,8 +227,10 @@ def test_a_zero_point_move_writes_nothing(engine: Engine, new_fan: Callable[[], 
 
 # --- send_pending ---------------------------------------------------------------------------
 
+
 def test_three_changes_one_delivery_of_the_latest_balance(
-    engine: Engine, new_fan: Callable[[], int],
+    engine: Engine,
+    new_fan: Callable[[], int],
 ) -> None:
     fan = new_fan()
     for puntos in (10, 20, 5):
@@ -227,8 +260,9 @@ def test_two_fans_two_deliveries(engine: Engine, new_fan: Callable[[], int]) -> 
     assert pending(engine) == {}
 
 
-def test_batch_limits_a_run_and_oldest_goes_first(engine: Engine,
-                                                  new_fan: Callable[[], int]) -> None:
+def test_batch_limits_a_run_and_oldest_goes_first(
+    engine: Engine, new_fan: Callable[[], int]
+) -> None:
     first, second, third = new_fan(), new_fan(), new_fan()
     for fan in (first, second, third):
         change(engine, fan, 1)
@@ -240,7 +274,8 @@ def test_batch_limits_a_run_and_oldest_goes_first(engine: Engine,
 
 
 def test_failures_back_off_and_do_not_hold_up_other_fans(
-    engine: Engine, new_fan: Callable[[], int],
+    engine: Engine,
+    new_fan: Callable[[], int],
 ) -> None:
     flaky, fine = new_fan(), new_fan()
     change(engine, flaky, 10)
@@ -287,20 +322,33 @@ def test_failures_back_off_and_do_not_hold_up_other_fans(
 
 def test_backoff_doubles_up_to_five_minutes() -> None:
     assert [backoff(n).total_seconds() for n in range(1, 12)] == [
-        1, 2, 4, 8, 16, 32, 64, 128, 256, 300, 300]
+        1,
+        2,
+        4,
+        8,
+        16,
+        32,
+        64,
+        128,
+        256,
+        300,
+        300,
+    ]
     assert backoff(10_000) == timedelta(minutes=5)
 
 
-def test_retry_after_from_the_provider_is_respected(engine: Engine,
-                                                   new_fan: Callable[[], int]) -> None:
+def test_retry_after_from_the_provider_is_respected(
+    engine: Engine, new_fan: Callable[[], int]
+) -> None:
     fan = new_fan()
     change(engine, fan, 1)
     send_pending(engine, Recording(failing={fan: 1}, retry_after=30), now=Clock())
     assert state(engine, fan)["proximo_intento"] == T0 + timedelta(seconds=30)
 
 
-def test_a_permanent_failure_drops_that_balance_only(engine: Engine,
-                                                    new_fan: Callable[[], int]) -> None:
+def test_a_permanent_failure_drops_that_balance_only(
+    engine: Engine, new_fan: Callable[[], int]
+) -> None:
     fan = new_fan()
     change(engine, fan, 8)
     provider = Recording(failing={fan: 1}, permanent=True)
@@ -317,8 +365,9 @@ def test_a_permanent_failure_drops_that_balance_only(engine: Engine,
     assert provider.delivered == [(fan, 9)]
 
 
-def test_an_unexpected_provider_error_is_retried(engine: Engine,
-                                                new_fan: Callable[[], int]) -> None:
+def test_an_unexpected_provider_error_is_retried(
+    engine: Engine, new_fan: Callable[[], int]
+) -> None:
     fan = new_fan()
     change(engine, fan, 2)
 
@@ -331,8 +380,9 @@ def test_an_unexpected_provider_error_is_retried(engine: Engine,
     assert pending(engine) == {fan: 2}
 
 
-def test_stopping_hands_back_the_rest_of_the_batch(engine: Engine,
-                                                  new_fan: Callable[[], int]) -> None:
+def test_stopping_hands_back_the_rest_of_the_batch(
+    engine: Engine, new_fan: Callable[[], int]
+) -> None:
     for _ in range(3):
         change(engine, new_fan(), 1)
     stop = threading.Event()
@@ -350,7 +400,8 @@ def test_stopping_hands_back_the_rest_of_the_batch(engine: Engine,
 
 
 def test_a_fan_being_delivered_is_not_claimed_again_and_sales_do_not_wait(
-    engine: Engine, new_fan: Callable[[], int],
+    engine: Engine,
+    new_fan: Callable[[], int],
 ) -> None:
     """While one run is inside the provider call for a fan: the fan's sales commit at
     once (no lock to wait for), another run does not deliver that fan, and the newer
@@ -368,8 +419,7 @@ def test_a_fan_being_delivered_is_not_claimed_again_and_sales_do_not_wait(
     clock = Clock()
     first = Blocking()
     reports: list[SendReport] = []
-    worker = threading.Thread(target=lambda: reports.append(
-        send_pending(engine, first, now=clock)))
+    worker = threading.Thread(target=lambda: reports.append(send_pending(engine, first, now=clock)))
     worker.start()
     try:
         assert inside.wait(30)
@@ -391,22 +441,25 @@ def test_a_fan_being_delivered_is_not_claimed_again_and_sales_do_not_wait(
     assert third.delivered == [(fan, 15)]
 
 
-def test_a_sale_does_not_wait_for_a_claim_transaction(engine: Engine,
-                                                      new_fan: Callable[[], int]) -> None:
+def test_a_sale_does_not_wait_for_a_claim_transaction(
+    engine: Engine, new_fan: Callable[[], int]
+) -> None:
     """The sender's row locks are on wallet_pases only: a sale of a locked fan commits."""
     fan = new_fan()
     change(engine, fan, 1)
     send_pending(engine, Recording(failing={fan: 1}), now=Clock())  # creates its state row
     with engine.begin() as sender_conn:
-        sender_conn.execute(select(wallet_pases).where(wallet_pases.c.fan_pk == fan)
-                            .with_for_update())
+        sender_conn.execute(
+            select(wallet_pases).where(wallet_pases.c.fan_pk == fan).with_for_update()
+        )
         with engine.begin() as conn:
             conn.execute(text("SET LOCAL lock_timeout = '2s'"))
             assert move_points(conn, fan, 1, Motivo.VENTA) == 2
 
 
-def test_an_expired_lease_goes_to_the_next_sender(engine: Engine,
-                                                 new_fan: Callable[[], int]) -> None:
+def test_an_expired_lease_goes_to_the_next_sender(
+    engine: Engine, new_fan: Callable[[], int]
+) -> None:
     """A run that overstays its lease loses the fan: its late outcome is not recorded."""
     fan = new_fan()
     change(engine, fan, 4)
@@ -418,8 +471,11 @@ def test_an_expired_lease_goes_to_the_next_sender(engine: Engine,
             assert release.wait(30)
             raise WalletDeliveryError("late failure")
 
-    worker = threading.Thread(target=send_pending, args=(engine, Slow()),
-                              kwargs={"now": Clock(), "lease": timedelta(seconds=60)})
+    worker = threading.Thread(
+        target=send_pending,
+        args=(engine, Slow()),
+        kwargs={"now": Clock(), "lease": timedelta(seconds=60)},
+    )
     worker.start()
     try:
         assert inside.wait(30)
@@ -435,8 +491,9 @@ def test_an_expired_lease_goes_to_the_next_sender(engine: Engine,
     assert pending(engine) == {}
 
 
-def test_concurrent_runs_never_deliver_a_fan_twice(engine: Engine,
-                                                  new_fan: Callable[[], int]) -> None:
+def test_concurrent_runs_never_deliver_a_fan_twice(
+    engine: Engine, new_fan: Callable[[], int]
+) -> None:
     fan_pks = [new_fan() for _ in range(40)]
     for i, fan in enumerate(fan_pks):
         change(engine, fan, i + 1)
@@ -476,13 +533,15 @@ def test_concurrent_runs_never_deliver_a_fan_twice(engine: Engine,
         t.join(60)
     assert overlaps == []
     assert sorted((f, s) for f, s, _ in delivered) == sorted(
-        (fan, i + 101) for i, fan in enumerate(fan_pks))
+        (fan, i + 101) for i, fan in enumerate(fan_pks)
+    )
     assert {name for _, _, name in delivered} == {"a", "b"}
     assert pending(engine) == {}
 
 
-def test_rows_committed_out_of_order_are_not_lost(engine: Engine,
-                                                  new_fan: Callable[[], int]) -> None:
+def test_rows_committed_out_of_order_are_not_lost(
+    engine: Engine, new_fan: Callable[[], int]
+) -> None:
     """A balance whose transaction took a lower outbox id but commits after a run has
     folded in higher ids is delivered by the next run (no id high-water mark)."""
     early, late = new_fan(), new_fan()
@@ -494,8 +553,7 @@ def test_rows_committed_out_of_order_are_not_lost(engine: Engine,
         assert outbox(engine) == [(late, 7)]
         with engine.connect() as conn:
             assert conn.execute(select(wallet_outbox.c.id)).scalar_one() > slow_id
-        assert send_pending(engine, provider, now=Clock()) == SendReport(claimed=1,
-                                                                         delivered=1)
+        assert send_pending(engine, provider, now=Clock()) == SendReport(claimed=1, delivered=1)
         slow.commit()
     assert outbox(engine) == [(early, 5)]
     assert send_pending(engine, provider, now=Clock()) == SendReport(claimed=1, delivered=1)
@@ -504,7 +562,8 @@ def test_rows_committed_out_of_order_are_not_lost(engine: Engine,
 
 
 def test_an_older_balance_folded_late_never_replaces_a_newer_one(
-    engine: Engine, new_fan: Callable[[], int],
+    engine: Engine,
+    new_fan: Callable[[], int],
 ) -> None:
     """Two senders fold one fan's rows in the wrong order (the older row was taken by one
     that is slow to fold it): the newer balance wins, and the older one is never sent,
@@ -514,8 +573,9 @@ def test_an_older_balance_folded_late_never_replaces_a_newer_one(
     change(engine, fan, 20)
     provider = Recording()
     with engine.begin() as other:  # another sender holds the older row
-        other.execute(select(wallet_outbox.c.id).where(wallet_outbox.c.saldo == 10)
-                      .with_for_update())
+        other.execute(
+            select(wallet_outbox.c.id).where(wallet_outbox.c.saldo == 10).with_for_update()
+        )
         assert send_pending(engine, provider, now=Clock()).delivered == 1
         assert provider.delivered == [(fan, 30)]
         assert outbox(engine) == [(fan, 10)]
@@ -527,8 +587,9 @@ def test_an_older_balance_folded_late_never_replaces_a_newer_one(
     assert state(engine, fan)["entregado_saldo"] == 30
 
 
-def test_fans_in_back_off_take_no_claims_from_others(engine: Engine,
-                                                     new_fan: Callable[[], int]) -> None:
+def test_fans_in_back_off_take_no_claims_from_others(
+    engine: Engine, new_fan: Callable[[], int]
+) -> None:
     """Fans in back-off are outside the claim's range, however long they have waited and
     however often their balance changes: every run's batch goes to due fans."""
     stuck = [new_fan() for _ in range(5)]
@@ -544,8 +605,9 @@ def test_fans_in_back_off_take_no_claims_from_others(engine: Engine,
         change(engine, fan, 2)
     clock.advance(60)
     for _ in range(2):
-        assert send_pending(engine, provider, batch=2, now=clock) == SendReport(claimed=2,
-                                                                               delivered=2)
+        assert send_pending(engine, provider, batch=2, now=clock) == SendReport(
+            claimed=2, delivered=2
+        )
     assert send_pending(engine, provider, batch=2, now=clock) == SendReport()
     assert sorted(provider.delivered) == sorted((fan, 2) for fan in others)
     assert pending(engine) == dict.fromkeys(stuck, 2)
@@ -553,7 +615,8 @@ def test_fans_in_back_off_take_no_claims_from_others(engine: Engine,
 
 
 def test_a_backlog_is_coalesced_and_a_large_one_spans_runs(
-    engine: Engine, new_fan: Callable[[], int],
+    engine: Engine,
+    new_fan: Callable[[], int],
 ) -> None:
     fans_ = [new_fan() for _ in range(3)]
     for _ in range(10):
@@ -561,8 +624,7 @@ def test_a_backlog_is_coalesced_and_a_large_one_spans_runs(
             change(engine, fan, 1)
     provider = Recording()
     report = send_pending(engine, provider, now=Clock())
-    assert (report, report.ingested, report.more) == (SendReport(claimed=3, delivered=3),
-                                                      30, False)
+    assert (report, report.ingested, report.more) == (SendReport(claimed=3, delivered=3), 30, False)
     assert sorted(provider.delivered) == sorted((fan, 10) for fan in fans_)
 
     for _ in range(10):
@@ -578,7 +640,8 @@ def test_a_backlog_is_coalesced_and_a_large_one_spans_runs(
 
 
 def test_a_batch_provider_gets_one_call_and_reports_each_fan(
-    engine: Engine, new_fan: Callable[[], int],
+    engine: Engine,
+    new_fan: Callable[[], int],
 ) -> None:
     ok, gone, busy = new_fan(), new_fan(), new_fan()
     for fan in (ok, gone, busy):
@@ -591,9 +654,14 @@ def test_a_batch_provider_gets_one_call_and_reports_each_fan(
 
         def deliver_batch(self, batch: Sequence[Delivery]) -> list[Exception | None]:
             calls.append([d.fan.fan_pk for d in batch])
-            return [None if d.fan.fan_pk == ok
-                    else WalletDeliveryError("no pass", permanent=True) if d.fan.fan_pk == gone
-                    else WalletDeliveryError("busy", retry_after=30) for d in batch]
+            return [
+                None
+                if d.fan.fan_pk == ok
+                else WalletDeliveryError("no pass", permanent=True)
+                if d.fan.fan_pk == gone
+                else WalletDeliveryError("busy", retry_after=30)
+                for d in batch
+            ]
 
     clock = Clock()
     report = send_pending(engine, Mixed(), now=clock)
@@ -621,7 +689,8 @@ def test_a_batch_provider_gets_one_call_and_reports_each_fan(
 
 
 def test_several_senders_share_the_work_while_sales_go_on(
-    engine: Engine, new_fan: Callable[[], int],
+    engine: Engine,
+    new_fan: Callable[[], int],
 ) -> None:
     """Four senders (two handing batches to a batch provider, two delivering fan by fan)
     ingest, claim and record over the same outbox while three threads sell: no deadlock,
@@ -664,8 +733,9 @@ def test_several_senders_share_the_work_while_sales_go_on(
     def send(provider: WalletProvider) -> None:
         try:
             while True:
-                report = send_pending(engine, provider, batch=4, workers=2, ingest_batch=5,
-                                      ingest_rounds=2)
+                report = send_pending(
+                    engine, provider, batch=4, workers=2, ingest_batch=5, ingest_rounds=2
+                )
                 idle = not (report.more or report.claimed or report.ingested)
                 if idle and sales_done.is_set():
                     return
@@ -673,8 +743,10 @@ def test_several_senders_share_the_work_while_sales_go_on(
             errors.append(exc)
 
     sellers = [threading.Thread(target=sell, args=(n,)) for n in range(3)]
-    senders = [threading.Thread(target=send, args=(p,))
-               for p in (Batches(), Batches(), OneByOne(), OneByOne())]
+    senders = [
+        threading.Thread(target=send, args=(p,))
+        for p in (Batches(), Batches(), OneByOne(), OneByOne())
+    ]
     for t in senders + sellers:
         t.start()
     for t in sellers:
@@ -687,13 +759,18 @@ def test_several_senders_share_the_work_while_sales_go_on(
     assert overlaps == []
     assert len(delivered) == len(set(delivered))  # balances only grow: none sent twice
     with engine.connect() as conn:
-        final = {int(f): int(p) for f, p in conn.execute(
-            select(fans.c.pk, fans.c.puntos).where(fans.c.pk.in_(fan_pks), fans.c.puntos > 0))}
+        final = {
+            int(f): int(p)
+            for f, p in conn.execute(
+                select(fans.c.pk, fans.c.puntos).where(fans.c.pk.in_(fan_pks), fans.c.puntos > 0)
+            )
+        }
     assert dict(delivered) == final  # the last delivery of each fan
     assert pending(engine) == {}
 
 
 # --- bounded cost ------------------------------------------------------------------------
+
 
 def _scans(plan: dict[str, Any], limited: bool = False) -> Iterator[tuple[dict[str, Any], bool]]:
     """Every node of an EXPLAIN (FORMAT JSON) plan that reads a relation, and whether a
@@ -709,8 +786,11 @@ def _assert_bounded(conn: Connection, statement: TextClause, params: dict[str, o
     """The plan reads wallet_outbox and wallet_pases only by index: key lookups, or range
     scans under a Limit. Returns how many such reads it has."""
     plan = conn.execute(text(f"EXPLAIN (FORMAT JSON) {statement.text}"), params).scalar_one()
-    reads = [(node, limited) for node, limited in _scans(plan[0]["Plan"])
-             if node["Relation Name"] in ("wallet_outbox", "wallet_pases")]
+    reads = [
+        (node, limited)
+        for node, limited in _scans(plan[0]["Plan"])
+        if node["Relation Name"] in ("wallet_outbox", "wallet_pases")
+    ]
     for node, limited in reads:
         assert node["Node Type"] in ("Index Scan", "Index Only Scan"), node
         lookup = "= ANY" in node.get("Index Cond", "") or " = " in node.get("Index Cond", "")
@@ -719,38 +799,61 @@ def _assert_bounded(conn: Connection, statement: TextClause, params: dict[str, o
 
 
 def test_every_sender_statement_reads_a_bounded_part_of_the_backlog(
-    engine: Engine, new_fan: Callable[[], int],
+    engine: Engine,
+    new_fan: Callable[[], int],
 ) -> None:
     """With thousands of outbox rows and waiting balances (analyzed), the ingest, the claim,
     the record and the backlog figures read them only by index, under a Limit or by key:
     no sequential scan, sort or aggregate over the outbox or over wallet_pases."""
     new_fan()
     with engine.begin() as conn:
-        conn.execute(text(
-            "INSERT INTO fans (programa_id, fan_id, nombre, correo, socio_desde, qr_token) "
-            "SELECT 'halcones', 'PLAN' || g, 'n', 'plan' || g || '@x.example', 2020, "
-            "'plan' || g FROM generate_series(1, 4000) AS g"))
-        conn.execute(text(
-            "INSERT INTO wallet_outbox (fan_pk, saldo) SELECT pk, g FROM fans, "
-            "generate_series(1, 2) AS g WHERE fan_id LIKE 'PLAN%'"))
+        conn.execute(
+            text(
+                "INSERT INTO fans (programa_id, fan_id, nombre, correo, socio_desde, qr_token) "
+                "SELECT 'halcones', 'PLAN' || g, 'n', 'plan' || g || '@x.example', 2020, "
+                "'plan' || g FROM generate_series(1, 4000) AS g"
+            )
+        )
+        conn.execute(
+            text(
+                "INSERT INTO wallet_outbox (fan_pk, saldo) SELECT pk, g FROM fans, "
+                "generate_series(1, 2) AS g WHERE fan_id LIKE 'PLAN%'"
+            )
+        )
         assert ingest(conn, limit=4000) == (4000, 4000)
     with engine.connect() as conn:
         conn.execution_options(isolation_level="AUTOCOMMIT").exec_driver_sql(
-            "ANALYZE wallet_outbox, wallet_pases")
+            "ANALYZE wallet_outbox, wallet_pases"
+        )
     fan_pks = list(pending(engine))[:100]
     with engine.begin() as conn:
         assert _assert_bounded(conn, INGEST_SQL, {"n": 100, "due": T0}) == 2
-        assert _assert_bounded(conn, CLAIM_SQL, {"n": 100, "now": T0,
-                                                 "lease_until": T0}) == 2
-        assert _assert_bounded(conn, RECORD_SQL, {
-            "fan_pks": fan_pks, "saldo_ids": [1] * 100, "cubiertos": [True] * 100,
-            "intentos": [0] * 100, "proximos": [T0] * 100, "entregados": [1] * 100,
-            "errores": [None] * 100, "lease_until": T0, "due": T0, "at": T0}) == 2
+        assert _assert_bounded(conn, CLAIM_SQL, {"n": 100, "now": T0, "lease_until": T0}) == 2
+        assert (
+            _assert_bounded(
+                conn,
+                RECORD_SQL,
+                {
+                    "fan_pks": fan_pks,
+                    "saldo_ids": [1] * 100,
+                    "cubiertos": [True] * 100,
+                    "intentos": [0] * 100,
+                    "proximos": [T0] * 100,
+                    "entregados": [1] * 100,
+                    "errores": [None] * 100,
+                    "lease_until": T0,
+                    "due": T0,
+                    "at": T0,
+                },
+            )
+            == 2
+        )
         assert _assert_bounded(conn, BACKLOG_SQL, {"cap": 101, "now": T0}) >= 6
 
 
 def test_the_sender_plans_every_execution_for_its_parameters(
-    db_url: str, new_fan: Callable[[], int],
+    db_url: str,
+    new_fan: Callable[[], int],
 ) -> None:
     """psycopg prepares a statement after 5 executions, and PostgreSQL considers a generic
     plan after 5 more: it must never use one (chosen while the outbox was nearly empty, it
@@ -764,9 +867,12 @@ def test_the_sender_plans_every_execution_for_its_parameters(
             assert send_pending(single, provider, now=Clock()).delivered == 1
             assert provider.delivered[-1] == (fan, n + 1)
         with single.connect() as conn:
-            plans = conn.execute(text(
-                "SELECT generic_plans, custom_plans FROM pg_prepared_statements "
-                "WHERE statement ~ 'wallet_pases'")).all()
+            plans = conn.execute(
+                text(
+                    "SELECT generic_plans, custom_plans FROM pg_prepared_statements "
+                    "WHERE statement ~ 'wallet_pases'"
+                )
+            ).all()
     finally:
         single.dispose()
     assert len(plans) == 3  # ingest, claim, record
@@ -798,15 +904,18 @@ def test_the_status_line_says_when_it_estimates() -> None:
     from loyalty_grpc.runtime.status import _backlog_text
 
     assert _backlog_text(Backlog(fans=0, waiting=0, oldest_seconds=0, exact=True)) == (
-        "0 fans pending")
+        "0 fans pending"
+    )
     assert _backlog_text(Backlog(fans=12, waiting=2, oldest_seconds=3, exact=True)) == (
-        "12 fans pending (2 waiting for a retry), oldest 3 s ago")
-    assert _backlog_text(Backlog(fans=1_200_000, waiting=10_000, oldest_seconds=840,
-                                 exact=False)) == (
-        "≈ 1200000 fans pending (estimate; 10000+ waiting for a retry), oldest 14 min ago")
+        "12 fans pending (2 waiting for a retry), oldest 3 s ago"
+    )
+    assert _backlog_text(
+        Backlog(fans=1_200_000, waiting=10_000, oldest_seconds=840, exact=False)
+    ) == ("≈ 1200000 fans pending (estimate; 10000+ waiting for a retry), oldest 14 min ago")
 
 
 # --- the background sender and the CLI --------------------------------------------------------
+
 
 def _wait_for(condition: Callable[[], bool], deadline_seconds: float = 15.0) -> bool:
     deadline = time.monotonic() + deadline_seconds
@@ -817,8 +926,7 @@ def _wait_for(condition: Callable[[], bool], deadline_seconds: float = 15.0) -> 
     return condition()
 
 
-def test_the_sender_thread_delivers_on_its_own(engine: Engine,
-                                              new_fan: Callable[[], int]) -> None:
+def test_the_sender_thread_delivers_on_its_own(engine: Engine, new_fan: Callable[[], int]) -> None:
     fan = new_fan()
     sender = WalletSender(engine, LocalProvider(engine), interval=0.05)
     sender.start()
@@ -847,9 +955,13 @@ def test_wake_runs_the_sender_at_once(engine: Engine, new_fan: Callable[[], int]
     sender.stop()  # twice is fine
 
 
-def test_cli_wallet_send(engine: Engine, db_url: str, new_fan: Callable[[], int],
-                         monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
-                         ) -> None:
+def test_cli_wallet_send(
+    engine: Engine,
+    db_url: str,
+    new_fan: Callable[[], int],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     ok, failing = new_fan(), new_fan()
     change(engine, failing, 4)
     # The failing fan is in back-off (an earlier failure, as of now).
@@ -865,22 +977,24 @@ def test_cli_wallet_send(engine: Engine, db_url: str, new_fan: Callable[[], int]
     assert pending_fans(engine) == (1, 1)
 
 
-def test_cli_wallet_send_rejects_a_bad_provider(monkeypatch: pytest.MonkeyPatch,
-                                                db_url: str) -> None:
+def test_cli_wallet_send_rejects_a_bad_provider(
+    monkeypatch: pytest.MonkeyPatch, db_url: str
+) -> None:
     monkeypatch.setenv("LOYALTY_DATABASE_URL", db_url)
     monkeypatch.setenv("LOYALTY_WALLET_PROVIDER", "apple")
     with pytest.raises(SystemExit) as exc:
         main(["wallet", "send"])
     assert str(exc.value) == (
-        "error: LOYALTY_WALLET_PROVIDER must be one of local, google, got 'apple'")
+        "error: LOYALTY_WALLET_PROVIDER must be one of local, google, got 'apple'"
+    )
 
 
 def test_cli_wallet_send_needs_a_migrated_database(
-    create_database: Callable[[], str], monkeypatch: pytest.MonkeyPatch,
+    create_database: Callable[[], str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setenv("LOYALTY_DATABASE_URL", create_database())
     monkeypatch.delenv("LOYALTY_WALLET_PROVIDER", raising=False)
     with pytest.raises(SystemExit) as exc:
         main(["wallet", "send"])
-    assert str(exc.value) == (
-        "error: the database is not migrated; run `loyalty migrate` first")
+    assert str(exc.value) == ("error: the database is not migrated; run `loyalty migrate` first")

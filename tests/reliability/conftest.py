@@ -11,8 +11,9 @@ from tests.reliability.harness import Journal, Stack, World, running_stack
 
 
 @pytest.fixture(scope="module")
-def stack(create_database: Callable[[], str], tmp_path_factory: pytest.TempPathFactory
-          ) -> Iterator[Stack]:
+def stack(
+    create_database: Callable[[], str], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Stack]:
     with running_stack(create_database(), tmp_path_factory.mktemp("rel"), World.make()) as up:
         yield up
 

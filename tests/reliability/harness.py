@@ -68,23 +68,51 @@ class World:
     @classmethod
     def make(cls, *, fans: int = 12, codes: int = 6000) -> World:
         fan_ids = [f"REL{i:02}" for i in range(1, fans + 1)]
-        return cls(fans={fan_id: 1000 * i for i, fan_id in enumerate(fan_ids, 1)},
-                   codes={f"C-{i:05}": fan_ids[i % fans] for i in range(1, codes + 1)})
+        return cls(
+            fans={fan_id: 1000 * i for i, fan_id in enumerate(fan_ids, 1)},
+            codes={f"C-{i:05}": fan_ids[i % fans] for i in range(1, codes + 1)},
+        )
 
     def document(self) -> str:
-        return json.dumps({"programas": [{
-            "id": PROGRAM, "nombre": "Club Reliability", "tasa_puntos": str(RATE),
-            "qr_url": "https://rel.example/fan",
-            "claves": [{"clave": KEY, "integracion": "Caja Todo", "permisos": PERMISSIONS}],
-            "fans": [{"id": fan_id, "nombre": f"Fan {fan_id}",
-                      "correo": f"{fan_id.lower()}@example.com", "socio_desde": 2020,
-                      "temporadas": 1, "qr_token": f"qr{fan_id}", "puntos": opening}
-                     for fan_id, opening in self.fans.items()],
-            "promos": [{"nombre": PROMO, "estado": "activa", "vigencia_fin": "2099-12-31",
-                        "puntos_canje": PUNTOS_CANJE,
-                        "codigos": [{"codigo": code, "estado": "asignado", "fan": fan_id}
-                                    for code, fan_id in self.codes.items()]}],
-        }]})
+        return json.dumps(
+            {
+                "programas": [
+                    {
+                        "id": PROGRAM,
+                        "nombre": "Club Reliability",
+                        "tasa_puntos": str(RATE),
+                        "qr_url": "https://rel.example/fan",
+                        "claves": [
+                            {"clave": KEY, "integracion": "Caja Todo", "permisos": PERMISSIONS}
+                        ],
+                        "fans": [
+                            {
+                                "id": fan_id,
+                                "nombre": f"Fan {fan_id}",
+                                "correo": f"{fan_id.lower()}@example.com",
+                                "socio_desde": 2020,
+                                "temporadas": 1,
+                                "qr_token": f"qr{fan_id}",
+                                "puntos": opening,
+                            }
+                            for fan_id, opening in self.fans.items()
+                        ],
+                        "promos": [
+                            {
+                                "nombre": PROMO,
+                                "estado": "activa",
+                                "vigencia_fin": "2099-12-31",
+                                "puntos_canje": PUNTOS_CANJE,
+                                "codigos": [
+                                    {"codigo": code, "estado": "asignado", "fan": fan_id}
+                                    for code, fan_id in self.codes.items()
+                                ],
+                            }
+                        ],
+                    }
+                ]
+            }
+        )
 
 
 @dataclass(frozen=True)
@@ -99,8 +127,12 @@ class Sale:
         return int((self.cents * RATE / 100).to_integral_value(ROUND_FLOOR))
 
     def body(self) -> dict[str, object]:
-        return {"id_externo": self.id_externo, "fan": self.fan,
-                "importe": f"{self.cents // 100}.{self.cents % 100:02}", "terminal": "rel-1"}
+        return {
+            "id_externo": self.id_externo,
+            "fan": self.fan,
+            "importe": f"{self.cents // 100}.{self.cents % 100:02}",
+            "terminal": "rel-1",
+        }
 
 
 # ----------------------------------------------------------------------------- the stack
@@ -157,8 +189,9 @@ class Stack:
         start = time.monotonic()
         while self.restarts_logged() < count:
             assert self.up.proc.poll() is None, "loyalty up exited:\n" + self.log_tail()
-            assert time.monotonic() - start < timeout, \
+            assert time.monotonic() - start < timeout, (
                 f"{count} restarts not logged after {timeout} s:\n" + self.log_tail()
+            )
             time.sleep(0.02)
         return time.monotonic() - start
 
@@ -167,16 +200,30 @@ class Stack:
 
     def status(self) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            [*LOYALTY, "status", "--data-dir", str(self.data_dir), "--target",
-             f"127.0.0.1:{self.grpc_port}"],
-            env=_env(LOYALTY_DATABASE_URL=self.database_url), text=True, capture_output=True,
-            timeout=90, check=False)
+            [
+                *LOYALTY,
+                "status",
+                "--data-dir",
+                str(self.data_dir),
+                "--target",
+                f"127.0.0.1:{self.grpc_port}",
+            ],
+            env=_env(LOYALTY_DATABASE_URL=self.database_url),
+            text=True,
+            capture_output=True,
+            timeout=90,
+            check=False,
+        )
 
     def restarts_metric(self) -> dict[str, float]:
         """`loyalty_process_restarts_total` by `process`, from /metrics."""
         page = httpx.get(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=10).text
-        return {kind: float(value) for kind, value in re.findall(
-            r'^loyalty_process_restarts_total\{process="(\w+)"\} (\S+)$', page, re.MULTILINE)}
+        return {
+            kind: float(value)
+            for kind, value in re.findall(
+                r'^loyalty_process_restarts_total\{process="(\w+)"\} (\S+)$', page, re.MULTILINE
+            )
+        }
 
 
 def _is(process: psutil.Process, what: str) -> bool:
@@ -194,9 +241,15 @@ def kill(process: psutil.Process) -> int:
     return int(process.pid)
 
 
-def kill_in_turn(stack: Stack, journal: Journal, kinds: list[str], *, apart: float = 2.0,
-                 answers_within: float = 15.0, until: Callable[[], bool] | None = None
-                 ) -> dict[str, list[float]]:
+def kill_in_turn(
+    stack: Stack,
+    journal: Journal,
+    kinds: list[str],
+    *,
+    apart: float = 2.0,
+    answers_within: float = 15.0,
+    until: Callable[[], bool] | None = None,
+) -> dict[str, list[float]]:
     """SIGKILL a child of each kind in `kinds` ("worker": the oldest one, so the slots take
     turns; "envoy"), `apart` seconds apart, or until `until()` is true after a kill. After
     every kill a ping, retried as the README says, must succeed within `answers_within` s,
@@ -208,18 +261,23 @@ def kill_in_turn(stack: Stack, journal: Journal, kinds: list[str], *, apart: flo
     last_kill = time.monotonic() - apart
     for n, kind in enumerate(kinds, 1):
         time.sleep(max(0.0, last_kill + apart - time.monotonic()))
-        target = min(stack.workers(), key=lambda w: w.create_time()) \
-            if kind == "worker" else stack.envoy()
+        target = (
+            min(stack.workers(), key=lambda w: w.create_time())
+            if kind == "worker"
+            else stack.envoy()
+        )
         last_kill = time.monotonic()
         pid = kill(target)
         with Client(stack.base_url, journal, Policy(deadline=answers_within)) as client:
             reply = client.ping()
-        assert reply.status == 200, \
+        assert reply.status == 200, (
             f"no answer {answers_within} s after kill {n} ({kind} {pid}): {reply.last}"
+        )
         answered[kind].append(time.monotonic() - last_kill)
         stack.wait_restarts(restarts + n, timeout=answers_within)
-        assert any(f"(pid {pid}) killed by SIGKILL after serving" in line
-                   for line in stack.up.lines), stack.log_tail()
+        assert any(
+            f"(pid {pid}) killed by SIGKILL after serving" in line for line in stack.up.lines
+        ), stack.log_tail()
         if until is not None and until():
             break
     return answered
@@ -234,13 +292,40 @@ def running_stack(database_url: str, work: Path, world: World) -> Iterator[Stack
     apply_fixture(engine, world.document())
     http_port, grpc_port, metrics_port = free_port(), free_port(), free_port()
     data_dir = work / "data"
-    up = Running(["up", "--workers", "2", "--http-port", str(http_port), "--grpc-port",
-                  str(grpc_port), "--metrics-port", str(metrics_port), "--data-dir",
-                  str(data_dir)], work,
-                 _env(LOYALTY_DATABASE_URL=database_url, LOYALTY_ADMIN_TOKEN=ADMIN_TOKEN,
-                      LOYALTY_RATE_LIMIT_PER_MINUTE="1000000"))
-    stack = Stack(up, work, data_dir, database_url, http_port, grpc_port, metrics_port,
-                  engine, world, Book(world), collections.deque(world.codes))
+    up = Running(
+        [
+            "up",
+            "--workers",
+            "2",
+            "--http-port",
+            str(http_port),
+            "--grpc-port",
+            str(grpc_port),
+            "--metrics-port",
+            str(metrics_port),
+            "--data-dir",
+            str(data_dir),
+        ],
+        work,
+        _env(
+            LOYALTY_DATABASE_URL=database_url,
+            LOYALTY_ADMIN_TOKEN=ADMIN_TOKEN,
+            LOYALTY_RATE_LIMIT_PER_MINUTE="1000000",
+        ),
+    )
+    stack = Stack(
+        up,
+        work,
+        data_dir,
+        database_url,
+        http_port,
+        grpc_port,
+        metrics_port,
+        engine,
+        world,
+        Book(world),
+        collections.deque(world.codes),
+    )
     try:
         up.wait_for(READY_LINE)
         yield stack
@@ -289,8 +374,15 @@ class Journal:
 
     def summary(self) -> str:
         kinds = collections.Counter(
-            "no answer" if a.status is None else f"{a.status} not the envelope" if a.error
-            else "ok" if a.status == 200 else f"{a.status} {a.codigo}" for a in self.attempts)
+            "no answer"
+            if a.status is None
+            else f"{a.status} not the envelope"
+            if a.error
+            else "ok"
+            if a.status == 200
+            else f"{a.status} {a.codigo}"
+            for a in self.attempts
+        )
         worst = max((a.seconds for a in self.attempts), default=0.0)
         return f"{len(self.attempts)} attempts {dict(kinds)}, slowest {worst:.2f} s"
 
@@ -306,7 +398,7 @@ class Policy:
     timeout: float = 20.0  # per attempt: longer than Envoy's 15 s route timeout
 
     def delay(self, retry: int) -> float:
-        return min(self.cap, self.first * 2.0 ** retry) * (1 + random.uniform(0, self.jitter))
+        return min(self.cap, self.first * 2.0**retry) * (1 + random.uniform(0, self.jitter))
 
 
 @dataclass(frozen=True)
@@ -335,8 +427,11 @@ def envelope_problem(status: int, body: Any) -> str | None:
     if not isinstance(body, dict) or not isinstance(body.get("ok"), bool):
         return "not the envelope"
     if body["ok"]:
-        return None if status == 200 and isinstance(body.get("data"), dict) else \
-            f"ok true with HTTP {status}"
+        return (
+            None
+            if status == 200 and isinstance(body.get("data"), dict)
+            else f"ok true with HTTP {status}"
+        )
     error = body.get("error")
     if status < 400 or set(body) != {"ok", "error"} or not isinstance(error, dict):
         return "not the error envelope"
@@ -348,14 +443,23 @@ def envelope_problem(status: int, body: Any) -> str | None:
 class Client:
     """One POS terminal: its own keep-alive connection, retries as the README says."""
 
-    def __init__(self, base_url: str, journal: Journal, policy: Policy | None = None,
-                 key: str = KEY, abort: threading.Event | None = None) -> None:
+    def __init__(
+        self,
+        base_url: str,
+        journal: Journal,
+        policy: Policy | None = None,
+        key: str = KEY,
+        abort: threading.Event | None = None,
+    ) -> None:
         self.policy = policy or Policy()
         self.journal = journal
         # Set: stop retrying (the test failed, nobody waits for the answer).
         self.abort = abort or threading.Event()
-        self._http = httpx.Client(base_url=base_url, timeout=self.policy.timeout,
-                                  headers={"Authorization": f"Bearer {key}"})
+        self._http = httpx.Client(
+            base_url=base_url,
+            timeout=self.policy.timeout,
+            headers={"Authorization": f"Bearer {key}"},
+        )
 
     def close(self) -> None:
         self._http.close()
@@ -363,12 +467,14 @@ class Client:
     def __enter__(self) -> Self:
         return self
 
-    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         self.close()
 
-    def send(self, path: str, content: bytes | None,
-             headers: dict[str, str] | None = None) -> tuple[Attempt, httpx.Response | None]:
+    def send(
+        self, path: str, content: bytes | None, headers: dict[str, str] | None = None
+    ) -> tuple[Attempt, httpx.Response | None]:
         """One attempt, as it is (no retry)."""
         started = time.monotonic()
         try:
@@ -451,11 +557,14 @@ class Book:
             if not data["duplicado"]:
                 self.first_replies[sale.id_externo] += 1
                 if data["puntos_otorgados"] != sale.points:
-                    self.problems.append(f"tx {sale.id_externo}: {data['puntos_otorgados']} "
-                                         f"points answered, {sale.points} expected")
+                    self.problems.append(
+                        f"tx {sale.id_externo}: {data['puntos_otorgados']} "
+                        f"points answered, {sale.points} expected"
+                    )
             elif data["puntos_otorgados"] != 0:
-                self.problems.append(f"tx {sale.id_externo}: a duplicate credited "
-                                     f"{data['puntos_otorgados']}")
+                self.problems.append(
+                    f"tx {sale.id_externo}: a duplicate credited {data['puntos_otorgados']}"
+                )
         return reply
 
     def burn(self, client: Client, code: str) -> Reply:
@@ -493,8 +602,16 @@ class Load:
     amounts) and, `burn_share` of the time while the stack's pool lasts, burns of fresh codes;
     every call retried to an answer. Use as a context manager around the faults."""
 
-    def __init__(self, stack: Stack, journal: Journal, tag: str, *, clients: int = 8,
-                 burn_share: float = 0.3, pause: float = 0.0) -> None:
+    def __init__(
+        self,
+        stack: Stack,
+        journal: Journal,
+        tag: str,
+        *,
+        clients: int = 8,
+        burn_share: float = 0.3,
+        pause: float = 0.0,
+    ) -> None:
         self.stack = stack
         self.journal = journal
         self.tag = tag
@@ -503,8 +620,9 @@ class Load:
         self.calls = 0
         self._stop = threading.Event()
         self._abort = threading.Event()
-        self._threads = [threading.Thread(target=self._run, args=(n,), name=f"{tag}-{n}")
-                         for n in range(clients)]
+        self._threads = [
+            threading.Thread(target=self._run, args=(n,), name=f"{tag}-{n}") for n in range(clients)
+        ]
         self._failures: list[BaseException] = []
 
     def __enter__(self) -> Self:
@@ -512,8 +630,9 @@ class Load:
             thread.start()
         return self
 
-    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         self._stop.set()
         if exc is not None:
             self._abort.set()
@@ -536,8 +655,12 @@ class Load:
                         book.burn(client, codes[0])
                     else:
                         count += 1
-                        book.sale(client, Sale(f"{self.tag}-{n}-{count}", rng.choice(fans),
-                                               rng.randint(0, 500_000)))
+                        book.sale(
+                            client,
+                            Sale(
+                                f"{self.tag}-{n}-{count}", rng.choice(fans), rng.randint(0, 500_000)
+                            ),
+                        )
                     self.calls += 1
                     if self.pause:
                         self._stop.wait(self.pause)
@@ -572,25 +695,42 @@ def audit(stack: Stack) -> Audited:
     problems = list(book.problems)
     problems += [f"not acknowledged: {what}: {why}" for what, why in book.unacked.items()]
     with stack.engine.connect() as conn:
-        fans = {row.fan_id: row for row in conn.execute(text(
-            "SELECT pk, fan_id, puntos FROM fans WHERE programa_id = :p"), {"p": PROGRAM})}
+        fans = {
+            row.fan_id: row
+            for row in conn.execute(
+                text("SELECT pk, fan_id, puntos FROM fans WHERE programa_id = :p"), {"p": PROGRAM}
+            )
+        }
         by_pk = {row.pk: fan_id for fan_id, row in fans.items()}
-        sales = conn.execute(text(
-            "SELECT v.id, v.id_externo, v.modo, v.fan_pk, v.importe_centavos, v.puntos,"
-            " (SELECT count(*) FROM movimientos m WHERE m.venta_id = v.id) AS entries,"
-            " (SELECT coalesce(sum(m.puntos), 0) FROM movimientos m WHERE m.venta_id = v.id"
-            "  AND m.motivo = 'venta' AND m.fan_pk = v.fan_pk) AS credited"
-            " FROM ventas v WHERE v.programa_id = :p"), {"p": PROGRAM}).all()
-        codes = conn.execute(text(
-            "SELECT c.id, c.codigo, c.estado, c.fan_pk,"
-            " (SELECT count(*) FROM movimientos m WHERE m.codigo_id = c.id) AS entries,"
-            " (SELECT coalesce(sum(m.puntos), 0) FROM movimientos m WHERE m.codigo_id = c.id"
-            "  AND m.motivo = 'canje' AND m.fan_pk = c.fan_pk) AS credited"
-            " FROM codigos c WHERE c.programa_id = :p"), {"p": PROGRAM}).all()
-        ledger = conn.execute(text(
-            "SELECT m.fan_pk, m.motivo, count(*) AS n, sum(m.puntos) AS puntos FROM movimientos m"
-            " JOIN fans f ON f.pk = m.fan_pk WHERE f.programa_id = :p"
-            " GROUP BY m.fan_pk, m.motivo"), {"p": PROGRAM}).all()
+        sales = conn.execute(
+            text(
+                "SELECT v.id, v.id_externo, v.modo, v.fan_pk, v.importe_centavos, v.puntos,"
+                " (SELECT count(*) FROM movimientos m WHERE m.venta_id = v.id) AS entries,"
+                " (SELECT coalesce(sum(m.puntos), 0) FROM movimientos m WHERE m.venta_id = v.id"
+                "  AND m.motivo = 'venta' AND m.fan_pk = v.fan_pk) AS credited"
+                " FROM ventas v WHERE v.programa_id = :p"
+            ),
+            {"p": PROGRAM},
+        ).all()
+        codes = conn.execute(
+            text(
+                "SELECT c.id, c.codigo, c.estado, c.fan_pk,"
+                " (SELECT count(*) FROM movimientos m WHERE m.codigo_id = c.id) AS entries,"
+                " (SELECT coalesce(sum(m.puntos), 0) FROM movimientos m WHERE m.codigo_id = c.id"
+                "  AND m.motivo = 'canje' AND m.fan_pk = c.fan_pk) AS credited"
+                " FROM codigos c WHERE c.programa_id = :p"
+            ),
+            {"p": PROGRAM},
+        ).all()
+        ledger = conn.execute(
+            text(
+                "SELECT m.fan_pk, m.motivo, count(*) AS n, sum(m.puntos) AS puntos"
+                " FROM movimientos m"
+                " JOIN fans f ON f.pk = m.fan_pk WHERE f.programa_id = :p"
+                " GROUP BY m.fan_pk, m.motivo"
+            ),
+            {"p": PROGRAM},
+        ).all()
 
     seen: collections.Counter[str] = collections.Counter(row.id_externo for row in sales)
     expected = dict(world.fans)
@@ -599,16 +739,24 @@ def audit(stack: Stack) -> Audited:
         if sale is None:
             problems.append(f"sale {row.id_externo} (folio {row.id}) was never acknowledged")
             continue
-        if (row.modo, by_pk.get(row.fan_pk), row.importe_centavos, row.puntos) != \
-                ("vivo", sale.fan, sale.cents, sale.points):
+        if (row.modo, by_pk.get(row.fan_pk), row.importe_centavos, row.puntos) != (
+            "vivo",
+            sale.fan,
+            sale.cents,
+            sale.points,
+        ):
             problems.append(f"sale {row.id_externo}: stored {tuple(row)}, sent {sale}")
         # A sale of 0 points moves nothing: no ledger entry (store/ledger.py).
         if (row.entries, row.credited) != (int(sale.points > 0), sale.points):
-            problems.append(f"sale {row.id_externo}: {row.entries} ledger entries crediting "
-                            f"{row.credited}, expected {sale.points} points")
+            problems.append(
+                f"sale {row.id_externo}: {row.entries} ledger entries crediting "
+                f"{row.credited}, expected {sale.points} points"
+            )
         if book.folios[row.id_externo] - {row.id}:
-            problems.append(f"sale {row.id_externo}: answered folios "
-                            f"{sorted(book.folios[row.id_externo])}, stored {row.id}")
+            problems.append(
+                f"sale {row.id_externo}: answered folios "
+                f"{sorted(book.folios[row.id_externo])}, stored {row.id}"
+            )
     for id_externo, sale in book.acked_sales.items():
         if seen[id_externo] != 1:
             problems.append(f"acknowledged sale {id_externo} stored {seen[id_externo]} times")
@@ -619,11 +767,14 @@ def audit(stack: Stack) -> Audited:
         if fan != world.codes.get(row.codigo):
             problems.append(f"code {row.codigo}: fan {fan}, was {world.codes.get(row.codigo)}")
         if acked and (row.estado, row.entries, row.credited) != ("canjeado", 1, PUNTOS_CANJE):
-            problems.append(f"acknowledged code {row.codigo}: {row.estado}, {row.entries} "
-                            f"ledger entries crediting {row.credited}")
+            problems.append(
+                f"acknowledged code {row.codigo}: {row.estado}, {row.entries} "
+                f"ledger entries crediting {row.credited}"
+            )
         if not acked and (row.estado, row.entries) != ("asignado", 0):
-            problems.append(f"code {row.codigo} never acknowledged: {row.estado}, "
-                            f"{row.entries} ledger entries")
+            problems.append(
+                f"code {row.codigo} never acknowledged: {row.estado}, {row.entries} ledger entries"
+            )
         if acked and fan is not None:
             expected[fan] += PUNTOS_CANJE
     if missing := book.acked_codes - {row.codigo for row in codes}:
@@ -632,13 +783,18 @@ def audit(stack: Stack) -> Audited:
     for row in ledger:
         fan = by_pk[row.fan_pk]
         ledger_sum[fan] += row.puntos
-        if row.motivo not in ("venta", "canje") and \
-                (row.motivo, row.n, row.puntos) != ("ajuste", 1, world.fans[fan]):
+        if row.motivo not in ("venta", "canje") and (row.motivo, row.n, row.puntos) != (
+            "ajuste",
+            1,
+            world.fans[fan],
+        ):
             problems.append(f"fan {fan}: unexpected ledger entries {tuple(row)}")
     for fan, opening in world.fans.items():
         balance = fans[fan].puntos
         if not balance == expected[fan] == ledger_sum[fan]:
-            problems.append(f"fan {fan}: balance {balance}, opening {opening} + acknowledged "
-                            f"credits = {expected[fan]}, ledger sum {ledger_sum[fan]}")
+            problems.append(
+                f"fan {fan}: balance {balance}, opening {opening} + acknowledged "
+                f"credits = {expected[fan]}, ledger sum {ledger_sum[fan]}"
+            )
     assert not problems, f"audit: {len(problems)} problems:\n" + "\n".join(problems[:30])
     return Audited(len(book.acked_sales), len(book.acked_codes), len(world.fans))

@@ -24,8 +24,13 @@ from sqlalchemy import text
 from tests.reliability.harness import PROMO, Client, Journal, Stack
 
 TX, REDEEM, RESOLVE, CODES, ROSTER, PING = (
-    "/api/v1/tx", "/api/v1/redeem", "/api/v1/fan/resolve", "/api/v1/codes", "/api/v1/roster",
-    "/api/v1/ping")
+    "/api/v1/tx",
+    "/api/v1/redeem",
+    "/api/v1/fan/resolve",
+    "/api/v1/codes",
+    "/api/v1/roster",
+    "/api/v1/ping",
+)
 ENDPOINTS = (TX, REDEEM, RESOLVE, CODES, ROSTER, PING)
 READS = (RESOLVE, ROSTER, PING)
 FAN = "REL01"  # a real fan (harness.World)
@@ -79,8 +84,7 @@ def base(path: str) -> dict[str, object]:
     return {}
 
 
-def with_field(path: str, field: str, value: object, name: str,
-               may_succeed: bool = False) -> Case:
+def with_field(path: str, field: str, value: object, name: str, may_succeed: bool = False) -> Case:
     return Case(path, name, dumps({**base(path), field: value}), may_succeed)
 
 
@@ -98,8 +102,11 @@ def generic(path: str) -> list[Case]:
     valid = dumps(base(path)).decode()
     cases = [
         *(Case(path, f"random-bytes-{size}", rng.randbytes(size)) for size in (1, 64, 4096)),
-        Case(path, "random-printable", "".join(rng.choice("{}[]\":,0123456789aeflnrstu\\ ")
-                                               for _ in range(300)).encode()),
+        Case(
+            path,
+            "random-printable",
+            "".join(rng.choice('{}[]":,0123456789aeflnrstu\\ ') for _ in range(300)).encode(),
+        ),
         Case(path, "invalid-utf8-in-string", b'{"fan": "\xff\xfe\xfd", "x": "\xc3\x28"}'),
         Case(path, "invalid-utf8-key", b'{"\xc3\x28": 1}'),
         Case(path, "overlong-utf8", b'{"fan": "\xc0\xaf\xe0\x80\xaf"}'),
@@ -131,8 +138,14 @@ def generic(path: str) -> list[Case]:
         Case(path, "whitespace-only", b" \n\t "),
     ]
     if path in READS:  # a write would be right: unknown fields are ignored
-        cases.append(Case(path, "sql-in-unknown-field",
-                          dumps({**base(path), "x": "'; DROP TABLE ventas; --"}), True))
+        cases.append(
+            Case(
+                path,
+                "sql-in-unknown-field",
+                dumps({**base(path), "x": "'; DROP TABLE ventas; --"}),
+                True,
+            )
+        )
     if valid != "{}":
         # Being made strict right now (issue 11 §3): it wrote a sale.
         cases.append(Case(path, "trailing-comma", (valid[:-1] + ",}").encode()))
@@ -142,9 +155,15 @@ def generic(path: str) -> list[Case]:
 # Digits of other scripts, 0 to 9: str.isdigit() is true for every one of them, and
 # int(), float() and Decimal() read all but the superscripts, subscripts and circled ones.
 DIGITS = {
-    "arabic-indic": "٠١٢٣٤٥٦٧٨٩", "persian": "۰۱۲۳۴۵۶۷۸۹", "fullwidth": "０１２３４５６７８９",
-    "superscript": "⁰¹²³⁴⁵⁶⁷⁸⁹", "subscript": "₀₁₂₃₄₅₆₇₈₉", "bengali": "০১২৩৪৫৬৭৮৯",
-    "math-bold": "𝟎𝟏𝟐𝟑𝟒𝟓𝟔𝟕𝟖𝟗", "circled": "⓪①②③④⑤⑥⑦⑧⑨", "devanagari": "०१२३४५६७८९",
+    "arabic-indic": "٠١٢٣٤٥٦٧٨٩",
+    "persian": "۰۱۲۳۴۵۶۷۸۹",
+    "fullwidth": "０１２３４５６７８９",
+    "superscript": "⁰¹²³⁴⁵⁶⁷⁸⁹",
+    "subscript": "₀₁₂₃₄₅₆₇₈₉",
+    "bengali": "০১২৩৪৫৬৭৮৯",
+    "math-bold": "𝟎𝟏𝟐𝟑𝟒𝟓𝟔𝟕𝟖𝟗",
+    "circled": "⓪①②③④⑤⑥⑦⑧⑨",
+    "devanagari": "०१२३४५६७८९",
 }
 # An hour ago, as epoch seconds: a valid `ts` once its digits are ASCII.
 AN_HOUR_AGO = str(int(time.time()) - 3600)
@@ -153,27 +172,51 @@ AN_HOUR_AGO = str(int(time.time()) - 3600)
 def lookalike(text: str, script: str) -> str:
     """`text` with its ASCII digits written in `script`."""
     return text.translate(str.maketrans("0123456789", DIGITS[script]))
+
+
 SQL = {
-    "drop-table": "'; DROP TABLE ventas; --", "or-true": "x' OR '1'='1", "percent": "%",
-    "underscore": "_", "percent-at": "%@%", "like-email": "rel0_@example.com",
-    "percent-email": "%@example.com", "backslash": "\\", "backslash-quote": "\\'",
-    "semicolon": "; SELECT pg_sleep(10); --", "nul-escape": "\u0000", "nul-inside": "REL\u000001",
-    "dollar-quote": "$$; DROP TABLE fans; $$", "comment": "REL01'--",
+    "drop-table": "'; DROP TABLE ventas; --",
+    "or-true": "x' OR '1'='1",
+    "percent": "%",
+    "underscore": "_",
+    "percent-at": "%@%",
+    "like-email": "rel0_@example.com",
+    "percent-email": "%@example.com",
+    "backslash": "\\",
+    "backslash-quote": "\\'",
+    "semicolon": "; SELECT pg_sleep(10); --",
+    "nul-escape": "\u0000",
+    "nul-inside": "REL\u000001",
+    "dollar-quote": "$$; DROP TABLE fans; $$",
+    "comment": "REL01'--",
 }
-HUGE = {"1e308": "1e308", "1e400": "1e400", "-1e400": "-1e400", "2^63": str(2 ** 63),
-        "2^64+1": str(2 ** 64 + 1), "40-digits": "9" * 40}
+HUGE = {
+    "1e308": "1e308",
+    "1e400": "1e400",
+    "-1e400": "-1e400",
+    "2^63": str(2**63),
+    "2^64+1": str(2**64 + 1),
+    "40-digits": "9" * 40,
+}
 # Zero for a double: as an amount a 0-point sale, rightly written (README: -0 is 0, and
 # float noise under a millionth of a peso is rounded).
 TINY = {"tiny": "1e-400", "neg-zero-exp": "-0e-999"}
-WRONG_TYPES: dict[str, object] = {"number": 123, "true": True, "list": [], "list-of-text":
-                                  ["REL01"], "object": {}, "nested": {"fan": "REL01"}}
+WRONG_TYPES: dict[str, object] = {
+    "number": 123,
+    "true": True,
+    "list": [],
+    "list-of-text": ["REL01"],
+    "object": {},
+    "nested": {"fan": "REL01"},
+}
 # The JSON types a field takes (README, Strict request bodies): not hostile there.
 TAKES = {"importe": {"number"}, "importe_centavos": {"number"}, "limite": {"number"}}
 
 
 def wrong_types(field: str) -> dict[str, object]:
-    return {name: value for name, value in WRONG_TYPES.items()
-            if name not in TAKES.get(field, set())}
+    return {
+        name: value for name, value in WRONG_TYPES.items() if name not in TAKES.get(field, set())
+    }
 
 
 def tx_cases() -> list[Case]:
@@ -182,8 +225,7 @@ def tx_cases() -> list[Case]:
         cases += [
             with_field(TX, "importe", lookalike("123", name), f"importe-{name}"),
             with_field(TX, "importe", lookalike("$ 1,234.56", name), f"importe-peso-{name}"),
-            with_field(TX, "importe", "1" + lookalike("2.5", name) + "0",
-                       f"importe-mixed-{name}"),
+            with_field(TX, "importe", "1" + lookalike("2.5", name) + "0", f"importe-mixed-{name}"),
             with_field(TX, "fan", "REL" + lookalike("01", name), f"fan-{name}"),
             with_field(TX, "ts", lookalike(AN_HOUR_AGO, name), f"ts-epoch-{name}"),
             with_field(TX, "ts", lookalike("2026-01-01T10:00:00Z", name), f"ts-iso-{name}"),
@@ -196,8 +238,13 @@ def tx_cases() -> list[Case]:
     for name, sql in SQL.items():
         cases.append(with_field(TX, "fan", sql, f"fan-sql-{name}"))
         cases.append(with_field(TX, "importe", sql, f"importe-sql-{name}"))
-        cases.append(Case(TX, f"id-sql-{name}", dumps({"id_externo": sql, "fan": "NO-SUCH-FAN",
-                                                       "importe": "10.00"})))
+        cases.append(
+            Case(
+                TX,
+                f"id-sql-{name}",
+                dumps({"id_externo": sql, "fan": "NO-SUCH-FAN", "importe": "10.00"}),
+            )
+        )
         cases.append(with_field(TX, "moneda", sql, f"moneda-sql-{name}"))
     for name, literal in TINY.items():
         cases.append(with_raw_field(TX, "ts", literal, f"ts-{name}"))
@@ -212,15 +259,16 @@ def tx_cases() -> list[Case]:
         cases.append(with_raw_field(TX, "ts", literal, f"ts-{literal}"))
         cases.append(with_field(TX, "importe", literal, f"importe-text-{literal}"))
         cases.append(with_field(TX, "ts", literal, f"ts-text-{literal}"))
-    cases += [with_field(TX, "importe", "inf", "importe-text-inf"),
-              with_field(TX, "importe", "1e5", "importe-text-exponent"),
-              with_field(TX, "importe", "0x10", "importe-text-hex"),
-              with_field(TX, "importe_centavos", 10.5, "centavos-fraction"),
-              with_field(TX, "importe_centavos", -1000, "centavos-negative"),
-              with_field(TX, "importe", -10, "importe-negative"),
-              with_field(TX, "importe", "1" + "0" * 80, "importe-long-text")]
-    for field in ("id_externo", "fan", "importe", "importe_centavos", "ts", "moneda",
-                  "terminal"):
+    cases += [
+        with_field(TX, "importe", "inf", "importe-text-inf"),
+        with_field(TX, "importe", "1e5", "importe-text-exponent"),
+        with_field(TX, "importe", "0x10", "importe-text-hex"),
+        with_field(TX, "importe_centavos", 10.5, "centavos-fraction"),
+        with_field(TX, "importe_centavos", -1000, "centavos-negative"),
+        with_field(TX, "importe", -10, "importe-negative"),
+        with_field(TX, "importe", "1" + "0" * 80, "importe-long-text"),
+    ]
+    for field in ("id_externo", "fan", "importe", "importe_centavos", "ts", "moneda", "terminal"):
         for name, value in wrong_types(field).items():
             cases.append(with_field(TX, field, value, f"{field}-{name}"))
     return cases
@@ -230,18 +278,29 @@ def redeem_cases() -> list[Case]:
     cases: list[Case] = []
     for name, sql in SQL.items():
         cases.append(with_field(REDEEM, "codigo", sql, f"codigo-sql-{name}"))
-    cases += [with_field(REDEEM, "codigo", pattern, f"codigo-like-{n}")
-              for n, pattern in enumerate(("C-0000_", "c-%", "C-%", "%0001", "C-00001%"))]
-    cases.append(Case(REDEEM, "batch-sql-and-like",
-                      dumps({"codigos": [*SQL.values(), "C-0000_", "C-%"]}), may_succeed=True))
+    cases += [
+        with_field(REDEEM, "codigo", pattern, f"codigo-like-{n}")
+        for n, pattern in enumerate(("C-0000_", "c-%", "C-%", "%0001", "C-00001%"))
+    ]
+    cases.append(
+        Case(
+            REDEEM,
+            "batch-sql-and-like",
+            dumps({"codigos": [*SQL.values(), "C-0000_", "C-%"]}),
+            may_succeed=True,
+        )
+    )
     for name in DIGITS:
-        cases.append(with_field(REDEEM, "codigo", lookalike(fresh_code(), name),
-                                f"codigo-{name}"))
-        cases.append(with_field(REDEEM, "ts", lookalike(AN_HOUR_AGO, name),
-                                f"ts-epoch-{name}"))
+        cases.append(with_field(REDEEM, "codigo", lookalike(fresh_code(), name), f"codigo-{name}"))
+        cases.append(with_field(REDEEM, "ts", lookalike(AN_HOUR_AGO, name), f"ts-epoch-{name}"))
     cases.append(with_field(REDEEM, "codigo", "Ｃ-００００１", "codigo-fullwidth-letters"))
-    for name, literal in {**HUGE, **TINY, "NaN": "NaN", "Infinity": "Infinity",
-                          "-Infinity": "-Infinity"}.items():
+    for name, literal in {
+        **HUGE,
+        **TINY,
+        "NaN": "NaN",
+        "Infinity": "Infinity",
+        "-Infinity": "-Infinity",
+    }.items():
         cases.append(with_raw_field(REDEEM, "ts", literal, f"ts-{name}"))
     for name, value in WRONG_TYPES.items():
         cases.append(with_field(REDEEM, "codigo", value, f"codigo-{name}"))
@@ -269,9 +328,11 @@ def resolve_cases() -> list[Case]:
         cases.append(with_field(RESOLVE, "fan", sql, f"fan-sql-{name}"))
     for name in DIGITS:
         cases.append(with_field(RESOLVE, "fan", "REL" + lookalike("01", name), f"fan-{name}"))
-    cases += [with_field(RESOLVE, "fan", "ＲＥＬ０１", "fan-fullwidth-id"),
-              with_field(RESOLVE, "fan", "https://rel.example/fan/v/%", "fan-qr-url-percent"),
-              with_field(RESOLVE, "fan", "qrREL0_", "fan-qr-like")]
+    cases += [
+        with_field(RESOLVE, "fan", "ＲＥＬ０１", "fan-fullwidth-id"),
+        with_field(RESOLVE, "fan", "https://rel.example/fan/v/%", "fan-qr-url-percent"),
+        with_field(RESOLVE, "fan", "qrREL0_", "fan-qr-like"),
+    ]
     for name, value in WRONG_TYPES.items():
         cases.append(with_field(RESOLVE, "fan", value, f"fan-{name}"))
     return cases
@@ -281,14 +342,23 @@ def codes_cases() -> list[Case]:
     cases: list[Case] = []
     for name, sql in SQL.items():
         cases.append(with_field(CODES, "promo", sql, f"promo-sql-{name}"))
-    cases += [with_field(CODES, "promo", pattern, f"promo-like-{n}")
-              for n, pattern in enumerate(("Rel%", "Rel_Promo", "rel promo%", "_el Promo"))]
+    cases += [
+        with_field(CODES, "promo", pattern, f"promo-like-{n}")
+        for n, pattern in enumerate(("Rel%", "Rel_Promo", "rel promo%", "_el Promo"))
+    ]
     for name in DIGITS:  # the promotion's id is 1
         cases.append(with_field(CODES, "promo", lookalike("1", name), f"promo-id-{name}"))
     cases.append(with_field(CODES, "promo", "Ｒｅｌ Ｐｒｏｍｏ", "promo-fullwidth-name"))
-    for name, literal in {**HUGE, **TINY, "NaN": "NaN", "Infinity": "Infinity",
-                          "-Infinity": "-Infinity", "fraction": "1.5", "negative": "-1",
-                          "zero": "0"}.items():
+    for name, literal in {
+        **HUGE,
+        **TINY,
+        "NaN": "NaN",
+        "Infinity": "Infinity",
+        "-Infinity": "-Infinity",
+        "fraction": "1.5",
+        "negative": "-1",
+        "zero": "0",
+    }.items():
         cases.append(with_raw_field(CODES, "promo", literal, f"promo-{name}"))
     for name, value in WRONG_TYPES.items():
         cases.append(with_field(CODES, "promo", value, f"promo-{name}"))
@@ -312,11 +382,16 @@ def roster_cases() -> list[Case]:
         cases.append(with_field(ROSTER, "desde", sql, f"desde-sql-{name}"))
     for name in DIGITS:
         cases.append(with_field(ROSTER, "desde", lookalike("123", name), f"desde-{name}"))
-        cases.append(with_field(ROSTER, "limite", lookalike("10", name),
-                                f"limite-text-{name}"))
-    for name, literal in {**HUGE, **TINY, "NaN": "NaN", "Infinity": "Infinity",
-                          "-Infinity": "-Infinity", "fraction": "0.5", "negative": "-1"
-                          }.items():
+        cases.append(with_field(ROSTER, "limite", lookalike("10", name), f"limite-text-{name}"))
+    for name, literal in {
+        **HUGE,
+        **TINY,
+        "NaN": "NaN",
+        "Infinity": "Infinity",
+        "-Infinity": "-Infinity",
+        "fraction": "0.5",
+        "negative": "-1",
+    }.items():
         big = name in ("1e308", "2^63", "2^64+1", "40-digits")
         limite = with_raw_field(ROSTER, "limite", literal, f"limite-{name}")
         # Above 2000 is served as 2000 (README).
@@ -329,18 +404,34 @@ def roster_cases() -> list[Case]:
 
 
 def ping_cases() -> list[Case]:
-    return [Case(PING, f"field-{name}", dumps({"x": value}), may_succeed=True)
-            for name, value in {**SQL, **WRONG_TYPES}.items()]
+    return [
+        Case(PING, f"field-{name}", dumps({"x": value}), may_succeed=True)
+        for name, value in {**SQL, **WRONG_TYPES}.items()
+    ]
 
 
-ISSUE_11_3 = {"tx-trailing-comma", "redeem-trailing-comma", "resolve-trailing-comma",
-              "codes-trailing-comma", "roster-trailing-comma", "redeem-codigos-nested",
-              "redeem-codigos-nested-deeper", "codes-codigos-nested"}
+ISSUE_11_3 = {
+    "tx-trailing-comma",
+    "redeem-trailing-comma",
+    "resolve-trailing-comma",
+    "codes-trailing-comma",
+    "roster-trailing-comma",
+    "redeem-codigos-nested",
+    "redeem-codigos-nested-deeper",
+    "codes-codigos-nested",
+}
 
 
 def all_cases() -> list[Case]:
-    return [*(case for path in ENDPOINTS for case in generic(path)), *tx_cases(),
-            *redeem_cases(), *resolve_cases(), *codes_cases(), *roster_cases(), *ping_cases()]
+    return [
+        *(case for path in ENDPOINTS for case in generic(path)),
+        *tx_cases(),
+        *redeem_cases(),
+        *resolve_cases(),
+        *codes_cases(),
+        *roster_cases(),
+        *ping_cases(),
+    ]
 
 
 CASES = all_cases()
@@ -353,12 +444,17 @@ def test_case_names_are_unique():
 def fingerprint(stack: Stack) -> tuple[object, ...]:
     """Everything a write could change. (Not the wallet outbox: the sender empties it.)"""
     with stack.engine.connect() as conn:
-        return tuple(conn.execute(text(
-            "SELECT (SELECT count(*) FROM ventas), (SELECT count(*) FROM movimientos),"
-            " (SELECT count(*) FROM codigos),"
-            " (SELECT count(*) FROM codigos WHERE estado <> 'asignado'),"
-            " (SELECT count(*) FROM promos), (SELECT count(*) FROM fans),"
-            " (SELECT sum(puntos) FROM fans), (SELECT count(*) FROM claves)")).one())
+        return tuple(
+            conn.execute(
+                text(
+                    "SELECT (SELECT count(*) FROM ventas), (SELECT count(*) FROM movimientos),"
+                    " (SELECT count(*) FROM codigos),"
+                    " (SELECT count(*) FROM codigos WHERE estado <> 'asignado'),"
+                    " (SELECT count(*) FROM promos), (SELECT count(*) FROM fans),"
+                    " (SELECT sum(puntos) FROM fans), (SELECT count(*) FROM claves)"
+                )
+            ).one()
+        )
 
 
 @pytest.fixture(scope="module")

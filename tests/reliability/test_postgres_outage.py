@@ -64,9 +64,14 @@ class Postgres:
         file: a pipe would stay open as long as the server runs."""
         owner = self.pgdata.stat().st_uid
         with self.log.open("a") as out:
-            done = subprocess.run([str(PG_BIN / "pg_ctl"), "-D", str(self.pgdata), "-w", *args],
-                                  stdout=out, stderr=out, check=False, timeout=60,
-                                  user=owner if os.geteuid() == 0 else None)
+            done = subprocess.run(
+                [str(PG_BIN / "pg_ctl"), "-D", str(self.pgdata), "-w", *args],
+                stdout=out,
+                stderr=out,
+                check=False,
+                timeout=60,
+                user=owner if os.geteuid() == 0 else None,
+            )
         if check and done.returncode:
             tail = "\n".join(self.log.read_text(errors="replace").splitlines()[-30:])
             pytest.fail(f"pg_ctl {' '.join(args)} exited with {done.returncode}:\n{tail}")
@@ -76,7 +81,7 @@ class Postgres:
         binary and -D, which pg_ctl adds itself), for `pg_ctl start -o`."""
         argv = shlex.split((self.pgdata / "postmaster.opts").read_text())[1:]
         d = argv.index("-D")
-        return shlex.join(argv[:d] + argv[d + 2:])
+        return shlex.join(argv[:d] + argv[d + 2 :])
 
 
 @pytest.fixture(scope="module")
@@ -110,16 +115,19 @@ class Probe:
         # (started, ended, connected) of each connection attempt, time.monotonic().
         self.database: list[tuple[float, float, bool]] = []
         self._stop = threading.Event()
-        self._threads = [threading.Thread(target=self._database),
-                         threading.Thread(target=self._service)]
+        self._threads = [
+            threading.Thread(target=self._database),
+            threading.Thread(target=self._service),
+        ]
 
     def __enter__(self) -> Self:
         for thread in self._threads:
             thread.start()
         return self
 
-    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         self._stop.set()
         for thread in self._threads:
             thread.join(60)
@@ -179,10 +187,12 @@ def test_postgres_crash_restart_and_outage(stack: Stack, postgres: Postgres, jou
     outages = probe.outages()
     assert len(outages) == 2, outages
     attempts = journal.attempts + probe.journal.attempts
-    wrong = [a for a in attempts
-             if a.status != 200 and (a.status, a.codigo, a.error) != (503,
-                                                                       "servicio_no_disponible",
-                                                                       None)]
+    wrong = [
+        a
+        for a in attempts
+        if a.status != 200
+        and (a.status, a.codigo, a.error) != (503, "servicio_no_disponible", None)
+    ]
     assert not wrong, f"{len(wrong)} answers not 200 nor 503 servicio_no_disponible: {wrong[:5]}"
     during = [a for down, up in outages for a in journal.between(down, up)]
     refused = [a for a in during if a.status == 503]
@@ -195,16 +205,21 @@ def test_postgres_crash_restart_and_outage(stack: Stack, postgres: Postgres, jou
     refused_seconds = sorted(a.seconds for a in refused)
     # Calls refused after the database was back (pooled connections that died with the
     # server fail once each, as 503): how many, and the last one's end.
-    late = [[a for a in attempts if a.status != 200 and up < a.ended < up + 2.5]
-            for _, up in outages]
+    late = [
+        [a for a in attempts if a.status != 200 and up < a.ended < up + 2.5] for _, up in outages
+    ]
     stack.engine.dispose()  # its connections died with the server
-    print(f"\npostgres: outages {[round(up - down, 2) for down, up in outages]} s; "
-          f"{len(refused)} calls answered 503 during them, p99 "
-          f"{refused_seconds[int(0.99 * (len(refused_seconds) - 1))]:.3f} s, slowest "
-          f"{refused_seconds[-1]:.3f} s; slowest call overall {slowest:.3f} s; 200 again "
-          f"{', '.join(f'{b:.3f}' for b in back)} s after the database; then "
-          + ", ".join(f"{len(calls)} calls refused, the last ending "
-                      f"{max((a.ended for a in calls), default=up) - up:.3f} s after"
-                      for calls, (_, up) in zip(late, outages, strict=True))
-          + f"; {load.calls} calls: {journal.summary()}; probe: {probe.journal.summary()}; "
-          f"{audit(stack)}")
+    print(
+        f"\npostgres: outages {[round(up - down, 2) for down, up in outages]} s; "
+        f"{len(refused)} calls answered 503 during them, p99 "
+        f"{refused_seconds[int(0.99 * (len(refused_seconds) - 1))]:.3f} s, slowest "
+        f"{refused_seconds[-1]:.3f} s; slowest call overall {slowest:.3f} s; 200 again "
+        f"{', '.join(f'{b:.3f}' for b in back)} s after the database; then "
+        + ", ".join(
+            f"{len(calls)} calls refused, the last ending "
+            f"{max((a.ended for a in calls), default=up) - up:.3f} s after"
+            for calls, (_, up) in zip(late, outages, strict=True)
+        )
+        + f"; {load.calls} calls: {journal.summary()}; probe: {probe.journal.summary()}; "
+        f"{audit(stack)}"
+    )

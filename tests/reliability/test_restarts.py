@@ -16,10 +16,13 @@ def test_restarts(stack: Stack, journal: Journal):
     assert stack.restarts_logged() == 2 * KILLS
     status = stack.status()
     assert status.returncode == 0, status.stdout + status.stderr
-    restarts = next(line for line in status.stdout.splitlines()
-                    if line.strip().startswith("restarts:"))
+    restarts = next(
+        line for line in status.stdout.splitlines() if line.strip().startswith("restarts:")
+    )
     assert f"worker {KILLS}, envoy {KILLS};" in restarts, status.stdout
     assert stack.restarts_metric() == {"worker": KILLS, "envoy": KILLS}
-    print(f"\nrestarts: the stack answered at most {max(answered['worker']):.2f} s after a "
-          f"worker kill, {max(answered['envoy']):.2f} s after an Envoy kill; {load.calls} "
-          f"calls: {journal.summary()}; {restarts.strip()}; {audit(stack)}")
+    print(
+        f"\nrestarts: the stack answered at most {max(answered['worker']):.2f} s after a "
+        f"worker kill, {max(answered['envoy']):.2f} s after an Envoy kill; {load.calls} "
+        f"calls: {journal.summary()}; {restarts.strip()}; {audit(stack)}"
+    )

@@ -33,8 +33,7 @@ def test_retry_storm(stack: Stack, journal: Journal):
     in the same order, at the same moment: each sale is credited once, each code burned
     once, and every client gets the same folio for a sale."""
     fans = sorted(stack.world.fans)
-    sales = [Sale(f"storm-{i}", fans[i % len(fans)], 10_000 + 137 * i)
-             for i in range(STORM_ITEMS)]
+    sales = [Sale(f"storm-{i}", fans[i % len(fans)], 10_000 + 137 * i) for i in range(STORM_ITEMS)]
     codes = stack.take_codes(STORM_ITEMS)
     assert len(codes) == STORM_ITEMS
     start = threading.Barrier(STORM_CLIENTS)
@@ -60,29 +59,36 @@ def test_retry_storm(stack: Stack, journal: Journal):
     assert len(replies) >= 2 * STORM_CLIENTS * STORM_ITEMS
     # With no fault injected, no first answer can have been lost: exactly one client got
     # each credit (duplicado false), the 31 others the duplicate.
-    credited = {item: stack.book.first_replies[item]
-                for item in [s.id_externo for s in sales] + codes}
+    credited = {
+        item: stack.book.first_replies[item] for item in [s.id_externo for s in sales] + codes
+    }
     assert set(credited.values()) == {1}, credited
     for sale in sales:
         assert len(stack.book.folios[sale.id_externo]) == 1
-    print(f"\nretry storm: {STORM_CLIENTS} clients x {STORM_ITEMS} sales and codes: "
-          f"{journal.summary()}; {audit(stack)}")
+    print(
+        f"\nretry storm: {STORM_CLIENTS} clients x {STORM_ITEMS} sales and codes: "
+        f"{journal.summary()}; {audit(stack)}"
+    )
 
 
 def test_worker_sigkilled_mid_load(stack: Stack, journal: Journal):
     with Load(stack, journal, "workers") as load:
         answered = kill_in_turn(stack, journal, ["worker"] * 5)
     assert _cut(journal) > 0, "no call was cut: the kills missed the load"
-    print(f"\nworker kills: answered within {max(answered['worker']):.2f} s; {load.calls} "
-          f"calls: {journal.summary()}; {audit(stack)}")
+    print(
+        f"\nworker kills: answered within {max(answered['worker']):.2f} s; {load.calls} "
+        f"calls: {journal.summary()}; {audit(stack)}"
+    )
 
 
 def test_envoy_sigkilled_mid_load(stack: Stack, journal: Journal):
     with Load(stack, journal, "envoy") as load:
         answered = kill_in_turn(stack, journal, ["envoy"] * 4)
     assert _cut(journal) > 0, "no call was cut: the kills missed the load"
-    print(f"\nEnvoy kills: answered within {max(answered['envoy']):.2f} s; {load.calls} "
-          f"calls: {journal.summary()}; {audit(stack)}")
+    print(
+        f"\nEnvoy kills: answered within {max(answered['envoy']):.2f} s; {load.calls} "
+        f"calls: {journal.summary()}; {audit(stack)}"
+    )
 
 
 def _not_envelopes(journal: Journal) -> list[Attempt]:
@@ -96,10 +102,13 @@ def test_calls_cut_by_a_worker_kill_get_the_envelope(stack: Stack, journal: Jour
     Envoy's own text/plain 503 (`UC`) that skipped envelope.lua, 1 in 4 to 1 in 20 of the
     503s of cut calls."""
     with Load(stack, journal, "envelope"):
-        kill_in_turn(stack, journal, ["worker"] * 20, apart=1.0,
-                     until=lambda: bool(_not_envelopes(journal)))
+        kill_in_turn(
+            stack, journal, ["worker"] * 20, apart=1.0, until=lambda: bool(_not_envelopes(journal))
+        )
     cut = [a for a in journal.attempts if a.status == 503]
     wrong = _not_envelopes(journal)
-    print(f"\nenvelopes: {len(wrong)} of {len(cut)} answers 503 were not the envelope; "
-          f"{journal.summary()}; {audit(stack)}")
+    print(
+        f"\nenvelopes: {len(wrong)} of {len(cut)} answers 503 were not the envelope; "
+        f"{journal.summary()}; {audit(stack)}"
+    )
     assert not wrong, f"{len(wrong)} of {len(cut)} cut calls: {wrong[0]}"

@@ -23,8 +23,14 @@ def test_every_catalogue_entry_maps(codigo: Codigo):
     body = trailing[ENVELOPE_KEY]
     assert isinstance(body, str)
     assert body.isascii()
-    assert json.loads(body) == {"ok": False, "error": {
-        "codigo": codigo.value, "mensaje": entrada.mensaje, "detalle": "campo `x`: ñandú"}}
+    assert json.loads(body) == {
+        "ok": False,
+        "error": {
+            "codigo": codigo.value,
+            "mensaje": entrada.mensaje,
+            "detalle": "campo `x`: ñandú",
+        },
+    }
     rich = status_pb2.Status.FromString(trailing["grpc-status-details-bin"])
     info = error_details_pb2.ErrorInfo()
     assert rich.details[0].Unpack(info)
@@ -33,9 +39,11 @@ def test_every_catalogue_entry_maps(codigo: Codigo):
 
 def test_envelope_key_order_and_bytes():
     body = envelope(LoyaltyError(Codigo.PERMISO_DENEGADO, "requiere fan:leer"))
-    assert body == ('{"ok":false,"error":{"codigo":"permiso_denegado",'
-                    '"mensaje":"La clave no tiene permiso para esto.",'
-                    '"detalle":"requiere fan:leer"}}')
+    assert body == (
+        '{"ok":false,"error":{"codigo":"permiso_denegado",'
+        '"mensaje":"La clave no tiene permiso para esto.",'
+        '"detalle":"requiere fan:leer"}}'
+    )
 
 
 def test_catalogue_is_complete_and_statuses_valid():

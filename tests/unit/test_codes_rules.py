@@ -35,14 +35,17 @@ def error_of(fn, *args, **kwargs) -> LoyaltyError:
 # ---------------------------------------------------------------- splitting pasted text
 
 
-@pytest.mark.parametrize(("text", "pieces"), [
-    ("A1, a2;A3\n\tA4  a1", ["A1", "a2", "A3", "A4", "a1"]),
-    ("  ,;\n", []),
-    ("", []),
-    ("X", ["X"]),
-    (",,A;;B,\r\nC\u00a0D\u2003E\u2028F", ["A", "B", "C", "D", "E", "F"]),
-    ("hd-001;HD-002 ; hd-003 ,", ["hd-001", "HD-002", "hd-003"]),
-])
+@pytest.mark.parametrize(
+    ("text", "pieces"),
+    [
+        ("A1, a2;A3\n\tA4  a1", ["A1", "a2", "A3", "A4", "a1"]),
+        ("  ,;\n", []),
+        ("", []),
+        ("X", ["X"]),
+        (",,A;;B,\r\nC\u00a0D\u2003E\u2028F", ["A", "B", "C", "D", "E", "F"]),
+        ("hd-001;HD-002 ; hd-003 ,", ["hd-001", "HD-002", "hd-003"]),
+    ],
+)
 def test_split_codes(text, pieces):
     assert split_codes(text) == pieces
 
@@ -56,8 +59,10 @@ def test_pasted_text_example_of_the_brief():
 _ALPHABET = st.sampled_from(list("ab1-_ ,;\n\t\u00a0Zñ"))
 
 
-@given(text=st.text(alphabet=_ALPHABET, max_size=300),
-       cuts=st.lists(st.integers(min_value=0, max_value=300), max_size=12))
+@given(
+    text=st.text(alphabet=_ALPHABET, max_size=300),
+    cuts=st.lists(st.integers(min_value=0, max_value=300), max_size=12),
+)
 def test_streamed_split_equals_split_whatever_the_chunk_boundaries(text, cuts):
     bounds = sorted({0, len(text), *(c for c in cuts if c <= len(text))})
     chunks = [text[a:b] for a, b in itertools.pairwise(bounds)]
@@ -75,27 +80,33 @@ def test_streamed_split_bounds_an_over_long_piece():
 # ---------------------------------------------------------------- validity
 
 
-@pytest.mark.parametrize(("raw", "normal"), [
-    ("hd-0001", "HD-0001"),
-    ("  x7 ", "X7"),
-    ("ñandú", "ÑANDÚ"),
-    ("A" * MAX_CODE_LENGTH, "A" * MAX_CODE_LENGTH),
-])
+@pytest.mark.parametrize(
+    ("raw", "normal"),
+    [
+        ("hd-0001", "HD-0001"),
+        ("  x7 ", "X7"),
+        ("ñandú", "ÑANDÚ"),
+        ("A" * MAX_CODE_LENGTH, "A" * MAX_CODE_LENGTH),
+    ],
+)
 def test_valid_new_codes(raw, normal):
     assert check_new_code(raw) == normal
 
 
-@pytest.mark.parametrize(("raw", "problem"), [
-    ("", "vacío"),
-    ("   ", "vacío"),
-    ("A" * (MAX_CODE_LENGTH + 1), "más de 64 caracteres (65)"),
-    ("AB\x07C", "caracteres de control"),
-    ("AB\x00", "caracteres de control"),
-    ("AB\x85C", "caracteres de control"),
-    ("AB CD", "separan códigos"),
-    ("AB,CD", "separan códigos"),
-    ("AB;CD", "separan códigos"),
-])
+@pytest.mark.parametrize(
+    ("raw", "problem"),
+    [
+        ("", "vacío"),
+        ("   ", "vacío"),
+        ("A" * (MAX_CODE_LENGTH + 1), "más de 64 caracteres (65)"),
+        ("AB\x07C", "caracteres de control"),
+        ("AB\x00", "caracteres de control"),
+        ("AB\x85C", "caracteres de control"),
+        ("AB CD", "separan códigos"),
+        ("AB,CD", "separan códigos"),
+        ("AB;CD", "separan códigos"),
+    ],
+)
 def test_invalid_new_codes(raw, problem):
     error = error_of(check_new_code, raw, "codigo")
     assert error.codigo is Codigo.CODIGO_INVALIDO
@@ -145,28 +156,35 @@ def test_invalid_pasted_codes_are_named_by_their_place_in_the_text():
 
 def test_limit_counts_entries_read_repeats_included():
     assert code_batch_of_json(["A"] * MAX_CODES_PER_CALL).codigos == ("A",)
-    for too_many in (["A"] * (MAX_CODES_PER_CALL + 1),
-                     " ".join(f"C{i}" for i in range(MAX_CODES_PER_CALL + 1))):
+    for too_many in (
+        ["A"] * (MAX_CODES_PER_CALL + 1),
+        " ".join(f"C{i}" for i in range(MAX_CODES_PER_CALL + 1)),
+    ):
         error = error_of(code_batch_of_json, too_many)
         assert error.codigo is Codigo.DEMASIADOS_CODIGOS
         assert "5000" in error.detalle
 
 
 def test_limit_is_checked_before_validity():
-    assert error_of(code_batch_of_json, [""] * (MAX_CODES_PER_CALL + 1)).codigo is \
-        Codigo.DEMASIADOS_CODIGOS
+    assert (
+        error_of(code_batch_of_json, [""] * (MAX_CODES_PER_CALL + 1)).codigo
+        is Codigo.DEMASIADOS_CODIGOS
+    )
 
 
-@pytest.mark.parametrize(("value", "codigo", "hint"), [
-    ([], Codigo.CAMPO_REQUERIDO, "codigos: no trae ningún código"),
-    (" ,; ", Codigo.CAMPO_REQUERIDO, "codigos: no trae ningún código"),
-    (["A", 5.0], Codigo.SOLICITUD_INVALIDA, "codigos[1]: debe ser texto, llegó un número"),
-    (["A", None], Codigo.SOLICITUD_INVALIDA, "codigos[1]: debe ser texto, llegó null"),
-    (["A", ["B"]], Codigo.SOLICITUD_INVALIDA, "codigos[1]"),
-    (5.0, Codigo.SOLICITUD_INVALIDA, "debe ser una lista de textos o un texto"),
-    ({"a": "b"}, Codigo.SOLICITUD_INVALIDA, "llegó un objeto"),
-    (True, Codigo.SOLICITUD_INVALIDA, "llegó un booleano"),
-])
+@pytest.mark.parametrize(
+    ("value", "codigo", "hint"),
+    [
+        ([], Codigo.CAMPO_REQUERIDO, "codigos: no trae ningún código"),
+        (" ,; ", Codigo.CAMPO_REQUERIDO, "codigos: no trae ningún código"),
+        (["A", 5.0], Codigo.SOLICITUD_INVALIDA, "codigos[1]: debe ser texto, llegó un número"),
+        (["A", None], Codigo.SOLICITUD_INVALIDA, "codigos[1]: debe ser texto, llegó null"),
+        (["A", ["B"]], Codigo.SOLICITUD_INVALIDA, "codigos[1]"),
+        (5.0, Codigo.SOLICITUD_INVALIDA, "debe ser una lista de textos o un texto"),
+        ({"a": "b"}, Codigo.SOLICITUD_INVALIDA, "llegó un objeto"),
+        (True, Codigo.SOLICITUD_INVALIDA, "llegó un booleano"),
+    ],
+)
 def test_batch_shape_errors(value, codigo, hint):
     error = error_of(code_batch_of_json, value)
     assert error.codigo is codigo
@@ -181,29 +199,35 @@ def test_list_batch_takes_each_element_whole():
 # ---------------------------------------------------------------- promotion reference
 
 
-@pytest.mark.parametrize(("value", "ref"), [
-    (7.0, PromoRef(7, None)),
-    (7, PromoRef(7, None)),
-    ("7", PromoRef(7, "7")),
-    (" 12 ", PromoRef(12, "12")),
-    ("2x1 Hot Dog", PromoRef(None, "2x1 Hot Dog")),
-    ("  Verano  ", PromoRef(None, "Verano")),
-    ("99999999999", PromoRef(None, "99999999999")),
-])
+@pytest.mark.parametrize(
+    ("value", "ref"),
+    [
+        (7.0, PromoRef(7, None)),
+        (7, PromoRef(7, None)),
+        ("7", PromoRef(7, "7")),
+        (" 12 ", PromoRef(12, "12")),
+        ("2x1 Hot Dog", PromoRef(None, "2x1 Hot Dog")),
+        ("  Verano  ", PromoRef(None, "Verano")),
+        ("99999999999", PromoRef(None, "99999999999")),
+    ],
+)
 def test_promo_ref(value, ref):
     assert parse_promo_ref(value) == ref
 
 
-@pytest.mark.parametrize(("value", "codigo"), [
-    (7.5, Codigo.SOLICITUD_INVALIDA),
-    (True, Codigo.SOLICITUD_INVALIDA),
-    (["7"], Codigo.SOLICITUD_INVALIDA),
-    ({"id": 7}, Codigo.SOLICITUD_INVALIDA),
-    (0, Codigo.PROMO_NO_ENCONTRADA),
-    (-3.0, Codigo.PROMO_NO_ENCONTRADA),
-    (2.0**40, Codigo.PROMO_NO_ENCONTRADA),
-    ("  ", Codigo.CAMPO_REQUERIDO),
-])
+@pytest.mark.parametrize(
+    ("value", "codigo"),
+    [
+        (7.5, Codigo.SOLICITUD_INVALIDA),
+        (True, Codigo.SOLICITUD_INVALIDA),
+        (["7"], Codigo.SOLICITUD_INVALIDA),
+        ({"id": 7}, Codigo.SOLICITUD_INVALIDA),
+        (0, Codigo.PROMO_NO_ENCONTRADA),
+        (-3.0, Codigo.PROMO_NO_ENCONTRADA),
+        (2.0**40, Codigo.PROMO_NO_ENCONTRADA),
+        ("  ", Codigo.CAMPO_REQUERIDO),
+    ],
+)
 def test_promo_ref_errors(value, codigo):
     error = error_of(parse_promo_ref, value, "promo_id")
     assert error.codigo is codigo
@@ -214,16 +238,21 @@ def test_promo_ref_errors(value, codigo):
 
 
 def _fixture_with_code(codigo: str) -> str:
-    return ('{"programas": [{"id": "p", "nombre": "P", "tasa_puntos": "1", "promos": [{'
-            '"nombre": "X", "vigencia_fin": "2099-01-01", "codigos": [{"codigo": '
-            f'"{codigo}"}}]}}]}}]}}')
+    return (
+        '{"programas": [{"id": "p", "nombre": "P", "tasa_puntos": "1", "promos": [{'
+        '"nombre": "X", "vigencia_fin": "2099-01-01", "codigos": [{"codigo": '
+        f'"{codigo}"}}]}}]}}]}}'
+    )
 
 
 def test_fixture_codes_follow_the_same_rules():
     fixture = parse_fixture(_fixture_with_code(" hd-1 "))
     assert fixture.programas[0].promos[0].codigos[0].codigo == "HD-1"
-    for bad, problem in (("A B", "separan códigos"), ("A\\u0007", "caracteres de control"),
-                         ("X" * 65, "más de 64")):
+    for bad, problem in (
+        ("A B", "separan códigos"),
+        ("A\\u0007", "caracteres de control"),
+        ("X" * 65, "más de 64"),
+    ):
         error = error_of(parse_fixture, _fixture_with_code(bad))
         assert error.codigo is Codigo.FIXTURE_INVALIDO
         assert problem in error.detalle

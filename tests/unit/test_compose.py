@@ -53,11 +53,27 @@ def env_file_keys(path: Path) -> dict[str, str]:
 def check_compose_schema(path: Path) -> subprocess.CompletedProcess[str]:
     """check-jsonschema with its vendored compose-spec schema. Offline: a proxy that
     refuses every connection makes any network access fail."""
-    env = {**os.environ, "HTTP_PROXY": "http://127.0.0.1:9", "HTTPS_PROXY": "http://127.0.0.1:9",
-           "NO_PROXY": ""}
-    return subprocess.run([sys.executable, "-m", "check_jsonschema", "--builtin-schema",
-                           "vendor.compose-spec", str(path)],
-                          capture_output=True, text=True, check=False, env=env, timeout=60)
+    env = {
+        **os.environ,
+        "HTTP_PROXY": "http://127.0.0.1:9",
+        "HTTPS_PROXY": "http://127.0.0.1:9",
+        "NO_PROXY": "",
+    }
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "check_jsonschema",
+            "--builtin-schema",
+            "vendor.compose-spec",
+            str(path),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+        env=env,
+        timeout=60,
+    )
 
 
 def test_valid_under_the_compose_specification() -> None:
@@ -67,8 +83,10 @@ def test_valid_under_the_compose_specification() -> None:
 
 def test_the_compose_schema_check_rejects_a_broken_file(tmp_path: Path) -> None:
     broken = tmp_path / "docker-compose.yml"
-    broken.write_text("services:\n  envoy:\n    image: x\n    ports: {http: 8080}\n"
-                      "    depends_on: server\n    bogus: 1\n")
+    broken.write_text(
+        "services:\n  envoy:\n    image: x\n    ports: {http: 8080}\n"
+        "    depends_on: server\n    bogus: 1\n"
+    )
     result = check_compose_schema(broken)
     assert result.returncode == 1, result.stdout + result.stderr
     assert "bogus" in result.stdout
@@ -99,7 +117,8 @@ def test_start_order(services: dict[str, Any]) -> None:
     assert services["migrate"]["depends_on"] == {"postgres": {"condition": "service_healthy"}}
     assert command(services["migrate"]) == ["migrate"]
     assert services["server"]["depends_on"] == {
-        "migrate": {"condition": "service_completed_successfully"}}
+        "migrate": {"condition": "service_completed_successfully"}
+    }
     assert services["envoy"]["depends_on"] == {"server": {"condition": "service_healthy"}}
     for name in ("postgres", "server", "envoy"):
         assert services[name]["healthcheck"]["test"]
@@ -110,8 +129,9 @@ def test_ports_agree_with_envoy_yaml(services: dict[str, Any]) -> None:
     (listener,) = config["static_resources"]["listeners"]
     http_port = listener["address"]["socket_address"]["port_value"]
     (cluster,) = config["static_resources"]["clusters"]
-    grpc_port = (cluster["load_assignment"]["endpoints"][0]["lb_endpoints"][0]["endpoint"]
-                 ["address"]["socket_address"]["port_value"])
+    grpc_port = cluster["load_assignment"]["endpoints"][0]["lb_endpoints"][0]["endpoint"][
+        "address"
+    ]["socket_address"]["port_value"]
     admin_port = config["admin"]["address"]["socket_address"]["port_value"]
 
     serve = command(services["server"])
@@ -133,11 +153,17 @@ def test_ports_agree_with_envoy_yaml(services: dict[str, Any]) -> None:
 
 def test_env_example_configures_every_service() -> None:
     keys = env_file_keys(ROOT / "loyalty.env.example")
-    assert {"POSTGRES_USER", "POSTGRES_PASSWORD", "POSTGRES_DB", "LOYALTY_DATABASE_URL",
-            "LOYALTY_ADMIN_TOKEN"} <= set(keys)
+    assert {
+        "POSTGRES_USER",
+        "POSTGRES_PASSWORD",
+        "POSTGRES_DB",
+        "LOYALTY_DATABASE_URL",
+        "LOYALTY_ADMIN_TOKEN",
+    } <= set(keys)
     url = keys["LOYALTY_DATABASE_URL"]
-    assert url.startswith(f"postgresql://{keys['POSTGRES_USER']}:{keys['POSTGRES_PASSWORD']}@"
-                          "postgres:5432/")
+    assert url.startswith(
+        f"postgresql://{keys['POSTGRES_USER']}:{keys['POSTGRES_PASSWORD']}@postgres:5432/"
+    )
     assert url.endswith(f"/{keys['POSTGRES_DB']}")
 
 

@@ -24,13 +24,16 @@ def _codigo(fn: Callable[..., object], *args: object) -> tuple[Codigo, str]:
 # ---------------------------------------------------------------- Fan ID
 
 
-@pytest.mark.parametrize(("raw", "canonical"), [
-    ("hal0001", "HAL0001"),
-    ("  hal 0001 ", "HAL0001"),
-    ("h a\tl\n0\u00a00\u20030 1", "HAL0001"),  # every kind of whitespace
-    ("HAL-0001", "HAL-0001"),
-    ("ñandú7", "ÑANDÚ7"),
-])
+@pytest.mark.parametrize(
+    ("raw", "canonical"),
+    [
+        ("hal0001", "HAL0001"),
+        ("  hal 0001 ", "HAL0001"),
+        ("h a\tl\n0\u00a00\u20030 1", "HAL0001"),  # every kind of whitespace
+        ("HAL-0001", "HAL-0001"),
+        ("ñandú7", "ÑANDÚ7"),
+    ],
+)
 def test_canonical_fan_id(raw, canonical):
     assert fans.canonical_fan_id(raw) == canonical
     assert fans.canonical_fan_id(canonical) == canonical  # idempotent
@@ -56,19 +59,32 @@ def test_new_fan_id_refuses_what_the_api_would_misread():
 # ---------------------------------------------------------------- e-mail
 
 
-@pytest.mark.parametrize(("raw", "normal"), [
-    ("ana@example.com", "ana@example.com"),
-    ("  Ana@Example.COM ", "Ana@Example.COM"),  # case kept as given
-    ("a+b.c@sub.example.mx", "a+b.c@sub.example.mx"),
-])
+@pytest.mark.parametrize(
+    ("raw", "normal"),
+    [
+        ("ana@example.com", "ana@example.com"),
+        ("  Ana@Example.COM ", "Ana@Example.COM"),  # case kept as given
+        ("a+b.c@sub.example.mx", "a+b.c@sub.example.mx"),
+    ],
+)
 def test_normalize_email(raw, normal):
     assert fans.normalize_email(raw) == normal
 
 
-@pytest.mark.parametrize("raw", [
-    "", "   ", "ana", "@example.com", "ana@", "ana@@example.com", "a@b@c", "ana @example.com",
-    "ana@exa mple.com",
-])
+@pytest.mark.parametrize(
+    "raw",
+    [
+        "",
+        "   ",
+        "ana",
+        "@example.com",
+        "ana@",
+        "ana@@example.com",
+        "a@b@c",
+        "ana @example.com",
+        "ana@exa mple.com",
+    ],
+)
 def test_normalize_email_invalid(raw):
     codigo, detalle = _codigo(fans.normalize_email, raw)
     assert codigo is Codigo.SOLICITUD_INVALIDA
@@ -108,9 +124,14 @@ def test_socio_desde_and_temporadas():
 # ---------------------------------------------------------------- codes
 
 
-@pytest.mark.parametrize(("raw", "normal"), [
-    ("hd-0001", "HD-0001"), ("  Hd-0001\t", "HD-0001"), ("HD 0001", "HD 0001"),
-])
+@pytest.mark.parametrize(
+    ("raw", "normal"),
+    [
+        ("hd-0001", "HD-0001"),
+        ("  Hd-0001\t", "HD-0001"),
+        ("HD 0001", "HD 0001"),
+    ],
+)
 def test_normalize_code(raw, normal):
     assert normalize_code(raw) == normal
 
@@ -132,8 +153,7 @@ def test_parse_estados():
     assert promos.parse_estado_promo(" Pausada ") is EstadoPromo.PAUSADA
     assert promos.parse_estado_codigo("asignado") is EstadoCodigo.ASIGNADO
     assert promos.parse_estado_fan("BAJA") is EstadoFan.BAJA
-    for parse in (promos.parse_estado_promo, promos.parse_estado_codigo,
-                  promos.parse_estado_fan):
+    for parse in (promos.parse_estado_promo, promos.parse_estado_codigo, promos.parse_estado_fan):
         codigo, detalle = _codigo(parse, "otro")
         assert codigo is Codigo.SOLICITUD_INVALIDA
         assert detalle.startswith("estado:")
@@ -159,8 +179,10 @@ def test_code_transitions(actual, nuevo):
 
 
 _PROMO_MOVES = {
-    (EstadoPromo.ACTIVA, EstadoPromo.PAUSADA), (EstadoPromo.PAUSADA, EstadoPromo.ACTIVA),
-    (EstadoPromo.ACTIVA, EstadoPromo.TERMINADA), (EstadoPromo.PAUSADA, EstadoPromo.TERMINADA),
+    (EstadoPromo.ACTIVA, EstadoPromo.PAUSADA),
+    (EstadoPromo.PAUSADA, EstadoPromo.ACTIVA),
+    (EstadoPromo.ACTIVA, EstadoPromo.TERMINADA),
+    (EstadoPromo.PAUSADA, EstadoPromo.TERMINADA),
 } | {(e, e) for e in EstadoPromo}
 
 

@@ -70,9 +70,15 @@ def test_committed_config_validates_from_the_repo_root() -> None:
 
 
 def test_rendered_config_validates(tmp_path: Path) -> None:
-    path = envoy_config.write_config(tmp_path / "envoy.yaml", http_port=18080,
-                                     upstream_host="server", upstream_port=50052, admin_port=0,
-                                     gateway_dir=GATEWAY, listen_host="127.0.0.1")
+    path = envoy_config.write_config(
+        tmp_path / "envoy.yaml",
+        http_port=18080,
+        upstream_host="server",
+        upstream_port=50052,
+        admin_port=0,
+        gateway_dir=GATEWAY,
+        listen_host="127.0.0.1",
+    )
     envoy_config.validate(path, cwd=tmp_path)  # absolute paths: any working directory works
 
 
@@ -85,19 +91,27 @@ def test_invalid_config_raises_with_envoys_message(tmp_path: Path) -> None:
 
 def test_render_changes_only_ports_addresses_and_paths() -> None:
     original = envoy_config.load_config(GATEWAY)
-    rendered = envoy_config.render_config(http_port=18080, upstream_host="server",
-                                          upstream_port=50052, admin_port=19901,
-                                          gateway_dir=GATEWAY)
-    assert rendered["admin"]["address"]["socket_address"] == {"address": "127.0.0.1",
-                                                              "port_value": 19901}
+    rendered = envoy_config.render_config(
+        http_port=18080,
+        upstream_host="server",
+        upstream_port=50052,
+        admin_port=19901,
+        gateway_dir=GATEWAY,
+    )
+    assert rendered["admin"]["address"]["socket_address"] == {
+        "address": "127.0.0.1",
+        "port_value": 19901,
+    }
     listen = rendered["static_resources"]["listeners"][0]["address"]["socket_address"]
     assert listen == {"address": "0.0.0.0", "port_value": 18080}
-    endpoint = (rendered["static_resources"]["clusters"][0]["load_assignment"]["endpoints"][0]
-                ["lb_endpoints"][0]["endpoint"]["address"]["socket_address"])
+    endpoint = rendered["static_resources"]["clusters"][0]["load_assignment"]["endpoints"][0][
+        "lb_endpoints"
+    ][0]["endpoint"]["address"]["socket_address"]
     assert endpoint == {"address": "server", "port_value": 50052}
     lua_file = http_filter(rendered, "envoy.filters.http.lua")["default_source_code"]["filename"]
     descriptor = http_filter(rendered, "envoy.filters.http.grpc_json_transcoder")[
-        "proto_descriptor"]
+        "proto_descriptor"
+    ]
     assert Path(lua_file) == LUA.resolve()
     assert Path(descriptor) == (GATEWAY / "loyalty_pos.pb").resolve()
 
@@ -107,9 +121,9 @@ def test_render_changes_only_ports_addresses_and_paths() -> None:
     endpoint.update(address="127.0.0.1", port_value=50051)
     # Every file the listener reads (both Lua filters, the descriptor set, the OpenAPI
     # document) is the same file of the gateway folder, by absolute path.
-    for (holder, key), (committed, _) in zip(envoy_config.file_references(rendered),
-                                             envoy_config.file_references(original),
-                                             strict=True):
+    for (holder, key), (committed, _) in zip(
+        envoy_config.file_references(rendered), envoy_config.file_references(original), strict=True
+    ):
         assert Path(holder[key]) == (GATEWAY / Path(committed[key]).name).resolve()
         holder[key] = committed[key]
     assert rendered == original
@@ -117,13 +131,18 @@ def test_render_changes_only_ports_addresses_and_paths() -> None:
 
 def test_committed_defaults_match_the_module(config: dict[str, Any]) -> None:
     assert config["admin"]["address"]["socket_address"] == {
-        "address": "127.0.0.1", "port_value": envoy_config.DEFAULT_ADMIN_PORT}
+        "address": "127.0.0.1",
+        "port_value": envoy_config.DEFAULT_ADMIN_PORT,
+    }
     listen = config["static_resources"]["listeners"][0]["address"]["socket_address"]
     assert listen["port_value"] == envoy_config.DEFAULT_HTTP_PORT
-    endpoint = (config["static_resources"]["clusters"][0]["load_assignment"]["endpoints"][0]
-                ["lb_endpoints"][0]["endpoint"]["address"]["socket_address"])
-    assert endpoint == {"address": envoy_config.DEFAULT_UPSTREAM_HOST,
-                        "port_value": envoy_config.DEFAULT_UPSTREAM_PORT}
+    endpoint = config["static_resources"]["clusters"][0]["load_assignment"]["endpoints"][0][
+        "lb_endpoints"
+    ][0]["endpoint"]["address"]["socket_address"]
+    assert endpoint == {
+        "address": envoy_config.DEFAULT_UPSTREAM_HOST,
+        "port_value": envoy_config.DEFAULT_UPSTREAM_PORT,
+    }
 
 
 def test_gateway_dir_is_found() -> None:
@@ -140,9 +159,14 @@ def test_invalid_yaml_is_an_envoy_error(tmp_path: Path) -> None:
 
 
 def spec(gateway_dir: Path = GATEWAY) -> envoy_config.GatewaySpec:
-    return envoy_config.GatewaySpec(http_port=18080, upstream_host="server",
-                                    upstream_port=50052, admin_port=0, gateway_dir=gateway_dir,
-                                    listen_host="127.0.0.1")
+    return envoy_config.GatewaySpec(
+        http_port=18080,
+        upstream_host="server",
+        upstream_port=50052,
+        admin_port=0,
+        gateway_dir=gateway_dir,
+        listen_host="127.0.0.1",
+    )
 
 
 def without_types(resources: list[dict[str, Any]], type_url: str) -> list[dict[str, Any]]:
@@ -161,20 +185,27 @@ def test_generation_is_the_static_config_split_for_xds(tmp_path: Path) -> None:
     dynamic = bootstrap.pop("dynamic_resources")
     listeners = without_types(generation.listeners["resources"], envoy_xds.LISTENER_TYPE)
     clusters = without_types(generation.clusters["resources"], envoy_xds.CLUSTER_TYPE)
-    assert {**bootstrap, "static_resources": {"listeners": listeners, "clusters": clusters}} \
-        == generation.static
+    assert {
+        **bootstrap,
+        "static_resources": {"listeners": listeners, "clusters": clusters},
+    } == generation.static
     # Nothing else added.
     assert list(generation.static) == list(envoy_config.load_config(GATEWAY))
-    for config_source, path in (("lds_config", work.listeners),
-                                ("cds_config", work.clusters)):
-        assert dynamic[config_source] == {"path_config_source": {
-            "path": str(path), "watched_directory": {"path": str(path.parent)}},
-            "resource_api_version": "V3"}
+    for config_source, path in (("lds_config", work.listeners), ("cds_config", work.clusters)):
+        assert dynamic[config_source] == {
+            "path_config_source": {
+                "path": str(path),
+                "watched_directory": {"path": str(path.parent)},
+            },
+            "resource_api_version": "V3",
+        }
     # Apart from the files it reads, the listener is render_config's.
     rendered = spec().render()
     for (pinned, key), (original, _) in zip(
-            envoy_config.file_references(generation.static),
-            envoy_config.file_references(rendered), strict=True):
+        envoy_config.file_references(generation.static),
+        envoy_config.file_references(rendered),
+        strict=True,
+    ):
         copied, source = Path(pinned[key]), Path(original[key])
         assert copied.parent == work.assets
         assert copied.read_bytes() == source.read_bytes()
@@ -210,13 +241,12 @@ def test_install_writes_what_envoy_runs(tmp_path: Path) -> None:
     envoy_config.validate(work.static)
     assert work.load_spec() == spec()
     assert sorted(path.name for path in work.assets.iterdir()) == sorted(
-        Path(holder[key]).name
-        for holder, key in envoy_config.file_references(generation.static))
+        Path(holder[key]).name for holder, key in envoy_config.file_references(generation.static)
+    )
     assert not [path for path in tmp_path.rglob(".*") if path.name != ".lock"]  # temp files
 
 
-def test_install_refuses_an_invalid_config_and_writes_nothing_envoy_reads(
-        tmp_path: Path) -> None:
+def test_install_refuses_an_invalid_config_and_writes_nothing_envoy_reads(tmp_path: Path) -> None:
     gateway = gateway_copy(tmp_path)
     config = envoy_config.load_config(gateway)
     routes(config)[0]["direct_response"]["status"] = 999
@@ -240,8 +270,9 @@ def test_bootstrap_level_dynamic_resources_are_refused(tmp_path: Path) -> None:
         envoy_xds.render_generation(spec(gateway), envoy_xds.WorkDir(tmp_path / "work"))
 
 
-def test_check_command_validates_a_gateway_folder(tmp_path: Path,
-                                                  capsys: pytest.CaptureFixture[str]) -> None:
+def test_check_command_validates_a_gateway_folder(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     gateway = gateway_copy(tmp_path)
     assert envoy_xds.check_command(gateway) == 0
     assert "OK" in capsys.readouterr().out
@@ -272,20 +303,22 @@ def test_filter_order_and_transcoder_options(config: dict[str, Any]) -> None:
     assert names[0] == "envoy.filters.http.lua"  # sees every response last
     assert names[-1] == "envoy.filters.http.router"
     assert names.index("envoy.filters.http.buffer") < names.index(
-        "envoy.filters.http.grpc_json_transcoder")
+        "envoy.filters.http.grpc_json_transcoder"
+    )
     # The strict request check: right after the buffer (the body is whole and bounded),
     # right before the transcoder.
     buffer_at = names.index("envoy.filters.http.buffer")
     check = hcm(config)["http_filters"][buffer_at + 1]
     assert check["name"] == "envoy.filters.http.lua"
-    assert check["typed_config"]["default_source_code"] == {
-        "filename": "gateway/request_check.lua"}
+    assert check["typed_config"]["default_source_code"] == {"filename": "gateway/request_check.lua"}
     assert names[buffer_at + 2] == "envoy.filters.http.grpc_json_transcoder"
     assert names.count("envoy.filters.http.lua") == 2
     transcoder = http_filter(config, "envoy.filters.http.grpc_json_transcoder")
     assert transcoder["services"] == ["loyalty.v1.PosService"]
-    assert transcoder["print_options"] == {"preserve_proto_field_names": True,
-                                           "always_print_primitive_fields": True}
+    assert transcoder["print_options"] == {
+        "preserve_proto_field_names": True,
+        "always_print_primitive_fields": True,
+    }
     assert transcoder["match_incoming_request_route"] is True
     assert transcoder["ignore_unknown_query_parameters"] is True
     assert transcoder["request_validation_options"]["reject_unknown_method"] is True
@@ -335,8 +368,13 @@ def test_every_codigo_envelope_lua_answers_is_in_its_catalogue(lua: str) -> None
     used |= set(re.findall(r'codigo = "(\w+)"', lua))
     used |= set(re.findall(r'envelope\("(\w+)"', lua))
     used |= set(re.findall(r'or "(\w+)"', lua))
-    assert {"solicitud_invalida", "ruta_no_encontrada", "solicitud_muy_grande",
-            "servicio_no_disponible", "error_interno"} <= used
+    assert {
+        "solicitud_invalida",
+        "ruta_no_encontrada",
+        "solicitud_muy_grande",
+        "servicio_no_disponible",
+        "error_interno",
+    } <= used
     assert used <= set(entries), used - set(entries)
 
 
@@ -347,8 +385,9 @@ def test_status_mappings_keep_the_catalogue_status_where_they_can(lua: str) -> N
         assert int(status) // 100 == entries[codigo][0] // 100, status
 
 
-def test_envoy_direct_responses_map_to_their_catalogue_status(config: dict[str, Any],
-                                                              lua: str) -> None:
+def test_envoy_direct_responses_map_to_their_catalogue_status(
+    config: dict[str, Any], lua: str
+) -> None:
     entries = lua_catalogue(lua)
     by_status = lua_table(lua, "BY_HTTP_STATUS")
     for route in routes(config):
@@ -363,15 +402,17 @@ def test_envoy_direct_responses_map_to_their_catalogue_status(config: dict[str, 
 
 
 def test_lua_envelope_starts_with_ok_then_error(lua: str) -> None:
-    template = re.search(r"local function envelope\(codigo, detalle\)\n(.*?)\nend", lua,
-                         re.DOTALL)
+    template = re.search(r"local function envelope\(codigo, detalle\)\n(.*?)\nend", lua, re.DOTALL)
     assert template is not None
     pieces = re.findall(r"'([^']*)'|\"([^\"]*)\"", template.group(1))
     literal = "".join(a or b for a, b in pieces)
     assert literal == '{"ok":false,"error":{"codigo":,"mensaje":,"detalle":}}'
     # With the pieces filled in as json_string would, it is the server's envelope.
-    filled = ('{"ok":false,"error":{"codigo":"ruta_no_encontrada","mensaje":'
-              + json.dumps(CATALOGO[Codigo.RUTA_NO_ENCONTRADA].mensaje) + ',"detalle":""}}')
+    filled = (
+        '{"ok":false,"error":{"codigo":"ruta_no_encontrada","mensaje":'
+        + json.dumps(CATALOGO[Codigo.RUTA_NO_ENCONTRADA].mensaje)
+        + ',"detalle":""}}'
+    )
     assert list(json.loads(filled)) == ["ok", "error"]
     assert list(json.loads(filled)["error"]) == ["codigo", "mensaje", "detalle"]
 
@@ -401,9 +442,11 @@ def test_every_json_body_in_envoy_yaml_is_a_catalogue_envelope(config: dict[str,
 
 def test_descriptor_set_holds_only_the_pos_service() -> None:
     descriptors = descriptor_pb2.FileDescriptorSet.FromString(
-        (GATEWAY / "loyalty_pos.pb").read_bytes())
-    services = {f"{file.package}.{service.name}" for file in descriptors.file
-                for service in file.service}
+        (GATEWAY / "loyalty_pos.pb").read_bytes()
+    )
+    services = {
+        f"{file.package}.{service.name}" for file in descriptors.file for service in file.service
+    }
     assert services == {"loyalty.v1.PosService"}
 
 
@@ -422,10 +465,16 @@ def first_route(config: dict[str, Any], path: str, *, grpc: bool) -> dict[str, A
 
 
 @pytest.mark.parametrize("grpc", [True, False])
-@pytest.mark.parametrize("path", [BACKOFFICE_PATH, "/loyalty.v1.BackofficeService/ApplyFixture",
-                                  "/loyalty.v1.PosService/Ping", "/api/v1/ping"])
-def test_no_route_reaches_the_back_office(config: dict[str, Any], path: str,
-                                          grpc: bool) -> None:
+@pytest.mark.parametrize(
+    "path",
+    [
+        BACKOFFICE_PATH,
+        "/loyalty.v1.BackofficeService/ApplyFixture",
+        "/loyalty.v1.PosService/Ping",
+        "/api/v1/ping",
+    ],
+)
+def test_no_route_reaches_the_back_office(config: dict[str, Any], path: str, grpc: bool) -> None:
     route = first_route(config, path, grpc=grpc)
     if grpc or not path.startswith("/api/v1/"):
         assert "direct_response" in route
@@ -442,8 +491,12 @@ def test_routes_to_the_server_cannot_be_steered(config: dict[str, Any]) -> None:
     assert forwarding
     for route in forwarding:
         assert route["match"] == {"prefix": "/api/v1/"}
-        assert not {"prefix_rewrite", "regex_rewrite", "path_rewrite_policy",
-                    "host_rewrite_literal"} & set(route["route"])
+        assert not {
+            "prefix_rewrite",
+            "regex_rewrite",
+            "path_rewrite_policy",
+            "host_rewrite_literal",
+        } & set(route["route"])
         # The transcoder then picks the gRPC method, from PosService only.
         assert route["route"]["cluster"] == "loyalty_grpc"
     clusters = config["static_resources"]["clusters"]
@@ -455,7 +508,8 @@ def test_admin_interface_is_local_only(config: dict[str, Any]) -> None:
 
 
 def test_the_backstop_for_replies_that_skip_envelope_lua_is_the_catalogue_envelope(
-        config: dict[str, Any], lua: str) -> None:
+    config: dict[str, Any], lua: str
+) -> None:
     """The local reply mapper (envoy.yaml) writes what envelope.lua would for a 502-504,
     and nothing else: it rewrites bodies before envelope.lua sees them, and envelope.lua
     shows Envoy's reason (the body) as `detalle` for other statuses."""

@@ -10,8 +10,13 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _run(script: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, str(ROOT / "scripts" / script), "--check"],
-                          capture_output=True, text=True, check=False, cwd=ROOT)
+    return subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / script), "--check"],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=ROOT,
+    )
 
 
 def test_generated_proto_code_and_descriptor_are_fresh():

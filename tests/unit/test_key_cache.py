@@ -8,9 +8,16 @@ from loyalty_grpc.domain.keys import Modo
 
 
 def _caller() -> Caller:
-    return Caller(programa_id="p", programa_nombre="P", clave_id=1, integracion="I",
-                  tasa_puntos=Decimal("0.1"), moneda="MXN",
-                  modo=Modo.VIVO, permisos=frozenset())
+    return Caller(
+        programa_id="p",
+        programa_nombre="P",
+        clave_id=1,
+        integracion="I",
+        tasa_puntos=Decimal("0.1"),
+        moneda="MXN",
+        modo=Modo.VIVO,
+        permisos=frozenset(),
+    )
 
 
 def test_cache_hits_then_clears():
@@ -30,6 +37,7 @@ def test_cache_hits_then_clears():
 
 def test_zero_ttl_never_caches():
     calls: list[str] = []
+
     def lookup(key: str) -> Caller | None:
         calls.append(key)
         return None

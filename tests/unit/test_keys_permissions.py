@@ -19,13 +19,16 @@ TEST = "lp_prueba_" + "B1" * 12
 # ---------------------------------------------------------------- bearer header
 
 
-@pytest.mark.parametrize(("header", "token"), [
-    (f"Bearer {LIVE}", LIVE),
-    (f"bearer {LIVE}", LIVE),
-    (f"BEARER   {TEST}", TEST),
-    (f"  Bearer {LIVE}  ", LIVE),
-    ("Bearer not-a-key", "not-a-key"),  # the shape of the key is checked later
-])
+@pytest.mark.parametrize(
+    ("header", "token"),
+    [
+        (f"Bearer {LIVE}", LIVE),
+        (f"bearer {LIVE}", LIVE),
+        (f"BEARER   {TEST}", TEST),
+        (f"  Bearer {LIVE}  ", LIVE),
+        ("Bearer not-a-key", "not-a-key"),  # the shape of the key is checked later
+    ],
+)
 def test_bearer_token(header, token):
     assert keys.bearer_token(header) == token
 
@@ -37,10 +40,18 @@ def test_bearer_missing(header):
     assert err.value.codigo is Codigo.NO_AUTENTICADO
 
 
-@pytest.mark.parametrize("header", [
-    LIVE, f"Basic {LIVE}", "Bearer", "Bearer ", f"Bearer {LIVE} extra", f"Token {LIVE}",
-    f"Bearer\t{LIVE}",
-])
+@pytest.mark.parametrize(
+    "header",
+    [
+        LIVE,
+        f"Basic {LIVE}",
+        "Bearer",
+        "Bearer ",
+        f"Bearer {LIVE} extra",
+        f"Token {LIVE}",
+        f"Bearer\t{LIVE}",
+    ],
+)
 def test_bearer_malformed(header):
     with pytest.raises(LoyaltyError) as err:
         keys.bearer_token(header)
@@ -55,27 +66,33 @@ def test_prefixes():
     assert keys.PREFIJOS == {Modo.VIVO: "lp_vivo_", Modo.PRUEBA: "lp_prueba_"}
 
 
-@pytest.mark.parametrize(("key", "modo"), [
-    (LIVE, Modo.VIVO),
-    (TEST, Modo.PRUEBA),
-    ("lp_vivo_" + "Z9" * 20, Modo.VIVO),
-])
+@pytest.mark.parametrize(
+    ("key", "modo"),
+    [
+        (LIVE, Modo.VIVO),
+        (TEST, Modo.PRUEBA),
+        ("lp_vivo_" + "Z9" * 20, Modo.VIVO),
+    ],
+)
 def test_mode_of_well_formed(key, modo):
     assert keys.mode_of(key) is modo
     assert keys.require_well_formed(key) is modo
 
 
-@pytest.mark.parametrize("key", [
-    "",
-    "lp_vivo_" + "a" * 23,  # too short
-    "lp_test_" + "a" * 24,  # unknown mode
-    "LP_VIVO_" + "a" * 24,  # prefix is case-sensitive
-    "lp_vivo_" + "a" * 23 + "-",  # only letters and digits
-    "lp_vivo_" + "a" * 23 + "ñ",
-    " " + LIVE,
-    LIVE + "\n",
-    "xlp_vivo_" + "a" * 24,
-])
+@pytest.mark.parametrize(
+    "key",
+    [
+        "",
+        "lp_vivo_" + "a" * 23,  # too short
+        "lp_test_" + "a" * 24,  # unknown mode
+        "LP_VIVO_" + "a" * 24,  # prefix is case-sensitive
+        "lp_vivo_" + "a" * 23 + "-",  # only letters and digits
+        "lp_vivo_" + "a" * 23 + "ñ",
+        " " + LIVE,
+        LIVE + "\n",
+        "xlp_vivo_" + "a" * 24,
+    ],
+)
 def test_mode_of_malformed(key):
     assert keys.mode_of(key) is None
     with pytest.raises(LoyaltyError) as err:
@@ -108,7 +125,8 @@ def test_hash_and_suffix():
 def test_parse_permisos():
     assert permissions.parse_permisos([]) == frozenset()
     assert permissions.parse_permisos(["tx:escribir", "fan:leer", "fan:leer"]) == frozenset(
-        {Permiso.TX_ESCRIBIR, Permiso.FAN_LEER})
+        {Permiso.TX_ESCRIBIR, Permiso.FAN_LEER}
+    )
     assert permissions.parse_permisos(p.value for p in Permiso) == frozenset(Permiso)
 
 
@@ -126,18 +144,26 @@ def test_sorted_names_follow_the_contract_table():
         [Permiso.ROSTER_LEER, Permiso.FAN_LEER, Permiso.TX_ESCRIBIR, Permiso.FAN_LEER]
     ) == ["fan:leer", "tx:escribir", "roster:leer"]
     assert permissions.sorted_names(Permiso) == [
-        "fan:leer", "tx:escribir", "redeem:escribir", "codigos:escribir", "roster:leer"]
+        "fan:leer",
+        "tx:escribir",
+        "redeem:escribir",
+        "codigos:escribir",
+        "roster:leer",
+    ]
 
 
-@pytest.mark.parametrize(("operation", "needed"), [
-    ("ResolveFan", Permiso.FAN_LEER),
-    ("RegisterTx", Permiso.TX_ESCRIBIR),
-    ("Redeem", Permiso.REDEEM_ESCRIBIR),
-    ("ListPromos", Permiso.CODIGOS_ESCRIBIR),
-    ("DepositCodes", Permiso.CODIGOS_ESCRIBIR),
-    ("Roster", Permiso.ROSTER_LEER),
-    ("RosterPost", Permiso.ROSTER_LEER),
-])
+@pytest.mark.parametrize(
+    ("operation", "needed"),
+    [
+        ("ResolveFan", Permiso.FAN_LEER),
+        ("RegisterTx", Permiso.TX_ESCRIBIR),
+        ("Redeem", Permiso.REDEEM_ESCRIBIR),
+        ("ListPromos", Permiso.CODIGOS_ESCRIBIR),
+        ("DepositCodes", Permiso.CODIGOS_ESCRIBIR),
+        ("Roster", Permiso.ROSTER_LEER),
+        ("RosterPost", Permiso.ROSTER_LEER),
+    ],
+)
 def test_check_requires_the_contract_permission(operation, needed):
     permissions.check(operation, frozenset({needed}))
     permissions.check(operation, frozenset(Permiso))

@@ -14,8 +14,11 @@ from loyalty_grpc.runtime import logs
 from loyalty_grpc.runtime.logs import JsonFormatter, configure_logging, format_exception
 
 
-def record(msg: str = "hola %s", args: tuple[object, ...] = ("mundo",), **extra: object,
-           ) -> logging.LogRecord:
+def record(
+    msg: str = "hola %s",
+    args: tuple[object, ...] = ("mundo",),
+    **extra: object,
+) -> logging.LogRecord:
     rec = logging.LogRecord("loyalty_grpc.calls", logging.INFO, __file__, 1, msg, args, None)
     for key, value in extra.items():
         setattr(rec, key, value)
@@ -36,9 +39,19 @@ def test_one_json_line_with_the_fixed_keys_first():
 
 def test_fields_and_context_become_keys_but_never_replace_the_fixed_ones():
     formatter = JsonFormatter(lambda: {"request_id": "ctx-1"})
-    data = json.loads(formatter.format(record(fields={
-        "method": "loyalty.v1.PosService/Ping", "duration_ms": 1.5, "clave_id": 7,
-        "level": "FAKE", "msg": "fake"})))
+    data = json.loads(
+        formatter.format(
+            record(
+                fields={
+                    "method": "loyalty.v1.PosService/Ping",
+                    "duration_ms": 1.5,
+                    "clave_id": 7,
+                    "level": "FAKE",
+                    "msg": "fake",
+                }
+            )
+        )
+    )
     assert data["request_id"] == "ctx-1"
     assert data["method"] == "loyalty.v1.PosService/Ping"
     assert data["duration_ms"] == 1.5

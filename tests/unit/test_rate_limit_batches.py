@@ -49,13 +49,26 @@ class ModelCounters:
 
     settlements: int = 0
 
-    def reserve(self, clave_id: int, pedidas: int, limite: int,
-                devolucion: Devolucion | None = None, *, holgura: int) -> Reserva:
+    def reserve(
+        self,
+        clave_id: int,
+        pedidas: int,
+        limite: int,
+        devolucion: Devolucion | None = None,
+        *,
+        holgura: int,
+    ) -> Reserva:
         self.requests += 1
         self.clock.t += self.lags[0]
         self.decided_at = self.clock.t
-        ventana, granted = take(self.ventanas.get(clave_id), math.floor(self.clock.t), limite,
-                                pedidas=pedidas, devolucion=devolucion, holgura=holgura)
+        ventana, granted = take(
+            self.ventanas.get(clave_id),
+            math.floor(self.clock.t),
+            limite,
+            pedidas=pedidas,
+            devolucion=devolucion,
+            holgura=holgura,
+        )
         self.ventanas[clave_id] = ventana
         self.clock.t += self.lags[1]
         ahora = self.clock.t
@@ -83,16 +96,23 @@ class Call:
     admitida: bool
 
 
-def replay(calls: list[tuple[float, int]], processes: int, limit: int, max_batch: int,
-           lags: tuple[float, float, float] = (0.0, 0.0, 0.0), *,
-           holgura: int | None = None, settling: float = 0.0, seed: int = 0) -> list[Call]:
+def replay(
+    calls: list[tuple[float, int]],
+    processes: int,
+    limit: int,
+    max_batch: int,
+    lags: tuple[float, float, float] = (0.0, 0.0, 0.0),
+    *,
+    holgura: int | None = None,
+    settling: float = 0.0,
+    seed: int = 0,
+) -> list[Call]:
     """Replay (time, process) calls of one key. Before each call, each process settles its
     expired batches with probability `settling` (1: a settler always on time)."""
     clock = Clock()
     counters = ModelCounters(clock, lags)
     extra = {} if holgura is None else {"holgura": holgura}
-    limiters = [limiter(counters, limit, max_batch=max_batch, **extra)
-                for _ in range(processes)]
+    limiters = [limiter(counters, limit, max_batch=max_batch, **extra) for _ in range(processes)]
     rng = random.Random(seed)
     out = []
     for offset, process in sorted(calls):
@@ -102,19 +122,30 @@ def replay(calls: list[tuple[float, int]], processes: int, limit: int, max_batch
                 other.settle_expired()
         started, before = clock.t, counters.requests
         view = limiters[process % processes].take(KEY)
-        out.append(Call(counters.decided_at if counters.requests > before else started,
-                        view.admitida))
+        out.append(
+            Call(counters.decided_at if counters.requests > before else started, view.admitida)
+        )
         assert 0 <= view.remaining <= limit
     return out
 
 
-def admitted_times(calls: list[tuple[float, int]], processes: int, limit: int, max_batch: int,
-                   lags: tuple[float, float, float] = (0.0, 0.0, 0.0), *,
-                   settling: float = 0.0, seed: int = 0) -> list[float]:
+def admitted_times(
+    calls: list[tuple[float, int]],
+    processes: int,
+    limit: int,
+    max_batch: int,
+    lags: tuple[float, float, float] = (0.0, 0.0, 0.0),
+    *,
+    settling: float = 0.0,
+    seed: int = 0,
+) -> list[float]:
     """The times the admitted calls were decided (a spare call: when it was taken; else:
     when the database decided)."""
-    return sorted(c.at for c in replay(calls, processes, limit, max_batch, lags,
-                                       settling=settling, seed=seed) if c.admitida)
+    return sorted(
+        c.at
+        for c in replay(calls, processes, limit, max_batch, lags, settling=settling, seed=seed)
+        if c.admitida
+    )
 
 
 def first_refusals_are_late(calls: list[Call], limit: int, holgura: int) -> None:
@@ -133,21 +164,32 @@ def first_refusals_are_late(calls: list[Call], limit: int, holgura: int) -> None
 # (time, process) calls: anywhere, or a minute's worth at second 0, some just after second
 # 1 begins and more just after second 61 begins: a spare call of second 0 used a moment too
 # late (at 1 + f) and the calls of 61 + g (g < f) would be too many in [1 + f, 61 + f).
-_anywhere = st.lists(st.tuples(st.floats(min_value=0, max_value=300, allow_nan=False),
-                               st.integers(min_value=0, max_value=2)), max_size=400)
+_anywhere = st.lists(
+    st.tuples(
+        st.floats(min_value=0, max_value=300, allow_nan=False),
+        st.integers(min_value=0, max_value=2),
+    ),
+    max_size=400,
+)
 _fraction = st.sampled_from([0.0, 0.0005, 0.001, 0.01, 0.5, 0.999])
 _phase = st.tuples(_fraction, st.integers(min_value=1, max_value=60))
 
 
-def _minute_apart(phases: tuple[tuple[float, int], ...], processes: list[int]
-                  ) -> list[tuple[float, int]]:
-    return [(second + fraction, processes[i % len(processes)])
-            for second, (fraction, count) in zip((0, 1, 61), phases, strict=True)
-            for i in range(count)]
+def _minute_apart(
+    phases: tuple[tuple[float, int], ...], processes: list[int]
+) -> list[tuple[float, int]]:
+    return [
+        (second + fraction, processes[i % len(processes)])
+        for second, (fraction, count) in zip((0, 1, 61), phases, strict=True)
+        for i in range(count)
+    ]
 
 
-_minute = st.builds(_minute_apart, st.tuples(_phase, _phase, _phase),
-                    st.lists(st.integers(min_value=0, max_value=2), min_size=1, max_size=5))
+_minute = st.builds(
+    _minute_apart,
+    st.tuples(_phase, _phase, _phase),
+    st.lists(st.integers(min_value=0, max_value=2), min_size=1, max_size=5),
+)
 # Round trip legs: none, LAN-like, or slow (each one advances the shared clock).
 _lag = st.sampled_from([0.0, 0.0001, 0.002]) | st.floats(min_value=0, max_value=0.05)
 
@@ -158,30 +200,63 @@ _settling = st.sampled_from([0.0, 0.3, 1.0])
 
 
 @settings(max_examples=300, deadline=None)
-@given(calls=_anywhere, processes=st.integers(min_value=1, max_value=3),
-       limit=st.integers(min_value=1, max_value=40), max_batch=st.integers(1, 16),
-       lags=st.tuples(_lag, _lag, _lag), settling=_settling, seed=st.integers(0, 9))
+@given(
+    calls=_anywhere,
+    processes=st.integers(min_value=1, max_value=3),
+    limit=st.integers(min_value=1, max_value=40),
+    max_batch=st.integers(1, 16),
+    lags=st.tuples(_lag, _lag, _lag),
+    settling=_settling,
+    seed=st.integers(0, 9),
+)
 def test_never_more_than_the_limit_in_any_60_seconds(
-        calls: list[tuple[float, int]], processes: int, limit: int, max_batch: int,
-        lags: tuple[float, float, float], settling: float, seed: int) -> None:
-    admitted = admitted_times(calls, processes, limit, max_batch, lags, settling=settling,
-                              seed=seed)
+    calls: list[tuple[float, int]],
+    processes: int,
+    limit: int,
+    max_batch: int,
+    lags: tuple[float, float, float],
+    settling: float,
+    seed: int,
+) -> None:
+    admitted = admitted_times(
+        calls, processes, limit, max_batch, lags, settling=settling, seed=seed
+    )
     assert max_in_any_window(admitted) <= limit
 
 
 @settings(max_examples=600, deadline=None)
 # The first example: 21 calls reserved in second 0 and 20 used; the spare one used at
 # 1.2 if it outlived its second, then a new minute at 61.1: 41 in [1.2, 61.2).
-@example(calls=[(0.5, 0)] * 20 + [(1.2, 0)] * 3 + [(61.1, 0)] * 45, processes=1, limit=40,
-         max_batch=16, lags=(0, 0, 0), settling=0.0, seed=0)
-@given(calls=_minute, processes=st.integers(min_value=1, max_value=3),
-       limit=st.integers(min_value=1, max_value=40), max_batch=st.integers(1, 16),
-       lags=st.tuples(_lag, _lag, _lag), settling=_settling, seed=st.integers(0, 9))
+@example(
+    calls=[(0.5, 0)] * 20 + [(1.2, 0)] * 3 + [(61.1, 0)] * 45,
+    processes=1,
+    limit=40,
+    max_batch=16,
+    lags=(0, 0, 0),
+    settling=0.0,
+    seed=0,
+)
+@given(
+    calls=_minute,
+    processes=st.integers(min_value=1, max_value=3),
+    limit=st.integers(min_value=1, max_value=40),
+    max_batch=st.integers(1, 16),
+    lags=st.tuples(_lag, _lag, _lag),
+    settling=_settling,
+    seed=st.integers(0, 9),
+)
 def test_never_more_than_the_limit_a_minute_apart(
-        calls: list[tuple[float, int]], processes: int, limit: int, max_batch: int,
-        lags: tuple[float, float, float], settling: float, seed: int) -> None:
-    admitted = admitted_times(calls, processes, limit, max_batch, lags, settling=settling,
-                              seed=seed)
+    calls: list[tuple[float, int]],
+    processes: int,
+    limit: int,
+    max_batch: int,
+    lags: tuple[float, float, float],
+    settling: float,
+    seed: int,
+) -> None:
+    admitted = admitted_times(
+        calls, processes, limit, max_batch, lags, settling=settling, seed=seed
+    )
     assert max_in_any_window(admitted) <= limit
 
 
@@ -198,35 +273,54 @@ def _in_runs(runs: list[tuple[int, int, int]]) -> list[tuple[float, int]]:
     return calls
 
 
-_runs = st.builds(_in_runs, st.lists(st.tuples(st.sampled_from([0, 0, 0, 1, 2, 6]),
-                                               st.integers(0, 3), st.integers(1, 40)),
-                                     max_size=12))
+_runs = st.builds(
+    _in_runs,
+    st.lists(
+        st.tuples(st.sampled_from([0, 0, 0, 1, 2, 6]), st.integers(0, 3), st.integers(1, 40)),
+        max_size=12,
+    ),
+)
 
 
 @settings(max_examples=300, deadline=None)
-@given(calls=_runs | _anywhere | _minute, processes=st.integers(min_value=1, max_value=4),
-       limit=st.integers(min_value=1, max_value=60) | st.integers(min_value=100, max_value=250),
-       max_batch=st.integers(1, 16),
-       holgura=st.integers(0, 10), lags=st.tuples(_lag, _lag, _lag))
+@given(
+    calls=_runs | _anywhere | _minute,
+    processes=st.integers(min_value=1, max_value=4),
+    limit=st.integers(min_value=1, max_value=60) | st.integers(min_value=100, max_value=250),
+    max_batch=st.integers(1, 16),
+    holgura=st.integers(0, 10),
+    lags=st.tuples(_lag, _lag, _lag),
+)
 # Process 0 goes quiet holding 10 spare calls; 6 s later (its outstanding count forgotten,
 # had it not settled) process 2 reserves 10 more and process 1 takes the rest: without
 # the settlement, 20 unused calls when process 1 is refused.
-@example(calls=_in_runs([(0, 0, 16), (6, 2, 16), (0, 1, 300)]), processes=3, limit=200,
-         max_batch=16, holgura=10, lags=(0, 0, 0))
+@example(
+    calls=_in_runs([(0, 0, 16), (6, 2, 16), (0, 1, 300)]),
+    processes=3,
+    limit=200,
+    max_batch=16,
+    holgura=10,
+    lags=(0, 0, 0),
+)
 def test_no_refusal_before_the_limit_less_the_slack(
-        calls: list[tuple[float, int]], processes: int, limit: int, max_batch: int,
-        holgura: int, lags: tuple[float, float, float]) -> None:
+    calls: list[tuple[float, int]],
+    processes: int,
+    limit: int,
+    max_batch: int,
+    holgura: int,
+    lags: tuple[float, float, float],
+) -> None:
     """Processes that settle their expired batches on time: a call is refused only when
     at least `limit - holgura` calls are admitted in the database's window."""
-    replayed = replay(calls, processes, limit, max_batch, lags, holgura=holgura,
-                      settling=1.0)
+    replayed = replay(calls, processes, limit, max_batch, lags, holgura=holgura, settling=1.0)
     first_refusals_are_late(replayed, limit, holgura)
     assert max_in_any_window(sorted(c.at for c in replayed if c.admitida)) <= limit
 
 
 @settings(max_examples=50, deadline=None)
-@given(starts=st.lists(st.floats(min_value=0, max_value=120, allow_nan=False), min_size=1,
-                       max_size=4))
+@given(
+    starts=st.lists(st.floats(min_value=0, max_value=120, allow_nan=False), min_size=1, max_size=4)
+)
 def test_bursts_of_600_in_one_second_from_two_processes(starts: list[float]) -> None:
     calls = [(start + i / 2000, i % 2) for start in starts for i in range(900)]
     replayed = replay(calls, 2, 600, 60, lags=(0.0005, 0.0001, 0.0005), settling=1.0)
@@ -235,17 +329,20 @@ def test_bursts_of_600_in_one_second_from_two_processes(starts: list[float]) -> 
 
 
 @settings(max_examples=30, deadline=None)
-@given(processes=st.integers(2, 4), burst=st.integers(1, 400),
-       pattern=st.lists(st.integers(0, 3), min_size=1, max_size=8))
+@given(
+    processes=st.integers(2, 4),
+    burst=st.integers(1, 400),
+    pattern=st.lists(st.integers(0, 3), min_size=1, max_size=8),
+)
 def test_a_burst_then_one_at_a_time_is_refused_at_592_at_the_earliest(
-        processes: int, burst: int, pattern: list[int]) -> None:
+    processes: int, burst: int, pattern: list[int]
+) -> None:
     """The issue's experiment on the model: a burst on every process, then calls one at
     a time spread over them; the first refusal after 592 admitted, then exactly 600."""
     calls = [(i / 5000, i % processes) for i in range(burst)]
     calls += [(1.0 + i / 1000, pattern[i % len(pattern)]) for i in range(700)]
     calls += [(3.0 + i / 100, pattern[i % len(pattern)]) for i in range(50)]
-    replayed = replay(calls, processes, 600, 60, lags=(0.0002, 0.0001, 0.0002),
-                      settling=1.0)
+    replayed = replay(calls, processes, 600, 60, lags=(0.0002, 0.0001, 0.0002), settling=1.0)
     outcomes = [c.admitida for c in replayed]
     assert outcomes.index(False) >= 592
     assert sum(outcomes) == 600
@@ -352,8 +449,15 @@ class FailingCounters(ModelCounters):
     fail_reserve: bool = False
     carried: list[Devolucion | None] = field(default_factory=list)
 
-    def reserve(self, clave_id: int, pedidas: int, limite: int,
-                devolucion: Devolucion | None = None, *, holgura: int) -> Reserva:
+    def reserve(
+        self,
+        clave_id: int,
+        pedidas: int,
+        limite: int,
+        devolucion: Devolucion | None = None,
+        *,
+        holgura: int,
+    ) -> Reserva:
         self.carried.append(devolucion)
         if self.fail_reserve:
             self.fail_reserve = False
@@ -409,15 +513,28 @@ class WallCounters:
         self.settled = threading.Event()
         self.lock = threading.Lock()
 
-    def reserve(self, clave_id: int, pedidas: int, limite: int,
-                devolucion: Devolucion | None = None, *, holgura: int) -> Reserva:
+    def reserve(
+        self,
+        clave_id: int,
+        pedidas: int,
+        limite: int,
+        devolucion: Devolucion | None = None,
+        *,
+        holgura: int,
+    ) -> Reserva:
         with self.lock:
             now = time.time()
-            self.ventana, granted = take(self.ventana, math.floor(now), limite,
-                                         pedidas=pedidas, devolucion=devolucion,
-                                         holgura=holgura)
-            return Reserva(self.ventana.segundo, self.ventana.cuentas, granted, now,
-                           self.ventana.reservas)
+            self.ventana, granted = take(
+                self.ventana,
+                math.floor(now),
+                limite,
+                pedidas=pedidas,
+                devolucion=devolucion,
+                holgura=holgura,
+            )
+            return Reserva(
+                self.ventana.segundo, self.ventana.cuentas, granted, now, self.ventana.reservas
+            )
 
     def settle(self, devoluciones: Sequence[tuple[int, Devolucion]]) -> None:
         with self.lock:

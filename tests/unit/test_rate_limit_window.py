@@ -56,8 +56,11 @@ def test_never_more_than_the_limit_in_any_60_seconds(times: list[float], limit: 
 
 
 @settings(max_examples=100, deadline=None)
-@given(times=st.lists(st.floats(min_value=0, max_value=200, allow_nan=False),
-                      min_size=600, max_size=1500))
+@given(
+    times=st.lists(
+        st.floats(min_value=0, max_value=200, allow_nan=False), min_size=600, max_size=1500
+    )
+)
 def test_never_more_than_600_in_any_60_seconds(times: list[float]) -> None:
     admitted = [t for t, ok, _ in replay(times, 600) if ok]
     assert max_in_any_window(admitted) <= 600
@@ -132,8 +135,7 @@ def test_a_batch_is_granted_up_to_what_is_left() -> None:
 def test_unused_calls_given_back_free_their_second() -> None:
     ventana, _ = take(None, 10, 10, pedidas=10, holgura=9)
     # 3 of second 10 never used, returned at second 12: room for 3 more.
-    ventana, granted = take(ventana, 12, 10, pedidas=5, devolucion=Devolucion(10, 3, 9),
-                            holgura=9)
+    ventana, granted = take(ventana, 12, 10, pedidas=5, devolucion=Devolucion(10, 3, 9), holgura=9)
     assert granted == 3
     assert ventana.cuentas[-3:] == (7, 0, 3)
     assert ventana.reservas[-3:] == (0, 0, 2)

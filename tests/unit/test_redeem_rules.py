@@ -21,8 +21,12 @@ from loyalty_grpc.domain.redeem import (
     summarize,
 )
 
-A, C, L, D = (EstadoCodigo.ASIGNADO, EstadoCodigo.CANJEADO, EstadoCodigo.LIBERADO,
-              EstadoCodigo.DISPONIBLE)
+A, C, L, D = (
+    EstadoCodigo.ASIGNADO,
+    EstadoCodigo.CANJEADO,
+    EstadoCodigo.LIBERADO,
+    EstadoCodigo.DISPONIBLE,
+)
 
 
 @pytest.mark.parametrize(
@@ -94,18 +98,32 @@ def test_batch_limit():
     assert "500" in err.value.detalle
 
 
-@pytest.mark.parametrize(("raw", "codigo"), [
-    ("hd-0001", "HD-0001"), ("  Hd-0001\t\n", "HD-0001"), ("", ""), ("  ", ""),
-    ("hd 1", "HD 1"),
-])
+@pytest.mark.parametrize(
+    ("raw", "codigo"),
+    [
+        ("hd-0001", "HD-0001"),
+        ("  Hd-0001\t\n", "HD-0001"),
+        ("", ""),
+        ("  ", ""),
+        ("hd 1", "HD 1"),
+    ],
+)
 def test_code_text(raw, codigo):
     assert code_text(raw) == codigo
 
 
-@pytest.mark.parametrize(("codigo", "possible"), [
-    ("HD-0001", True), ("X" * 64, True), ("HD 1", True),
-    ("", False), ("X" * 65, False), ("HD\x00", False), ("HD\x85", False),
-])
+@pytest.mark.parametrize(
+    ("codigo", "possible"),
+    [
+        ("HD-0001", True),
+        ("X" * 64, True),
+        ("HD 1", True),
+        ("", False),
+        ("X" * 65, False),
+        ("HD\x00", False),
+        ("HD\x85", False),
+    ],
+)
 def test_could_exist(codigo, possible):
     assert could_exist(codigo) is possible
 

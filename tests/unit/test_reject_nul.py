@@ -20,18 +20,30 @@ def _struct(**fields: Any) -> struct_pb2.Struct:
     return value
 
 
-@pytest.mark.parametrize(("request_", "field"), [
-    (pb.ResolveFanRequest(fan="A\x00"), "fan"),
-    (pb.RedeemRequest(codigos=["A", "B\x00"]), "codigos"),
-    (pb.RegisterTxRequest(importe=struct_pb2.Value(string_value="1\x00")), "importe"),
-    (pb.RegisterTxRequest(importe=struct_pb2.Value(
-        list_value=struct_pb2.ListValue(values=[struct_pb2.Value(string_value="\x00")]))),
-     "importe"),
-    (pb.RegisterTxRequest(importe=struct_pb2.Value(struct_value=_struct(**{"a\x00": 1}))),
-     "importe"),
-    (pb.RegisterTxRequest(importe=struct_pb2.Value(struct_value=_struct(a={"b": "\x00"}))),
-     "importe"),
-])
+@pytest.mark.parametrize(
+    ("request_", "field"),
+    [
+        (pb.ResolveFanRequest(fan="A\x00"), "fan"),
+        (pb.RedeemRequest(codigos=["A", "B\x00"]), "codigos"),
+        (pb.RegisterTxRequest(importe=struct_pb2.Value(string_value="1\x00")), "importe"),
+        (
+            pb.RegisterTxRequest(
+                importe=struct_pb2.Value(
+                    list_value=struct_pb2.ListValue(values=[struct_pb2.Value(string_value="\x00")])
+                )
+            ),
+            "importe",
+        ),
+        (
+            pb.RegisterTxRequest(importe=struct_pb2.Value(struct_value=_struct(**{"a\x00": 1}))),
+            "importe",
+        ),
+        (
+            pb.RegisterTxRequest(importe=struct_pb2.Value(struct_value=_struct(a={"b": "\x00"}))),
+            "importe",
+        ),
+    ],
+)
 def test_a_nul_anywhere_is_refused(request_: Message, field: str) -> None:
     with pytest.raises(LoyaltyError) as caught:
         reject_nul(request_)
@@ -40,5 +52,10 @@ def test_a_nul_anywhere_is_refused(request_: Message, field: str) -> None:
 
 
 def test_text_without_nul_passes() -> None:
-    reject_nul(pb.RegisterTxRequest(id_externo="V-1", fan="ñandú \t\x01", importe=struct_pb2.Value(
-        struct_value=_struct(a=[1, "x"]))))
+    reject_nul(
+        pb.RegisterTxRequest(
+            id_externo="V-1",
+            fan="ñandú \t\x01",
+            importe=struct_pb2.Value(struct_value=_struct(a=[1, "x"])),
+        )
+    )

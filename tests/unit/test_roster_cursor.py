@@ -24,8 +24,9 @@ from loyalty_grpc.domain.roster_cursor import (
     encode_cursor,
 )
 
-positions = st.builds(Posicion, st.sampled_from(Fase), st.integers(0, MAX_POSITION),
-                      st.integers(0, MAX_POSITION))
+positions = st.builds(
+    Posicion, st.sampled_from(Fase), st.integers(0, MAX_POSITION), st.integers(0, MAX_POSITION)
+)
 programs = st.text(min_size=1, max_size=40)
 
 
@@ -61,17 +62,31 @@ def test_program_binding_is_exact():
 @given(positions, st.integers(0, CURSOR_LENGTH - 1), st.sampled_from("A_-z09"))
 def test_any_changed_character_is_refused(posicion, where, char):
     text = encode_cursor("p", posicion)
-    altered = text[:where] + char + text[where + 1:]
+    altered = text[:where] + char + text[where + 1 :]
     if altered == text:
         return
     invalid("p", altered)
 
 
-@pytest.mark.parametrize("garbage", [
-    "", "x", "abc", "0", "12345", "null", "siguiente", "A" * CURSOR_LENGTH,
-    "A" * (CURSOR_LENGTH + 1), "ñ" * CURSOR_LENGTH, " " * CURSOR_LENGTH,
-    "+" * CURSOR_LENGTH, "/" * CURSOR_LENGTH, "=" * CURSOR_LENGTH,
-])
+@pytest.mark.parametrize(
+    "garbage",
+    [
+        "",
+        "x",
+        "abc",
+        "0",
+        "12345",
+        "null",
+        "siguiente",
+        "A" * CURSOR_LENGTH,
+        "A" * (CURSOR_LENGTH + 1),
+        "ñ" * CURSOR_LENGTH,
+        " " * CURSOR_LENGTH,
+        "+" * CURSOR_LENGTH,
+        "/" * CURSOR_LENGTH,
+        "=" * CURSOR_LENGTH,
+    ],
+)
 def test_garbage_is_refused(garbage):
     invalid("p", garbage)
 
@@ -107,8 +122,9 @@ def test_non_canonical_last_character_is_refused():
 def _forge(programa: str, version: int, fase: int, xid: int, pk: int) -> str:
     """A cursor with a correct tag but a body the service never writes."""
     body = struct.pack(">BBQQ", version, fase, xid, pk)
-    tag = hashlib.sha256(b"loyalty roster cursor\x00" + programa.encode() + b"\x00"
-                         + body).digest()[:8]
+    tag = hashlib.sha256(
+        b"loyalty roster cursor\x00" + programa.encode() + b"\x00" + body
+    ).digest()[:8]
     return base64.urlsafe_b64encode(body + tag).rstrip(b"=").decode()
 
 
@@ -116,10 +132,17 @@ def test_forge_helper_matches_the_format():
     assert _forge("p", 1, 2, 10, 20) == encode_cursor("p", Posicion(Fase.CAMBIOS, 10, 20))
 
 
-@pytest.mark.parametrize(("version", "fase", "xid", "pk"), [
-    (2, 2, 10, 20), (0, 2, 10, 20), (1, 0, 10, 20), (1, 3, 10, 20),
-    (1, 2, 2**63, 20), (1, 1, 10, 2**64 - 1),
-])
+@pytest.mark.parametrize(
+    ("version", "fase", "xid", "pk"),
+    [
+        (2, 2, 10, 20),
+        (0, 2, 10, 20),
+        (1, 0, 10, 20),
+        (1, 3, 10, 20),
+        (1, 2, 2**63, 20),
+        (1, 1, 10, 2**64 - 1),
+    ],
+)
 def test_unknown_version_phase_or_out_of_range_is_refused(version, fase, xid, pk):
     invalid("p", _forge("p", version, fase, xid, pk))
 
@@ -134,18 +157,49 @@ def test_position_range_is_checked_on_encode():
 # ---------------------------------------------------------------- limite and desde (edge)
 
 
-@pytest.mark.parametrize(("value", "expected"), [
-    (None, LIMITE_DEFAULT), (1, 1), (1.0, 1), (500, 500), (2000, 2000), (2001, LIMITE_MAX),
-    (10**30, LIMITE_MAX), (1e300, LIMITE_MAX), ("7", 7), (" 7 ", 7), ("+7", 7), ("7.0", 7),
-    ("2001", LIMITE_MAX), ("99999999999999999999999", LIMITE_MAX),
-])
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        (None, LIMITE_DEFAULT),
+        (1, 1),
+        (1.0, 1),
+        (500, 500),
+        (2000, 2000),
+        (2001, LIMITE_MAX),
+        (10**30, LIMITE_MAX),
+        (1e300, LIMITE_MAX),
+        ("7", 7),
+        (" 7 ", 7),
+        ("+7", 7),
+        ("7.0", 7),
+        ("2001", LIMITE_MAX),
+        ("99999999999999999999999", LIMITE_MAX),
+    ],
+)
 def test_limite_accepted(value, expected):
     assert parse_limite(value) == expected
 
 
-@pytest.mark.parametrize("value", [
-    0, -1, 0.0, 1.5, "0", "-3", "abc", "", "1e3", "7.5", "0x10", True, False, [], {},
-])
+@pytest.mark.parametrize(
+    "value",
+    [
+        0,
+        -1,
+        0.0,
+        1.5,
+        "0",
+        "-3",
+        "abc",
+        "",
+        "1e3",
+        "7.5",
+        "0x10",
+        True,
+        False,
+        [],
+        {},
+    ],
+)
 def test_limite_refused(value):
     with pytest.raises(LoyaltyError) as caught:
         parse_limite(value)
@@ -153,10 +207,18 @@ def test_limite_refused(value):
     assert caught.value.detalle.startswith("limite")
 
 
-@pytest.mark.parametrize(("value", "expected"), [
-    (None, None), ("", None), ("  ", None), (" abc ", "abc"), (12345, "12345"),
-    (12345.0, "12345"), (1.5, "1.5"),
-])
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        (None, None),
+        ("", None),
+        ("  ", None),
+        (" abc ", "abc"),
+        (12345, "12345"),
+        (12345.0, "12345"),
+        (1.5, "1.5"),
+    ],
+)
 def test_desde_values(value, expected):
     assert _desde(value) == expected
 

@@ -37,13 +37,21 @@ def test_defaults():
 
 
 def test_values_from_the_environment():
-    settings = Settings.from_env({
-        "LOYALTY_DATABASE_URL": "postgresql://u:p@db:5432/loyalty", "LOYALTY_WORKERS": "3",
-        "LOYALTY_GRPC_HOST": "0.0.0.0", "LOYALTY_GRPC_PORT": "0", "LOYALTY_METRICS_PORT": "0",
-        "LOYALTY_KEY_CACHE_SECONDS": "0.5", "LOYALTY_LOG_LEVEL": "debug",
-        "LOYALTY_LOG_FORMAT": "JSON", "LOYALTY_RATE_LIMIT_PER_MINUTE": "60",
-        "LOYALTY_DATA_DIR": "/srv/loyalty", "LOYALTY_HTTP_PORT": "",  # empty = unset
-    })
+    settings = Settings.from_env(
+        {
+            "LOYALTY_DATABASE_URL": "postgresql://u:p@db:5432/loyalty",
+            "LOYALTY_WORKERS": "3",
+            "LOYALTY_GRPC_HOST": "0.0.0.0",
+            "LOYALTY_GRPC_PORT": "0",
+            "LOYALTY_METRICS_PORT": "0",
+            "LOYALTY_KEY_CACHE_SECONDS": "0.5",
+            "LOYALTY_LOG_LEVEL": "debug",
+            "LOYALTY_LOG_FORMAT": "JSON",
+            "LOYALTY_RATE_LIMIT_PER_MINUTE": "60",
+            "LOYALTY_DATA_DIR": "/srv/loyalty",
+            "LOYALTY_HTTP_PORT": "",  # empty = unset
+        }
+    )
     assert settings.database_url == "postgresql://u:p@db:5432/loyalty"
     assert (settings.workers, settings.grpc_port, settings.metrics_port) == (3, 0, 0)
     assert settings.host_for("up") == "0.0.0.0"
@@ -54,32 +62,69 @@ def test_values_from_the_environment():
     assert settings.http_port == 8080
 
 
-@pytest.mark.parametrize(("variable", "value", "message"), [
-    ("LOYALTY_WORKERS", "0", "LOYALTY_WORKERS must be an integer from 1 to 64, got '0'"),
-    ("LOYALTY_WORKERS", "many", "LOYALTY_WORKERS must be an integer from 1 to 64, got 'many'"),
-    ("LOYALTY_GRPC_PORT", "70000",
-     "LOYALTY_GRPC_PORT must be a port number from 0 to 65535, got '70000'"),
-    ("LOYALTY_HTTP_PORT", "0", "LOYALTY_HTTP_PORT must be a port number from 1 to 65535, got '0'"),
-    ("LOYALTY_METRICS_PORT", "-1",
-     "LOYALTY_METRICS_PORT must be a port number from 0 to 65535, got '-1'"),
-    ("LOYALTY_KEY_CACHE_SECONDS", "-1",
-     "LOYALTY_KEY_CACHE_SECONDS must be a number of seconds, 0 or more, got '-1'"),
-    ("LOYALTY_KEY_CACHE_SECONDS", "nan",
-     "LOYALTY_KEY_CACHE_SECONDS must be a number of seconds, 0 or more, got 'nan'"),
-    ("LOYALTY_LOG_LEVEL", "loud",
-     "LOYALTY_LOG_LEVEL must be one of DEBUG, INFO, WARNING, ERROR, CRITICAL, got 'loud'"),
-    ("LOYALTY_LOG_FORMAT", "xml", "LOYALTY_LOG_FORMAT must be one of json, text, got 'xml'"),
-    ("LOYALTY_RATE_LIMIT_PER_MINUTE", "-1",
-     "LOYALTY_RATE_LIMIT_PER_MINUTE must be an integer from 0 to 1000000, got '-1'"),
-    ("LOYALTY_DATABASE_URL", "mysql://x/y",
-     "LOYALTY_DATABASE_URL must be a postgresql:// URL, got 'mysql://x/y'"),
-    ("LOYALTY_GRPC_TARGET", "localhost",
-     "LOYALTY_GRPC_TARGET must be HOST:PORT, got 'localhost'"),
-    ("LOYALTY_GRPC_HOST", "a host", "LOYALTY_GRPC_HOST must be a host name or IP address, "
-                                    "got 'a host'"),
-    ("LOYALTY_WALLET_PROVIDER", "apple",
-     "LOYALTY_WALLET_PROVIDER must be one of local, google, got 'apple'"),
-])
+@pytest.mark.parametrize(
+    ("variable", "value", "message"),
+    [
+        ("LOYALTY_WORKERS", "0", "LOYALTY_WORKERS must be an integer from 1 to 64, got '0'"),
+        ("LOYALTY_WORKERS", "many", "LOYALTY_WORKERS must be an integer from 1 to 64, got 'many'"),
+        (
+            "LOYALTY_GRPC_PORT",
+            "70000",
+            "LOYALTY_GRPC_PORT must be a port number from 0 to 65535, got '70000'",
+        ),
+        (
+            "LOYALTY_HTTP_PORT",
+            "0",
+            "LOYALTY_HTTP_PORT must be a port number from 1 to 65535, got '0'",
+        ),
+        (
+            "LOYALTY_METRICS_PORT",
+            "-1",
+            "LOYALTY_METRICS_PORT must be a port number from 0 to 65535, got '-1'",
+        ),
+        (
+            "LOYALTY_KEY_CACHE_SECONDS",
+            "-1",
+            "LOYALTY_KEY_CACHE_SECONDS must be a number of seconds, 0 or more, got '-1'",
+        ),
+        (
+            "LOYALTY_KEY_CACHE_SECONDS",
+            "nan",
+            "LOYALTY_KEY_CACHE_SECONDS must be a number of seconds, 0 or more, got 'nan'",
+        ),
+        (
+            "LOYALTY_LOG_LEVEL",
+            "loud",
+            "LOYALTY_LOG_LEVEL must be one of DEBUG, INFO, WARNING, ERROR, CRITICAL, got 'loud'",
+        ),
+        ("LOYALTY_LOG_FORMAT", "xml", "LOYALTY_LOG_FORMAT must be one of json, text, got 'xml'"),
+        (
+            "LOYALTY_RATE_LIMIT_PER_MINUTE",
+            "-1",
+            "LOYALTY_RATE_LIMIT_PER_MINUTE must be an integer from 0 to 1000000, got '-1'",
+        ),
+        (
+            "LOYALTY_DATABASE_URL",
+            "mysql://x/y",
+            "LOYALTY_DATABASE_URL must be a postgresql:// URL, got 'mysql://x/y'",
+        ),
+        (
+            "LOYALTY_GRPC_TARGET",
+            "localhost",
+            "LOYALTY_GRPC_TARGET must be HOST:PORT, got 'localhost'",
+        ),
+        (
+            "LOYALTY_GRPC_HOST",
+            "a host",
+            "LOYALTY_GRPC_HOST must be a host name or IP address, got 'a host'",
+        ),
+        (
+            "LOYALTY_WALLET_PROVIDER",
+            "apple",
+            "LOYALTY_WALLET_PROVIDER must be one of local, google, got 'apple'",
+        ),
+    ],
+)
 def test_a_wrong_value_is_named(variable: str, value: str, message: str):
     with pytest.raises(ConfigError) as exc:
         Settings.from_env({variable: value})
@@ -110,21 +155,28 @@ def test_every_variable_the_code_reads_is_documented_and_checked():
     for path in SRC.rglob("*.py"):
         text = path.read_text(encoding="utf-8")
         read |= set(re.findall(r"LOYALTY_[A-Z_]*[A-Z](?![A-Z_*])", text))
-    wallet = {name for name in documented_names()
-              if "WALLET" in name}  # parsed by WalletSettings.from_env
+    wallet = {
+        name for name in documented_names() if "WALLET" in name
+    }  # parsed by WalletSettings.from_env
     assert read <= documented_names(), sorted(read - documented_names())
     assert documented_names() == checked_names() | wallet
 
 
-@pytest.mark.parametrize(("argv", "variable"), [
-    (["serve"], "LOYALTY_WORKERS"),
-    (["up"], "LOYALTY_WORKERS"),
-    (["status"], "LOYALTY_WORKERS"),
-])
-def test_the_cli_stops_before_starting_anything(argv: list[str], variable: str,
-                                                monkeypatch: pytest.MonkeyPatch,
-                                                capsys: pytest.CaptureFixture[str],
-                                                tmp_path: Path):
+@pytest.mark.parametrize(
+    ("argv", "variable"),
+    [
+        (["serve"], "LOYALTY_WORKERS"),
+        (["up"], "LOYALTY_WORKERS"),
+        (["status"], "LOYALTY_WORKERS"),
+    ],
+)
+def test_the_cli_stops_before_starting_anything(
+    argv: list[str],
+    variable: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv(variable, "zero")
     assert main(argv) == EXIT_CONFIG
@@ -133,9 +185,11 @@ def test_the_cli_stops_before_starting_anything(argv: list[str], variable: str,
     assert list(tmp_path.iterdir()) == []  # no data dir, nothing started
 
 
-def test_a_bad_flag_is_a_config_error(capsys: pytest.CaptureFixture[str],
-                                      monkeypatch: pytest.MonkeyPatch):
+def test_a_bad_flag_is_a_config_error(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+):
     monkeypatch.delenv("LOYALTY_DATABASE_URL", raising=False)
     assert main(["serve", "--grpc-port", "http"]) == EXIT_CONFIG
-    assert capsys.readouterr().err == ("error: --grpc-port must be a port number from 0 to "
-                                       "65535, got 'http'\n")
+    assert capsys.readouterr().err == (
+        "error: --grpc-port must be a port number from 0 to 65535, got 'http'\n"
+    )

@@ -55,16 +55,21 @@ def port() -> int:
 
 @pytest.fixture
 def other(port: int) -> Iterator[subprocess.Popen[str]]:
-    with subprocess.Popen([sys.executable, "-c", OTHER, str(port)], text=True,
-                          stdin=subprocess.PIPE, stdout=subprocess.PIPE) as process:
+    with subprocess.Popen(
+        [sys.executable, "-c", OTHER, str(port)],
+        text=True,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+    ) as process:
         assert process.stdout is not None
         assert process.stdout.readline() == "ready\n"
         yield process
         process.kill()
 
 
-def _connect_until_mine(mine: socket.socket, port: int
-                        ) -> tuple[socket.socket, socket.socket, list[socket.socket]]:
+def _connect_until_mine(
+    mine: socket.socket, port: int
+) -> tuple[socket.socket, socket.socket, list[socket.socket]]:
     """Connect until the kernel gives a connection to `mine`: (client, accepted, the
     clients that went to the other listener)."""
     mine.settimeout(0.2)
@@ -81,7 +86,8 @@ def _connect_until_mine(mine: socket.socket, port: int
 
 
 def test_leaving_the_port_sends_new_connections_elsewhere_and_keeps_open_ones(
-        port: int, other: subprocess.Popen[str]):
+    port: int, other: subprocess.Popen[str]
+):
     mine = _listener(port)
     client, accepted, elsewhere = _connect_until_mine(mine, port)
     try:

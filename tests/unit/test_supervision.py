@@ -25,8 +25,15 @@ def _state(child: Child) -> State:
 
 def _child(spawner: Spawner, clock: Clock, **kwargs: object) -> tuple[Child, list[str]]:
     restarts: list[str] = []
-    child = Child("worker 0", "worker", spawner, start_timeout=60.0, clock=clock,
-                  on_restart=restarts.append, **kwargs)  # type: ignore[arg-type]
+    child = Child(
+        "worker 0",
+        "worker",
+        spawner,
+        start_timeout=60.0,
+        clock=clock,
+        on_restart=restarts.append,
+        **kwargs,  # type: ignore[arg-type]
+    )
     return child, restarts
 
 
@@ -155,8 +162,14 @@ def test_a_spawn_error_after_serving_is_retried():
 def test_every_change_is_reported_and_a_forgotten_child_stays_stopped():
     clock, spawner = Clock(), Spawner()
     changes: list[State] = []
-    child = Child("envoy", "envoy", spawner, start_timeout=30, clock=clock,
-                  on_change=lambda: changes.append(child.state))
+    child = Child(
+        "envoy",
+        "envoy",
+        spawner,
+        start_timeout=30,
+        clock=clock,
+        on_change=lambda: changes.append(child.state),
+    )
     child.start()
     child.tick()
     child.tick()
@@ -164,8 +177,14 @@ def test_every_change_is_reported_and_a_forgotten_child_stays_stopped():
     child.tick()
     child.forget()
     child.tick()
-    assert changes == [State.STARTING, State.SERVING, State.WAITING, State.STARTING,
-                       State.SERVING, State.STOPPED]
+    assert changes == [
+        State.STARTING,
+        State.SERVING,
+        State.WAITING,
+        State.STARTING,
+        State.SERVING,
+        State.STOPPED,
+    ]
     assert len(spawner.started) == 2
 
 

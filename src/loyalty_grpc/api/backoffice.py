@@ -35,47 +35,90 @@ def _ts(moment: datetime | None) -> str:
 
 
 def _program(p: programs.Programa) -> pb.Program:
-    return pb.Program(id=p.id, nombre=p.nombre, tasa_puntos=format_tasa(p.tasa_puntos),
-                      qr_url=p.qr_url, moneda=p.moneda)
+    return pb.Program(
+        id=p.id,
+        nombre=p.nombre,
+        tasa_puntos=format_tasa(p.tasa_puntos),
+        qr_url=p.qr_url,
+        moneda=p.moneda,
+    )
 
 
 def _key(k: keys.ClaveInfo) -> pb.ApiKey:
-    return pb.ApiKey(id=k.id, programa=k.programa, integracion=k.integracion,
-                     modo=k.modo.value, permisos=k.permisos, sufijo=k.sufijo,
-                     creada=_ts(k.creada), revocada=_ts(k.revocada))
+    return pb.ApiKey(
+        id=k.id,
+        programa=k.programa,
+        integracion=k.integracion,
+        modo=k.modo.value,
+        permisos=k.permisos,
+        sufijo=k.sufijo,
+        creada=_ts(k.creada),
+        revocada=_ts(k.revocada),
+    )
 
 
 def _fan(f: fans.FanInfo) -> pb.FanRecord:
     return pb.FanRecord(
-        programa=f.programa, id=f.fan_id, nombre=f.nombre, correo=f.correo,
-        socio_desde=f.socio_desde, temporadas=f.temporadas, qr_token=f.qr_token,
-        puntos=f.puntos, estado=f.estado.value, baja_en=_ts(f.baja_en),
-        baja_motivo=f.baja_motivo or "", actualizado=_ts(f.actualizado))
+        programa=f.programa,
+        id=f.fan_id,
+        nombre=f.nombre,
+        correo=f.correo,
+        socio_desde=f.socio_desde,
+        temporadas=f.temporadas,
+        qr_token=f.qr_token,
+        puntos=f.puntos,
+        estado=f.estado.value,
+        baja_en=_ts(f.baja_en),
+        baja_motivo=f.baja_motivo or "",
+        actualizado=_ts(f.actualizado),
+    )
 
 
 def _promo(p: promos.PromoInfo) -> pb.PromoRecord:
     return pb.PromoRecord(
-        programa=p.programa, id=p.id, nombre=p.nombre, descripcion=p.descripcion,
-        estado=p.estado.value, vigencia_fin=p.vigencia_fin.isoformat(),
-        puntos_canje=p.puntos_canje)
+        programa=p.programa,
+        id=p.id,
+        nombre=p.nombre,
+        descripcion=p.descripcion,
+        estado=p.estado.value,
+        vigencia_fin=p.vigencia_fin.isoformat(),
+        puntos_canje=p.puntos_canje,
+    )
 
 
 def _code(c: codes.CodigoInfo) -> pb.CodeRecord:
-    return pb.CodeRecord(promo_id=c.promo_id, codigo=c.codigo, estado=c.estado.value,
-                         fan=c.fan or "")
+    return pb.CodeRecord(
+        promo_id=c.promo_id, codigo=c.codigo, estado=c.estado.value, fan=c.fan or ""
+    )
 
 
 def _ledger_entry(e: points_admin.LedgerEntryInfo) -> pb.LedgerEntry:
-    return pb.LedgerEntry(id=e.id, puntos=e.puntos, motivo=e.motivo.value,
-                          venta=e.venta_id or 0, codigo=e.codigo or "", nota=e.nota,
-                          creado=_ts(e.creado), saldo=e.saldo)
+    return pb.LedgerEntry(
+        id=e.id,
+        puntos=e.puntos,
+        motivo=e.motivo.value,
+        venta=e.venta_id or 0,
+        codigo=e.codigo or "",
+        nota=e.nota,
+        creado=_ts(e.creado),
+        saldo=e.saldo,
+    )
 
 
 def _sale(v: points_admin.VentaInfo) -> pb.Sale:
-    return pb.Sale(folio=v.folio, id_externo=v.id_externo, modo=v.modo.value, fan=v.fan,
-                   importe_centavos=v.importe_centavos, moneda=v.moneda,
-                   terminal=v.terminal or "", sitio=v.sitio or "", ts=_ts(v.ts),
-                   puntos=v.puntos, anulada=_ts(v.anulada_en))
+    return pb.Sale(
+        folio=v.folio,
+        id_externo=v.id_externo,
+        modo=v.modo.value,
+        fan=v.fan,
+        importe_centavos=v.importe_centavos,
+        moneda=v.moneda,
+        terminal=v.terminal or "",
+        sitio=v.sitio or "",
+        ts=_ts(v.ts),
+        puntos=v.puntos,
+        anulada=_ts(v.anulada_en),
+    )
 
 
 class BackofficeServicer(pb_grpc.BackofficeServiceServicer):
@@ -83,154 +126,201 @@ class BackofficeServicer(pb_grpc.BackofficeServiceServicer):
     server clears its in-process key cache, which also holds each key's program name, rate
     and currency, so that the change takes effect at once in this process)."""
 
-    def __init__(self, engine: Engine, *, on_keys_changed: Callable[[], None] | None = None
-                 ) -> None:
+    def __init__(
+        self, engine: Engine, *, on_keys_changed: Callable[[], None] | None = None
+    ) -> None:
         self._engine = engine
         self._on_keys_changed = on_keys_changed or (lambda: None)
 
-    def ApplyFixture(self, request: pb.ApplyFixtureRequest, context: grpc.ServicerContext
-                     ) -> pb.ApplyFixtureResponse:
+    def ApplyFixture(
+        self, request: pb.ApplyFixtureRequest, context: grpc.ServicerContext
+    ) -> pb.ApplyFixtureResponse:
         counts = apply_fixture(self._engine, request.fixture_json)
         self._on_keys_changed()
-        return pb.ApplyFixtureResponse(counts=[
-            pb.ApplyCount(entidad=c.entidad, creados=c.creados, actualizados=c.actualizados,
-                          sin_cambios=c.sin_cambios) for c in counts])
+        return pb.ApplyFixtureResponse(
+            counts=[
+                pb.ApplyCount(
+                    entidad=c.entidad,
+                    creados=c.creados,
+                    actualizados=c.actualizados,
+                    sin_cambios=c.sin_cambios,
+                )
+                for c in counts
+            ]
+        )
 
     # -------------------------------------------------------------- programs
 
-    def UpsertProgram(self, request: pb.UpsertProgramRequest, context: grpc.ServicerContext
-                      ) -> pb.UpsertProgramResponse:
+    def UpsertProgram(
+        self, request: pb.UpsertProgramRequest, context: grpc.ServicerContext
+    ) -> pb.UpsertProgramResponse:
         p = request.program
-        result = programs.upsert_program(self._engine, p.id, p.nombre, p.tasa_puntos,
-                                         qr_url=p.qr_url, moneda=p.moneda)
+        result = programs.upsert_program(
+            self._engine, p.id, p.nombre, p.tasa_puntos, qr_url=p.qr_url, moneda=p.moneda
+        )
         self._on_keys_changed()  # an authenticated key carries its program's terms
-        return pb.UpsertProgramResponse(program=_program(result.programa),
-                                        creado=result.creado)
+        return pb.UpsertProgramResponse(program=_program(result.programa), creado=result.creado)
 
-    def ListPrograms(self, request: pb.ListProgramsRequest, context: grpc.ServicerContext
-                     ) -> pb.ListProgramsResponse:
+    def ListPrograms(
+        self, request: pb.ListProgramsRequest, context: grpc.ServicerContext
+    ) -> pb.ListProgramsResponse:
         return pb.ListProgramsResponse(
-            programs=[_program(p) for p in programs.list_programs(self._engine)])
+            programs=[_program(p) for p in programs.list_programs(self._engine)]
+        )
 
     # -------------------------------------------------------------- keys
 
-    def IssueKey(self, request: pb.IssueKeyRequest, context: grpc.ServicerContext
-                 ) -> pb.IssueKeyResponse:
-        issued = keys.issue_key(self._engine, request.programa, request.integracion,
-                                request.modo, request.permisos)
+    def IssueKey(
+        self, request: pb.IssueKeyRequest, context: grpc.ServicerContext
+    ) -> pb.IssueKeyResponse:
+        issued = keys.issue_key(
+            self._engine, request.programa, request.integracion, request.modo, request.permisos
+        )
         self._on_keys_changed()
         return pb.IssueKeyResponse(key=_key(issued.info), clave=issued.clave)
 
-    def ListKeys(self, request: pb.ListKeysRequest, context: grpc.ServicerContext
-                 ) -> pb.ListKeysResponse:
+    def ListKeys(
+        self, request: pb.ListKeysRequest, context: grpc.ServicerContext
+    ) -> pb.ListKeysResponse:
         return pb.ListKeysResponse(
-            keys=[_key(k) for k in keys.list_keys(self._engine, request.programa)])
+            keys=[_key(k) for k in keys.list_keys(self._engine, request.programa)]
+        )
 
-    def RevokeKey(self, request: pb.RevokeKeyRequest, context: grpc.ServicerContext
-                  ) -> pb.RevokeKeyResponse:
+    def RevokeKey(
+        self, request: pb.RevokeKeyRequest, context: grpc.ServicerContext
+    ) -> pb.RevokeKeyResponse:
         revoked = keys.revoke_key(self._engine, request.id)
         self._on_keys_changed()
         return pb.RevokeKeyResponse(key=_key(revoked))
 
     # -------------------------------------------------------------- fans
 
-    def RegisterFan(self, request: pb.RegisterFanRequest, context: grpc.ServicerContext
-                    ) -> pb.RegisterFanResponse:
+    def RegisterFan(
+        self, request: pb.RegisterFanRequest, context: grpc.ServicerContext
+    ) -> pb.RegisterFanResponse:
         fan = fans.register_fan(
-            self._engine, request.programa, request.id, nombre=request.nombre,
-            correo=request.correo, socio_desde=request.socio_desde,
-            temporadas=request.temporadas, qr_token=request.qr_token)
+            self._engine,
+            request.programa,
+            request.id,
+            nombre=request.nombre,
+            correo=request.correo,
+            socio_desde=request.socio_desde,
+            temporadas=request.temporadas,
+            qr_token=request.qr_token,
+        )
         return pb.RegisterFanResponse(fan=_fan(fan))
 
-    def UpdateFan(self, request: pb.UpdateFanRequest, context: grpc.ServicerContext
-                  ) -> pb.UpdateFanResponse:
-        fan = fans.update_fan(self._engine, request.programa, request.id,
-                              **_changes(request))
+    def UpdateFan(
+        self, request: pb.UpdateFanRequest, context: grpc.ServicerContext
+    ) -> pb.UpdateFanResponse:
+        fan = fans.update_fan(self._engine, request.programa, request.id, **_changes(request))
         return pb.UpdateFanResponse(fan=_fan(fan))
 
-    def GetFan(self, request: pb.GetFanRequest, context: grpc.ServicerContext
-               ) -> pb.GetFanResponse:
-        return pb.GetFanResponse(fan=_fan(fans.get_fan(self._engine, request.programa,
-                                                       request.id)))
+    def GetFan(self, request: pb.GetFanRequest, context: grpc.ServicerContext) -> pb.GetFanResponse:
+        return pb.GetFanResponse(fan=_fan(fans.get_fan(self._engine, request.programa, request.id)))
 
-    def DeactivateFan(self, request: pb.DeactivateFanRequest, context: grpc.ServicerContext
-                      ) -> pb.DeactivateFanResponse:
+    def DeactivateFan(
+        self, request: pb.DeactivateFanRequest, context: grpc.ServicerContext
+    ) -> pb.DeactivateFanResponse:
         fan = fans.deactivate_fan(self._engine, request.programa, request.id, request.motivo)
         return pb.DeactivateFanResponse(fan=_fan(fan))
 
-    def ReactivateFan(self, request: pb.ReactivateFanRequest, context: grpc.ServicerContext
-                      ) -> pb.ReactivateFanResponse:
+    def ReactivateFan(
+        self, request: pb.ReactivateFanRequest, context: grpc.ServicerContext
+    ) -> pb.ReactivateFanResponse:
         fan = fans.reactivate_fan(self._engine, request.programa, request.id)
         return pb.ReactivateFanResponse(fan=_fan(fan))
 
     # -------------------------------------------------------------- promotions
 
-    def CreatePromo(self, request: pb.CreatePromoRequest, context: grpc.ServicerContext
-                    ) -> pb.CreatePromoResponse:
+    def CreatePromo(
+        self, request: pb.CreatePromoRequest, context: grpc.ServicerContext
+    ) -> pb.CreatePromoResponse:
         promo = promos.create_promo(
-            self._engine, request.programa, request.nombre, vigencia_fin=request.vigencia_fin,
-            descripcion=request.descripcion, estado=request.estado,
-            puntos_canje=request.puntos_canje)
+            self._engine,
+            request.programa,
+            request.nombre,
+            vigencia_fin=request.vigencia_fin,
+            descripcion=request.descripcion,
+            estado=request.estado,
+            puntos_canje=request.puntos_canje,
+        )
         return pb.CreatePromoResponse(promo=_promo(promo))
 
-    def UpdatePromo(self, request: pb.UpdatePromoRequest, context: grpc.ServicerContext
-                    ) -> pb.UpdatePromoResponse:
-        promo = promos.update_promo(self._engine, request.programa, request.id,
-                                    **_changes(request))
+    def UpdatePromo(
+        self, request: pb.UpdatePromoRequest, context: grpc.ServicerContext
+    ) -> pb.UpdatePromoResponse:
+        promo = promos.update_promo(self._engine, request.programa, request.id, **_changes(request))
         return pb.UpdatePromoResponse(promo=_promo(promo))
 
     # -------------------------------------------------------------- codes
 
-    def AssignCode(self, request: pb.AssignCodeRequest, context: grpc.ServicerContext
-                   ) -> pb.AssignCodeResponse:
-        code = codes.assign_code(self._engine, request.programa, request.promo_id,
-                                 request.codigo, request.fan)
+    def AssignCode(
+        self, request: pb.AssignCodeRequest, context: grpc.ServicerContext
+    ) -> pb.AssignCodeResponse:
+        code = codes.assign_code(
+            self._engine, request.programa, request.promo_id, request.codigo, request.fan
+        )
         return pb.AssignCodeResponse(code=_code(code))
 
-    def ReleaseCode(self, request: pb.ReleaseCodeRequest, context: grpc.ServicerContext
-                    ) -> pb.ReleaseCodeResponse:
-        code = codes.release_code(self._engine, request.programa, request.promo_id,
-                                  request.codigo)
+    def ReleaseCode(
+        self, request: pb.ReleaseCodeRequest, context: grpc.ServicerContext
+    ) -> pb.ReleaseCodeResponse:
+        code = codes.release_code(self._engine, request.programa, request.promo_id, request.codigo)
         return pb.ReleaseCodeResponse(code=_code(code))
 
-    def AssignNextCode(self, request: pb.AssignNextCodeRequest, context: grpc.ServicerContext
-                       ) -> pb.AssignNextCodeResponse:
-        code = codes.assign_next_code(self._engine, request.programa, request.promo_id,
-                                      request.fan)
+    def AssignNextCode(
+        self, request: pb.AssignNextCodeRequest, context: grpc.ServicerContext
+    ) -> pb.AssignNextCodeResponse:
+        code = codes.assign_next_code(self._engine, request.programa, request.promo_id, request.fan)
         return pb.AssignNextCodeResponse(code=_code(code))
 
-    def ImportCodes(self, request: pb.ImportCodesRequest, context: grpc.ServicerContext
-                    ) -> pb.ImportCodesResponse:
-        result = code_deposit.deposit_codes(self._engine, request.programa,
-                                            PromoRef(id=request.promo_id, nombre=None),
-                                            code_batch_of_list(request.codigos),
-                                            campo="promo_id")
-        return pb.ImportCodesResponse(recibidos=result.recibidos, agregados=result.agregados,
-                                      duplicados=result.duplicados)
+    def ImportCodes(
+        self, request: pb.ImportCodesRequest, context: grpc.ServicerContext
+    ) -> pb.ImportCodesResponse:
+        result = code_deposit.deposit_codes(
+            self._engine,
+            request.programa,
+            PromoRef(id=request.promo_id, nombre=None),
+            code_batch_of_list(request.codigos),
+            campo="promo_id",
+        )
+        return pb.ImportCodesResponse(
+            recibidos=result.recibidos, agregados=result.agregados, duplicados=result.duplicados
+        )
 
     # -------------------------------------------------------------- points (support desk)
 
-    def GetLedger(self, request: pb.GetLedgerRequest, context: grpc.ServicerContext
-                  ) -> pb.GetLedgerResponse:
+    def GetLedger(
+        self, request: pb.GetLedgerRequest, context: grpc.ServicerContext
+    ) -> pb.GetLedgerResponse:
         fan, entries = points_admin.get_ledger(self._engine, request.programa, request.fan)
         return pb.GetLedgerResponse(fan=_fan(fan), entries=[_ledger_entry(e) for e in entries])
 
-    def AdjustPoints(self, request: pb.AdjustPointsRequest, context: grpc.ServicerContext
-                     ) -> pb.AdjustPointsResponse:
-        entry = points_admin.adjust_points(self._engine, request.programa, request.fan,
-                                           request.puntos, request.motivo)
+    def AdjustPoints(
+        self, request: pb.AdjustPointsRequest, context: grpc.ServicerContext
+    ) -> pb.AdjustPointsResponse:
+        entry = points_admin.adjust_points(
+            self._engine, request.programa, request.fan, request.puntos, request.motivo
+        )
         return pb.AdjustPointsResponse(entry=_ledger_entry(entry))
 
-    def VoidSale(self, request: pb.VoidSaleRequest, context: grpc.ServicerContext
-                 ) -> pb.VoidSaleResponse:
-        result = points_admin.void_sale(self._engine, request.programa, request.folio,
-                                        request.motivo)
-        return pb.VoidSaleResponse(sale=_sale(result.venta), revertidos=result.revertidos,
-                                   ya_anulada=result.ya_anulada)
+    def VoidSale(
+        self, request: pb.VoidSaleRequest, context: grpc.ServicerContext
+    ) -> pb.VoidSaleResponse:
+        result = points_admin.void_sale(
+            self._engine, request.programa, request.folio, request.motivo
+        )
+        return pb.VoidSaleResponse(
+            sale=_sale(result.venta), revertidos=result.revertidos, ya_anulada=result.ya_anulada
+        )
 
 
 def _changes(request: Message) -> dict[str, Any]:
     """An Update request's `optional` fields (the proto says which) as keyword arguments:
     the value when the client set it, else None (leave unchanged)."""
-    return {field.name: getattr(request, field.name) if request.HasField(field.name) else None
-            for field in request.DESCRIPTOR.fields if field.has_presence}
+    return {
+        field.name: getattr(request, field.name) if request.HasField(field.name) else None
+        for field in request.DESCRIPTOR.fields
+        if field.has_presence
+    }

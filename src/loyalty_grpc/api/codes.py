@@ -24,37 +24,62 @@ CODIGOS_FIELDS = ("codigos", "codes")
 
 
 def _inventario(inventario: Inventario) -> pb.Inventario:
-    return pb.Inventario(disponibles=inventario.disponibles, asignados=inventario.asignados,
-                         canjeados=inventario.canjeados, liberados=inventario.liberados)
+    return pb.Inventario(
+        disponibles=inventario.disponibles,
+        asignados=inventario.asignados,
+        canjeados=inventario.canjeados,
+        liberados=inventario.liberados,
+    )
 
 
 def list_promos_response(engine: Engine, caller: Caller) -> pb.ListPromosResponse:
-    return pb.ListPromosResponse(ok=True, data=pb.ListPromosData(promos=[
-        pb.Promo(id=p.id, nombre=p.nombre, estado=p.estado.value,
-                 vigencia_fin=p.vigencia_fin.isoformat(), admite_codigos=p.admite_codigos,
-                 inventario=_inventario(p.inventario))
-        for p in list_promos(engine, caller.programa_id)]))
+    return pb.ListPromosResponse(
+        ok=True,
+        data=pb.ListPromosData(
+            promos=[
+                pb.Promo(
+                    id=p.id,
+                    nombre=p.nombre,
+                    estado=p.estado.value,
+                    vigencia_fin=p.vigencia_fin.isoformat(),
+                    admite_codigos=p.admite_codigos,
+                    inventario=_inventario(p.inventario),
+                )
+                for p in list_promos(engine, caller.programa_id)
+            ]
+        ),
+    )
 
 
 def _given(request: pb.DepositCodesRequest, names: tuple[str, str]) -> tuple[str, JsonValue]:
     """The one field of `names` the client sent (blank text is not sent)."""
-    sent = {name: None if isinstance(v, str) and not v.strip() else v
-            for name, v in values(request, names).items()}
+    sent = {
+        name: None if isinstance(v, str) and not v.strip() else v
+        for name, v in values(request, names).items()
+    }
     # (JsonValue includes None, so one_of's type variable needs the hint.)
     picked = cast("tuple[str, JsonValue] | None", one_of(sent))
     assert picked is not None
     return picked
 
 
-def deposit_codes_response(engine: Engine, caller: Caller, request: pb.DepositCodesRequest
-                           ) -> pb.DepositCodesResponse:
+def deposit_codes_response(
+    engine: Engine, caller: Caller, request: pb.DepositCodesRequest
+) -> pb.DepositCodesResponse:
     promo_field, promo_value = _given(request, PROMO_FIELDS)
     codes_field, codes_value = _given(request, CODIGOS_FIELDS)
     ref = parse_promo_ref(promo_value, promo_field)
     batch = code_batch_of_json(codes_value, codes_field)
     result = deposit_codes(engine, caller.programa_id, ref, batch, campo=promo_field)
-    return pb.DepositCodesResponse(ok=True, data=pb.DepositCodesData(
-        promo=pb.PromoRef(id=result.promo.id, nombre=result.promo.nombre,
-                          estado=result.promo.estado.value),
-        recibidos=result.recibidos, agregados=result.agregados,
-        duplicados=result.duplicados, inventario=_inventario(result.inventario)))
+    return pb.DepositCodesResponse(
+        ok=True,
+        data=pb.DepositCodesData(
+            promo=pb.PromoRef(
+                id=result.promo.id, nombre=result.promo.nombre, estado=result.promo.estado.value
+            ),
+            recibidos=result.recibidos,
+            agregados=result.agregados,
+            duplicados=result.duplicados,
+            inventario=_inventario(result.inventario),
+        ),
+    )

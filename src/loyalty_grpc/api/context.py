@@ -10,8 +10,9 @@ from loyalty_grpc.domain.caller import Caller
 _caller: ContextVar[Caller | None] = ContextVar("loyalty_caller", default=None)
 # Told the caller once it is known (api/observability.py: the program and key id on the
 # call's log line) without the interceptor that sets it knowing who listens.
-_listener: ContextVar[Callable[[Caller], None] | None] = ContextVar("loyalty_caller_listener",
-                                                                   default=None)
+_listener: ContextVar[Callable[[Caller], None] | None] = ContextVar(
+    "loyalty_caller_listener", default=None
+)
 
 
 def current_caller() -> Caller:

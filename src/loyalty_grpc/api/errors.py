@@ -36,14 +36,18 @@ def envelope(error: LoyaltyError) -> str:
     entrada = error.entrada
     body = {
         "ok": False,
-        "error": {"codigo": entrada.codigo.value, "mensaje": entrada.mensaje,
-                  "detalle": error.detalle},
+        "error": {
+            "codigo": entrada.codigo.value,
+            "mensaje": entrada.mensaje,
+            "detalle": error.detalle,
+        },
     }
     return json.dumps(body, ensure_ascii=True, separators=(",", ":"))
 
 
-def to_grpc_status(error: LoyaltyError,
-                   extra_metadata: tuple[tuple[str, str], ...] = ()) -> grpc.Status:
+def to_grpc_status(
+    error: LoyaltyError, extra_metadata: tuple[tuple[str, str], ...] = ()
+) -> grpc.Status:
     """`extra_metadata`: more trailing metadata (e.g. the RateLimit fields); an error with
     `retry_after` also gets google.rpc.RetryInfo and `retry-after`."""
     entrada = error.entrada
@@ -51,8 +55,11 @@ def to_grpc_status(error: LoyaltyError,
     info = error_details_pb2.ErrorInfo(
         reason=entrada.codigo.value,
         domain=ERROR_DOMAIN,
-        metadata={"http_status": str(entrada.http), "mensaje": entrada.mensaje,
-                  "detalle": error.detalle},
+        metadata={
+            "http_status": str(entrada.http),
+            "mensaje": entrada.mensaje,
+            "detalle": error.detalle,
+        },
     )
     detail = any_pb2.Any()
     detail.Pack(info)
@@ -60,8 +67,11 @@ def to_grpc_status(error: LoyaltyError,
     retry: tuple[tuple[str, str], ...] = ()
     if error.retry_after is not None:
         retry_info = any_pb2.Any()
-        retry_info.Pack(error_details_pb2.RetryInfo(
-            retry_delay=duration_pb2.Duration(seconds=error.retry_after)))
+        retry_info.Pack(
+            error_details_pb2.RetryInfo(
+                retry_delay=duration_pb2.Duration(seconds=error.retry_after)
+            )
+        )
         details.append(retry_info)
         retry = ((RETRY_AFTER_KEY, str(error.retry_after)),)
     message = error.detalle or entrada.mensaje

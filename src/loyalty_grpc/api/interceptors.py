@@ -49,15 +49,22 @@ if TYPE_CHECKING:  # grpc-stubs make it generic; the runtime class is not subscr
 
 # Errors that mean "the database is not there right now": safe for the client to retry.
 # (The hot paths use the psycopg connection directly: store/autocommit.py.)
-_UNAVAILABLE = (sa_exc.OperationalError, sa_exc.InterfaceError, sa_exc.DisconnectionError,
-                sa_exc.TimeoutError, psycopg.OperationalError, psycopg.InterfaceError)
+_UNAVAILABLE = (
+    sa_exc.OperationalError,
+    sa_exc.InterfaceError,
+    sa_exc.DisconnectionError,
+    sa_exc.TimeoutError,
+    psycopg.OperationalError,
+    psycopg.InterfaceError,
+)
 # PostgreSQL (or psycopg) refused a value.
 _BAD_VALUE = (sa_exc.DataError, psycopg.DataError)
 
 
 class EdgeInterceptor(grpc.ServerInterceptor):  # type: ignore[type-arg]
-    def __init__(self, keys_cache: KeyCache, admin_token: str,
-                 limiter: RateLimiter | None = None) -> None:
+    def __init__(
+        self, keys_cache: KeyCache, admin_token: str, limiter: RateLimiter | None = None
+    ) -> None:
         if not admin_token:
             raise ValueError("the admin token must not be empty")
         self._keys = keys_cache
@@ -102,14 +109,17 @@ class EdgeInterceptor(grpc.ServerInterceptor):  # type: ignore[type-arg]
             try:
                 if self._limiter is not None:
                     cuota = self._limiter.take(caller.clave_id)
-                    extra += [(RATELIMIT_POLICY_KEY, cuota.policy_header()),
-                              (RATELIMIT_KEY, cuota.header())]
+                    extra += [
+                        (RATELIMIT_POLICY_KEY, cuota.policy_header()),
+                        (RATELIMIT_KEY, cuota.header()),
+                    ]
                     if not cuota.admitida:
                         raise LoyaltyError(
                             Codigo.DEMASIADAS_LLAMADAS,
                             f"más de {cuota.limit} llamadas en 60 s con esta clave; "
                             f"reintente en {cuota.retry_after} s",
-                            retry_after=cuota.retry_after)
+                            retry_after=cuota.retry_after,
+                        )
                 permissions.check(operation, caller.permisos)
                 response = behavior(request, context)
             finally:
@@ -151,8 +161,9 @@ def _mapping_errors(behavior: Guarded, method: str) -> Behavior:
             failure = _nul_error(request) or _internal(method)
         except _UNAVAILABLE:
             log.warning("database unavailable during %s", method, exc_info=True)
-            failure = LoyaltyError(Codigo.SERVICIO_NO_DISPONIBLE,
-                                   "la base de datos no responde; reintente")
+            failure = LoyaltyError(
+                Codigo.SERVICIO_NO_DISPONIBLE, "la base de datos no responde; reintente"
+            )
         except Exception:
             failure = _internal(method)
         context.abort_with_status(to_grpc_status(failure, tuple(extra)))

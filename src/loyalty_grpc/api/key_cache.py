@@ -17,8 +17,9 @@ _MAX_ENTRIES = 10_000
 
 
 class KeyCache:
-    def __init__(self, lookup: Callable[[str], Caller | None], ttl: float = DEFAULT_TTL_SECONDS
-                 ) -> None:
+    def __init__(
+        self, lookup: Callable[[str], Caller | None], ttl: float = DEFAULT_TTL_SECONDS
+    ) -> None:
         self._lookup = lookup
         self._ttl = ttl
         self._lock = threading.Lock()

@@ -68,22 +68,52 @@ OK = "ok"
 _REQUEST_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}")
 _STATUS_DETAILS_KEY = "grpc-status-details-bin"
 # gRPC codes that mean the server failed (WARNING lines), not the client.
-_SERVER_FAULTS = frozenset({grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN,
-                            grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DATA_LOSS})
+_SERVER_FAULTS = frozenset(
+    {
+        grpc.StatusCode.INTERNAL,
+        grpc.StatusCode.UNKNOWN,
+        grpc.StatusCode.UNAVAILABLE,
+        grpc.StatusCode.DATA_LOSS,
+    }
+)
 
 log = logging.getLogger(CALLS_LOGGER)
 
 # Calls take ~0.5 ms (ping) to tens of ms (a batch redeem); Envoy's route timeout is 15 s.
-LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
-                   10.0, 15.0)
+LATENCY_BUCKETS = (
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+    15.0,
+)
 
-REQUESTS = Counter("loyalty_requests", "RPCs answered, by method and outcome codigo "
-                   "('ok' on success, else the error catalogue's codigo).",
-                   ["method", "codigo"])
-LATENCY = Histogram("loyalty_request_seconds", "Time to answer an RPC, by method (seconds).",
-                    ["method"], buckets=LATENCY_BUCKETS)
-RATE_LIMITED = Counter("loyalty_rate_limited", "RPCs refused with demasiadas_llamadas "
-                       "(the per-key rate limit), by method.", ["method"])
+REQUESTS = Counter(
+    "loyalty_requests",
+    "RPCs answered, by method and outcome codigo "
+    "('ok' on success, else the error catalogue's codigo).",
+    ["method", "codigo"],
+)
+LATENCY = Histogram(
+    "loyalty_request_seconds",
+    "Time to answer an RPC, by method (seconds).",
+    ["method"],
+    buckets=LATENCY_BUCKETS,
+)
+RATE_LIMITED = Counter(
+    "loyalty_rate_limited",
+    "RPCs refused with demasiadas_llamadas (the per-key rate limit), by method.",
+    ["method"],
+)
 
 _request_id: ContextVar[str | None] = ContextVar("loyalty_request_id", default=None)
 # How often a worker process writes its pool's state into the pool gauges.
@@ -125,17 +155,29 @@ def _gauges() -> _Gauges:
     may set that directory after this module was imported."""
     mode: Final = "livesum"  # summed over the live worker processes
     return _Gauges(
-        in_flight=Gauge("loyalty_requests_in_flight", "RPCs being answered right now.",
-                        multiprocess_mode=mode),
-        pool_size=Gauge("loyalty_db_pool_size", "Database connections the pool keeps open "
-                        "(its configured size).", multiprocess_mode=mode),
-        pool_checked_out=Gauge("loyalty_db_pool_checked_out", "Database connections in use "
-                               "by a call or task.", multiprocess_mode=mode),
-        pool_idle=Gauge("loyalty_db_pool_idle", "Open database connections waiting in the "
-                        "pool.", multiprocess_mode=mode),
-        pool_overflow=Gauge("loyalty_db_pool_overflow", "Connections open beyond the pool "
-                            "size (negative: not yet opened up to the size).",
-                            multiprocess_mode=mode),
+        in_flight=Gauge(
+            "loyalty_requests_in_flight", "RPCs being answered right now.", multiprocess_mode=mode
+        ),
+        pool_size=Gauge(
+            "loyalty_db_pool_size",
+            "Database connections the pool keeps open (its configured size).",
+            multiprocess_mode=mode,
+        ),
+        pool_checked_out=Gauge(
+            "loyalty_db_pool_checked_out",
+            "Database connections in use by a call or task.",
+            multiprocess_mode=mode,
+        ),
+        pool_idle=Gauge(
+            "loyalty_db_pool_idle",
+            "Open database connections waiting in the pool.",
+            multiprocess_mode=mode,
+        ),
+        pool_overflow=Gauge(
+            "loyalty_db_pool_overflow",
+            "Connections open beyond the pool size (negative: not yet opened up to the size).",
+            multiprocess_mode=mode,
+        ),
     )
 
 
@@ -152,8 +194,7 @@ class PoolGauges:
             return  # not a QueuePool (NullPool, StaticPool): nothing to show
         self._readings = [
             (gauges.pool_size, lambda: float(engine.pool.size())),  # type: ignore[attr-defined]
-            (gauges.pool_checked_out,
-             lambda: float(engine.pool.checkedout())),  # type: ignore[attr-defined]
+            (gauges.pool_checked_out, lambda: float(engine.pool.checkedout())),  # type: ignore[attr-defined]
             (gauges.pool_idle, lambda: float(engine.pool.checkedin())),  # type: ignore[attr-defined]
             (gauges.pool_overflow, lambda: float(engine.pool.overflow())),  # type: ignore[attr-defined]
         ]
@@ -162,8 +203,7 @@ class PoolGauges:
                 gauge.set_function(read)
             return
         self.refresh()
-        threading.Thread(target=self._refresh_forever, name="pool-gauges",
-                         daemon=True).start()
+        threading.Thread(target=self._refresh_forever, name="pool-gauges", daemon=True).start()
 
     def refresh(self) -> None:
         """Write the pool's state into the gauges (multiprocess mode only; in one process
@@ -210,8 +250,7 @@ class ObservabilityInterceptor(grpc.ServerInterceptor):  # type: ignore[type-arg
         if method in self._handlers:
             return self._handlers[method]
         handler = continuation(handler_call_details)
-        if handler is None or handler.unary_unary is None or \
-                not method.startswith(OBSERVED_PREFIX):
+        if handler is None or handler.unary_unary is None or not method.startswith(OBSERVED_PREFIX):
             return handler  # health, reflection, unknown methods: not ours, not kept
         observed = grpc.unary_unary_rpc_method_handler(
             self._observed(method.lstrip("/"), handler.unary_unary),
@@ -308,15 +347,20 @@ def _record(call: _Call, context: grpc.ServicerContext, seconds: float, *, faile
     if codigo == Codigo.DEMASIADAS_LLAMADAS.value:
         RATE_LIMITED.labels(call.method).inc()
     fields: dict[str, object] = {
-        "request_id": call.request_id, "method": call.method, "codigo": codigo,
-        "grpc_code": code.name, "duration_ms": round(seconds * 1000, 3),
+        "request_id": call.request_id,
+        "method": call.method,
+        "codigo": codigo,
+        "grpc_code": code.name,
+        "duration_ms": round(seconds * 1000, 3),
     }
     if call.caller is not None:
-        fields.update(programa=call.caller.programa_id, modo=str(call.caller.modo),
-                      clave_id=call.caller.clave_id)
+        fields.update(
+            programa=call.caller.programa_id,
+            modo=str(call.caller.modo),
+            clave_id=call.caller.clave_id,
+        )
     level = logging.WARNING if code in _SERVER_FAULTS else logging.INFO
-    log.log(level, "%s %s %.1f ms", call.method, codigo, seconds * 1000,
-            extra={"fields": fields})
+    log.log(level, "%s %s %.1f ms", call.method, codigo, seconds * 1000, extra={"fields": fields})
 
 
 __all__ = [

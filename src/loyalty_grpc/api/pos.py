@@ -28,9 +28,14 @@ def _promo_value(promo: CurrentPromo | None) -> struct_pb2.Value:
     if promo is None:
         return struct_pb2.Value(null_value=struct_pb2.NULL_VALUE)
     value = struct_pb2.Value()
-    value.struct_value.update({"nombre": promo.nombre, "descripcion": promo.descripcion,
-                               "vigencia_fin": promo.vigencia_fin.isoformat(),
-                               "codigo": promo.codigo})
+    value.struct_value.update(
+        {
+            "nombre": promo.nombre,
+            "descripcion": promo.descripcion,
+            "vigencia_fin": promo.vigencia_fin.isoformat(),
+            "codigo": promo.codigo,
+        }
+    )
     return value
 
 
@@ -40,63 +45,88 @@ class PosServicer(pb_grpc.PosServiceServicer):
 
     def Ping(self, request: pb.PingRequest, context: grpc.ServicerContext) -> pb.PingResponse:
         result = ping(current_caller(), datetime.now(UTC))
-        return pb.PingResponse(ok=True, data=pb.PingData(
-            integracion=result.integracion, programa=result.programa, modo=result.modo,
-            permisos=result.permisos, hora=result.hora))
+        return pb.PingResponse(
+            ok=True,
+            data=pb.PingData(
+                integracion=result.integracion,
+                programa=result.programa,
+                modo=result.modo,
+                permisos=result.permisos,
+                hora=result.hora,
+            ),
+        )
 
-    def PingGet(self, request: pb.PingGetRequest, context: grpc.ServicerContext
-                ) -> pb.PingGetResponse:
+    def PingGet(
+        self, request: pb.PingGetRequest, context: grpc.ServicerContext
+    ) -> pb.PingGetResponse:
         result = ping(current_caller(), datetime.now(UTC))
-        return pb.PingGetResponse(ok=True, data=pb.PingGetData(
-            programa=result.programa, modo=result.modo, hora=result.hora))
+        return pb.PingGetResponse(
+            ok=True,
+            data=pb.PingGetData(programa=result.programa, modo=result.modo, hora=result.hora),
+        )
 
-    def ResolveFan(self, request: pb.ResolveFanRequest, context: grpc.ServicerContext
-                   ) -> pb.ResolveFanResponse:
+    def ResolveFan(
+        self, request: pb.ResolveFanRequest, context: grpc.ServicerContext
+    ) -> pb.ResolveFanResponse:
         caller = current_caller()
         found = resolve_fan(self._engine, caller, fan_ref(request), datetime.now(UTC))
         fan = found.fan
         sees_pii = Permiso.FAN_LEER in caller.permisos
-        return pb.ResolveFanResponse(ok=True, data=pb.ResolveFanData(
-            fan=pb.FanView(
-                id=fan.fan_id,
-                nombre=fan.nombre if sees_pii else None,
-                correo=fan.correo if sees_pii else None,
-                socio_desde=fan.socio_desde, temporadas=fan.temporadas, puntos=fan.puntos),
-            promo=_promo_value(found.promo)))
+        return pb.ResolveFanResponse(
+            ok=True,
+            data=pb.ResolveFanData(
+                fan=pb.FanView(
+                    id=fan.fan_id,
+                    nombre=fan.nombre if sees_pii else None,
+                    correo=fan.correo if sees_pii else None,
+                    socio_desde=fan.socio_desde,
+                    temporadas=fan.temporadas,
+                    puntos=fan.puntos,
+                ),
+                promo=_promo_value(found.promo),
+            ),
+        )
 
-    def RegisterTx(self, request: pb.RegisterTxRequest, context: grpc.ServicerContext
-                   ) -> pb.RegisterTxResponse:
+    def RegisterTx(
+        self, request: pb.RegisterTxRequest, context: grpc.ServicerContext
+    ) -> pb.RegisterTxResponse:
         caller = current_caller()
         result = register_sale(self._engine, caller, new_sale(request, datetime.now(UTC)))
-        return pb.RegisterTxResponse(ok=True, data=pb.RegisterTxData(
-            duplicado=result.duplicado, tx=result.folio,
-            puntos_otorgados=result.puntos_otorgados, saldo=result.saldo,
-            fan=pb.TxFan(id=result.fan_id,
-                         correo=result.correo if Permiso.FAN_LEER in caller.permisos
-                         else None)))
+        return pb.RegisterTxResponse(
+            ok=True,
+            data=pb.RegisterTxData(
+                duplicado=result.duplicado,
+                tx=result.folio,
+                puntos_otorgados=result.puntos_otorgados,
+                saldo=result.saldo,
+                fan=pb.TxFan(
+                    id=result.fan_id,
+                    correo=result.correo if Permiso.FAN_LEER in caller.permisos else None,
+                ),
+            ),
+        )
 
-    def Redeem(self, request: pb.RedeemRequest, context: grpc.ServicerContext
-               ) -> pb.RedeemResponse:
+    def Redeem(self, request: pb.RedeemRequest, context: grpc.ServicerContext) -> pb.RedeemResponse:
         return redeem_response(self._engine, current_caller(), request, datetime.now(UTC))
 
-    def ListPromos(self, request: pb.ListPromosRequest, context: grpc.ServicerContext
-                   ) -> pb.ListPromosResponse:
+    def ListPromos(
+        self, request: pb.ListPromosRequest, context: grpc.ServicerContext
+    ) -> pb.ListPromosResponse:
         return list_promos_response(self._engine, current_caller())
 
-    def DepositCodes(self, request: pb.DepositCodesRequest, context: grpc.ServicerContext
-                     ) -> pb.DepositCodesResponse:
+    def DepositCodes(
+        self, request: pb.DepositCodesRequest, context: grpc.ServicerContext
+    ) -> pb.DepositCodesResponse:
         return deposit_codes_response(self._engine, current_caller(), request)
 
-    def Roster(self, request: pb.RosterRequest, context: grpc.ServicerContext
-               ) -> pb.RosterResponse:
+    def Roster(self, request: pb.RosterRequest, context: grpc.ServicerContext) -> pb.RosterResponse:
         query = query_of_get(request)
-        page = read_roster(self._engine, current_caller().programa_id, query.desde,
-                           query.limite)
+        page = read_roster(self._engine, current_caller().programa_id, query.desde, query.limite)
         return pb.RosterResponse(ok=True, data=roster_data(page))
 
-    def RosterPost(self, request: pb.RosterPostRequest, context: grpc.ServicerContext
-                   ) -> pb.RosterPostResponse:
+    def RosterPost(
+        self, request: pb.RosterPostRequest, context: grpc.ServicerContext
+    ) -> pb.RosterPostResponse:
         query = query_of_post(request)
-        page = read_roster(self._engine, current_caller().programa_id, query.desde,
-                           query.limite)
+        page = read_roster(self._engine, current_caller().programa_id, query.desde, query.limite)
         return pb.RosterPostResponse(ok=True, data=roster_data(page))

@@ -33,14 +33,21 @@ ESTADO = "canjeado"
 
 def _burn(request: pb.RedeemRequest, now: datetime) -> Burn:
     ts = values(request, ("ts",))["ts"]
-    return Burn(terminal=_label(request, ("terminal", "caja")),
-                ts=now if ts is None else parse_ts(ts, now, "ts"), now=now)
+    return Burn(
+        terminal=_label(request, ("terminal", "caja")),
+        ts=now if ts is None else parse_ts(ts, now, "ts"),
+        now=now,
+    )
 
 
 def _result_dict(result: RedeemResult, sees_pii: bool) -> dict[str, JsonValue]:
-    return {"estado": ESTADO, "duplicado": result.duplicado, "promo": result.promo,
-            "fan": {"correo": result.correo} if sees_pii else {},
-            "puntos_otorgados": result.puntos_otorgados}
+    return {
+        "estado": ESTADO,
+        "duplicado": result.duplicado,
+        "promo": result.promo,
+        "fan": {"correo": result.correo} if sees_pii else {},
+        "puntos_otorgados": result.puntos_otorgados,
+    }
 
 
 def _entry(entry: CodeResult, sees_pii: bool) -> dict[str, JsonValue]:
@@ -48,23 +55,33 @@ def _entry(entry: CodeResult, sees_pii: bool) -> dict[str, JsonValue]:
     if entry.result is not None:
         return {"codigo": entry.codigo, "ok": True, **_result_dict(entry.result, sees_pii)}
     assert entry.error is not None
-    return {"codigo": entry.codigo, "ok": False,
-            "error": {"codigo": entry.error.value, "mensaje": CATALOGO[entry.error].mensaje}}
+    return {
+        "codigo": entry.codigo,
+        "ok": False,
+        "error": {"codigo": entry.error.value, "mensaje": CATALOGO[entry.error].mensaje},
+    }
 
 
-def redeem_response(engine: Engine, caller: Caller, request: pb.RedeemRequest,
-                    now: datetime) -> pb.RedeemResponse:
+def redeem_response(
+    engine: Engine, caller: Caller, request: pb.RedeemRequest, now: datetime
+) -> pb.RedeemResponse:
     # Proto3 cannot tell an empty list from an absent one: `codigos: []` is "not sent".
     given: dict[str, str | list[str] | None] = {
         "codigo": strings(request, ("codigo",))["codigo"],
-        "codigos": list(request.codigos) or None}
+        "codigos": list(request.codigos) or None,
+    }
     picked = one_of(given)
     assert picked is not None
     sees_pii = Permiso.FAN_LEER in caller.permisos
     if isinstance(picked[1], str):
         result = redeem_code(engine, caller, picked[1], _burn(request, now))
-        data = pb.RedeemData(codigo=result.codigo, estado=ESTADO, duplicado=result.duplicado,
-                             promo=result.promo, puntos_otorgados=result.puntos_otorgados)
+        data = pb.RedeemData(
+            codigo=result.codigo,
+            estado=ESTADO,
+            duplicado=result.duplicado,
+            promo=result.promo,
+            puntos_otorgados=result.puntos_otorgados,
+        )
         data.fan.SetInParent()
         if sees_pii:
             data.fan.correo = result.correo
@@ -75,8 +92,15 @@ def redeem_response(engine: Engine, caller: Caller, request: pb.RedeemRequest,
     for entry in batch.resultados:
         resultados.add_struct().update(_entry(entry, sees_pii))
     resumen = batch.resumen
-    return pb.RedeemResponse(ok=True, data=pb.RedeemData(
-        resumen=pb.RedeemResumen(recibidos=resumen.recibidos, canjeados=resumen.canjeados,
-                                 duplicados=resumen.duplicados,
-                                 rechazados=resumen.rechazados),
-        resultados=resultados))
+    return pb.RedeemResponse(
+        ok=True,
+        data=pb.RedeemData(
+            resumen=pb.RedeemResumen(
+                recibidos=resumen.recibidos,
+                canjeados=resumen.canjeados,
+                duplicados=resumen.duplicados,
+                rechazados=resumen.rechazados,
+            ),
+            resultados=resultados,
+        ),
+    )

@@ -36,23 +36,21 @@ def reject_nul(request: Message) -> None:
     field it was (fields whose own rules catch it, e.g. codes, answer their own error)."""
     for field, value in request.ListFields():
         if _has_nul(field, value):
-            raise LoyaltyError(Codigo.SOLICITUD_INVALIDA,
-                               f"{field.name}: contiene el carácter NUL (U+0000)")
+            raise LoyaltyError(
+                Codigo.SOLICITUD_INVALIDA, f"{field.name}: contiene el carácter NUL (U+0000)"
+            )
 
 
 def _has_nul(field: FieldDescriptor, value: object) -> bool:
     if field.message_type is not None and field.message_type.GetOptions().map_entry:
         key_field, value_field = field.message_type.fields
         entries = cast("Mapping[object, object]", value)
-        return any(_has_nul(key_field, k) or _has_nul(value_field, v)
-                   for k, v in entries.items())
-    items = (cast("Iterable[object]", value) if field.is_repeated
-             else (value,))
+        return any(_has_nul(key_field, k) or _has_nul(value_field, v) for k, v in entries.items())
+    items = cast("Iterable[object]", value) if field.is_repeated else (value,)
     if field.type == FieldDescriptor.TYPE_STRING:
         return any(NUL in cast("str", item) for item in items)
     if field.type == FieldDescriptor.TYPE_MESSAGE:
-        return any(_has_nul(f, v) for item in items
-                   for f, v in cast("Message", item).ListFields())
+        return any(_has_nul(f, v) for item in items for f, v in cast("Message", item).ListFields())
     return False
 
 
@@ -107,20 +105,24 @@ def _centavos(request: pb.RegisterTxRequest) -> int:
     """`importe` (pesos) or one of the cents fields; both may be sent when they agree."""
     importe = values(request, ("importe",))["importe"]
     # (JsonValue includes None, so one_of's type variable needs the hint.)
-    given = cast("tuple[str, JsonValue] | None",
-                 one_of(values(request, CENTAVOS_FIELDS), required=False))
-    name, from_centavos = ("", None) if given is None else (given[0],
-                                                          parse_centavos(given[1], given[0]))
+    given = cast(
+        "tuple[str, JsonValue] | None", one_of(values(request, CENTAVOS_FIELDS), required=False)
+    )
+    name, from_centavos = (
+        ("", None) if given is None else (given[0], parse_centavos(given[1], given[0]))
+    )
     if importe is None:
         if from_centavos is None:
-            raise LoyaltyError(Codigo.CAMPO_REQUERIDO,
-                               f"falta importe (o {' / '.join(CENTAVOS_FIELDS)})")
+            raise LoyaltyError(
+                Codigo.CAMPO_REQUERIDO, f"falta importe (o {' / '.join(CENTAVOS_FIELDS)})"
+            )
         return from_centavos
     from_importe = parse_importe(importe, "importe")
     if from_centavos is not None and from_centavos != from_importe:
-        raise LoyaltyError(Codigo.IMPORTE_INVALIDO,
-                           f"importe ({from_importe} centavos) y {name} "
-                           f"({from_centavos}) no coinciden")
+        raise LoyaltyError(
+            Codigo.IMPORTE_INVALIDO,
+            f"importe ({from_importe} centavos) y {name} ({from_centavos}) no coinciden",
+        )
     return from_importe
 
 

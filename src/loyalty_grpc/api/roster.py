@@ -35,9 +35,11 @@ class RosterQuery:
 
 
 def _bad_limite(problema: str) -> LoyaltyError:
-    return LoyaltyError(Codigo.SOLICITUD_INVALIDA,
-                        f"limite: {problema}; debe ser un entero de 1 a {LIMITE_MAX} "
-                        f"(por omisión {LIMITE_DEFAULT})")
+    return LoyaltyError(
+        Codigo.SOLICITUD_INVALIDA,
+        f"limite: {problema}; debe ser un entero de 1 a {LIMITE_MAX} "
+        f"(por omisión {LIMITE_DEFAULT})",
+    )
 
 
 def parse_limite(value: JsonValue) -> int:
@@ -74,9 +76,11 @@ def _desde(value: JsonValue) -> str | None:
         # service refuses it as cursor_invalido, naming what arrived.
         exact = Decimal(value)
         return str(int(exact)) if exact == exact.to_integral_value() else str(value)
-    raise LoyaltyError(Codigo.SOLICITUD_INVALIDA,
-                       f"desde: debe ser el texto `siguiente` de la llamada anterior; "
-                       f"llegó {json_type_name(value)}")
+    raise LoyaltyError(
+        Codigo.SOLICITUD_INVALIDA,
+        f"desde: debe ser el texto `siguiente` de la llamada anterior; "
+        f"llegó {json_type_name(value)}",
+    )
 
 
 def query_of_get(request: pb.RosterRequest) -> RosterQuery:
@@ -99,9 +103,15 @@ def roster_data(page: RosterPage) -> pb.RosterData:
     data = pb.RosterData(desde=page.desde, hay_mas=page.hay_mas, siguiente=page.siguiente)
     add = data.fans.add
     for e in page.fans:
-        fan = add(id=e.fan_id, nombre=e.nombre, correo=e.correo, socio_desde=e.socio_desde,
-                  puntos=e.puntos, estado=e.estado.value,
-                  actualizado=format_iso_utc(e.actualizado))
+        fan = add(
+            id=e.fan_id,
+            nombre=e.nombre,
+            correo=e.correo,
+            socio_desde=e.socio_desde,
+            puntos=e.puntos,
+            estado=e.estado.value,
+            actualizado=format_iso_utc(e.actualizado),
+        )
         if e.estado is EstadoFan.BAJA and e.baja_en is not None:
             fan.baja.en = format_iso_utc(e.baja_en)
             fan.baja.motivo = e.baja_motivo or ""

@@ -128,49 +128,72 @@ class GrpcServer:
         are done), at most until every one has had its GOAWAY for HANDOVER_MARGIN."""
         started = time.monotonic()
         if not leave_port(self.port):
-            log.warning("found no listening socket of port %d to leave: calls that reach "
-                        "this server while it stops can fail", self.port)
+            log.warning(
+                "found no listening socket of port %d to leave: calls that reach "
+                "this server while it stops can fail",
+                self.port,
+            )
         age = max(self.settings.connection_age_seconds, 0.0)
         deadline = started + age * (1 + CONNECTION_AGE_JITTER) + HANDOVER_MARGIN
         remaining = connection_count(self.port)
-        log.info("left port %d (grpc may log 'Closing acceptor ... Invalid argument'); "
-                 "%d client connections to hand over", self.port, remaining)
+        log.info(
+            "left port %d (grpc may log 'Closing acceptor ... Invalid argument'); "
+            "%d client connections to hand over",
+            self.port,
+            remaining,
+        )
         while remaining and time.monotonic() < deadline:
             time.sleep(HANDOVER_POLL)
             remaining = connection_count(self.port)
-        log.info("handed over in %.1f s (%d connections still finishing their calls)",
-                 time.monotonic() - started, remaining)
+        log.info(
+            "handed over in %.1f s (%d connections still finishing their calls)",
+            time.monotonic() - started,
+            remaining,
+        )
 
 
 def build_server(settings: ServerSettings, engine: Engine | None = None) -> GrpcServer:
     engine = engine or make_engine(settings.database_url, pool_size=settings.max_workers)
 
     keys_cache = KeyCache(partial(authenticate, engine), ttl=settings.key_cache_seconds)
-    limiter = (RateLimiter(PgCounters(engine), settings.rate_limit_per_minute,
-                           max_batch=settings.rate_limit_batch or None)
-               if settings.rate_limit_per_minute > 0 else None)
+    limiter = (
+        RateLimiter(
+            PgCounters(engine),
+            settings.rate_limit_per_minute,
+            max_batch=settings.rate_limit_batch or None,
+        )
+        if settings.rate_limit_per_minute > 0
+        else None
+    )
     server = grpc.server(
-        futures.ThreadPoolExecutor(max_workers=settings.max_workers,
-                                   thread_name_prefix="grpc-worker"),
+        futures.ThreadPoolExecutor(
+            max_workers=settings.max_workers, thread_name_prefix="grpc-worker"
+        ),
         # Observability first: it times, counts and logs every call whole, including the
         # ones the edge interceptor refuses (api/observability.py).
-        interceptors=[ObservabilityInterceptor(engine),
-                      EdgeInterceptor(keys_cache, settings.admin_token, limiter)],
+        interceptors=[
+            ObservabilityInterceptor(engine),
+            EdgeInterceptor(keys_cache, settings.admin_token, limiter),
+        ],
         # Unless reuse_port, a port already in use fails loudly instead of being shared.
-        options=[("grpc.so_reuseport", int(settings.reuse_port)),
-                 # Accept as much metadata as Envoy lets through (60 KiB of request headers
-                 # plus what it adds); grpc's default refuses some calls from 8 KiB on.
-                 ("grpc.max_metadata_size", MAX_METADATA_BYTES),
-                 ("grpc.absolute_max_metadata_size", MAX_METADATA_BYTES),
-                 *_age_options(settings)],
+        options=[
+            ("grpc.so_reuseport", int(settings.reuse_port)),
+            # Accept as much metadata as Envoy lets through (60 KiB of request headers
+            # plus what it adds); grpc's default refuses some calls from 8 KiB on.
+            ("grpc.max_metadata_size", MAX_METADATA_BYTES),
+            ("grpc.absolute_max_metadata_size", MAX_METADATA_BYTES),
+            *_age_options(settings),
+        ],
     )
     pos_service_pb2_grpc.add_PosServiceServicer_to_server(PosServicer(engine), server)
     backoffice_service_pb2_grpc.add_BackofficeServiceServicer_to_server(
-        BackofficeServicer(engine, on_keys_changed=keys_cache.clear), server)
+        BackofficeServicer(engine, on_keys_changed=keys_cache.clear), server
+    )
     health_servicer = health.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     reflection.enable_server_reflection(
-        [POS_SERVICE, BACKOFFICE_SERVICE, health.SERVICE_NAME, reflection.SERVICE_NAME], server)
+        [POS_SERVICE, BACKOFFICE_SERVICE, health.SERVICE_NAME, reflection.SERVICE_NAME], server
+    )
     address = f"{settings.host}:{settings.port}"
     try:
         port = server.add_insecure_port(address)
@@ -216,8 +239,11 @@ def _sockets_on_port(port: int) -> Iterator[socket.socket]:
                 bound = sock.getsockname()
             except OSError:
                 continue
-            if (sock.family in (socket.AF_INET, socket.AF_INET6)
-                    and sock.type == socket.SOCK_STREAM and bound[1] == port):
+            if (
+                sock.family in (socket.AF_INET, socket.AF_INET6)
+                and sock.type == socket.SOCK_STREAM
+                and bound[1] == port
+            ):
                 yield sock
 
 

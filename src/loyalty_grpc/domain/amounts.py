@@ -60,8 +60,9 @@ RUIDO_MAXIMO_CENTAVOS = Decimal("0.0001")
 
 # Exact for every value we handle (≤ 64 digits of text, ≤ 17 digits of a float's repr);
 # any inexact or invalid operation would be a bug, so it traps.
-_CTX = Context(prec=100, rounding=ROUND_HALF_EVEN,
-               traps=[InvalidOperation, DivisionByZero, Overflow])
+_CTX = Context(
+    prec=100, rounding=ROUND_HALF_EVEN, traps=[InvalidOperation, DivisionByZero, Overflow]
+)
 _CIEN = Decimal(100)
 
 ESPACIOS = " \u00a0\u202f"
@@ -109,8 +110,10 @@ def _pesos(centavos: int) -> str:
 
 
 def _maximo(campo: str, mostrado: str) -> LoyaltyError:
-    return _error(campo, f"{mostrado} excede el máximo de {_pesos(MAX_CENTAVOS)}.00 pesos "
-                         f"({MAX_CENTAVOS} centavos)")
+    return _error(
+        campo,
+        f"{mostrado} excede el máximo de {_pesos(MAX_CENTAVOS)}.00 pesos ({MAX_CENTAVOS} centavos)",
+    )
 
 
 def _tipo(campo: str, value: JsonValue, que: str) -> LoyaltyError:
@@ -159,8 +162,7 @@ def _de_texto(texto_original: str, campo: str) -> int:
     if not texto:
         raise _error(campo, "está vacío")
     if len(texto) > MAX_TEXTO:
-        raise _error(campo, f"texto demasiado largo ({len(texto)} caracteres; "
-                            f"máximo {MAX_TEXTO})")
+        raise _error(campo, f"texto demasiado largo ({len(texto)} caracteres; máximo {MAX_TEXTO})")
     forma = _FORMA.fullmatch(texto)
     if forma is None:
         raise _ilegible(texto, campo)
@@ -173,13 +175,13 @@ def _de_texto(texto_original: str, campo: str) -> int:
     except _NoEsImporteError as mal:
         if signo == "-":
             raise _error(campo, f"{muestra} es negativo") from None
-        raise _error(campo, f"{muestra} no es un importe: {mal.motivo}"
-                            f"{_lecturas_texto(numero)}") from None
+        raise _error(
+            campo, f"{muestra} no es un importe: {mal.motivo}{_lecturas_texto(numero)}"
+        ) from None
     if signo == "-" and centavos > 0:
         raise _error(campo, f"{muestra} es negativo")
     if signo == "+":
-        raise _error(campo, f'{muestra} no es un importe: no lleva signo "+"; '
-                            f"¿{_pesos(centavos)}?")
+        raise _error(campo, f'{muestra} no es un importe: no lleva signo "+"; ¿{_pesos(centavos)}?')
     if centavos > MAX_CENTAVOS:
         raise _maximo(campo, muestra)
     return centavos
@@ -196,11 +198,15 @@ def _cuerpo(numero: str) -> int:
     ultimo = separadores[-1]
     if len(set(separadores)) == 2:
         if separadores.count(ultimo) > 1:
-            raise _NoEsImporteError(f'con "," y "." el último ("{ultimo}") es el separador '
-                               "decimal y solo puede aparecer una vez")
+            raise _NoEsImporteError(
+                f'con "," y "." el último ("{ultimo}") es el separador '
+                "decimal y solo puede aparecer una vez"
+            )
         if len(grupos[-1]) > 2:
-            raise _NoEsImporteError(f'tras el separador decimal "{ultimo}" hay '
-                               f"{len(grupos[-1])} dígitos (máximo 2 decimales)")
+            raise _NoEsImporteError(
+                f'tras el separador decimal "{ultimo}" hay '
+                f"{len(grupos[-1])} dígitos (máximo 2 decimales)"
+            )
         _miles(grupos[:-1])
         return _a_centavos(grupos[:-1], grupos[-1])
     if len(separadores) > 1:
@@ -212,17 +218,16 @@ def _cuerpo(numero: str) -> int:
         return _a_centavos(grupos, "")
     if len(despues) <= 2:
         return _a_centavos(grupos[:1], despues)
-    raise _NoEsImporteError(f'tras "{ultimo}" hay {len(despues)} dígitos '
-                       "(1 o 2 son decimales; 3, miles)")
+    raise _NoEsImporteError(
+        f'tras "{ultimo}" hay {len(despues)} dígitos (1 o 2 son decimales; 3, miles)'
+    )
 
 
 def _miles(grupos: list[str], como: str = "") -> None:
     primero, resto = grupos[0], grupos[1:]
-    if 1 <= len(primero) <= 3 and not primero.startswith("0") and all(
-            len(g) == 3 for g in resto):
+    if 1 <= len(primero) <= 3 and not primero.startswith("0") and all(len(g) == 3 for g in resto):
         return
-    regla = ("los grupos de miles son de 3 dígitos (el primero de 1 a 3, sin cero "
-             "inicial)")
+    regla = "los grupos de miles son de 3 dígitos (el primero de 1 a 3, sin cero inicial)"
     raise _NoEsImporteError(f"{como}, pero {regla}" if como else regla)
 
 
@@ -239,11 +244,10 @@ def _lecturas(numero: str) -> list[int]:
     ultimo = max(numero.rfind("."), numero.rfind(","))
     if ultimo >= 0:
         enteros = re.sub(r"[^0-9]", "", numero[:ultimo]) or "0"
-        decimales = re.sub(r"[^0-9]", "", numero[ultimo + 1:])
+        decimales = re.sub(r"[^0-9]", "", numero[ultimo + 1 :])
         if decimales:
             valor = _CTX.multiply(Decimal(f"{enteros}.{decimales}"), _CIEN)
-            lecturas.append(int(valor.to_integral_value(rounding=ROUND_HALF_UP,
-                                                        context=_CTX)))
+            lecturas.append(int(valor.to_integral_value(rounding=ROUND_HALF_UP, context=_CTX)))
     lecturas.append(int(re.sub(r"[^0-9]", "", numero)) * 100)
     return [c for i, c in enumerate(lecturas) if c <= MAX_CENTAVOS and c not in lecturas[:i]]
 
@@ -262,12 +266,18 @@ def _ilegible(texto: str, campo: str) -> LoyaltyError:
     lecturas = _lecturas_texto(resto)
     if lecturas:
         dentro = re.search(r"[0-9.,][\s']+[0-9.,]", resto)
-        motivo = ("lleva espacios o apóstrofos dentro del número" if dentro
-                  else "no tiene la forma de un importe")
+        motivo = (
+            "lleva espacios o apóstrofos dentro del número"
+            if dentro
+            else "no tiene la forma de un importe"
+        )
         return _error(campo, f"{muestra} no es un importe: {motivo}{lecturas}")
     if _OTRA_MONEDA.fullmatch(resto):
-        return _error(campo, f'{muestra} no es un importe: la única moneda admitida es el '
-                             'peso ("$", "MX$" o "MXN" delante, o "MXN" detrás)')
+        return _error(
+            campo,
+            f"{muestra} no es un importe: la única moneda admitida es el "
+            'peso ("$", "MX$" o "MXN" delante, o "MXN" detrás)',
+        )
     return _error(campo, f"{muestra} no es un importe; ejemplos: {_EJEMPLOS}")
 
 
@@ -283,8 +293,11 @@ def parse_centavos(value: JsonValue, campo: str = "importe_centavos") -> int:
         if not math.isfinite(value):
             raise _error(campo, f"{value!r} no es un número finito")
         if not value.is_integer():
-            raise _error(campo, f"{value!r} no es un número entero de centavos "
-                                "(para pesos con decimales use importe)")
+            raise _error(
+                campo,
+                f"{value!r} no es un número entero de centavos "
+                "(para pesos con decimales use importe)",
+            )
         centavos = int(value)
         mostrado = repr(value)
     else:

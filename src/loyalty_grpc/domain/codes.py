@@ -93,9 +93,11 @@ def parse_promo_ref(value: JsonValue, campo: str = "promo") -> PromoRef:
     """`promo` as sent: a JSON integer is an id; a string of digits is an id (or, when no
     promotion has that id, a name); any other string is a name."""
     if isinstance(value, bool) or not isinstance(value, int | float | str):
-        raise LoyaltyError(Codigo.SOLICITUD_INVALIDA,
-                           f"{campo}: debe ser el id (número) o el nombre (texto) de la "
-                           f"promoción, llegó {json_type_name(value)}")
+        raise LoyaltyError(
+            Codigo.SOLICITUD_INVALIDA,
+            f"{campo}: debe ser el id (número) o el nombre (texto) de la "
+            f"promoción, llegó {json_type_name(value)}",
+        )
     if isinstance(value, str):
         text = value.strip()
         if not text:
@@ -108,8 +110,7 @@ def parse_promo_ref(value: JsonValue, campo: str = "promo") -> PromoRef:
         raise LoyaltyError(Codigo.SOLICITUD_INVALIDA, f"{campo}: el id debe ser un entero")
     number = int(value)
     if not 1 <= number <= _INT32_MAX:
-        raise LoyaltyError(Codigo.PROMO_NO_ENCONTRADA, f"{campo}: no existe la promoción "
-                                                       f"{number}")
+        raise LoyaltyError(Codigo.PROMO_NO_ENCONTRADA, f"{campo}: no existe la promoción {number}")
     return PromoRef(number, None)
 
 
@@ -120,8 +121,10 @@ def admite_codigos(estado: EstadoPromo) -> bool:
 
 def check_admite_codigos(nombre: str, estado: EstadoPromo) -> None:
     if not admite_codigos(estado):
-        raise LoyaltyError(Codigo.PROMO_NO_ADMITE_CODIGOS,
-                           f"promo {nombre}: está {estado.value}, no admite códigos")
+        raise LoyaltyError(
+            Codigo.PROMO_NO_ADMITE_CODIGOS,
+            f"promo {nombre}: está {estado.value}, no admite códigos",
+        )
 
 
 # --------------------------------------------------------------------- splitting
@@ -137,8 +140,9 @@ def _pieces(text: str) -> Iterator[str]:
     return (m.group() for m in _PIECE.finditer(text))
 
 
-def split_code_stream(chunks: Iterable[str], *, max_piece: int = 4 * MAX_CODE_LENGTH
-                      ) -> Iterator[str]:
+def split_code_stream(
+    chunks: Iterable[str], *, max_piece: int = 4 * MAX_CODE_LENGTH
+) -> Iterator[str]:
     """`split_codes` over text that arrives in chunks (a file read piece by piece): a code
     cut by a chunk boundary comes out whole. Memory stays bounded: a piece longer than
     `max_piece` (never a valid code) comes out cut to `max_piece` characters and the rest
@@ -183,8 +187,9 @@ class _Invalid:
     problem: str
 
 
-def code_batch(items: Iterable[str], campo: str = "codigos", *, pasted: bool = False,
-               start: int = 0) -> CodeBatch:
+def code_batch(
+    items: Iterable[str], campo: str = "codigos", *, pasted: bool = False, start: int = 0
+) -> CodeBatch:
     """Validate and normalise the codes of one call. `items`: the array's elements, or the
     pieces of pasted text (`pasted`: positions then count pieces from 1, plus `start`, the
     pieces read before these in the same text, e.g. the earlier chunks of a file).
@@ -198,25 +203,32 @@ def code_batch(items: Iterable[str], campo: str = "codigos", *, pasted: bool = F
     for index, item in enumerate(items):
         leidos += 1
         if leidos > MAX_CODES_PER_CALL:
-            raise LoyaltyError(Codigo.DEMASIADOS_CODIGOS,
-                               f"{campo}: más de {MAX_CODES_PER_CALL} códigos en una llamada; "
-                               "envíelos en varias")
+            raise LoyaltyError(
+                Codigo.DEMASIADOS_CODIGOS,
+                f"{campo}: más de {MAX_CODES_PER_CALL} códigos en una llamada; envíelos en varias",
+            )
         codigo = item.strip().upper()
         problem = code_problem(codigo)
         if problem is not None:
-            where = (f"{campo}: código {start + index + 1} del texto" if pasted
-                     else f"{campo}[{index}]")
+            where = (
+                f"{campo}: código {start + index + 1} del texto" if pasted else f"{campo}[{index}]"
+            )
             invalid.append(_Invalid(where, codigo, problem))
         elif not invalid:
             seen[codigo] = None
     if invalid:
-        shown = "; ".join(f"{i.where} {shown_code(i.codigo)}: {i.problem}"
-                          for i in invalid[:MAX_SHOWN_INVALID])
-        more = (f" (y {len(invalid) - MAX_SHOWN_INVALID} más)"
-                if len(invalid) > MAX_SHOWN_INVALID else "")
-        raise LoyaltyError(Codigo.CODIGO_INVALIDO,
-                           f"{len(invalid)} código(s) no válido(s), no se agregó ninguno: "
-                           f"{shown}{more}")
+        shown = "; ".join(
+            f"{i.where} {shown_code(i.codigo)}: {i.problem}" for i in invalid[:MAX_SHOWN_INVALID]
+        )
+        more = (
+            f" (y {len(invalid) - MAX_SHOWN_INVALID} más)"
+            if len(invalid) > MAX_SHOWN_INVALID
+            else ""
+        )
+        raise LoyaltyError(
+            Codigo.CODIGO_INVALIDO,
+            f"{len(invalid)} código(s) no válido(s), no se agregó ninguno: {shown}{more}",
+        )
     if not seen:
         raise LoyaltyError(Codigo.CAMPO_REQUERIDO, f"{campo}: no trae ningún código")
     return CodeBatch(tuple(seen), leidos)
@@ -228,9 +240,10 @@ def code_batch_of_json(value: JsonValue, campo: str = "codigos") -> CodeBatch:
         return code_batch(_pieces(value), campo, pasted=True)
     if isinstance(value, list):
         return code_batch(_strings(value, campo), campo)
-    raise LoyaltyError(Codigo.SOLICITUD_INVALIDA,
-                       f"{campo}: debe ser una lista de textos o un texto, "
-                       f"llegó {json_type_name(value)}")
+    raise LoyaltyError(
+        Codigo.SOLICITUD_INVALIDA,
+        f"{campo}: debe ser una lista de textos o un texto, llegó {json_type_name(value)}",
+    )
 
 
 def code_batch_of_list(items: Sequence[str], campo: str = "codigos") -> CodeBatch:
@@ -243,6 +256,8 @@ def _strings(items: list[JsonValue], campo: str) -> Iterator[str]:
     like any other), named by position."""
     for index, item in enumerate(items):
         if not isinstance(item, str):
-            raise LoyaltyError(Codigo.SOLICITUD_INVALIDA,
-                               f"{campo}[{index}]: debe ser texto, llegó {json_type_name(item)}")
+            raise LoyaltyError(
+                Codigo.SOLICITUD_INVALIDA,
+                f"{campo}[{index}]: debe ser texto, llegó {json_type_name(item)}",
+            )
         yield item

@@ -58,8 +58,10 @@ def one_of(values: Mapping[str, T | None], *, required: bool = True) -> tuple[st
     given = [(name, value) for name, value in values.items() if value is not None]
     names = " / ".join(values)
     if len(given) > 1:
-        raise LoyaltyError(Codigo.SOLICITUD_INVALIDA,
-                           f"envíe solo uno de {names} (llegaron {', '.join(n for n, _ in given)})")
+        raise LoyaltyError(
+            Codigo.SOLICITUD_INVALIDA,
+            f"envíe solo uno de {names} (llegaron {', '.join(n for n, _ in given)})",
+        )
     if not given:
         if required:
             raise LoyaltyError(Codigo.CAMPO_REQUERIDO, f"falta {names}")
@@ -69,5 +71,7 @@ def one_of(values: Mapping[str, T | None], *, required: bool = True) -> tuple[st
 
 def not_found(ref: FanRef) -> LoyaltyError:
     """fan_no_encontrado for `ref` (the value is never echoed: it is personal data)."""
-    return LoyaltyError(Codigo.FAN_NO_ENCONTRADO,
-                        f"ningún fan activo del programa coincide (leído como {ref.forma})")
+    return LoyaltyError(
+        Codigo.FAN_NO_ENCONTRADO,
+        f"ningún fan activo del programa coincide (leído como {ref.forma})",
+    )

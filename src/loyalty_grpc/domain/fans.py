@@ -76,4 +76,3 @@ def check_temporadas(count: int, campo: str = "temporadas") -> int:
     if count < 0:
         raise LoyaltyError(Codigo.SOLICITUD_INVALIDA, f"{campo}: no puede ser negativo")
     return count
-

@@ -134,11 +134,16 @@ class Fixture:
 def parse_fixture(document: str) -> Fixture:
     """The validated fixture, or the first problem found (in document order)."""
     try:
-        data = json.loads(document, object_pairs_hook=_JsonObject.from_pairs,
-                          parse_float=Decimal, parse_constant=_reject_constant)
+        data = json.loads(
+            document,
+            object_pairs_hook=_JsonObject.from_pairs,
+            parse_float=Decimal,
+            parse_constant=_reject_constant,
+        )
     except json.JSONDecodeError as exc:
-        _fail("documento", f"no es JSON válido: {exc.msg} (línea {exc.lineno}, "
-                           f"columna {exc.colno})")
+        _fail(
+            "documento", f"no es JSON válido: {exc.msg} (línea {exc.lineno}, columna {exc.colno})"
+        )
     except (ValueError, RecursionError) as exc:
         _fail("documento", f"no es JSON válido: {exc}")
     root = _Obj(data, "", ("programas",), label="documento")
@@ -152,11 +157,12 @@ def parse_fixture(document: str) -> Fixture:
 
 # --- entries ------------------------------------------------------------------------------
 
-def _programa(value: object, path: str, seen_ids: dict[str, str],
-              seen_keys: dict[str, str]) -> ProgramaFixture:
+
+def _programa(
+    value: object, path: str, seen_ids: dict[str, str], seen_keys: dict[str, str]
+) -> ProgramaFixture:
     """`seen_ids`, `seen_keys`: program ids and keys met so far (unique in the fixture)."""
-    obj = _Obj(value, path, ("id", "nombre", "tasa_puntos", "qr_url", "claves", "fans",
-                             "promos"))
+    obj = _Obj(value, path, ("id", "nombre", "tasa_puntos", "qr_url", "claves", "fans", "promos"))
     programa_id = obj.parsed("id", program_id)
     obj.label(programa_id)
     _unique(seen_ids, programa_id, obj.path, "id", "id de programa repetido")
@@ -177,8 +183,14 @@ def _programa(value: object, path: str, seen_ids: dict[str, str],
     for item_path, item in obj.items("fans"):
         fan = _fan(item, item_path)
         _unique(seen_fan_ids, fan.fan_id, fan.ruta, "id", "Fan ID repetido")
-        _unique(seen_emails, email_key(fan.correo), fan.ruta, "correo",
-                "mismo correo (sin distinguir mayúsculas)", codigo=Codigo.CORREO_DUPLICADO)
+        _unique(
+            seen_emails,
+            email_key(fan.correo),
+            fan.ruta,
+            "correo",
+            "mismo correo (sin distinguir mayúsculas)",
+            codigo=Codigo.CORREO_DUPLICADO,
+        )
         _unique(seen_qr, fan.qr_token, fan.ruta, "qr_token", "qr_token repetido")
         fans.append(fan)
 
@@ -186,12 +198,18 @@ def _programa(value: object, path: str, seen_ids: dict[str, str],
     seen_promos: dict[str, str] = {}
     for item_path, item in obj.items("promos"):
         promo = _promo(item, item_path)
-        _unique(seen_promos, promo.nombre.lower(), promo.ruta, "nombre",
-                "nombre de promoción repetido (sin distinguir mayúsculas)")
+        _unique(
+            seen_promos,
+            promo.nombre.lower(),
+            promo.ruta,
+            "nombre",
+            "nombre de promoción repetido (sin distinguir mayúsculas)",
+        )
         promos.append(promo)
 
-    return ProgramaFixture(obj.path, programa_id, nombre, tasa, qr_url, tuple(claves),
-                           tuple(fans), tuple(promos))
+    return ProgramaFixture(
+        obj.path, programa_id, nombre, tasa, qr_url, tuple(claves), tuple(fans), tuple(promos)
+    )
 
 
 def _tasa(obj: _Obj) -> Decimal:
@@ -231,8 +249,21 @@ def _clave(value: object, path: str) -> ClaveFixture:
 
 
 def _fan(value: object, path: str) -> FanFixture:
-    obj = _Obj(value, path, ("id", "nombre", "correo", "socio_desde", "temporadas",
-                             "qr_token", "puntos", "estado", "baja_motivo"))
+    obj = _Obj(
+        value,
+        path,
+        (
+            "id",
+            "nombre",
+            "correo",
+            "socio_desde",
+            "temporadas",
+            "qr_token",
+            "puntos",
+            "estado",
+            "baja_motivo",
+        ),
+    )
     fan_id = obj.parsed("id", new_fan_id)
     obj.label(fan_id)
     nombre = obj.text("nombre")
@@ -247,13 +278,24 @@ def _fan(value: object, path: str) -> FanFixture:
         baja_motivo = obj.text("baja_motivo")
     elif obj.get("baja_motivo") is not _MISSING:
         _fail(obj.at("baja_motivo"), "solo va con estado baja")
-    return FanFixture(obj.path, fan_id, nombre, correo, socio_desde, temporadas, qr_token,
-                      puntos, estado, baja_motivo)
+    return FanFixture(
+        obj.path,
+        fan_id,
+        nombre,
+        correo,
+        socio_desde,
+        temporadas,
+        qr_token,
+        puntos,
+        estado,
+        baja_motivo,
+    )
 
 
 def _promo(value: object, path: str) -> PromoFixture:
-    obj = _Obj(value, path, ("nombre", "descripcion", "estado", "vigencia_fin",
-                             "puntos_canje", "codigos"))
+    obj = _Obj(
+        value, path, ("nombre", "descripcion", "estado", "vigencia_fin", "puntos_canje", "codigos")
+    )
     nombre = obj.text("nombre")
     obj.label(nombre)
     descripcion = obj.parsed("descripcion", multi_line, default="")
@@ -266,16 +308,16 @@ def _promo(value: object, path: str) -> PromoFixture:
         codigo = _codigo(item, item_path)
         _unique(seen, codigo.codigo, codigo.ruta, "codigo", "código repetido en la promoción")
         codigos.append(codigo)
-    return PromoFixture(obj.path, nombre, descripcion, estado, vigencia_fin, puntos_canje,
-                        tuple(codigos))
+    return PromoFixture(
+        obj.path, nombre, descripcion, estado, vigencia_fin, puntos_canje, tuple(codigos)
+    )
 
 
 def _codigo(value: object, path: str) -> CodigoFixture:
     obj = _Obj(value, path, ("codigo", "estado", "fan"))
     codigo = obj.parsed("codigo", check_new_code)
     obj.label(codigo)
-    estado = obj.parsed("estado", parse_estado_codigo, default=EstadoCodigo.DISPONIBLE,
-                      show=True)
+    estado = obj.parsed("estado", parse_estado_codigo, default=EstadoCodigo.DISPONIBLE, show=True)
     fan: str | None = None
     if obj.get("fan") is not _MISSING:
         if estado is EstadoCodigo.DISPONIBLE:
@@ -287,6 +329,7 @@ def _codigo(value: object, path: str) -> CodigoFixture:
 
 
 # --- reading JSON objects -----------------------------------------------------------------
+
 
 class _Missing:
     pass
@@ -315,8 +358,9 @@ class _JsonObject(dict[str, object]):
 class _Obj:
     """One JSON object of the fixture being read: where it is and its fields."""
 
-    def __init__(self, value: object, path: str, fields: tuple[str, ...],
-                 *, label: str | None = None) -> None:
+    def __init__(
+        self, value: object, path: str, fields: tuple[str, ...], *, label: str | None = None
+    ) -> None:
         self.path = path
         where = label or path
         if not isinstance(value, dict):
@@ -343,11 +387,16 @@ class _Obj:
 
     def text(self, name: str, *, default: str | None = None) -> str:
         """One trimmed line without control characters; empty only when optional."""
-        return self.parsed(name, partial(single_line, required=default is None),
-                           default=default)
+        return self.parsed(name, partial(single_line, required=default is None), default=default)
 
-    def parsed(self, name: str, rule: Callable[[str, str], _T], *, default: _T | None = None,
-               show: bool = False) -> _T:
+    def parsed(
+        self,
+        name: str,
+        rule: Callable[[str, str], _T],
+        *,
+        default: _T | None = None,
+        show: bool = False,
+    ) -> _T:
         """A text field read by a domain `rule`; absent → `default`, or falta when there is
         none."""
         raw = self.get(name)
@@ -359,8 +408,9 @@ class _Obj:
             _fail(self.at(name), f"debe ser texto, no {_type_name(raw)}")
         return _domain(rule, raw, self.at(name), show=show)
 
-    def integer(self, name: str, *, rule: Callable[[int, str], int],
-                default: int | None = None) -> int:
+    def integer(
+        self, name: str, *, rule: Callable[[int, str], int], default: int | None = None
+    ) -> int:
         """A JSON integer (``5``, not ``5.0`` or ``"5"``) the store can hold, read by a
         domain `rule`; absent → `default`, or falta when there is none."""
         raw = self.get(name)
@@ -389,12 +439,12 @@ class _Obj:
 
 # --- helpers ------------------------------------------------------------------------------
 
+
 def _fail(where: str, problema: str, codigo: Codigo = Codigo.FIXTURE_INVALIDO) -> NoReturn:
     raise LoyaltyError(codigo, f"{where}: {problema}")
 
 
-def _domain(rule: Callable[[_V, str], _T], value: _V, where: str, *, show: bool = False
-            ) -> _T:
+def _domain(rule: Callable[[_V, str], _T], value: _V, where: str, *, show: bool = False) -> _T:
     """Apply a domain rule that names its `campo` in its detalle; its failure becomes
     fixture_invalido with that one-line detalle (plus the value when `show`: never for
     secrets or personal data)."""
@@ -414,8 +464,15 @@ def _check_saldo(puntos: int, campo: str) -> int:
     return puntos
 
 
-def _unique(seen: dict[str, str], key: str, ruta: str, campo: str, problema: str,
-            *, codigo: Codigo = Codigo.FIXTURE_INVALIDO) -> None:
+def _unique(
+    seen: dict[str, str],
+    key: str,
+    ruta: str,
+    campo: str,
+    problema: str,
+    *,
+    codigo: Codigo = Codigo.FIXTURE_INVALIDO,
+) -> None:
     """Remember `key` for the entry at `ruta`; a second entry with it fails naming both."""
     first = seen.setdefault(key, ruta)
     if first != ruta:
@@ -427,8 +484,13 @@ def _reject_constant(name: str) -> object:
 
 
 _TYPE_NAMES: tuple[tuple[type, str], ...] = (
-    (bool, "un booleano"), (int, "un número entero"), (Decimal, "un número con decimales"),
-    (str, "texto"), (list, "una lista"), (dict, "un objeto"))
+    (bool, "un booleano"),
+    (int, "un número entero"),
+    (Decimal, "un número con decimales"),
+    (str, "texto"),
+    (list, "una lista"),
+    (dict, "un objeto"),
+)
 
 
 def _type_name(value: object) -> str:

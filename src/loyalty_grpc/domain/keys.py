@@ -28,8 +28,9 @@ def bearer_token(header: str | None) -> str:
         raise LoyaltyError(Codigo.NO_AUTENTICADO, "falta el encabezado Authorization")
     match = _BEARER.fullmatch(header.strip())
     if match is None:
-        raise LoyaltyError(Codigo.NO_AUTENTICADO,
-                           "el encabezado Authorization debe ser 'Bearer <clave>'")
+        raise LoyaltyError(
+            Codigo.NO_AUTENTICADO, "el encabezado Authorization debe ser 'Bearer <clave>'"
+        )
     return match.group(1)
 
 

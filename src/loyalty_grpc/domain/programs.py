@@ -30,11 +30,11 @@ def parse_tasa(text: str, campo: str = "tasa_puntos") -> Decimal:
     try:
         tasa = Decimal(value)
     except InvalidOperation:
-        raise LoyaltyError(Codigo.SOLICITUD_INVALIDA,
-                           f"{campo}: no es un número decimal") from None
+        raise LoyaltyError(Codigo.SOLICITUD_INVALIDA, f"{campo}: no es un número decimal") from None
     if not tasa.is_finite() or tasa < 0 or tasa >= TASA_MAX:
-        raise LoyaltyError(Codigo.SOLICITUD_INVALIDA,
-                           f"{campo}: debe ser 0 o más y menor que {TASA_MAX}")
+        raise LoyaltyError(
+            Codigo.SOLICITUD_INVALIDA, f"{campo}: debe ser 0 o más y menor que {TASA_MAX}"
+        )
     if tasa != tasa.quantize(TASA_STEP):
         raise LoyaltyError(Codigo.SOLICITUD_INVALIDA, f"{campo}: a lo más 6 decimales")
     return tasa

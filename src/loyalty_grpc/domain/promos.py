@@ -127,8 +127,9 @@ def parse_fecha(text: str, campo: str = "vigencia_fin") -> date:
             raise ValueError(value)
         return date.fromisoformat(value)
     except ValueError:
-        raise LoyaltyError(Codigo.SOLICITUD_INVALIDA,
-                           f"{campo}: debe ser una fecha AAAA-MM-DD") from None
+        raise LoyaltyError(
+            Codigo.SOLICITUD_INVALIDA, f"{campo}: debe ser una fecha AAAA-MM-DD"
+        ) from None
 
 
 def check_puntos_canje(puntos: int, campo: str = "puntos_canje") -> int:

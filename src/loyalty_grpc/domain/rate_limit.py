@@ -134,7 +134,7 @@ def _minus(counters: tuple[int, ...], newest: int, segundo: int, n: int) -> tupl
     j = len(counters) - 1 - (newest - segundo)  # 0-based slot of that second
     if n <= 0 or not 0 <= j < len(counters):
         return counters
-    return (*counters[:j], counters[j] - min(n, counters[j]), *counters[j + 1:])
+    return (*counters[:j], counters[j] - min(n, counters[j]), *counters[j + 1 :])
 
 
 def give_back(ventana: Ventana, devolucion: Devolucion | None) -> Ventana:
@@ -145,15 +145,22 @@ def give_back(ventana: Ventana, devolucion: Devolucion | None) -> Ventana:
     return Ventana(
         ventana.segundo,
         _minus(ventana.cuentas, ventana.segundo, devolucion.segundo, devolucion.cuantas),
-        _minus(ventana.reservas, ventana.segundo, devolucion.segundo, devolucion.reservadas))
+        _minus(ventana.reservas, ventana.segundo, devolucion.segundo, devolucion.reservadas),
+    )
 
 
 settle = give_back
 
 
-def take(ventana: Ventana | None, segundo: int, limit: int, *, pedidas: int = 1,
-         devolucion: Devolucion | None = None, holgura: int | None = None
-         ) -> tuple[Ventana, int]:
+def take(
+    ventana: Ventana | None,
+    segundo: int,
+    limit: int,
+    *,
+    pedidas: int = 1,
+    devolucion: Devolucion | None = None,
+    holgura: int | None = None,
+) -> tuple[Ventana, int]:
     """A request for `pedidas` calls at `segundo`, settling `devolucion` first: the new
     counters and how many calls were granted (0: rejected). `holgura` caps the spare calls
     outstanding (default: `slack(limit)`)."""
@@ -163,9 +170,11 @@ def take(ventana: Ventana | None, segundo: int, limit: int, *, pedidas: int = 1,
     granted = max(0, min(pedidas, limit - sum(current.cuentas), 1 + spare))
     if not granted:
         return current, 0
-    return Ventana(current.segundo,
-                   (*current.cuentas[:-1], current.cuentas[-1] + granted),
-                   (*current.reservas[:-1], current.reservas[-1] + granted - 1)), granted
+    return Ventana(
+        current.segundo,
+        (*current.cuentas[:-1], current.cuentas[-1] + granted),
+        (*current.reservas[:-1], current.reservas[-1] + granted - 1),
+    ), granted
 
 
 @dataclass(frozen=True)

@@ -96,7 +96,7 @@ class Paso:
             return None
         detalle = {
             Desenlace.LIBERADO: "fue liberado (retirado de circulación sin usarse); "
-                                "no se puede canjear",
+            "no se puede canjear",
             Desenlace.NO_ASIGNADO: "no se ha entregado a ningún fan; no se puede canjear",
             Desenlace.NO_ENCONTRADO: "el programa no tiene ese código",
         }[self.desenlace]
@@ -128,8 +128,9 @@ def could_exist(codigo: str) -> bool:
 
 def check_batch_size(n: int) -> None:
     if n > MAX_CODIGOS:
-        raise LoyaltyError(Codigo.DEMASIADOS_CODIGOS,
-                           f"codigos: {n} códigos; máximo {MAX_CODIGOS} por llamada")
+        raise LoyaltyError(
+            Codigo.DEMASIADOS_CODIGOS, f"codigos: {n} códigos; máximo {MAX_CODIGOS} por llamada"
+        )
 
 
 def choose(copias: Iterable[Copia]) -> Copia | None:
@@ -159,6 +160,9 @@ def summarize(pasos: Sequence[Paso]) -> Resumen:
     def count(desenlace: Desenlace) -> int:
         return sum(1 for p in pasos if p.desenlace is desenlace)
 
-    return Resumen(recibidos=len(pasos), canjeados=count(Desenlace.CANJEADO),
-                   duplicados=count(Desenlace.DUPLICADO),
-                   rechazados=sum(1 for p in pasos if p.error is not None))
+    return Resumen(
+        recibidos=len(pasos),
+        canjeados=count(Desenlace.CANJEADO),
+        duplicados=count(Desenlace.DUPLICADO),
+        rechazados=sum(1 for p in pasos if p.error is not None),
+    )

@@ -73,9 +73,11 @@ def encode_cursor(programa_id: str, posicion: Posicion) -> str:
 
 
 def _invalid(detalle: str) -> LoyaltyError:
-    return LoyaltyError(Codigo.CURSOR_INVALIDO,
-                        f"desde: {detalle}; envíe el `siguiente` de la llamada anterior tal "
-                        "cual, u omita `desde` para empezar con una foto completa")
+    return LoyaltyError(
+        Codigo.CURSOR_INVALIDO,
+        f"desde: {detalle}; envíe el `siguiente` de la llamada anterior tal "
+        "cual, u omita `desde` para empezar con una foto completa",
+    )
 
 
 def decode_cursor(programa_id: str, text: str) -> Posicion:
@@ -90,11 +92,15 @@ def decode_cursor(programa_id: str, text: str) -> Posicion:
     # Only the canonical spelling: b64decode ignores stray bits in the last character.
     if len(raw) != _RAW_BYTES or _b64(raw) != text:
         raise _invalid("no es un cursor de este feed")
-    body, tag = raw[:_BODY.size], raw[_BODY.size:]
+    body, tag = raw[: _BODY.size], raw[_BODY.size :]
     if tag != _tag(programa_id, body):
         raise _invalid("el cursor no es de este programa o fue alterado")
     version, fase, xid, pk = _BODY.unpack(body)
-    if version != VERSION or fase not in {f.value for f in Fase} or xid > MAX_POSITION \
-            or pk > MAX_POSITION:
+    if (
+        version != VERSION
+        or fase not in {f.value for f in Fase}
+        or xid > MAX_POSITION
+        or pk > MAX_POSITION
+    ):
         raise _invalid("versión de cursor desconocida")
     return Posicion(Fase(fase), xid, pk)

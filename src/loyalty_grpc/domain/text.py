@@ -10,16 +10,18 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 _CONTROL_MULTILINE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 
 
-def single_line(text: str, campo: str, *, required: bool = True,
-                max_length: int | None = None) -> str:
+def single_line(
+    text: str, campo: str, *, required: bool = True, max_length: int | None = None
+) -> str:
     """Single-line text: trimmed, no control characters, at most `max_length` characters;
     empty → campo_requerido unless not `required`."""
     value = text.strip()
     if not value and required:
         raise LoyaltyError(Codigo.CAMPO_REQUERIDO, f"{campo}: vacío")
     if max_length is not None and len(value) > max_length:
-        raise LoyaltyError(Codigo.SOLICITUD_INVALIDA,
-                           f"{campo}: más de {max_length} caracteres ({len(value)})")
+        raise LoyaltyError(
+            Codigo.SOLICITUD_INVALIDA, f"{campo}: más de {max_length} caracteres ({len(value)})"
+        )
     if _CONTROL.search(value):
         raise LoyaltyError(Codigo.SOLICITUD_INVALIDA, f"{campo}: contiene caracteres de control")
     return value

@@ -43,9 +43,11 @@ _ISO = re.compile(
     r"(?P<zona>[Zz]|(?P<zs>[+-])(?P<zh>[0-9]{2})(?::?(?P<zm>[0-9]{2}))?)?"
 )
 _EPOCH_TEXTO = re.compile(r"-?[0-9]+(?:\.[0-9]+)?")
-_FORMATOS = ('ISO 8601 ("2026-11-21T15:16:52-06:00", "2026-11-21T21:16:52Z"), '
-             '"2026-11-21 21:16:52" (UTC), epoch en segundos (1795295812) o en '
-             "milisegundos (1795295812000)")
+_FORMATOS = (
+    'ISO 8601 ("2026-11-21T15:16:52-06:00", "2026-11-21T21:16:52Z"), '
+    '"2026-11-21 21:16:52" (UTC), epoch en segundos (1795295812) o en '
+    "milisegundos (1795295812000)"
+)
 
 
 def format_iso_utc(moment: datetime) -> str:
@@ -71,8 +73,9 @@ def parse_ts(value: JsonValue, now: datetime, campo: str = "ts") -> datetime:
     if now.tzinfo is None:
         now = now.replace(tzinfo=UTC)
     if isinstance(value, bool) or not isinstance(value, int | float | str):
-        raise _error(campo, "debe ser un texto ISO 8601 o un número epoch; llegó "
-                            f"{json_type_name(value)}")
+        raise _error(
+            campo, f"debe ser un texto ISO 8601 o un número epoch; llegó {json_type_name(value)}"
+        )
     if isinstance(value, int):
         return _de_epoch(Decimal(value), str(value), now, campo)
     if isinstance(value, float):
@@ -84,8 +87,7 @@ def parse_ts(value: JsonValue, now: datetime, campo: str = "ts") -> datetime:
     if not texto:
         raise _error(campo, "está vacío")
     if len(texto) > MAX_TEXTO:
-        raise _error(campo, f"texto demasiado largo ({len(texto)} caracteres; "
-                            f"máximo {MAX_TEXTO})")
+        raise _error(campo, f"texto demasiado largo ({len(texto)} caracteres; máximo {MAX_TEXTO})")
     if _EPOCH_TEXTO.fullmatch(texto):
         return _de_epoch(Decimal(texto), muestra, now, campo)
     return _en_rango(_de_iso(texto, muestra, campo), muestra, now, campo)
@@ -97,12 +99,16 @@ def _de_epoch(valor: Decimal, mostrado: str, now: datetime, campo: str) -> datet
     en_ms = valor >= EPOCH_MS_DESDE
     unidad = "milisegundos" if en_ms else "segundos"
     por_unidad = Decimal(1000 if en_ms else 1_000_000)
-    micros = int(_CTX.multiply(valor, por_unidad).to_integral_value(rounding=ROUND_FLOOR,
-                                                                    context=_CTX))
+    micros = int(
+        _CTX.multiply(valor, por_unidad).to_integral_value(rounding=ROUND_FLOOR, context=_CTX)
+    )
     leido = f"{mostrado} (epoch en {unidad})"
     if micros > _MAX_MICROS:
-        pista = ("; ¿microsegundos o nanosegundos? envíe segundos o milisegundos"
-                 if valor >= 10**14 else "")
+        pista = (
+            "; ¿microsegundos o nanosegundos? envíe segundos o milisegundos"
+            if valor >= 10**14
+            else ""
+        )
         raise _error(campo, f"{leido} está más de 24 h en el futuro{pista}")
     momento = _EPOCH + timedelta(microseconds=micros)
     return _en_rango(momento, leido, now, campo)
@@ -113,8 +119,11 @@ def _de_iso(texto: str, muestra: str, campo: str) -> datetime:
     if iso is None:
         raise _error(campo, f"{muestra} no es una fecha y hora; formatos: {_FORMATOS}")
     if iso["h"] is None:
-        raise _error(campo, f"{muestra} tiene fecha pero no hora; envíe fecha, hora y "
-                            'zona, p. ej. "2026-11-21T15:16:52-06:00"')
+        raise _error(
+            campo,
+            f"{muestra} tiene fecha pero no hora; envíe fecha, hora y "
+            'zona, p. ej. "2026-11-21T15:16:52-06:00"',
+        )
     fraccion = (iso["f"] or "").ljust(6, "0")[:6]
     try:
         zona = UTC
@@ -124,19 +133,32 @@ def _de_iso(texto: str, muestra: str, campo: str) -> datetime:
                 raise ValueError("zona fuera de rango")
             desfase = timedelta(hours=horas, minutes=minutos)
             zona = timezone(-desfase if iso["zs"] == "-" else desfase)
-        local = datetime(int(iso["y"]), int(iso["mo"]), int(iso["d"]), int(iso["h"]),
-                         int(iso["mi"]), int(iso["s"] or 0), int(fraccion), tzinfo=zona)
+        local = datetime(
+            int(iso["y"]),
+            int(iso["mo"]),
+            int(iso["d"]),
+            int(iso["h"]),
+            int(iso["mi"]),
+            int(iso["s"] or 0),
+            int(fraccion),
+            tzinfo=zona,
+        )
         return local.astimezone(UTC)
     except (ValueError, OverflowError):
-        raise _error(campo, f"{muestra} no es una fecha y hora válida (día, hora o zona "
-                            "fuera de rango)") from None
+        raise _error(
+            campo, f"{muestra} no es una fecha y hora válida (día, hora o zona fuera de rango)"
+        ) from None
 
 
 def _en_rango(momento: datetime, mostrado: str, now: datetime, campo: str) -> datetime:
     if momento < MIN_TS:
-        raise _error(campo, f"{mostrado} es {format_iso_utc(momento)}, anterior a "
-                            f"{format_iso_utc(MIN_TS)}")
+        raise _error(
+            campo, f"{mostrado} es {format_iso_utc(momento)}, anterior a {format_iso_utc(MIN_TS)}"
+        )
     if momento > now + MAX_ADELANTO:
-        raise _error(campo, f"{mostrado} es {format_iso_utc(momento)}, más de 24 h en el "
-                            f"futuro (hora del servicio {format_iso_utc(now)})")
+        raise _error(
+            campo,
+            f"{mostrado} es {format_iso_utc(momento)}, más de 24 h en el "
+            f"futuro (hora del servicio {format_iso_utc(now)})",
+        )
     return momento

@@ -43,17 +43,26 @@ Call = Callable[[Stub, argparse.Namespace, float, Metadata], Message]
 
 def add_admin_commands(parser: argparse.ArgumentParser) -> None:
     """Add the `admin` options and sub-commands to `parser`."""
-    parser.add_argument("--target", default=os.environ.get("LOYALTY_GRPC_TARGET",
-                                                           DEFAULT_TARGET),
-                        help="gRPC server HOST:PORT (env LOYALTY_GRPC_TARGET)")
-    parser.add_argument("--data-dir", type=Path,
-                        default=Path(os.environ.get("LOYALTY_DATA_DIR", ".loyalty")),
-                        help="where `loyalty up` keeps admin_token (when LOYALTY_ADMIN_TOKEN "
-                             "is unset)")
-    parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_SECONDS,
-                        help="seconds to wait for the server")
-    parser.add_argument("--json", action="store_true", default=False,
-                        help="print the response as JSON")
+    parser.add_argument(
+        "--target",
+        default=os.environ.get("LOYALTY_GRPC_TARGET", DEFAULT_TARGET),
+        help="gRPC server HOST:PORT (env LOYALTY_GRPC_TARGET)",
+    )
+    parser.add_argument(
+        "--data-dir",
+        type=Path,
+        default=Path(os.environ.get("LOYALTY_DATA_DIR", ".loyalty")),
+        help="where `loyalty up` keeps admin_token (when LOYALTY_ADMIN_TOKEN is unset)",
+    )
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=DEFAULT_TIMEOUT_SECONDS,
+        help="seconds to wait for the server",
+    )
+    parser.add_argument(
+        "--json", action="store_true", default=False, help="print the response as JSON"
+    )
     groups = parser.add_subparsers(dest="admin_command", required=True, metavar="COMMAND")
     p = _command(groups, "apply", _apply, "apply a fixture file (DESIGN.md §4); '-' = stdin")
     p.add_argument("file")
@@ -72,12 +81,14 @@ _Sub = argparse._SubParsersAction
 # `--json` also works after the sub-command: the leaves' copy sets it only when given
 # (SUPPRESS), so it never resets the admin-level value.
 _LEAF = argparse.ArgumentParser(add_help=False)
-_LEAF.add_argument("--json", action="store_true", default=argparse.SUPPRESS,
-                   help="print the response as JSON")
+_LEAF.add_argument(
+    "--json", action="store_true", default=argparse.SUPPRESS, help="print the response as JSON"
+)
 
 
-def _command(sub: _Sub[argparse.ArgumentParser], name: str, call: Call, help_text: str
-             ) -> argparse.ArgumentParser:
+def _command(
+    sub: _Sub[argparse.ArgumentParser], name: str, call: Call, help_text: str
+) -> argparse.ArgumentParser:
     parser = sub.add_parser(name, help=help_text, parents=[_LEAF])
     parser.set_defaults(admin_call=call)
     return parser
@@ -87,8 +98,13 @@ def _program_commands(sub: _Sub[argparse.ArgumentParser]) -> None:
     p = _command(sub, "upsert", _program_upsert, "create or change a program")
     p.add_argument("id")
     p.add_argument("--nombre", required=True)
-    p.add_argument("--tasa", "--tasa-puntos", dest="tasa", required=True,
-                   help="points per peso, exact decimal, e.g. 0.1")
+    p.add_argument(
+        "--tasa",
+        "--tasa-puntos",
+        dest="tasa",
+        required=True,
+        help="points per peso, exact decimal, e.g. 0.1",
+    )
     p.add_argument("--qr-url", default="")
     p.add_argument("--moneda", default="")
     _command(sub, "list", _program_list, "list programs")
@@ -99,8 +115,9 @@ def _key_commands(sub: _Sub[argparse.ArgumentParser]) -> None:
     _programa(p)
     p.add_argument("--integracion", required=True)
     p.add_argument("--modo", choices=["vivo", "prueba"], default="vivo")
-    p.add_argument("--permisos", nargs="*", default=[],
-                   help="permission names, separated by spaces or commas")
+    p.add_argument(
+        "--permisos", nargs="*", default=[], help="permission names, separated by spaces or commas"
+    )
     p = _command(sub, "list", _key_list, "list a program's keys (never their secrets)")
     _programa(p)
     p = _command(sub, "revoke", _key_revoke, "revoke a key by id")
@@ -127,9 +144,15 @@ def _fan_commands(sub: _Sub[argparse.ArgumentParser]) -> None:
     _programa(p, fan=True)
     p.add_argument("--motivo", required=True)
     _programa(_command(sub, "reactivate", _fan_reactivate, "baja -> activo"), fan=True)
-    _programa(_command(sub, "ledger", _fan_ledger,
-                       "a fan's points ledger, oldest first, with the running balance"),
-              fan=True)
+    _programa(
+        _command(
+            sub,
+            "ledger",
+            _fan_ledger,
+            "a fan's points ledger, oldest first, with the running balance",
+        ),
+        fan=True,
+    )
 
 
 def _promo_commands(sub: _Sub[argparse.ArgumentParser]) -> None:
@@ -156,40 +179,48 @@ def _code_commands(sub: _Sub[argparse.ArgumentParser]) -> None:
     p.add_argument("--promo", type=int, required=True, help="promotion id")
     p.add_argument("codigo")
     p.add_argument("--fan", required=True, help="Fan ID")
-    p = _command(sub, "release", _code_release,
-                 "take a code out of circulation: disponible/asignado -> liberado")
+    p = _command(
+        sub,
+        "release",
+        _code_release,
+        "take a code out of circulation: disponible/asignado -> liberado",
+    )
     _programa(p)
     p.add_argument("--promo", type=int, required=True, help="promotion id")
     p.add_argument("codigo")
-    p = _command(sub, "next", _code_next,
-                 "deliver the promotion's oldest disponible code to a fan")
+    p = _command(sub, "next", _code_next, "deliver the promotion's oldest disponible code to a fan")
     _programa(p)
     p.add_argument("--promo", type=_int_bits(32), required=True, help="promotion id")
     p.add_argument("--fan", required=True, help="Fan ID")
-    p = _command(sub, "import", _code_import,
-                 "deposit the codes of a file ('-' = stdin), split like pasted text, in "
-                 f"calls of {MAX_CODES_PER_CALL}; run it again to resume (idempotent)")
+    p = _command(
+        sub,
+        "import",
+        _code_import,
+        "deposit the codes of a file ('-' = stdin), split like pasted text, in "
+        f"calls of {MAX_CODES_PER_CALL}; run it again to resume (idempotent)",
+    )
     _programa(p)
     p.add_argument("promo", type=_int_bits(32), help="promotion id")
     p.add_argument("file")
 
 
 def _points_commands(sub: _Sub[argparse.ArgumentParser]) -> None:
-    p = _command(sub, "adjust", _points_adjust,
-                 "a manual adjustment: --puntos 100 credits, --puntos -50 debits")
+    p = _command(
+        sub,
+        "adjust",
+        _points_adjust,
+        "a manual adjustment: --puntos 100 credits, --puntos -50 debits",
+    )
     _programa(p, fan=True)
     # A negative number is a value here, not an option (argparse: no option looks like one).
-    p.add_argument("--puntos", type=_int_bits(64), required=True,
-                   help="points, + credit, - debit")
+    p.add_argument("--puntos", type=_int_bits(64), required=True, help="points, + credit, - debit")
     p.add_argument("--motivo", required=True, help="why (kept in the ledger entry)")
 
 
 def _sale_commands(sub: _Sub[argparse.ArgumentParser]) -> None:
-    p = _command(sub, "void", _sale_void,
-                 "void a sale: takes back the points it credited, once")
+    p = _command(sub, "void", _sale_void, "void a sale: takes back the points it credited, once")
     _programa(p)
-    p.add_argument("folio", type=_int_bits(32),
-                   help="the sale's folio (`tx` in the POS response)")
+    p.add_argument("folio", type=_int_bits(32), help="the sale's folio (`tx` in the POS response)")
     p.add_argument("--motivo", required=True, help="why (kept in the reversing entry)")
 
 
@@ -207,8 +238,9 @@ def _int_bits(bits: int) -> Callable[[str], int]:
     return parse
 
 
-def _group(groups: _Sub[argparse.ArgumentParser], name: str, help_text: str
-           ) -> _Sub[argparse.ArgumentParser]:
+def _group(
+    groups: _Sub[argparse.ArgumentParser], name: str, help_text: str
+) -> _Sub[argparse.ArgumentParser]:
     parser = groups.add_parser(name, help=help_text)
     return parser.add_subparsers(dest="admin_action", required=True, metavar="ACTION")
 
@@ -226,15 +258,16 @@ def run_admin(args: argparse.Namespace) -> int:
     """Run the parsed `admin` command; 0 on success, 1 on an error (printed as one line)."""
     token = os.environ.get("LOYALTY_ADMIN_TOKEN") or read_admin_token(args.data_dir)
     if not token:
-        return _fail(Codigo.NO_AUTENTICADO.value,
-                     "falta el token de administración: LOYALTY_ADMIN_TOKEN o "
-                     f"{admin_token_path(args.data_dir)}")
+        return _fail(
+            Codigo.NO_AUTENTICADO.value,
+            "falta el token de administración: LOYALTY_ADMIN_TOKEN o "
+            f"{admin_token_path(args.data_dir)}",
+        )
     call: Call = args.admin_call
     metadata = (("authorization", f"Bearer {token}"),)
     try:
         with grpc.insecure_channel(args.target) as channel:
-            response = call(pb_grpc.BackofficeServiceStub(channel), args, args.timeout,
-                            metadata)
+            response = call(pb_grpc.BackofficeServiceStub(channel), args, args.timeout, metadata)
     except grpc.RpcError as exc:
         return _fail(*error_of(exc))
     except CommandStoppedError as exc:
@@ -242,9 +275,18 @@ def run_admin(args: argparse.Namespace) -> int:
     except OSError as exc:  # reading the fixture file
         return _fail(Codigo.SOLICITUD_INVALIDA.value, str(exc))
     if args.json:
-        sys.stdout.write(json.dumps(json_format.MessageToDict(
-            response, preserving_proto_field_name=True,
-            always_print_fields_with_no_presence=True), indent=2, ensure_ascii=False) + "\n")
+        sys.stdout.write(
+            json.dumps(
+                json_format.MessageToDict(
+                    response,
+                    preserving_proto_field_name=True,
+                    always_print_fields_with_no_presence=True,
+                ),
+                indent=2,
+                ensure_ascii=False,
+            )
+            + "\n"
+        )
     else:
         sys.stdout.write("".join(line + "\n" for line in render(response)))
     return 0
@@ -311,17 +353,28 @@ LEDGER_COLUMNS = ("fecha (UTC)", "motivo", "puntos", "venta", "código", "saldo"
 def ledger_table(entries: Iterable[pb.LedgerEntry]) -> list[str]:
     """The ledger as an aligned table, one entry a line, oldest first; numbers right-aligned,
     credits with `+`."""
-    rows = [(e.creado.replace("T", " ").removesuffix("Z")[:19], e.motivo, f"{e.puntos:+d}",
-             str(e.venta) if e.venta else "", e.codigo, str(e.saldo),
-             " ".join(e.nota.split())) for e in entries]
+    rows = [
+        (
+            e.creado.replace("T", " ").removesuffix("Z")[:19],
+            e.motivo,
+            f"{e.puntos:+d}",
+            str(e.venta) if e.venta else "",
+            e.codigo,
+            str(e.saldo),
+            " ".join(e.nota.split()),
+        )
+        for e in entries
+    ]
     if not rows:
         return ["(sin movimientos)"]
     widths = [max(len(r[i]) for r in [LEDGER_COLUMNS, *rows]) for i in range(len(LEDGER_COLUMNS))]
     numeric = {2, 3, 5}
 
     def line(cells: tuple[str, ...]) -> str:
-        return "  ".join(c.rjust(w) if i in numeric else c.ljust(w)
-                         for i, (c, w) in enumerate(zip(cells, widths, strict=True))).rstrip()
+        return "  ".join(
+            c.rjust(w) if i in numeric else c.ljust(w)
+            for i, (c, w) in enumerate(zip(cells, widths, strict=True))
+        ).rstrip()
 
     return [line(LEDGER_COLUMNS), *(line(r) for r in rows)]
 
@@ -330,17 +383,22 @@ def _record(message: Message) -> str:
     """`campo=valor` for every field; empty text and empty lists are left out (numbers and
     booleans always show, 0 included)."""
     pairs = ((d.name, getattr(message, d.name)) for d in message.DESCRIPTOR.fields)
-    return "  ".join(f"{name}={_text(value)}" for name, value in pairs
-                     if not (isinstance(value, str) or hasattr(value, "__len__"))
-                     or len(value) > 0)
+    return "  ".join(
+        f"{name}={_text(value)}"
+        for name, value in pairs
+        if not (isinstance(value, str) or hasattr(value, "__len__")) or len(value) > 0
+    )
 
 
 def _text(value: object) -> str:
     if isinstance(value, bool):
         return "sí" if value else "no"
     if isinstance(value, str):
-        return value if value and not any(c.isspace() for c in value) else json.dumps(
-            value, ensure_ascii=False)
+        return (
+            value
+            if value and not any(c.isspace() for c in value)
+            else json.dumps(value, ensure_ascii=False)
+        )
     if isinstance(value, Iterable):
         return ",".join(str(v) for v in value)
     return str(value)
@@ -355,8 +413,9 @@ def _apply(stub: Stub, a: argparse.Namespace, t: float, md: Metadata) -> Message
 
 
 def _program_upsert(stub: Stub, a: argparse.Namespace, t: float, md: Metadata) -> Message:
-    program = pb.Program(id=a.id, nombre=a.nombre, tasa_puntos=a.tasa, qr_url=a.qr_url,
-                         moneda=a.moneda)
+    program = pb.Program(
+        id=a.id, nombre=a.nombre, tasa_puntos=a.tasa, qr_url=a.qr_url, moneda=a.moneda
+    )
     return stub.UpsertProgram(pb.UpsertProgramRequest(program=program), timeout=t, metadata=md)
 
 
@@ -366,9 +425,13 @@ def _program_list(stub: Stub, a: argparse.Namespace, t: float, md: Metadata) -> 
 
 def _key_issue(stub: Stub, a: argparse.Namespace, t: float, md: Metadata) -> Message:
     permisos = [n for item in a.permisos for n in item.replace(",", " ").split()]
-    return stub.IssueKey(pb.IssueKeyRequest(programa=a.programa, integracion=a.integracion,
-                                            modo=a.modo, permisos=permisos),
-                         timeout=t, metadata=md)
+    return stub.IssueKey(
+        pb.IssueKeyRequest(
+            programa=a.programa, integracion=a.integracion, modo=a.modo, permisos=permisos
+        ),
+        timeout=t,
+        metadata=md,
+    )
 
 
 def _key_list(stub: Stub, a: argparse.Namespace, t: float, md: Metadata) -> Message:
@@ -380,10 +443,19 @@ def _key_revoke(stub: Stub, a: argparse.Namespace, t: float, md: Metadata) -> Me
 
 
 def _fan_register(stub: Stub, a: argparse.Namespace, t: float, md: Metadata) -> Message:
-    return stub.RegisterFan(pb.RegisterFanRequest(
-        programa=a.programa, id=a.id, nombre=a.nombre, correo=a.correo,
-        socio_desde=a.socio_desde, temporadas=a.temporadas, qr_token=a.qr_token),
-        timeout=t, metadata=md)
+    return stub.RegisterFan(
+        pb.RegisterFanRequest(
+            programa=a.programa,
+            id=a.id,
+            nombre=a.nombre,
+            correo=a.correo,
+            socio_desde=a.socio_desde,
+            temporadas=a.temporadas,
+            qr_token=a.qr_token,
+        ),
+        timeout=t,
+        metadata=md,
+    )
 
 
 def _given(a: argparse.Namespace, *names: str) -> dict[str, object]:
@@ -393,8 +465,11 @@ def _given(a: argparse.Namespace, *names: str) -> dict[str, object]:
 
 def _fan_update(stub: Stub, a: argparse.Namespace, t: float, md: Metadata) -> Message:
     fields = _given(a, "nombre", "correo", "socio_desde", "temporadas", "qr_token")
-    return stub.UpdateFan(pb.UpdateFanRequest(programa=a.programa, id=a.id, **fields),  # type: ignore[arg-type]
-                          timeout=t, metadata=md)
+    return stub.UpdateFan(
+        pb.UpdateFanRequest(programa=a.programa, id=a.id, **fields),  # type: ignore[arg-type]
+        timeout=t,
+        metadata=md,
+    )
 
 
 def _fan_get(stub: Stub, a: argparse.Namespace, t: float, md: Metadata) -> Message:
@@ -402,61 +477,87 @@ def _fan_get(stub: Stub, a: argparse.Namespace, t: float, md: Metadata) -> Messa
 
 
 def _fan_baja(stub: Stub, a: argparse.Namespace, t: float, md: Metadata) -> Message:
-    return stub.DeactivateFan(pb.DeactivateFanRequest(programa=a.programa, id=a.id,
-                                                      motivo=a.motivo),
-                              timeout=t, metadata=md)
+    return stub.DeactivateFan(
+        pb.DeactivateFanRequest(programa=a.programa, id=a.id, motivo=a.motivo),
+        timeout=t,
+        metadata=md,
+    )
 
 
 def _fan_reactivate(stub: Stub, a: argparse.Namespace, t: float, md: Metadata) -> Message:
-    return stub.ReactivateFan(pb.ReactivateFanRequest(programa=a.programa, id=a.id),
-                              timeout=t, metadata=md)
+    return stub.ReactivateFan(
+        pb.ReactivateFanRequest(programa=a.programa, id=a.id), timeout=t, metadata=md
+    )
 
 
 def _promo_create(stub: Stub, a: argparse.Namespace, t: float, md: Metadata) -> Message:
-    return stub.CreatePromo(pb.CreatePromoRequest(
-        programa=a.programa, nombre=a.nombre, descripcion=a.descripcion, estado=a.estado,
-        vigencia_fin=a.vigencia_fin, puntos_canje=a.puntos_canje), timeout=t, metadata=md)
+    return stub.CreatePromo(
+        pb.CreatePromoRequest(
+            programa=a.programa,
+            nombre=a.nombre,
+            descripcion=a.descripcion,
+            estado=a.estado,
+            vigencia_fin=a.vigencia_fin,
+            puntos_canje=a.puntos_canje,
+        ),
+        timeout=t,
+        metadata=md,
+    )
 
 
 def _promo_update(stub: Stub, a: argparse.Namespace, t: float, md: Metadata) -> Message:
     fields = _given(a, "estado", "vigencia_fin", "puntos_canje", "descripcion")
-    return stub.UpdatePromo(pb.UpdatePromoRequest(programa=a.programa, id=a.id, **fields),  # type: ignore[arg-type]
-                            timeout=t, metadata=md)
+    return stub.UpdatePromo(
+        pb.UpdatePromoRequest(programa=a.programa, id=a.id, **fields),  # type: ignore[arg-type]
+        timeout=t,
+        metadata=md,
+    )
 
 
 def _code_assign(stub: Stub, a: argparse.Namespace, t: float, md: Metadata) -> Message:
-    return stub.AssignCode(pb.AssignCodeRequest(programa=a.programa, promo_id=a.promo,
-                                                codigo=a.codigo, fan=a.fan),
-                           timeout=t, metadata=md)
+    return stub.AssignCode(
+        pb.AssignCodeRequest(programa=a.programa, promo_id=a.promo, codigo=a.codigo, fan=a.fan),
+        timeout=t,
+        metadata=md,
+    )
 
 
 def _code_release(stub: Stub, a: argparse.Namespace, t: float, md: Metadata) -> Message:
-    return stub.ReleaseCode(pb.ReleaseCodeRequest(programa=a.programa, promo_id=a.promo,
-                                                  codigo=a.codigo),
-                            timeout=t, metadata=md)
+    return stub.ReleaseCode(
+        pb.ReleaseCodeRequest(programa=a.programa, promo_id=a.promo, codigo=a.codigo),
+        timeout=t,
+        metadata=md,
+    )
 
 
 def _fan_ledger(stub: Stub, a: argparse.Namespace, t: float, md: Metadata) -> Message:
-    return stub.GetLedger(pb.GetLedgerRequest(programa=a.programa, fan=a.id),
-                          timeout=t, metadata=md)
+    return stub.GetLedger(
+        pb.GetLedgerRequest(programa=a.programa, fan=a.id), timeout=t, metadata=md
+    )
 
 
 def _points_adjust(stub: Stub, a: argparse.Namespace, t: float, md: Metadata) -> Message:
-    return stub.AdjustPoints(pb.AdjustPointsRequest(programa=a.programa, fan=a.id,
-                                                    puntos=a.puntos, motivo=a.motivo),
-                             timeout=t, metadata=md)
+    return stub.AdjustPoints(
+        pb.AdjustPointsRequest(programa=a.programa, fan=a.id, puntos=a.puntos, motivo=a.motivo),
+        timeout=t,
+        metadata=md,
+    )
 
 
 def _sale_void(stub: Stub, a: argparse.Namespace, t: float, md: Metadata) -> Message:
-    return stub.VoidSale(pb.VoidSaleRequest(programa=a.programa, folio=a.folio,
-                                            motivo=a.motivo),
-                         timeout=t, metadata=md)
+    return stub.VoidSale(
+        pb.VoidSaleRequest(programa=a.programa, folio=a.folio, motivo=a.motivo),
+        timeout=t,
+        metadata=md,
+    )
 
 
 def _code_next(stub: Stub, a: argparse.Namespace, t: float, md: Metadata) -> Message:
-    return stub.AssignNextCode(pb.AssignNextCodeRequest(programa=a.programa, promo_id=a.promo,
-                                                        fan=a.fan),
-                               timeout=t, metadata=md)
+    return stub.AssignNextCode(
+        pb.AssignNextCodeRequest(programa=a.programa, promo_id=a.promo, fan=a.fan),
+        timeout=t,
+        metadata=md,
+    )
 
 
 # ------------------------------------------------------------------ codes import
@@ -507,8 +608,10 @@ class _ImportProgress:
 
     def line(self) -> str:
         rate = self.leidos / max(time.monotonic() - self._started, 1e-9)
-        return (f"leídos {self.leidos}  agregados {self.agregados}  "
-                f"duplicados {self.duplicados}  ({rate:,.0f} códigos/s)")
+        return (
+            f"leídos {self.leidos}  agregados {self.agregados}  "
+            f"duplicados {self.duplicados}  ({rate:,.0f} códigos/s)"
+        )
 
     def show(self) -> None:
         if self._tty:
@@ -530,15 +633,21 @@ class _ImportProgress:
         sys.stderr.flush()
 
     def summary(self) -> str:
-        return (f"los {self.leidos} códigos leídos antes ya quedaron guardados (agregados "
-                f"{self.agregados}, duplicados {self.duplicados}); vuelva a ejecutar el "
-                "comando para continuar")
+        return (
+            f"los {self.leidos} códigos leídos antes ya quedaron guardados (agregados "
+            f"{self.agregados}, duplicados {self.duplicados}); vuelva a ejecutar el "
+            "comando para continuar"
+        )
 
     def stopped(self, codigo: str, detalle: str, first: int) -> CommandStoppedError:
         """The one-line error of a call that failed, saying what was saved before it."""
-        return CommandStoppedError(codigo, (
-            f"{detalle} — se detuvo en el bloque {self.calls + 1} (códigos desde el "
-            f"{first + 1} del archivo); {self.summary()}"))
+        return CommandStoppedError(
+            codigo,
+            (
+                f"{detalle} — se detuvo en el bloque {self.calls + 1} (códigos desde el "
+                f"{first + 1} del archivo); {self.summary()}"
+            ),
+        )
 
 
 def _code_import(stub: Stub, a: argparse.Namespace, t: float, md: Metadata) -> Message:
@@ -546,14 +655,15 @@ def _code_import(stub: Stub, a: argparse.Namespace, t: float, md: Metadata) -> M
     MAX_CODES_PER_CALL codes per call, never holding the whole file. Each call commits
     on its own and deposits are idempotent, so running the command again resumes."""
     progress = _ImportProgress()
-    source: TextIO = (sys.stdin if a.file == "-"
-                      else Path(a.file).open(encoding="utf-8"))  # noqa: SIM115 (closed below)
+    source: TextIO = sys.stdin if a.file == "-" else Path(a.file).open(encoding="utf-8")  # noqa: SIM115 (closed below)
     pieces = split_code_stream(_text_chunks(source))
 
     def send(codigos: tuple[str, ...]) -> pb.ImportCodesResponse:
-        return stub.ImportCodes(pb.ImportCodesRequest(programa=a.programa, promo_id=a.promo,
-                                                      codigos=codigos),
-                                timeout=t, metadata=md)
+        return stub.ImportCodes(
+            pb.ImportCodesRequest(programa=a.programa, promo_id=a.promo, codigos=codigos),
+            timeout=t,
+            metadata=md,
+        )
 
     try:
         while _import_next_chunk(send, pieces, progress):
@@ -566,19 +676,24 @@ def _code_import(stub: Stub, a: argparse.Namespace, t: float, md: Metadata) -> M
         progress.end()
         if source is not sys.stdin:
             source.close()
-    return pb.ImportCodesResponse(recibidos=progress.recibidos, agregados=progress.agregados,
-                                  duplicados=progress.duplicados)
+    return pb.ImportCodesResponse(
+        recibidos=progress.recibidos, agregados=progress.agregados, duplicados=progress.duplicados
+    )
 
 
-def _import_next_chunk(send: Callable[[tuple[str, ...]], pb.ImportCodesResponse],
-                       pieces: Iterator[str], progress: _ImportProgress) -> bool:
+def _import_next_chunk(
+    send: Callable[[tuple[str, ...]], pb.ImportCodesResponse],
+    pieces: Iterator[str],
+    progress: _ImportProgress,
+) -> bool:
     """Deposit the next MAX_CODES_PER_CALL codes of the file; False at its end."""
     first = progress.leidos
     try:
         chunk = list(islice(pieces, MAX_CODES_PER_CALL))
     except UnicodeDecodeError as exc:
-        raise progress.stopped(Codigo.SOLICITUD_INVALIDA.value,
-                               f"el archivo no es UTF-8 ({exc.reason})", first) from None
+        raise progress.stopped(
+            Codigo.SOLICITUD_INVALIDA.value, f"el archivo no es UTF-8 ({exc.reason})", first
+        ) from None
     if not chunk:
         return False
     try:

@@ -19,20 +19,35 @@ from loyalty_grpc.runtime.settings import (
 
 # Flags read as text (default None: the environment's value stands) and checked by
 # Settings.with_flags, like the variables they override (runtime/settings.py).
-_FLAGS = ("data_dir", "grpc_host", "grpc_port", "http_port", "workers", "metrics_port",
-          "log_level", "log_format", "grpc_target", "envoy_admin_port")
+_FLAGS = (
+    "data_dir",
+    "grpc_host",
+    "grpc_port",
+    "http_port",
+    "workers",
+    "metrics_port",
+    "log_level",
+    "log_format",
+    "grpc_target",
+    "envoy_admin_port",
+)
 
 
 def _serving_flags(parser: argparse.ArgumentParser, *, host_default: str) -> None:
     parser.add_argument("--grpc-port", metavar="PORT", help="env LOYALTY_GRPC_PORT, default 50051")
-    parser.add_argument("--grpc-host", metavar="HOST",
-                        help=f"env LOYALTY_GRPC_HOST, default {host_default}")
-    parser.add_argument("--workers", metavar="N",
-                        help="gRPC worker processes sharing the port (env LOYALTY_WORKERS, "
-                             "default: CPU count)")
-    parser.add_argument("--metrics-port", metavar="PORT",
-                        help="Prometheus /metrics (env LOYALTY_METRICS_PORT, default 9464; "
-                             "0 = off)")
+    parser.add_argument(
+        "--grpc-host", metavar="HOST", help=f"env LOYALTY_GRPC_HOST, default {host_default}"
+    )
+    parser.add_argument(
+        "--workers",
+        metavar="N",
+        help="gRPC worker processes sharing the port (env LOYALTY_WORKERS, default: CPU count)",
+    )
+    parser.add_argument(
+        "--metrics-port",
+        metavar="PORT",
+        help="Prometheus /metrics (env LOYALTY_METRICS_PORT, default 9464; 0 = off)",
+    )
     _data_dir_flag(parser)
 
 
@@ -41,15 +56,23 @@ def _data_dir_flag(parser: argparse.ArgumentParser) -> None:
 
 
 def _work_dir_flag(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--work-dir", type=Path, metavar="DIR",
-                        help="Envoy's work directory (default: DATA_DIR/envoy, the one of "
-                             "`loyalty up`; env LOYALTY_DATA_DIR, default .loyalty)")
+    parser.add_argument(
+        "--work-dir",
+        type=Path,
+        metavar="DIR",
+        help="Envoy's work directory (default: DATA_DIR/envoy, the one of "
+        "`loyalty up`; env LOYALTY_DATA_DIR, default .loyalty)",
+    )
 
 
 def _gateway_dir_flag(parser: argparse.ArgumentParser, default: str) -> None:
-    parser.add_argument("--gateway-dir", type=Path, metavar="DIR",
-                        help="folder with envoy.yaml, envelope.lua, loyalty_pos.pb and "
-                             f"openapi.json (default: {default})")
+    parser.add_argument(
+        "--gateway-dir",
+        type=Path,
+        metavar="DIR",
+        help="folder with envoy.yaml, envelope.lua, loyalty_pos.pb and "
+        f"openapi.json (default: {default})",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -57,10 +80,17 @@ def build_parser() -> argparse.ArgumentParser:
 
     parser = argparse.ArgumentParser(prog="loyalty", description="Loyalty POS integration service")
     parser.add_argument("--version", action="version", version=f"loyalty {__version__}")
-    parser.add_argument("--log-level", type=str.upper, choices=LOG_LEVELS,
-                        help="env LOYALTY_LOG_LEVEL, default INFO")
-    parser.add_argument("--log-format", choices=LOG_FORMATS,
-                        help="env LOYALTY_LOG_FORMAT, default text for up, json for serve")
+    parser.add_argument(
+        "--log-level",
+        type=str.upper,
+        choices=LOG_LEVELS,
+        help="env LOYALTY_LOG_LEVEL, default INFO",
+    )
+    parser.add_argument(
+        "--log-format",
+        choices=LOG_FORMATS,
+        help="env LOYALTY_LOG_FORMAT, default text for up, json for serve",
+    )
     sub = parser.add_subparsers(dest="command", required=True)
 
     up = sub.add_parser("up", help="run everything: PostgreSQL, migrations, gRPC workers, Envoy")
@@ -71,42 +101,69 @@ def build_parser() -> argparse.ArgumentParser:
     serve = sub.add_parser("serve", help="run the gRPC workers only (database already migrated)")
     _serving_flags(serve, host_default="0.0.0.0")  # noqa: S104
 
-    migrate = sub.add_parser("migrate", help="apply database migrations (LOYALTY_DATABASE_URL "
-                                             "or the embedded PostgreSQL in --data-dir)")
+    migrate = sub.add_parser(
+        "migrate",
+        help="apply database migrations (LOYALTY_DATABASE_URL "
+        "or the embedded PostgreSQL in --data-dir)",
+    )
     _data_dir_flag(migrate)
 
-    status = sub.add_parser("status", help="health, versions, migrations, outbox backlog, "
-                                           "ledger check; exit 1 when unhealthy")
-    status.add_argument("--target", dest="grpc_target", metavar="HOST:PORT",
-                        help="gRPC server (env LOYALTY_GRPC_TARGET, default 127.0.0.1:50051)")
+    status = sub.add_parser(
+        "status",
+        help="health, versions, migrations, outbox backlog, ledger check; exit 1 when unhealthy",
+    )
+    status.add_argument(
+        "--target",
+        dest="grpc_target",
+        metavar="HOST:PORT",
+        help="gRPC server (env LOYALTY_GRPC_TARGET, default 127.0.0.1:50051)",
+    )
     _data_dir_flag(status)
 
-    gateway = sub.add_parser("gateway",
-                             help="Envoy gateway: check, run or reload its configuration")
+    gateway = sub.add_parser(
+        "gateway", help="Envoy gateway: check, run or reload its configuration"
+    )
     gsub = gateway.add_subparsers(dest="gateway_command", required=True)
-    gcheck = gsub.add_parser("check", help="validate the gateway configuration with "
-                                           "`envoy --mode validate`, as Envoy runs it")
+    gcheck = gsub.add_parser(
+        "check",
+        help="validate the gateway configuration with `envoy --mode validate`, as Envoy runs it",
+    )
     _gateway_dir_flag(gcheck, "the packaged gateway folder")
     grun = gsub.add_parser("run", help="run Envoy in front of a gRPC server")
     grun.add_argument("--http-port", metavar="PORT", help="env LOYALTY_HTTP_PORT, default 8080")
-    grun.add_argument("--upstream", dest="grpc_target", metavar="HOST:PORT",
-                      help="env LOYALTY_GRPC_TARGET, default 127.0.0.1:50051")
-    grun.add_argument("--admin-port", dest="envoy_admin_port", metavar="PORT",
-                      help="env LOYALTY_ENVOY_ADMIN_PORT, default 0 (any free port)")
+    grun.add_argument(
+        "--upstream",
+        dest="grpc_target",
+        metavar="HOST:PORT",
+        help="env LOYALTY_GRPC_TARGET, default 127.0.0.1:50051",
+    )
+    grun.add_argument(
+        "--admin-port",
+        dest="envoy_admin_port",
+        metavar="PORT",
+        help="env LOYALTY_ENVOY_ADMIN_PORT, default 0 (any free port)",
+    )
     _work_dir_flag(grun)
     _gateway_dir_flag(grun, "the packaged gateway folder")
-    greload = gsub.add_parser("reload", help="apply the gateway folder to a running gateway "
-                                             "(`up` or `gateway run`) without a restart")
+    greload = gsub.add_parser(
+        "reload",
+        help="apply the gateway folder to a running gateway "
+        "(`up` or `gateway run`) without a restart",
+    )
     _work_dir_flag(greload)
     _gateway_dir_flag(greload, "the folder the gateway runs")
 
     wallet = sub.add_parser("wallet", help="wallet pass: deliver pending balances")
     wsub = wallet.add_subparsers(dest="wallet_command", required=True)
-    wsend = wsub.add_parser("send", help="deliver every due balance once, print a summary "
-                                         "(LOYALTY_WALLET_* configure the provider)")
+    wsend = wsub.add_parser(
+        "send",
+        help="deliver every due balance once, print a summary "
+        "(LOYALTY_WALLET_* configure the provider)",
+    )
     _data_dir_flag(wsend)
-    wsend.add_argument("--batch", type=int, default=None,
-                       help="fans per run (default: 1000 local, 100 google)")
+    wsend.add_argument(
+        "--batch", type=int, default=None, help="fans per run (default: 1000 local, 100 google)"
+    )
 
     admin = sub.add_parser("admin", help="back-office operations over gRPC")
     add_admin_commands(admin)
@@ -181,9 +238,14 @@ def _gateway(args: argparse.Namespace, settings: Settings) -> int:
     from loyalty_grpc.runtime.envoy import run_gateway
 
     host, _, port = settings.grpc_target.rpartition(":")
-    return run_gateway(http_port=settings.http_port, upstream_host=host,
-                       upstream_port=int(port), admin_port=settings.envoy_admin_port,
-                       work_dir=work_dir, gateway_dir=args.gateway_dir)
+    return run_gateway(
+        http_port=settings.http_port,
+        upstream_host=host,
+        upstream_port=int(port),
+        admin_port=settings.envoy_admin_port,
+        work_dir=work_dir,
+        gateway_dir=args.gateway_dir,
+    )
 
 
 if __name__ == "__main__":

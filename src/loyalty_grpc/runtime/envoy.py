@@ -83,9 +83,17 @@ class EnvoyProcess:
     (runtime/envoy_reload.py) changes its configuration while it runs.
     """
 
-    def __init__(self, *, work: WorkDir, http_port: int, listen_host: str,
-                 concurrency: int = 1, log_level: str = "warning", log_to_file: bool = True,
-                 startup_timeout: float = STARTUP_TIMEOUT) -> None:
+    def __init__(
+        self,
+        *,
+        work: WorkDir,
+        http_port: int,
+        listen_host: str,
+        concurrency: int = 1,
+        log_level: str = "warning",
+        log_to_file: bool = True,
+        startup_timeout: float = STARTUP_TIMEOUT,
+    ) -> None:
         self.work = work
         self.work_dir = work.path
         self.config_path = work.static  # the running configuration as one static file
@@ -101,11 +109,21 @@ class EnvoyProcess:
         self._process: subprocess.Popen[bytes] | None = None
 
     @classmethod
-    def start(cls, *, http_port: int, upstream_host: str, upstream_port: int, work_dir: Path,
-              admin_port: int = 0, listen_host: str | None = None, concurrency: int = 1,
-              log_level: str = "warning", log_to_file: bool = True,
-              startup_timeout: float = STARTUP_TIMEOUT,
-              gateway_dir: Path | None = None) -> Self:
+    def start(
+        cls,
+        *,
+        http_port: int,
+        upstream_host: str,
+        upstream_port: int,
+        work_dir: Path,
+        admin_port: int = 0,
+        listen_host: str | None = None,
+        concurrency: int = 1,
+        log_level: str = "warning",
+        log_to_file: bool = True,
+        startup_timeout: float = STARTUP_TIMEOUT,
+        gateway_dir: Path | None = None,
+    ) -> Self:
         """Install the config into `work_dir` (see `install`) and start Envoy on it.
 
         admin_port 0 picks a free port (written to `work_dir/admin_address`). With
@@ -114,13 +132,24 @@ class EnvoyProcess:
         if http_port <= 0:
             raise ValueError("http_port must be a real port (Envoy would pick one we never learn)")
         directory = gateway_dir if gateway_dir is not None else find_gateway_dir()
-        spec = GatewaySpec(http_port=http_port, upstream_host=upstream_host,
-                           upstream_port=upstream_port, admin_port=admin_port,
-                           gateway_dir=directory.resolve(), listen_host=listen_host)
+        spec = GatewaySpec(
+            http_port=http_port,
+            upstream_host=upstream_host,
+            upstream_port=upstream_port,
+            admin_port=admin_port,
+            gateway_dir=directory.resolve(),
+            listen_host=listen_host,
+        )
         work = install(spec, work_dir)
-        proxy = cls(work=work, http_port=http_port, listen_host=listen_host_of(work.static),
-                    concurrency=concurrency, log_level=log_level, log_to_file=log_to_file,
-                    startup_timeout=startup_timeout)
+        proxy = cls(
+            work=work,
+            http_port=http_port,
+            listen_host=listen_host_of(work.static),
+            concurrency=concurrency,
+            log_level=log_level,
+            log_to_file=log_to_file,
+            startup_timeout=startup_timeout,
+        )
         proxy.launch()
         return proxy
 
@@ -132,14 +161,19 @@ class EnvoyProcess:
     def url(self) -> str:
         """Base URL of the listener, for a client on this machine."""
         host = _connect_host(self.listen_host)
-        return f"http://[{host}]:{self.http_port}" if ":" in host else \
-            f"http://{host}:{self.http_port}"
+        return (
+            f"http://[{host}]:{self.http_port}"
+            if ":" in host
+            else f"http://{host}:{self.http_port}"
+        )
 
     def command(self) -> list[str]:
         return [
             str(envoy_binary()),
-            "-c", str(self.bootstrap_path),
-            "--concurrency", str(self.concurrency),
+            "-c",
+            str(self.bootstrap_path),
+            "--concurrency",
+            str(self.concurrency),
             # Several Envoys may run on one machine (tests, `up` next to a compose stack):
             # a dynamic base id avoids clashing shared-memory ids, and since we never
             # hot-restart (a configuration change is an xDS update instead), no shared
@@ -150,10 +184,14 @@ class EnvoyProcess:
             # When a listener changes, each connection opened before closes after its next
             # response (HTTP/1.1 `Connection: close`, HTTP/2 GOAWAY) rather than keep the old
             # configuration; those still open DRAIN_SECONDS later are closed.
-            "--drain-strategy", "immediate",
-            "--drain-time-s", str(DRAIN_SECONDS),
-            "--log-level", self.log_level,
-            "--admin-address-path", str(self.admin_address_path),
+            "--drain-strategy",
+            "immediate",
+            "--drain-time-s",
+            str(DRAIN_SECONDS),
+            "--log-level",
+            self.log_level,
+            "--admin-address-path",
+            str(self.admin_address_path),
         ]
 
     def launch(self) -> None:
@@ -163,9 +201,11 @@ class EnvoyProcess:
         while not self.poll_ready():
             if time.monotonic() > deadline:
                 self.stop()
-                raise EnvoyError(f"Envoy did not accept connections on "
-                                 f"{_connect_host(self.listen_host)}:{self.http_port} within "
-                                 f"{self.startup_timeout:.0f} s; {self._log_hint()}")
+                raise EnvoyError(
+                    f"Envoy did not accept connections on "
+                    f"{_connect_host(self.listen_host)}:{self.http_port} within "
+                    f"{self.startup_timeout:.0f} s; {self._log_hint()}"
+                )
             time.sleep(0.05)
 
     def spawn(self) -> None:
@@ -177,8 +217,8 @@ class EnvoyProcess:
         command = die_with_parent(self.command(), signal.SIGTERM)
         with self._output() as output:
             self._process = subprocess.Popen(  # noqa: S603
-                command, stdin=subprocess.DEVNULL, stdout=output, stderr=output,
-                cwd=self.work_dir)
+                command, stdin=subprocess.DEVNULL, stdout=output, stderr=output, cwd=self.work_dir
+            )
         log.info("Envoy started (pid %s) on port %s", self._process.pid, self.http_port)
 
     def poll_ready(self) -> bool:
@@ -186,8 +226,7 @@ class EnvoyProcess:
         exited or refused its configuration (it is stopped then)."""
         code = self.poll()
         if code is not None:
-            raise EnvoyError(f"Envoy exited with code {code} while starting; "
-                             f"{self._log_hint()}")
+            raise EnvoyError(f"Envoy exited with code {code} while starting; {self._log_hint()}")
         return self._serving(_connect_host(self.listen_host))
 
     @contextlib.contextmanager
@@ -213,8 +252,10 @@ class EnvoyProcess:
             return False
         if refused:
             self.stop()
-            raise EnvoyError(f"Envoy refused its configuration: "
-                             f"{'; '.join(reasons) or 'see its log'}; {self._log_hint()}")
+            raise EnvoyError(
+                f"Envoy refused its configuration: "
+                f"{'; '.join(reasons) or 'see its log'}; {self._log_hint()}"
+            )
         taken = all(kind.accepted(stats) and kind.settled(stats) for kind in (LISTENERS, CLUSTERS))
         return taken and admin.ready() and _accepts(host, self.http_port)
 
@@ -258,8 +299,12 @@ class EnvoyProcess:
     def __enter__(self) -> Self:
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 traceback: TracebackType | None) -> None:
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
         self.stop()
 
 
@@ -290,8 +335,12 @@ def _first_line(exc: Exception) -> str:
     return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
 
 
-def supervised(proxy: EnvoyProcess, *, on_restart: Callable[[str], None] | None = None,
-               on_change: Callable[[], None] | None = None) -> Child:
+def supervised(
+    proxy: EnvoyProcess,
+    *,
+    on_restart: Callable[[str], None] | None = None,
+    on_change: Callable[[], None] | None = None,
+) -> Child:
     """The supervision slot of an Envoy that serves (runtime/supervision.py): when it dies
     it is started again on the configuration installed, with every reload since. Tick it
     from the thread that started it (the module doc says why)."""
@@ -303,8 +352,14 @@ def supervised(proxy: EnvoyProcess, *, on_restart: Callable[[str], None] | None 
             raise StartFailed(_first_line(exc)) from None
         return _Supervised(proxy)
 
-    child = Child("envoy", "envoy", spawn, start_timeout=proxy.startup_timeout,
-                  on_restart=on_restart, on_change=on_change)
+    child = Child(
+        "envoy",
+        "envoy",
+        spawn,
+        start_timeout=proxy.startup_timeout,
+        on_restart=on_restart,
+        on_change=on_change,
+    )
     child.adopt(_Supervised(proxy))
     return child
 
@@ -312,8 +367,15 @@ def supervised(proxy: EnvoyProcess, *, on_restart: Callable[[str], None] | None 
 # ---------------------------------------------------------------- `loyalty gateway run`
 
 
-def run_gateway(*, http_port: int, upstream_host: str, upstream_port: int, admin_port: int,
-                work_dir: Path, gateway_dir: Path | None = None) -> int:
+def run_gateway(
+    *,
+    http_port: int,
+    upstream_host: str,
+    upstream_port: int,
+    admin_port: int,
+    work_dir: Path,
+    gateway_dir: Path | None = None,
+) -> int:
     """Render, validate and run Envoy in the foreground (its output on our stderr) until
     SIGTERM/SIGINT (Envoy is stopped; 0). An Envoy that dies is started again
     (runtime/supervision.py); one that cannot start at all ends the command (1)."""
@@ -321,24 +383,31 @@ def run_gateway(*, http_port: int, upstream_host: str, upstream_port: int, admin
 
     stop = stop_event()
     directory = gateway_dir if gateway_dir is not None else find_gateway_dir()
-    spec = GatewaySpec(http_port=http_port, upstream_host=upstream_host,
-                       upstream_port=upstream_port, admin_port=admin_port,
-                       gateway_dir=directory.resolve())
+    spec = GatewaySpec(
+        http_port=http_port,
+        upstream_host=upstream_host,
+        upstream_port=upstream_port,
+        admin_port=admin_port,
+        gateway_dir=directory.resolve(),
+    )
     try:
         work = install(spec, work_dir)
     except EnvoyError as exc:
         say(f"error: {exc}")
         return 2
-    proxy = EnvoyProcess(work=work, http_port=http_port, listen_host=listen_host_of(work.static),
-                         log_to_file=False)
+    proxy = EnvoyProcess(
+        work=work, http_port=http_port, listen_host=listen_host_of(work.static), log_to_file=False
+    )
     try:
         proxy.launch()
     except EnvoyError as exc:
         say(f"error: {exc}")
         return 1
-    say(f"Envoy (pid {proxy.pid}) serving {proxy.listen_host}:{http_port} /api/v1 -> gRPC "
+    say(
+        f"Envoy (pid {proxy.pid}) serving {proxy.listen_host}:{http_port} /api/v1 -> gRPC "
         f"{upstream_host}:{upstream_port} (config {work.static}; apply changes to "
-        f"{spec.gateway_dir} with `loyalty gateway reload --work-dir {work.path}`)")
+        f"{spec.gateway_dir} with `loyalty gateway reload --work-dir {work.path}`)"
+    )
     table = ProcessFile.in_dir(work.path, "gateway run")
     try:
         child = supervised(proxy, on_change=table.write)

@@ -142,9 +142,15 @@ def _beside(directory: Path, configured: str) -> str:
     return str(path)
 
 
-def render_config(*, http_port: int, upstream_host: str, upstream_port: int, admin_port: int,
-                  gateway_dir: Path | None = None, listen_host: str | None = None,
-                  ) -> dict[str, Any]:
+def render_config(
+    *,
+    http_port: int,
+    upstream_host: str,
+    upstream_port: int,
+    admin_port: int,
+    gateway_dir: Path | None = None,
+    listen_host: str | None = None,
+) -> dict[str, Any]:
     """gateway/envoy.yaml with the given ports and upstream, and absolute paths to the files
     its listener reads (so Envoy can run from any working directory).
 
@@ -162,8 +168,9 @@ def render_config(*, http_port: int, upstream_host: str, upstream_port: int, adm
         if listen_host is not None:
             listen["address"] = listen_host
         if next(_connection_managers(listener), None) is None:
-            raise EnvoyError(f"{CONFIG_NAME}: listener {LISTENER_NAME!r} has no HTTP "
-                             "connection manager")
+            raise EnvoyError(
+                f"{CONFIG_NAME}: listener {LISTENER_NAME!r} has no HTTP connection manager"
+            )
         for holder, key in file_references(config):
             holder[key] = _beside(directory, holder[key])
 
@@ -180,16 +187,30 @@ def render_config(*, http_port: int, upstream_host: str, upstream_port: int, adm
     return config
 
 
-def write_config(path: Path, *, http_port: int, upstream_host: str, upstream_port: int,
-                 admin_port: int, gateway_dir: Path | None = None,
-                 listen_host: str | None = None) -> Path:
+def write_config(
+    path: Path,
+    *,
+    http_port: int,
+    upstream_host: str,
+    upstream_port: int,
+    admin_port: int,
+    gateway_dir: Path | None = None,
+    listen_host: str | None = None,
+) -> Path:
     """Render (see `render_config`) into `path`; returns `path`."""
-    config = render_config(http_port=http_port, upstream_host=upstream_host,
-                           upstream_port=upstream_port, admin_port=admin_port,
-                           gateway_dir=gateway_dir, listen_host=listen_host)
+    config = render_config(
+        http_port=http_port,
+        upstream_host=upstream_host,
+        upstream_port=upstream_port,
+        admin_port=admin_port,
+        gateway_dir=gateway_dir,
+        listen_host=listen_host,
+    )
     source = (gateway_dir if gateway_dir is not None else find_gateway_dir()) / CONFIG_NAME
-    header = (f"# Rendered from {source} by loyalty_grpc.runtime.envoy_config; do not edit.\n"
-              "# The comments explaining each option are in that file.\n")
+    header = (
+        f"# Rendered from {source} by loyalty_grpc.runtime.envoy_config; do not edit.\n"
+        "# The comments explaining each option are in that file.\n"
+    )
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(header + yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
     return path
@@ -208,9 +229,14 @@ class GatewaySpec:
     listen_host: str | None = None
 
     def render(self) -> dict[str, Any]:
-        return render_config(http_port=self.http_port, upstream_host=self.upstream_host,
-                             upstream_port=self.upstream_port, admin_port=self.admin_port,
-                             gateway_dir=self.gateway_dir, listen_host=self.listen_host)
+        return render_config(
+            http_port=self.http_port,
+            upstream_host=self.upstream_host,
+            upstream_port=self.upstream_port,
+            admin_port=self.admin_port,
+            gateway_dir=self.gateway_dir,
+            listen_host=self.listen_host,
+        )
 
     def to_json(self) -> str:
         fields = dataclasses.asdict(self) | {"gateway_dir": str(self.gateway_dir)}
@@ -236,11 +262,25 @@ def listen_host_of(config_path: Path) -> str:
 def validate(config_path: Path, *, cwd: Path | None = None) -> None:
     """`envoy --mode validate -c config_path` (relative file names in the config resolve
     against `cwd`); raises EnvoyError with Envoy's message when the config is rejected."""
-    command = [str(envoy_binary()), "--mode", "validate", "--disable-hot-restart",
-               "-l", "error", "-c", str(config_path)]
+    command = [
+        str(envoy_binary()),
+        "--mode",
+        "validate",
+        "--disable-hot-restart",
+        "-l",
+        "error",
+        "-c",
+        str(config_path),
+    ]
     try:
-        result = subprocess.run(command, cwd=cwd, capture_output=True, text=True,  # noqa: S603
-                                timeout=VALIDATE_TIMEOUT, check=False)
+        result = subprocess.run(  # noqa: S603
+            command,
+            cwd=cwd,
+            capture_output=True,
+            text=True,
+            timeout=VALIDATE_TIMEOUT,
+            check=False,
+        )
     except subprocess.TimeoutExpired as exc:
         raise EnvoyError(f"envoy --mode validate timed out on {config_path}") from exc
     if result.returncode != 0:
@@ -255,8 +295,9 @@ def _condensed(output: str, head: int = 2, tail: int = 4) -> str:
     if len(lines) <= head + tail + 1:
         return output
     skipped = len(lines) - head - tail
-    return "\n".join([*lines[:head], f"[... {skipped} lines of the offending configuration ...]",
-                      *lines[-tail:]])
+    return "\n".join(
+        [*lines[:head], f"[... {skipped} lines of the offending configuration ...]", *lines[-tail:]]
+    )
 
 
 __all__ = [

@@ -66,8 +66,9 @@ class _Swap:
     previous: bytes
 
 
-def reload(work_dir: Path, *, gateway_dir: Path | None = None,
-           timeout: float = APPLY_TIMEOUT) -> Reloaded:
+def reload(
+    work_dir: Path, *, gateway_dir: Path | None = None, timeout: float = APPLY_TIMEOUT
+) -> Reloaded:
     """Apply the gateway folder (the one the gateway was started with, or `gateway_dir`,
     which becomes the gateway's folder) to the Envoy running on `work_dir`.
 
@@ -88,12 +89,16 @@ def reload(work_dir: Path, *, gateway_dir: Path | None = None,
             raise
         except EnvoyError as exc:
             prune_assets(_load_yaml(work.static), work)  # the refused generation's copies
-            raise EnvoyError(f"reload refused, Envoy keeps serving its current "
-                             f"configuration: {exc}") from exc
+            raise EnvoyError(
+                f"reload refused, Envoy keeps serving its current configuration: {exc}"
+            ) from exc
         commit_generation(generation, spec, work)
-    return Reloaded(gateway_dir=spec.gateway_dir, changed=changed,
-                    listeners_version=str(generation.listeners["version_info"]),
-                    clusters_version=str(generation.clusters["version_info"]))
+    return Reloaded(
+        gateway_dir=spec.gateway_dir,
+        changed=changed,
+        listeners_version=str(generation.listeners["version_info"]),
+        clusters_version=str(generation.clusters["version_info"]),
+    )
 
 
 def _load_yaml(path: Path) -> dict[str, object]:
@@ -104,28 +109,38 @@ def _load_yaml(path: Path) -> dict[str, object]:
 def _running_admin(work: WorkDir) -> EnvoyAdmin:
     admin = EnvoyAdmin.from_address_file(work.admin_address)
     if admin is None or not admin.ready():
-        raise EnvoyError(f"no Envoy is serving from {work.path} (its admin interface, "
-                         f"{work.admin_address}, does not answer): is the gateway running "
-                         "with this --work-dir?")
+        raise EnvoyError(
+            f"no Envoy is serving from {work.path} (its admin interface, "
+            f"{work.admin_address}, does not answer): is the gateway running "
+            "with this --work-dir?"
+        )
     return admin
 
 
 def _check_bootstrap_unchanged(generation: Generation, work: WorkDir) -> None:
     running = _load_yaml(work.bootstrap)
-    changed = sorted(key for key in set(running) | set(generation.bootstrap)
-                     if running.get(key) != generation.bootstrap.get(key))
+    changed = sorted(
+        key
+        for key in set(running) | set(generation.bootstrap)
+        if running.get(key) != generation.bootstrap.get(key)
+    )
     if changed:
-        raise EnvoyError(f"{CONFIG_NAME} changed outside static_resources "
-                         f"({', '.join(changed)}): Envoy reads that only at start, restart "
-                         "the gateway to apply it")
+        raise EnvoyError(
+            f"{CONFIG_NAME} changed outside static_resources "
+            f"({', '.join(changed)}): Envoy reads that only at start, restart "
+            "the gateway to apply it"
+        )
 
 
-def _hand_over(generation: Generation, work: WorkDir, admin: EnvoyAdmin,
-               timeout: float) -> tuple[str, ...]:
+def _hand_over(
+    generation: Generation, work: WorkDir, admin: EnvoyAdmin, timeout: float
+) -> tuple[str, ...]:
     """Swap the clusters, then the listeners (a new route may name a new cluster), each
     once Envoy took the one before; on a refusal put back every file swapped."""
-    steps = ((CLUSTERS, work.clusters, generation.clusters),
-             (LISTENERS, work.listeners, generation.listeners))
+    steps = (
+        (CLUSTERS, work.clusters, generation.clusters),
+        (LISTENERS, work.listeners, generation.listeners),
+    )
     swapped: list[_Swap] = []
     try:
         for kind, path, document in steps:
@@ -158,20 +173,24 @@ def _apply(admin: EnvoyAdmin, kind: XdsKind, path: Path, data: bytes, timeout: f
         if kind.version(stats) == version and kind.settled(stats):
             return
         if time.monotonic() > deadline:
-            raise EnvoyError(f"Envoy did not take the new {kind.name} within {timeout:.0f} s "
-                             f"(admin {admin})")
+            raise EnvoyError(
+                f"Envoy did not take the new {kind.name} within {timeout:.0f} s (admin {admin})"
+            )
         time.sleep(POLL_SECONDS)
 
 
-def _put_back(swapped: list[_Swap], admin: EnvoyAdmin, timeout: float,
-              cause: BaseException) -> None:
+def _put_back(
+    swapped: list[_Swap], admin: EnvoyAdmin, timeout: float, cause: BaseException
+) -> None:
     for swap in reversed(swapped):
         try:
             _apply(admin, swap.kind, swap.path, swap.previous, timeout)
         except (EnvoyError, OSError) as exc:
-            raise PutBackError(f"reload failed ({cause}) and putting back the previous "
-                                f"{swap.kind.name} failed too ({exc}): check the gateway "
-                                f"(admin {admin})") from exc
+            raise PutBackError(
+                f"reload failed ({cause}) and putting back the previous "
+                f"{swap.kind.name} failed too ({exc}): check the gateway "
+                f"(admin {admin})"
+            ) from exc
 
 
 # ---------------------------------------------------------------- `loyalty gateway reload`
@@ -184,9 +203,11 @@ def reload_command(work_dir: Path, gateway_dir: Path | None = None) -> int:
     if not result.changed:
         say(f"gateway configuration unchanged ({source})")
         return 0
-    say(f"gateway reloaded from {source}: {' and '.join(result.changed)} updated "
+    say(
+        f"gateway reloaded from {source}: {' and '.join(result.changed)} updated "
         f"(listeners {result.listeners_version}, clusters {result.clusters_version}); "
-        "new connections use it, open ones switch after their next response")
+        "new connections use it, open ones switch after their next response"
+    )
     return 0
 
 

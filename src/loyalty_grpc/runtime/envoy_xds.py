@@ -92,8 +92,9 @@ class WorkDir:
         try:
             return GatewaySpec.from_json(self.spec.read_text(encoding="utf-8"))
         except FileNotFoundError as exc:
-            raise EnvoyError(f"{self.path} holds no gateway started by `loyalty` "
-                             f"(no {self.spec.name})") from exc
+            raise EnvoyError(
+                f"{self.path} holds no gateway started by `loyalty` (no {self.spec.name})"
+            ) from exc
         except (ValueError, TypeError, KeyError) as exc:
             raise EnvoyError(f"{self.spec} is damaged ({exc}): restart the gateway") from exc
 
@@ -156,16 +157,19 @@ def _hashed_copy(source: Path, directory: Path) -> Path:
 def _watched(path: Path) -> dict[str, Any]:
     """An xDS config source: the file `path`, re-read whenever a file is renamed into its
     folder (the rename of `write_atomic`)."""
-    return {"path_config_source": {"path": str(path),
-                                   "watched_directory": {"path": str(path.parent)}},
-            "resource_api_version": "V3"}
+    return {
+        "path_config_source": {"path": str(path), "watched_directory": {"path": str(path.parent)}},
+        "resource_api_version": "V3",
+    }
 
 
 def _discovery_response(type_url: str, resources: list[dict[str, Any]]) -> dict[str, Any]:
     """The resources as a DiscoveryResponse whose version is their content hash."""
     content = json.dumps(resources, sort_keys=True).encode()
-    return {"version_info": _content_hash(content),
-            "resources": [{"@type": type_url, **resource} for resource in resources]}
+    return {
+        "version_info": _content_hash(content),
+        "resources": [{"@type": type_url, **resource} for resource in resources],
+    }
 
 
 def render_generation(spec: GatewaySpec, work: WorkDir) -> Generation:
@@ -180,14 +184,21 @@ def render_generation(spec: GatewaySpec, work: WorkDir) -> Generation:
     if "dynamic_resources" in static:
         unsupported.append("dynamic_resources")
     if unsupported:
-        raise EnvoyError(f"{CONFIG_NAME}: only static_resources listeners and clusters are "
-                         f"supported, not {', '.join(unsupported)}")
+        raise EnvoyError(
+            f"{CONFIG_NAME}: only static_resources listeners and clusters are "
+            f"supported, not {', '.join(unsupported)}"
+        )
     bootstrap = {key: value for key, value in static.items() if key != "static_resources"}
-    bootstrap["dynamic_resources"] = {"lds_config": _watched(work.listeners),
-                                      "cds_config": _watched(work.clusters)}
-    return Generation(static=static, bootstrap=bootstrap,
-                      listeners=_discovery_response(LISTENER_TYPE, resources["listeners"]),
-                      clusters=_discovery_response(CLUSTER_TYPE, resources["clusters"]))
+    bootstrap["dynamic_resources"] = {
+        "lds_config": _watched(work.listeners),
+        "cds_config": _watched(work.clusters),
+    }
+    return Generation(
+        static=static,
+        bootstrap=bootstrap,
+        listeners=_discovery_response(LISTENER_TYPE, resources["listeners"]),
+        clusters=_discovery_response(CLUSTER_TYPE, resources["clusters"]),
+    )
 
 
 def prepare_generation(spec: GatewaySpec, work: WorkDir) -> Generation:
@@ -204,11 +215,13 @@ def prepare_generation(spec: GatewaySpec, work: WorkDir) -> Generation:
 
 
 def _static_header(spec: GatewaySpec) -> str:
-    return (f"# Rendered from {spec.gateway_dir / CONFIG_NAME} by loyalty_grpc.runtime.envoy_xds;"
-            " do not edit.\n"
-            "# Envoy runs it split as bootstrap.yaml + xds/lds.yaml + xds/cds.yaml (beside this"
-            " file),\n# so that `loyalty gateway reload` can change it live; this one-file form"
-            " is what\n# `envoy --mode validate` checked. The comments are in the source.\n")
+    return (
+        f"# Rendered from {spec.gateway_dir / CONFIG_NAME} by loyalty_grpc.runtime.envoy_xds;"
+        " do not edit.\n"
+        "# Envoy runs it split as bootstrap.yaml + xds/lds.yaml + xds/cds.yaml (beside this"
+        " file),\n# so that `loyalty gateway reload` can change it live; this one-file form"
+        " is what\n# `envoy --mode validate` checked. The comments are in the source.\n"
+    )
 
 
 def commit_generation(generation: Generation, spec: GatewaySpec, work: WorkDir) -> None:
@@ -243,9 +256,13 @@ def install(spec: GatewaySpec, work_dir: Path) -> WorkDir:
 def check_command(gateway_dir: Path | None = None) -> int:
     """`loyalty gateway check`: render the gateway folder as Envoy runs it and validate it."""
     directory = (gateway_dir if gateway_dir is not None else find_gateway_dir()).resolve()
-    spec = GatewaySpec(http_port=DEFAULT_HTTP_PORT, upstream_host=DEFAULT_UPSTREAM_HOST,
-                       upstream_port=DEFAULT_UPSTREAM_PORT, admin_port=DEFAULT_ADMIN_PORT,
-                       gateway_dir=directory)
+    spec = GatewaySpec(
+        http_port=DEFAULT_HTTP_PORT,
+        upstream_host=DEFAULT_UPSTREAM_HOST,
+        upstream_port=DEFAULT_UPSTREAM_PORT,
+        admin_port=DEFAULT_ADMIN_PORT,
+        gateway_dir=directory,
+    )
     with tempfile.TemporaryDirectory(prefix="loyalty-envoy-") as tmp:
         try:
             prepare_generation(spec, WorkDir(Path(tmp)))

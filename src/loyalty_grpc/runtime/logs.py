@@ -48,8 +48,7 @@ class JsonFormatter(logging.Formatter):
             "msg": record.getMessage(),
             "pid": record.process,
         }
-        for fields in (self._context() if self._context else None,
-                       getattr(record, "fields", None)):
+        for fields in (self._context() if self._context else None, getattr(record, "fields", None)):
             if isinstance(fields, Mapping):
                 for key, value in fields.items():
                     if isinstance(key, str) and key not in _FIXED_KEYS:
@@ -85,8 +84,9 @@ def format_exception(error: BaseException) -> str:
     while current is not None and id(current) not in seen:
         seen.add(id(current))
         chain.append(current)
-        current = current.__cause__ or (None if current.__suppress_context__
-                                        else current.__context__)
+        current = current.__cause__ or (
+            None if current.__suppress_context__ else current.__context__
+        )
     for position, link in enumerate(reversed(chain)):
         if position:
             parts.append("\nThe above exception led to the following one:\n\n")

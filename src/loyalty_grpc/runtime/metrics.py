@@ -63,8 +63,12 @@ def prepare(multiproc_dir: Path) -> None:
 
 @functools.cache
 def _restarts() -> Counter:
-    counter = Counter("loyalty_process_restarts_total", "Child processes of the supervising "
-                      "`loyalty` process started again after they died, by kind.", ["process"])
+    counter = Counter(
+        "loyalty_process_restarts_total",
+        "Child processes of the supervising "
+        "`loyalty` process started again after they died, by kind.",
+        ["process"],
+    )
     for kind in RESTARTED_KINDS:
         counter.labels(process=kind)
     return counter
@@ -97,14 +101,20 @@ class OutboxCollector(Collector):
         self._engine = engine
 
     def collect(self) -> Iterator[Metric]:
-        up = GaugeMetricFamily("loyalty_database_up", "1 when the metrics endpoint could "
-                               "read the database at this scrape, else 0.")
-        fans = GaugeMetricFamily("loyalty_wallet_outbox_fans", "Fans whose new balance "
-                                 "waits for the wallet pass sender (exact up to 10000, "
-                                 "an estimate beyond).")
-        oldest = GaugeMetricFamily("loyalty_wallet_outbox_oldest_seconds", "Age of the "
-                                   "oldest balance waiting for the wallet pass sender "
-                                   "(0 when none waits).")
+        up = GaugeMetricFamily(
+            "loyalty_database_up",
+            "1 when the metrics endpoint could read the database at this scrape, else 0.",
+        )
+        fans = GaugeMetricFamily(
+            "loyalty_wallet_outbox_fans",
+            "Fans whose new balance "
+            "waits for the wallet pass sender (exact up to 10000, "
+            "an estimate beyond).",
+        )
+        oldest = GaugeMetricFamily(
+            "loyalty_wallet_outbox_oldest_seconds",
+            "Age of the oldest balance waiting for the wallet pass sender (0 when none waits).",
+        )
         from loyalty_grpc.wallet.backlog import backlog
 
         try:
@@ -151,7 +161,8 @@ def metrics_registry(engine: Engine) -> CollectorRegistry:
     directory = os.environ.get(MULTIPROC_ENV)
     if directory:
         multiprocess.MultiProcessCollector(  # type: ignore[no-untyped-call]
-            registry, path=directory)
+            registry, path=directory
+        )
     else:
         registry.register(_DefaultRegistry())
     registry.register(OutboxCollector(engine))
@@ -160,9 +171,13 @@ def metrics_registry(engine: Engine) -> CollectorRegistry:
 
 def serve_metrics(host: str, port: int, database_url: str) -> MetricsEndpoint:
     """Serve `GET /metrics` on host:port (0: any free port, see `.port`) in a thread."""
-    engine = create_engine(sqlalchemy_url(database_url), pool_size=1, max_overflow=1,
-                           pool_pre_ping=True,
-                           connect_args={"connect_timeout": DB_TIMEOUT_SECONDS})
+    engine = create_engine(
+        sqlalchemy_url(database_url),
+        pool_size=1,
+        max_overflow=1,
+        pool_pre_ping=True,
+        connect_args={"connect_timeout": DB_TIMEOUT_SECONDS},
+    )
     try:
         server, thread = start_http_server(port, addr=host, registry=metrics_registry(engine))
     except OSError as exc:
@@ -173,6 +188,13 @@ def serve_metrics(host: str, port: int, database_url: str) -> MetricsEndpoint:
     return endpoint
 
 
-__all__ = ["MULTIPROC_ENV", "MetricsEndpoint", "OutboxCollector", "count_restart",
-           "mark_worker_dead",
-           "metrics_registry", "prepare", "serve_metrics"]
+__all__ = [
+    "MULTIPROC_ENV",
+    "MetricsEndpoint",
+    "OutboxCollector",
+    "count_restart",
+    "mark_worker_dead",
+    "metrics_registry",
+    "prepare",
+    "serve_metrics",
+]

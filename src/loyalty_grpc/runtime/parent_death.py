@@ -49,15 +49,13 @@ except OSError as exc:
 """
 
 
-def die_with_parent(command: list[str], signum: signal.Signals = signal.SIGTERM
-                    ) -> list[str]:
+def die_with_parent(command: list[str], signum: signal.Signals = signal.SIGTERM) -> list[str]:
     """`command`, run so that it receives `signum` when the calling thread exits (see the
     module docstring). Build it right before starting the child: it names this process
     as the parent."""
     if not sys.platform.startswith("linux") or not sys.executable:
         return command
-    return [sys.executable, "-I", "-S", "-c", _HELPER, str(os.getpid()), str(int(signum)),
-            *command]
+    return [sys.executable, "-I", "-S", "-c", _HELPER, str(os.getpid()), str(int(signum)), *command]
 
 
 __all__ = ["ORPHANED_EXIT", "die_with_parent"]

@@ -37,7 +37,9 @@ class ProcessFile:
 
     def write(self) -> None:
         document = {
-            "command": self.command, "pid": os.getpid(), "started": self.started,
+            "command": self.command,
+            "pid": os.getpid(),
+            "started": self.started,
             "children": [_child(child) for child in self.children],
         }
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -51,10 +53,15 @@ class ProcessFile:
 
 def _child(child: Child) -> dict[str, Any]:
     last = child.last_exit
-    return {"name": child.name, "kind": child.kind, "pid": child.pid,
-            "state": str(child.state), "restarts": child.restarts,
-            "last_exit": last.cause if last else None,
-            "last_exit_at": last.wall_time if last else None}
+    return {
+        "name": child.name,
+        "kind": child.kind,
+        "pid": child.pid,
+        "state": str(child.state),
+        "restarts": child.restarts,
+        "last_exit": last.cause if last else None,
+        "last_exit_at": last.wall_time if last else None,
+    }
 
 
 # ------------------------------------------------------------------ read by `loyalty status`
@@ -81,8 +88,11 @@ def summary(data_dir: Path, now: float | None = None) -> Summary | None:
     now = time.time() if now is None else now
     who = f"loyalty {document['command']} (pid {document['pid']}"
     if not _alive(int(document["pid"])):
-        return Summary(f"{who}) is not running: it was killed before it could clean up "
-                       f"{path}", "unknown", ok=False)
+        return Summary(
+            f"{who}) is not running: it was killed before it could clean up {path}",
+            "unknown",
+            ok=False,
+        )
     children: list[dict[str, Any]] = document["children"]
     states = ", ".join(f"{c['name']} {c['state']}" for c in children)
     ok = all(c["state"] == State.SERVING for c in children)

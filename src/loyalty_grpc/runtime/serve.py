@@ -24,13 +24,18 @@ from loyalty_grpc.store.db import make_engine
 log = logging.getLogger(__name__)
 
 
-def server_settings(settings: Settings, *, command: str, database_url: str, admin_token: str
-                    ) -> ServerSettings:
-    return ServerSettings(database_url=database_url, admin_token=admin_token,
-                          host=settings.host_for(command), port=settings.grpc_port,
-                          key_cache_seconds=settings.key_cache_seconds,
-                          rate_limit_per_minute=settings.rate_limit_per_minute,
-                          rate_limit_batch=settings.rate_limit_batch)
+def server_settings(
+    settings: Settings, *, command: str, database_url: str, admin_token: str
+) -> ServerSettings:
+    return ServerSettings(
+        database_url=database_url,
+        admin_token=admin_token,
+        host=settings.host_for(command),
+        port=settings.grpc_port,
+        key_cache_seconds=settings.key_cache_seconds,
+        rate_limit_per_minute=settings.rate_limit_per_minute,
+        rate_limit_batch=settings.rate_limit_batch,
+    )
 
 
 @dataclass
@@ -53,17 +58,21 @@ class Supervisor:
 
 
 @contextlib.contextmanager
-def serving(settings: Settings, server: ServerSettings, *, command: str
-            ) -> Iterator[Supervisor]:
+def serving(settings: Settings, server: ServerSettings, *, command: str) -> Iterator[Supervisor]:
     """The workers serving, /metrics (summed over the workers) and the wallet sender
     running; on exit the sender and /metrics stop, then the workers (a rolling stop: all
     but one hand over to the last, then it stops; runtime/workers.py)."""
     metrics.prepare(settings.data_dir / "metrics")  # before the workers start
     table = ProcessFile.in_dir(settings.data_dir, command)
-    pool = WorkerPool(server, settings.workers, log_level=settings.log_level,
-                      log_format=settings.log_format_for(command),
-                      on_exit=metrics.mark_worker_dead, on_restart=metrics.count_restart,
-                      on_change=table.write)
+    pool = WorkerPool(
+        server,
+        settings.workers,
+        log_level=settings.log_level,
+        log_format=settings.log_format_for(command),
+        on_exit=metrics.mark_worker_dead,
+        on_restart=metrics.count_restart,
+        on_change=table.write,
+    )
     # The wallet sender's own connections, named in pg_stat_activity.
     engine = make_engine(wallet.sender_url(server.database_url), pool_size=2)
     stop_metrics: Callable[[], None] | None = None
@@ -73,8 +82,9 @@ def serving(settings: Settings, server: ServerSettings, *, command: str
         table.children = list(pool.children)
         table.write()
         if settings.metrics_port:
-            stop_metrics = metrics.serve_metrics(server.host, settings.metrics_port,
-                                                 server.database_url)
+            stop_metrics = metrics.serve_metrics(
+                server.host, settings.metrics_port, server.database_url
+            )
         sender = wallet.start_sender(engine, settings.wallet)
         yield Supervisor(pool, table)
     finally:
@@ -89,8 +99,9 @@ def serving(settings: Settings, server: ServerSettings, *, command: str
 
 def serve(settings: Settings, *, database_url: str, admin_token: str) -> int:
     stop = stop_event()
-    server = server_settings(settings, command=SERVE, database_url=database_url,
-                             admin_token=admin_token)
+    server = server_settings(
+        settings, command=SERVE, database_url=database_url, admin_token=admin_token
+    )
     with serving(settings, server, command=SERVE) as supervisor:
         say(f"gRPC: {server.host}:{supervisor.pool.port} ({settings.workers} workers)")
         supervisor.run(stop)

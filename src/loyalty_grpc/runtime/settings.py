@@ -41,49 +41,88 @@ class Variable:
 
 
 VARIABLES: tuple[Variable, ...] = (
-    Variable("LOYALTY_DATABASE_URL", "embedded PostgreSQL in `DATA_DIR/pgdata`",
-             "`postgresql://user:password@host:port/db` of an external server; "
-             "required by `serve`"),
-    Variable("LOYALTY_ADMIN_TOKEN", "generated into `DATA_DIR/admin_token` (mode 0600)",
-             "the back-office token (`loyalty admin`, `BackofficeService`); printable ASCII, "
-             "no spaces"),
-    Variable("LOYALTY_DATA_DIR", "`.loyalty`",
-             "embedded PostgreSQL, admin token, Envoy's rendered config, metrics files "
-             "(`--data-dir`)"),
-    Variable("LOYALTY_GRPC_HOST", "`127.0.0.1` (`up`), `0.0.0.0` (`serve`)",
-             "gRPC listen address, also of `/metrics` (`--grpc-host`)"),
-    Variable("LOYALTY_GRPC_PORT", "`50051`",
-             "gRPC port, shared by all workers (`--grpc-port`; 0 = any free port)"),
+    Variable(
+        "LOYALTY_DATABASE_URL",
+        "embedded PostgreSQL in `DATA_DIR/pgdata`",
+        "`postgresql://user:password@host:port/db` of an external server; required by `serve`",
+    ),
+    Variable(
+        "LOYALTY_ADMIN_TOKEN",
+        "generated into `DATA_DIR/admin_token` (mode 0600)",
+        "the back-office token (`loyalty admin`, `BackofficeService`); printable ASCII, no spaces",
+    ),
+    Variable(
+        "LOYALTY_DATA_DIR",
+        "`.loyalty`",
+        "embedded PostgreSQL, admin token, Envoy's rendered config, metrics files (`--data-dir`)",
+    ),
+    Variable(
+        "LOYALTY_GRPC_HOST",
+        "`127.0.0.1` (`up`), `0.0.0.0` (`serve`)",
+        "gRPC listen address, also of `/metrics` (`--grpc-host`)",
+    ),
+    Variable(
+        "LOYALTY_GRPC_PORT",
+        "`50051`",
+        "gRPC port, shared by all workers (`--grpc-port`; 0 = any free port)",
+    ),
     Variable("LOYALTY_HTTP_PORT", "`8080`", "Envoy's HTTP port (`--http-port`)"),
-    Variable("LOYALTY_WORKERS", "CPU count",
-             f"gRPC worker processes sharing the port, 1 to {MAX_WORKERS} (`--workers`)"),
-    Variable("LOYALTY_METRICS_PORT", "`9464`",
-             "Prometheus `/metrics` of all workers together (`--metrics-port`; 0 = off)"),
-    Variable("LOYALTY_RATE_LIMIT_PER_MINUTE", "`600`",
-             "calls per minute per API key before `demasiadas_llamadas` (HTTP 429); "
-             "0 = no limit"),
-    Variable("LOYALTY_RATE_LIMIT_BATCH", "`0` (automatic)",
-             "most calls of one key a worker reserves per database round trip; 0 = a tenth "
-             "of the limit, at most 64; never more than 1 + the slack (limit // 60 − 2: 9 "
-             "calls at 600 a minute); 1 = a round trip per call"),
-    Variable("LOYALTY_KEY_CACHE_SECONDS", "`5`",
-             "how long a worker trusts an API-key lookup and the program terms that come "
-             "with it (delay of a revocation or a rate change in other processes); "
-             "0 = no cache"),
+    Variable(
+        "LOYALTY_WORKERS",
+        "CPU count",
+        f"gRPC worker processes sharing the port, 1 to {MAX_WORKERS} (`--workers`)",
+    ),
+    Variable(
+        "LOYALTY_METRICS_PORT",
+        "`9464`",
+        "Prometheus `/metrics` of all workers together (`--metrics-port`; 0 = off)",
+    ),
+    Variable(
+        "LOYALTY_RATE_LIMIT_PER_MINUTE",
+        "`600`",
+        "calls per minute per API key before `demasiadas_llamadas` (HTTP 429); 0 = no limit",
+    ),
+    Variable(
+        "LOYALTY_RATE_LIMIT_BATCH",
+        "`0` (automatic)",
+        "most calls of one key a worker reserves per database round trip; 0 = a tenth "
+        "of the limit, at most 64; never more than 1 + the slack (limit // 60 − 2: 9 "
+        "calls at 600 a minute); 1 = a round trip per call",
+    ),
+    Variable(
+        "LOYALTY_KEY_CACHE_SECONDS",
+        "`5`",
+        "how long a worker trusts an API-key lookup and the program terms that come "
+        "with it (delay of a revocation or a rate change in other processes); "
+        "0 = no cache",
+    ),
     Variable("LOYALTY_LOG_LEVEL", "`INFO`", f"{', '.join(LOG_LEVELS)} (`--log-level`)"),
-    Variable("LOYALTY_LOG_FORMAT", "`text` (`up`), `json` (`serve`)",
-             "`json` (one object per line) or `text` (`--log-format`)"),
-    Variable("LOYALTY_GRPC_TARGET", "`127.0.0.1:50051`",
-             "the server `admin`, `status` and `gateway run` talk to (`HOST:PORT`)"),
-    Variable("LOYALTY_ENVOY_ADMIN_PORT", "`0` (any free port)",
-             "`gateway run`: Envoy's admin interface port"),
+    Variable(
+        "LOYALTY_LOG_FORMAT",
+        "`text` (`up`), `json` (`serve`)",
+        "`json` (one object per line) or `text` (`--log-format`)",
+    ),
+    Variable(
+        "LOYALTY_GRPC_TARGET",
+        "`127.0.0.1:50051`",
+        "the server `admin`, `status` and `gateway run` talk to (`HOST:PORT`)",
+    ),
+    Variable(
+        "LOYALTY_ENVOY_ADMIN_PORT",
+        "`0` (any free port)",
+        "`gateway run`: Envoy's admin interface port",
+    ),
     Variable("LOYALTY_WALLET_PROVIDER", "`local`", "`local` or `google` (see Wallet pass)"),
     Variable("LOYALTY_WALLET_INTERVAL_SECONDS", "`1`", "wallet sender poll interval"),
     Variable("LOYALTY_GOOGLE_WALLET_ISSUER_ID", "none", "Google Wallet issuer id (digits)"),
-    Variable("LOYALTY_GOOGLE_WALLET_CREDENTIALS", "none",
-             "path of the Google service account's JSON key"),
-    Variable("LOYALTY_GOOGLE_WALLET_API", "`https://walletobjects.googleapis.com`",
-             "Google Wallet API base URL"),
+    Variable(
+        "LOYALTY_GOOGLE_WALLET_CREDENTIALS", "none", "path of the Google service account's JSON key"
+    ),
+    Variable(
+        "LOYALTY_GOOGLE_WALLET_API",
+        "`https://walletobjects.googleapis.com`",
+        "Google Wallet API base URL",
+    ),
 )
 
 
@@ -183,8 +222,7 @@ _RULES: dict[str, _Rule] = {
     "http_port": _Rule("LOYALTY_HTTP_PORT", "--http-port", _http_port),
     "workers": _Rule("LOYALTY_WORKERS", "--workers", _integer(1, MAX_WORKERS)),
     "metrics_port": _Rule("LOYALTY_METRICS_PORT", "--metrics-port", _port),
-    "rate_limit_per_minute": _Rule("LOYALTY_RATE_LIMIT_PER_MINUTE", None,
-                                   _integer(0, 1_000_000)),
+    "rate_limit_per_minute": _Rule("LOYALTY_RATE_LIMIT_PER_MINUTE", None, _integer(0, 1_000_000)),
     "rate_limit_batch": _Rule("LOYALTY_RATE_LIMIT_BATCH", None, _integer(0, 10_000)),
     "key_cache_seconds": _Rule("LOYALTY_KEY_CACHE_SECONDS", None, _seconds),
     "log_level": _Rule("LOYALTY_LOG_LEVEL", "--log-level", _choice(LOG_LEVELS, upper=True)),
@@ -218,8 +256,7 @@ class Settings:
     wallet: WalletSettings = field(default_factory=WalletSettings)
 
     @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None, *, wallet: bool = True
-                 ) -> Settings:
+    def from_env(cls, environ: Mapping[str, str] | None = None, *, wallet: bool = True) -> Settings:
         """Read and check every variable (an empty value counts as unset); `wallet`: also
         the wallet ones. Raises ConfigError naming the first wrong variable."""
         env = os.environ if environ is None else environ

@@ -50,14 +50,16 @@ def grpc_health(target: str, timeout: float = HEALTH_TIMEOUT) -> Line:
     with grpc.insecure_channel(target) as channel:
         try:
             reply = health_pb2_grpc.HealthStub(channel).Check(
-                health_pb2.HealthCheckRequest(service=""), timeout=timeout)
+                health_pb2.HealthCheckRequest(service=""), timeout=timeout
+            )
         except grpc.RpcError as exc:
             code = exc.code() if isinstance(exc, grpc.Call) else None
             name = code.name if code is not None else "error"
             return Line("health", f"{name} ({target} unreachable)", ok=False)
     status = health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status)
-    return Line("health", f"{status} ({target})",
-                ok=reply.status == health_pb2.HealthCheckResponse.SERVING)
+    return Line(
+        "health", f"{status} ({target})", ok=reply.status == health_pb2.HealthCheckResponse.SERVING
+    )
 
 
 def process_lines(data_dir: Path) -> list[Line]:
@@ -67,18 +69,26 @@ def process_lines(data_dir: Path) -> list[Line]:
     for folder in (data_dir, data_dir / "envoy"):
         found = summary(folder)
         if found is not None:
-            lines += [Line("processes", found.processes, ok=found.ok),
-                      Line("restarts", found.restarts)]
-    return lines or [Line("processes", f"no `loyalty up`, `serve` or `gateway run` "
-                                       f"supervising from {data_dir}")]
+            lines += [
+                Line("processes", found.processes, ok=found.ok),
+                Line("restarts", found.restarts),
+            ]
+    return lines or [
+        Line("processes", f"no `loyalty up`, `serve` or `gateway run` supervising from {data_dir}")
+    ]
 
 
 def envoy_version() -> Line:
     from loyalty_grpc.runtime.envoy_config import EnvoyError, envoy_binary
 
     try:
-        done = subprocess.run([str(envoy_binary()), "--version"], capture_output=True,  # noqa: S603
-                              text=True, timeout=ENVOY_TIMEOUT, check=True)
+        done = subprocess.run(  # noqa: S603
+            [str(envoy_binary()), "--version"],
+            capture_output=True,
+            text=True,
+            timeout=ENVOY_TIMEOUT,
+            check=True,
+        )
     except (EnvoyError, OSError, subprocess.SubprocessError) as exc:
         return Line("envoy", f"unknown ({exc})")
     found = re.search(r"/(\d+\.\d+\.\d+)/", done.stdout)
@@ -96,17 +106,28 @@ def database_lines(engine: Engine, url: str) -> list[Line]:
     lines = [Line("postgresql", str(version))]
     current, head = migrate.current(url), migrate.head()
     if current != head:
-        lines.append(Line("migrations", f"{current or 'none'} applied, head is {head}: run "
-                                        "`loyalty migrate`", ok=False))
+        lines.append(
+            Line(
+                "migrations",
+                f"{current or 'none'} applied, head is {head}: run `loyalty migrate`",
+                ok=False,
+            )
+        )
         return lines
     lines.append(Line("migrations", f"{current} (head)"))
     with engine.connect() as conn:
         wallet = backlog(conn)
         mismatched = conn.execute(
-            text(f"SELECT count(*) FROM ({LEDGER_MISMATCH_SQL}) AS m")).scalar_one()  # noqa: S608
+            text(f"SELECT count(*) FROM ({LEDGER_MISMATCH_SQL}) AS m")  # noqa: S608
+        ).scalar_one()
     lines.append(Line("wallet outbox", _backlog_text(wallet)))
-    lines.append(Line("ledger", f"{mismatched} fans whose balance differs from their ledger",
-                      ok=mismatched == 0))
+    lines.append(
+        Line(
+            "ledger",
+            f"{mismatched} fans whose balance differs from their ledger",
+            ok=mismatched == 0,
+        )
+    )
     return lines
 
 
@@ -123,8 +144,7 @@ def _backlog_text(wallet: Backlog) -> str:
     else:
         capped = "+" if wallet.waiting >= EXACT_UP_TO else ""
         counts = f"≈ {wallet.fans} fans pending (estimate; {wallet.waiting}{capped}"
-    return (f"{counts} waiting for a retry), oldest "
-            f"{ago(wallet.oldest_seconds)} ago")
+    return f"{counts} waiting for a retry), oldest {ago(wallet.oldest_seconds)} ago"
 
 
 def _open(settings: Settings) -> Database | str:
@@ -140,8 +160,12 @@ def _open(settings: Settings) -> Database | str:
 def collect(settings: Settings) -> list[Line]:
     from loyalty_grpc.store.db import make_engine
 
-    lines = [grpc_health(settings.grpc_target), *process_lines(settings.data_dir),
-             Line("service", f"loyalty {__version__}"), envoy_version()]
+    lines = [
+        grpc_health(settings.grpc_target),
+        *process_lines(settings.data_dir),
+        Line("service", f"loyalty {__version__}"),
+        envoy_version(),
+    ]
     try:
         db = _open(settings)
     except Exception as exc:  # reported, not raised: this is a diagnosis
@@ -162,8 +186,10 @@ def collect(settings: Settings) -> list[Line]:
 def status_command(settings: Settings) -> int:
     lines = collect(settings)
     width = max(len(line.name) for line in lines) + 2
-    out = [f"{line.name + ':':{width}}{line.value}" + ("" if line.ok else "  << UNHEALTHY")
-           for line in lines]
+    out = [
+        f"{line.name + ':':{width}}{line.value}" + ("" if line.ok else "  << UNHEALTHY")
+        for line in lines
+    ]
     healthy = all(line.ok for line in lines)
     out.append("status: " + ("healthy" if healthy else "UNHEALTHY"))
     say("\n".join(out))

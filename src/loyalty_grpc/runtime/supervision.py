@@ -113,11 +113,18 @@ class Child:
     """One supervised child slot ("worker 1", "envoy"): the process that fills it now and
     the restart policy of the module doc."""
 
-    def __init__(self, name: str, kind: str, spawn: Callable[[], Handle], *,
-                 start_timeout: float, backoff: Backoff | None = None,
-                 on_restart: Callable[[str], None] | None = None,
-                 on_change: Callable[[], None] | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        name: str,
+        kind: str,
+        spawn: Callable[[], Handle],
+        *,
+        start_timeout: float,
+        backoff: Backoff | None = None,
+        on_restart: Callable[[str], None] | None = None,
+        on_change: Callable[[], None] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.name = name
         self.kind = kind
         self._spawn = spawn
@@ -188,8 +195,11 @@ class Child:
             return
         served = now - self._since
         self._failures = 0 if served >= self._backoff.stable else self._failures + 1
-        self._schedule(now, f"{self.name} (pid {self.handle.pid}) {describe_exit(code)} "
-                            f"after serving {_duration(served)}")
+        self._schedule(
+            now,
+            f"{self.name} (pid {self.handle.pid}) {describe_exit(code)} "
+            f"after serving {_duration(served)}",
+        )
 
     def _check_started(self, now: float) -> None:
         assert self.handle is not None
@@ -203,8 +213,9 @@ class Child:
             self._failed_start(now, str(exc))
             return
         if self.restarts:
-            log.warning("%s restarted (pid %d, restart %d)", self.name, self.handle.pid,
-                        self.restarts)
+            log.warning(
+                "%s restarted (pid %d, restart %d)", self.name, self.handle.pid, self.restarts
+            )
         self._served = True
         self._set(State.SERVING, now)
 
@@ -218,9 +229,11 @@ class Child:
         self.last_exit = Exit(cause, time.time())
         delay = self._backoff.delay(self._failures)
         self._next_at = now + delay
-        log.error("%s; restarting %s", cause,
-                  "now" if not delay else f"in {_duration(delay)} ({self._failures} failures "
-                                          "in a row)")
+        log.error(
+            "%s; restarting %s",
+            cause,
+            "now" if not delay else f"in {_duration(delay)} ({self._failures} failures in a row)",
+        )
         self._set(State.WAITING, now)
 
     def _set(self, state: State, now: float) -> None:

@@ -37,8 +37,7 @@ def migrate_command(data_dir: Path) -> int:
 def serve_command(settings: Settings) -> int:
     if not settings.database_url:
         raise ConfigError("`loyalty serve` needs LOYALTY_DATABASE_URL (or use `loyalty up`)")
-    return serve(settings, database_url=settings.database_url,
-                 admin_token=_admin_token(settings))
+    return serve(settings, database_url=settings.database_url, admin_token=_admin_token(settings))
 
 
 def _load_demo(db: Database) -> list[dict[str, object]]:
@@ -51,8 +50,11 @@ def _load_demo(db: Database) -> list[dict[str, object]]:
     finally:
         engine.dispose()
     document = json.loads(text)
-    return [dict(clave, programa=programa["id"]) for programa in document["programas"]
-            for clave in programa["claves"]]
+    return [
+        dict(clave, programa=programa["id"])
+        for programa in document["programas"]
+        for clave in programa["claves"]
+    ]
 
 
 def up(settings: Settings, *, demo: bool) -> int:
@@ -64,18 +66,29 @@ def up(settings: Settings, *, demo: bool) -> int:
     try:
         migrate.upgrade(db.url)
         demo_keys = _load_demo(db) if demo else []
-        server = server_settings(settings, command=UP, database_url=db.url,
-                                 admin_token=admin_token)
+        server = server_settings(settings, command=UP, database_url=db.url, admin_token=admin_token)
         with serving(settings, server, command=UP) as supervisor:
             proxy = envoy.EnvoyProcess.start(
-                http_port=settings.http_port, upstream_host=_connect_host(server.host),
-                upstream_port=supervisor.pool.port, work_dir=data_dir / "envoy")
+                http_port=settings.http_port,
+                upstream_host=_connect_host(server.host),
+                upstream_port=supervisor.pool.port,
+                work_dir=data_dir / "envoy",
+            )
             try:
-                supervisor.add(envoy.supervised(proxy, on_restart=metrics.count_restart,
-                                                on_change=supervisor.table.write))
-                _print_banner(http_port=settings.http_port, grpc_host=server.host,
-                              grpc_port=supervisor.pool.port, workers=settings.workers,
-                              data_dir=data_dir, db=db, demo_keys=demo_keys)
+                supervisor.add(
+                    envoy.supervised(
+                        proxy, on_restart=metrics.count_restart, on_change=supervisor.table.write
+                    )
+                )
+                _print_banner(
+                    http_port=settings.http_port,
+                    grpc_host=server.host,
+                    grpc_port=supervisor.pool.port,
+                    workers=settings.workers,
+                    data_dir=data_dir,
+                    db=db,
+                    demo_keys=demo_keys,
+                )
                 supervisor.run(stop)
             finally:
                 proxy.stop()  # HTTP stops first; then the sender and the workers, one by one
@@ -89,10 +102,21 @@ def _connect_host(bind_host: str) -> str:
     return "127.0.0.1" if bind_host in ("0.0.0.0", "", "::") else bind_host  # noqa: S104
 
 
-def _print_banner(*, http_port: int, grpc_host: str, grpc_port: int, workers: int,
-                  data_dir: Path, db: Database, demo_keys: list[dict[str, object]]) -> None:
-    where = "embedded PostgreSQL in " + str(data_dir / "pgdata") if db.embedded else \
-        "LOYALTY_DATABASE_URL"
+def _print_banner(
+    *,
+    http_port: int,
+    grpc_host: str,
+    grpc_port: int,
+    workers: int,
+    data_dir: Path,
+    db: Database,
+    demo_keys: list[dict[str, object]],
+) -> None:
+    where = (
+        "embedded PostgreSQL in " + str(data_dir / "pgdata")
+        if db.embedded
+        else "LOYALTY_DATABASE_URL"
+    )
     lines = [
         f"loyalty is up: HTTP API http://127.0.0.1:{http_port}/api/v1  "
         f"gRPC {grpc_host}:{grpc_port} ({workers} workers)",
@@ -101,7 +125,9 @@ def _print_banner(*, http_port: int, grpc_host: str, grpc_port: int, workers: in
     ]
     for key in demo_keys:
         permisos = ", ".join(str(p) for p in key.get("permisos", [])) or "(none)"  # type: ignore[attr-defined]
-        lines.append(f"demo key [{key['programa']}] {key['integracion']}: {key['clave']}  "
-                     f"permisos: {permisos}")
+        lines.append(
+            f"demo key [{key['programa']}] {key['integracion']}: {key['clave']}  "
+            f"permisos: {permisos}"
+        )
     lines.append("Ctrl-C stops everything.")
     say("\n".join(lines))

@@ -43,8 +43,9 @@ def load_settings() -> WalletSettings:
 
 def start_sender(engine: Engine, settings: WalletSettings) -> WalletSender:
     """A running sender on the server's engine (one pooled connection at a time)."""
-    sender = WalletSender(engine, settings.build_provider(engine), interval=settings.interval,
-                          batch=settings.batch)
+    sender = WalletSender(
+        engine, settings.build_provider(engine), interval=settings.interval, batch=settings.batch
+    )
     sender.start()
     return sender
 
@@ -66,6 +67,8 @@ def send_command(data_dir: Path, *, batch: int | None = None) -> int:
             provider.close()
         engine.dispose()
         db.stop()
-    say(f"wallet ({settings.provider}): {total.summary()}; "
-        f"{pending} fans pending, {waiting} of them waiting for a retry")
+    say(
+        f"wallet ({settings.provider}): {total.summary()}; "
+        f"{pending} fans pending, {waiting} of them waiting for a retry"
+    )
     return 0

@@ -48,8 +48,9 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGINT, on_signal)
     config = json.loads(sys.stdin.readline())
     configure_logging(config["log_level"], config["log_format"])
-    threading.Thread(target=_stop_on_eof, args=(sys.stdin, stop), daemon=True,
-                     name="parent-watch").start()
+    threading.Thread(
+        target=_stop_on_eof, args=(sys.stdin, stop), daemon=True, name="parent-watch"
+    ).start()
     settings = ServerSettings(**config["server"])
     try:
         server = build_server(settings)

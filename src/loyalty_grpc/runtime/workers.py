@@ -62,14 +62,16 @@ def claim_port(host: str, port: int) -> int:
     holds it. Returns the port (a free one for 0)."""
     try:
         family, kind, proto, _, address = socket.getaddrinfo(
-            host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
+            host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )[0]
         with socket.socket(family, kind, proto) as sock:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             sock.bind(address)
             return int(sock.getsockname()[1])
     except OSError as exc:
-        raise OSError(f"cannot listen on {host}:{port}: is the port in use? ({exc.strerror})"
-                      ) from None
+        raise OSError(
+            f"cannot listen on {host}:{port}: is the port in use? ({exc.strerror})"
+        ) from None
 
 
 class _Worker:
@@ -100,8 +102,9 @@ class _Worker:
                 self._close_ready()
                 code = self.process.wait(10)
                 why = self._received.decode(errors="replace").strip().removeprefix("failed ")
-                raise StartFailed(why or f"{describe_exit(code)} before it was serving "
-                                         "(its log is above)")
+                raise StartFailed(
+                    why or f"{describe_exit(code)} before it was serving (its log is above)"
+                )
             self._received += chunk
             if self._received.startswith(b"ready ") and self._received.endswith(b"\n"):
                 self._close_ready()
@@ -125,8 +128,12 @@ class _Worker:
         try:
             self.process.wait(timeout)
         except subprocess.TimeoutExpired:
-            log.error("worker %d (pid %d) did not stop in %.0f s; killing it", self.index,
-                      self.process.pid, timeout)
+            log.error(
+                "worker %d (pid %d) did not stop in %.0f s; killing it",
+                self.index,
+                self.process.pid,
+                timeout,
+            )
             self.process.kill()
             self.process.wait(10)
         self._close_ready()
@@ -170,10 +177,17 @@ class WorkerPool:
         self._port = claim_port(self.settings.host, self.settings.port)
         self.settings = replace(self.settings, port=self._port, reuse_port=True)
         self.children = [
-            Child(f"worker {i}", "worker", functools.partial(self._launch, i),
-                  start_timeout=self.start_timeout, backoff=self.backoff,
-                  on_restart=self.on_restart, on_change=self.on_change)
-            for i in range(self.count)]
+            Child(
+                f"worker {i}",
+                "worker",
+                functools.partial(self._launch, i),
+                start_timeout=self.start_timeout,
+                backoff=self.backoff,
+                on_restart=self.on_restart,
+                on_change=self.on_change,
+            )
+            for i in range(self.count)
+        ]
         try:
             for child in self.children:
                 child.start()
@@ -187,19 +201,34 @@ class WorkerPool:
         except BaseException:
             self.stop()
             raise
-        log.info("%d gRPC workers serving on %s:%d (pids %s)", self.count, self.settings.host,
-                 self._port, ", ".join(map(str, self.pids)))
+        log.info(
+            "%d gRPC workers serving on %s:%d (pids %s)",
+            self.count,
+            self.settings.host,
+            self._port,
+            ", ".join(map(str, self.pids)),
+        )
 
     def _launch(self, index: int) -> _Worker:
         read_fd, write_fd = os.pipe()
         try:
             process = subprocess.Popen(  # noqa: S603 (our own module, no shell)
-                [sys.executable, "-m", "loyalty_grpc.runtime.worker", "--index", str(index),
-                 "--ready-fd", str(write_fd)],
-                stdin=subprocess.PIPE, text=True, pass_fds=(write_fd,),
+                [
+                    sys.executable,
+                    "-m",
+                    "loyalty_grpc.runtime.worker",
+                    "--index",
+                    str(index),
+                    "--ready-fd",
+                    str(write_fd),
+                ],
+                stdin=subprocess.PIPE,
+                text=True,
+                pass_fds=(write_fd,),
                 # Its own process group: a terminal's Ctrl-C reaches the parent only, which
                 # then stops the workers one by one.
-                process_group=0)
+                process_group=0,
+            )
         except BaseException:
             os.close(read_fd)
             raise
@@ -207,8 +236,11 @@ class WorkerPool:
             os.close(write_fd)
         worker = _Worker(index, process, read_fd)
         assert process.stdin is not None
-        config = {"server": asdict(self.settings), "log_level": self.log_level,
-                  "log_format": self.log_format}
+        config = {
+            "server": asdict(self.settings),
+            "log_level": self.log_level,
+            "log_format": self.log_format,
+        }
         try:
             process.stdin.write(json.dumps(config) + "\n")
             process.stdin.flush()  # and left open: its EOF tells the worker we are gone
@@ -235,8 +267,12 @@ class WorkerPool:
         """Rolling stop: all workers but the last hand over to it at once, then the last
         one stops; each finishes its calls (see the module doc)."""
         settings = self.settings
-        timeout = (settings.drain_seconds + settings.connection_age_seconds * 1.1
-                   + settings.grace_seconds + 15)
+        timeout = (
+            settings.drain_seconds
+            + settings.connection_age_seconds * 1.1
+            + settings.grace_seconds
+            + 15
+        )
         workers = self._workers()
         for child in self.children:
             child.forget()
@@ -247,8 +283,13 @@ class WorkerPool:
                 code = worker.wait_stopped(timeout)
                 workers.remove(worker)
                 self._reaped(worker)
-                log.info("worker %d (pid %d) stopped (%s); %d still serving", worker.index,
-                         worker.pid, code, len(workers))
+                log.info(
+                    "worker %d (pid %d) stopped (%s); %d still serving",
+                    worker.index,
+                    worker.pid,
+                    code,
+                    len(workers),
+                )
 
     def _reaped(self, worker: _Worker) -> None:
         """Once per worker that exited: its pipe closed, its live gauges forgotten."""

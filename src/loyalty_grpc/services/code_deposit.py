@@ -48,43 +48,62 @@ class DepositResult:
     inventario: Inventario
 
 
-def _find_promo(conn: Connection, programa: str, ref: PromoRef, campo: str
-                ) -> Row[*tuple[Any, ...]]:
+def _find_promo(
+    conn: Connection, programa: str, ref: PromoRef, campo: str
+) -> Row[*tuple[Any, ...]]:
     """The promotion's row, held FOR SHARE until the end of the transaction; by id first,
     then by name (case-insensitive, as the unique index uq_promos_programa_nombre)."""
-    base = (select(promos.c.id, promos.c.nombre, promos.c.estado)
-            .where(promos.c.programa_id == programa).with_for_update(read=True))
+    base = (
+        select(promos.c.id, promos.c.nombre, promos.c.estado)
+        .where(promos.c.programa_id == programa)
+        .with_for_update(read=True)
+    )
     row = None
     if ref.id is not None:
         row = conn.execute(base.where(promos.c.id == ref.id)).one_or_none()
     if row is None and ref.nombre is not None:
-        row = conn.execute(base.where(
-            func.lower(promos.c.nombre) == func.lower(literal(ref.nombre, Text)))
+        row = conn.execute(
+            base.where(func.lower(promos.c.nombre) == func.lower(literal(ref.nombre, Text)))
         ).one_or_none()
     if row is None:
         require_program(conn, programa)  # programa_no_encontrado first (back office)
         named = ref.nombre if ref.nombre is not None else str(ref.id)
-        raise LoyaltyError(Codigo.PROMO_NO_ENCONTRADA,
-                           f"{campo}: el programa no tiene la promoción {named[:80]!r}")
+        raise LoyaltyError(
+            Codigo.PROMO_NO_ENCONTRADA, f"{campo}: el programa no tiene la promoción {named[:80]!r}"
+        )
     return row
 
 
 def _insert_new(conn: Connection, programa: str, promo_id: int, batch: CodeBatch) -> int:
     """Insert the codes the promotion lacks; how many went in. One statement."""
-    given = (func.unnest(literal(list(batch.codigos), ARRAY(Text))).table_valued("codigo")
-             .render_derived(name="given"))
-    rows = (select(literal(promo_id, Integer), literal(programa, Text), given.c.codigo,
-                   literal(EstadoCodigo.DISPONIBLE.value, Text))
-            .select_from(given).order_by(given.c.codigo))
-    inserted = (insert(codigos)
-                .from_select(["promo_id", "programa_id", "codigo", "estado"], rows)
-                .on_conflict_do_nothing(index_elements=["promo_id", "codigo"])
-                .returning(codigos.c.id).cte("inserted"))
+    given = (
+        func.unnest(literal(list(batch.codigos), ARRAY(Text)))
+        .table_valued("codigo")
+        .render_derived(name="given")
+    )
+    rows = (
+        select(
+            literal(promo_id, Integer),
+            literal(programa, Text),
+            given.c.codigo,
+            literal(EstadoCodigo.DISPONIBLE.value, Text),
+        )
+        .select_from(given)
+        .order_by(given.c.codigo)
+    )
+    inserted = (
+        insert(codigos)
+        .from_select(["promo_id", "programa_id", "codigo", "estado"], rows)
+        .on_conflict_do_nothing(index_elements=["promo_id", "codigo"])
+        .returning(codigos.c.id)
+        .cte("inserted")
+    )
     return int(conn.execute(select(func.count()).select_from(inserted)).scalar_one())
 
 
-def deposit_codes(engine: Engine, programa: str, ref: PromoRef, batch: CodeBatch, *,
-                  campo: str = "promo") -> DepositResult:
+def deposit_codes(
+    engine: Engine, programa: str, ref: PromoRef, batch: CodeBatch, *, campo: str = "promo"
+) -> DepositResult:
     """Add `batch` to the program's promotion `ref` (sent in the field `campo`):
     promo_no_encontrada, or promo_no_admite_codigos when it has ended; else the counts and
     the inventory after."""
@@ -97,5 +116,10 @@ def deposit_codes(engine: Engine, programa: str, ref: PromoRef, batch: CodeBatch
         inventario = promo_inventory(uow.conn, promo.id)
         uow.commit()
     recibidos = len(batch.codigos)
-    return DepositResult(promo=promo, recibidos=recibidos, agregados=agregados,
-                         duplicados=recibidos - agregados, inventario=inventario)
+    return DepositResult(
+        promo=promo,
+        recibidos=recibidos,
+        agregados=agregados,
+        duplicados=recibidos - agregados,
+        inventario=inventario,
+    )

@@ -30,8 +30,9 @@ class CodigoInfo:
     fan: str | None
 
 
-def _locked_code(conn: Connection, programa: str, promo_id: int, codigo: str
-                 ) -> Row[*tuple[Any, ...]]:
+def _locked_code(
+    conn: Connection, programa: str, promo_id: int, codigo: str
+) -> Row[*tuple[Any, ...]]:
     require_promo(conn, programa, promo_id)
     row = conn.execute(
         select(codigos.c.id, codigos.c.estado)
@@ -39,8 +40,10 @@ def _locked_code(conn: Connection, programa: str, promo_id: int, codigo: str
         .with_for_update()
     ).one_or_none()
     if row is None:
-        raise LoyaltyError(Codigo.CODIGO_NO_ENCONTRADO,
-                           f"codigo: la promoción {promo_id} no tiene el código {codigo}")
+        raise LoyaltyError(
+            Codigo.CODIGO_NO_ENCONTRADO,
+            f"codigo: la promoción {promo_id} no tiene el código {codigo}",
+        )
     return row
 
 
@@ -50,12 +53,14 @@ def _info(conn: Connection, code_pk: int) -> CodigoInfo:
         .outerjoin(fans, fans.c.pk == codigos.c.fan_pk)
         .where(codigos.c.id == code_pk)
     ).one()
-    return CodigoInfo(promo_id=row.promo_id, codigo=row.codigo,
-                      estado=EstadoCodigo(row.estado), fan=row.fan_id)
+    return CodigoInfo(
+        promo_id=row.promo_id, codigo=row.codigo, estado=EstadoCodigo(row.estado), fan=row.fan_id
+    )
 
 
-def assign_code(engine: Engine, programa: str, promo_id: int, codigo: str, fan_id: str
-                ) -> CodigoInfo:
+def assign_code(
+    engine: Engine, programa: str, promo_id: int, codigo: str, fan_id: str
+) -> CodigoInfo:
     """disponible → asignado to an `activo` fan, now."""
     programa = program_id(programa, "programa")
     codigo = normalize_code(codigo)
@@ -67,7 +72,8 @@ def assign_code(engine: Engine, programa: str, promo_id: int, codigo: str, fan_i
             raise LoyaltyError(Codigo.FAN_NO_ENCONTRADO, f"fan: {fid} está de baja")
         check_transicion_codigo(codigo, EstadoCodigo(code.estado), EstadoCodigo.ASIGNADO)
         uow.conn.execute(
-            update(codigos).where(codigos.c.id == code.id)
+            update(codigos)
+            .where(codigos.c.id == code.id)
             .values(estado=EstadoCodigo.ASIGNADO.value, fan_pk=fan.pk, asignado_en=func.now())
         )
         info = _info(uow.conn, code.id)
@@ -83,7 +89,8 @@ def release_code(engine: Engine, programa: str, promo_id: int, codigo: str) -> C
         code = _locked_code(uow.conn, programa, promo_id, codigo)
         check_transicion_codigo(codigo, EstadoCodigo(code.estado), EstadoCodigo.LIBERADO)
         uow.conn.execute(
-            update(codigos).where(codigos.c.id == code.id)
+            update(codigos)
+            .where(codigos.c.id == code.id)
             .values(estado=EstadoCodigo.LIBERADO.value, liberado_en=func.now())
         )
         info = _info(uow.conn, code.id)
@@ -91,8 +98,7 @@ def release_code(engine: Engine, programa: str, promo_id: int, codigo: str) -> C
     return info
 
 
-def assign_next_code(engine: Engine, programa: str, promo_id: int, fan_id: str
-                     ) -> CodigoInfo:
+def assign_next_code(engine: Engine, programa: str, promo_id: int, fan_id: str) -> CodigoInfo:
     """The promotion's oldest `disponible` code (lowest id: deposit order) → asignado to an
     `activo` fan, now. Race-free: the code is picked FOR UPDATE SKIP LOCKED, so concurrent
     calls each get a different code and never wait for one another. None left →
@@ -106,17 +112,22 @@ def assign_next_code(engine: Engine, programa: str, promo_id: int, fan_id: str
             raise LoyaltyError(Codigo.FAN_NO_ENCONTRADO, f"fan: {fid} está de baja")
         code_pk = uow.conn.execute(
             select(codigos.c.id)
-            .where(codigos.c.promo_id == promo_id,
-                   codigos.c.estado == EstadoCodigo.DISPONIBLE.value)
-            .order_by(codigos.c.id).limit(1)
+            .where(
+                codigos.c.promo_id == promo_id, codigos.c.estado == EstadoCodigo.DISPONIBLE.value
+            )
+            .order_by(codigos.c.id)
+            .limit(1)
             .with_for_update(skip_locked=True)
         ).scalar_one_or_none()
         if code_pk is None:
-            raise LoyaltyError(Codigo.CODIGO_NO_ENCONTRADO,
-                               f"promo_id: la promoción {promo_id} no tiene códigos "
-                               "disponibles (deposite más: loyalty admin codes import)")
+            raise LoyaltyError(
+                Codigo.CODIGO_NO_ENCONTRADO,
+                f"promo_id: la promoción {promo_id} no tiene códigos "
+                "disponibles (deposite más: loyalty admin codes import)",
+            )
         uow.conn.execute(
-            update(codigos).where(codigos.c.id == code_pk)
+            update(codigos)
+            .where(codigos.c.id == code_pk)
             .values(estado=EstadoCodigo.ASIGNADO.value, fan_pk=fan.pk, asignado_en=func.now())
         )
         info = _info(uow.conn, code_pk)

@@ -54,10 +54,18 @@ class FanInfo:
 
 def fan_info(row: Row[*tuple[Any, ...]]) -> FanInfo:
     return FanInfo(
-        programa=row.programa_id, fan_id=row.fan_id, nombre=row.nombre, correo=row.correo,
-        socio_desde=row.socio_desde, temporadas=row.temporadas, qr_token=row.qr_token,
-        puntos=row.puntos, estado=EstadoFan(row.estado), baja_en=row.baja_en,
-        baja_motivo=row.baja_motivo, actualizado=row.actualizado,
+        programa=row.programa_id,
+        fan_id=row.fan_id,
+        nombre=row.nombre,
+        correo=row.correo,
+        socio_desde=row.socio_desde,
+        temporadas=row.temporadas,
+        qr_token=row.qr_token,
+        puntos=row.puntos,
+        estado=EstadoFan(row.estado),
+        baja_en=row.baja_en,
+        baja_motivo=row.baja_motivo,
+        actualizado=row.actualizado,
     )
 
 
@@ -65,16 +73,26 @@ def _duplicates(fan_id: str) -> dict[str, LoyaltyError]:
     # Detalles name the Fan ID the caller gave, never the other fan's e-mail or token.
     return {
         "uq_fans_programa_fan_id": LoyaltyError(
-            Codigo.FAN_DUPLICADO, f"id: el programa ya tiene el fan {fan_id}"),
+            Codigo.FAN_DUPLICADO, f"id: el programa ya tiene el fan {fan_id}"
+        ),
         "uq_fans_programa_correo": LoyaltyError(
-            Codigo.CORREO_DUPLICADO, "correo: otro fan del programa ya lo usa"),
+            Codigo.CORREO_DUPLICADO, "correo: otro fan del programa ya lo usa"
+        ),
         "uq_fans_programa_qr_token": LoyaltyError(
-            Codigo.QR_DUPLICADO, "qr_token: otro fan del programa ya lo usa"),
+            Codigo.QR_DUPLICADO, "qr_token: otro fan del programa ya lo usa"
+        ),
     }
 
 
-def _check_free(conn: Connection, programa: str, fan_id: str, *, correo: str | None,
-                qr_token: str | None, self_pk: int | None = None) -> None:
+def _check_free(
+    conn: Connection,
+    programa: str,
+    fan_id: str,
+    *,
+    correo: str | None,
+    qr_token: str | None,
+    self_pk: int | None = None,
+) -> None:
     """Raise the duplicate error when another fan of the program (not `self_pk`) holds
     this Fan ID (new fans only: `self_pk` None), this e-mail or this QR token."""
     taken = []
@@ -87,7 +105,8 @@ def _check_free(conn: Connection, programa: str, fan_id: str, *, correo: str | N
     if not taken:
         return
     query = select(fans.c.pk, fans.c.fan_id, fans.c.correo, fans.c.qr_token).where(
-        fans.c.programa_id == programa, or_(*taken))
+        fans.c.programa_id == programa, or_(*taken)
+    )
     if self_pk is not None:
         query = query.where(fans.c.pk != self_pk)
     errors = _duplicates(fan_id)
@@ -100,8 +119,17 @@ def _check_free(conn: Connection, programa: str, fan_id: str, *, correo: str | N
         raise errors["uq_fans_programa_qr_token"]
 
 
-def register_fan(engine: Engine, programa: str, fan_id: str, *, nombre: str, correo: str,
-                 socio_desde: int, temporadas: int = 0, qr_token: str = "") -> FanInfo:
+def register_fan(
+    engine: Engine,
+    programa: str,
+    fan_id: str,
+    *,
+    nombre: str,
+    correo: str,
+    socio_desde: int,
+    temporadas: int = 0,
+    qr_token: str = "",
+) -> FanInfo:
     """A new `activo` fan with 0 points. `qr_token` empty → a random URL-safe token."""
     programa = program_id(programa, "programa")
     fid = new_fan_id(fan_id, "id")
@@ -112,13 +140,15 @@ def register_fan(engine: Engine, programa: str, fan_id: str, *, nombre: str, cor
         "correo": normalize_email(correo),
         "socio_desde": check_socio_desde(socio_desde),
         "temporadas": check_temporadas(temporadas),
-        "qr_token": (check_qr_token(qr_token) if qr_token.strip()
-                     else secrets.token_urlsafe(QR_TOKEN_BYTES)),
+        "qr_token": (
+            check_qr_token(qr_token) if qr_token.strip() else secrets.token_urlsafe(QR_TOKEN_BYTES)
+        ),
     }
     with UnitOfWork(engine) as uow:
         require_program(uow.conn, programa)
-        _check_free(uow.conn, programa, fid, correo=str(values["correo"]),
-                    qr_token=str(values["qr_token"]))
+        _check_free(
+            uow.conn, programa, fid, correo=str(values["correo"]), qr_token=str(values["qr_token"])
+        )
         try:
             row = uow.conn.execute(insert(fans).values(values).returning(fans)).one()
         except IntegrityError as exc:
@@ -127,9 +157,17 @@ def register_fan(engine: Engine, programa: str, fan_id: str, *, nombre: str, cor
     return fan_info(row)
 
 
-def update_fan(engine: Engine, programa: str, fan_id: str, *, nombre: str | None = None,
-               correo: str | None = None, socio_desde: int | None = None,
-               temporadas: int | None = None, qr_token: str | None = None) -> FanInfo:
+def update_fan(
+    engine: Engine,
+    programa: str,
+    fan_id: str,
+    *,
+    nombre: str | None = None,
+    correo: str | None = None,
+    socio_desde: int | None = None,
+    temporadas: int | None = None,
+    qr_token: str | None = None,
+) -> FanInfo:
     """Change only the fields given (None: keep). The Fan ID and the state do not change
     here (see deactivate_fan / reactivate_fan)."""
     programa = program_id(programa, "programa")
@@ -151,8 +189,7 @@ def update_fan(engine: Engine, programa: str, fan_id: str, *, nombre: str | None
         current = require_fan(uow.conn, programa, fid, lock=True)
         if not values:
             return fan_info(current)
-        _check_free(uow.conn, programa, fid, correo=new_correo, qr_token=new_qr,
-                    self_pk=current.pk)
+        _check_free(uow.conn, programa, fid, correo=new_correo, qr_token=new_qr, self_pk=current.pk)
         try:
             row = uow.conn.execute(
                 update(fans).where(fans.c.pk == current.pk).values(values).returning(fans)
@@ -176,26 +213,31 @@ def deactivate_fan(engine: Engine, programa: str, fan_id: str, motivo: str) -> F
     programa = program_id(programa, "programa")
     fid = canonical_fan_id(fan_id, "id")
     motivo = single_line(motivo, "motivo")
-    return _change_estado(engine, programa, fid, EstadoFan.BAJA,
-                          {"baja_en": func.now(), "baja_motivo": motivo})
+    return _change_estado(
+        engine, programa, fid, EstadoFan.BAJA, {"baja_en": func.now(), "baja_motivo": motivo}
+    )
 
 
 def reactivate_fan(engine: Engine, programa: str, fan_id: str) -> FanInfo:
     """baja → activo; the baja time and reason are cleared."""
     programa = program_id(programa, "programa")
     fid = canonical_fan_id(fan_id, "id")
-    return _change_estado(engine, programa, fid, EstadoFan.ACTIVO,
-                          {"baja_en": None, "baja_motivo": None})
+    return _change_estado(
+        engine, programa, fid, EstadoFan.ACTIVO, {"baja_en": None, "baja_motivo": None}
+    )
 
 
-def _change_estado(engine: Engine, programa: str, fid: str, nuevo: EstadoFan,
-                   values: dict[str, object]) -> FanInfo:
+def _change_estado(
+    engine: Engine, programa: str, fid: str, nuevo: EstadoFan, values: dict[str, object]
+) -> FanInfo:
     with UnitOfWork(engine) as uow:
         current = require_fan(uow.conn, programa, fid, lock=True)
         check_transicion_fan(fid, EstadoFan(current.estado), nuevo)
         row = uow.conn.execute(
-            update(fans).where(fans.c.pk == current.pk)
-            .values(estado=nuevo.value, **values).returning(fans)
+            update(fans)
+            .where(fans.c.pk == current.pk)
+            .values(estado=nuevo.value, **values)
+            .returning(fans)
         ).one()
         uow.commit()
     return fan_info(row)

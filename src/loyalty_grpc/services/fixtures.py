@@ -88,12 +88,20 @@ def apply_fixture(engine: Engine, document: str) -> list[ApplyCount]:
         for programa in fixture.programas:
             fan_pks, balances = _apply_fans(conn, programa, now, tally["fans"])
             promo_ids = _apply_promos(conn, programa, tally["promos"])
-            _apply_codigos(conn, programa, promo_ids=promo_ids, fan_pks=fan_pks, now=now,
-                           tally=tally["codigos"])
+            _apply_codigos(
+                conn,
+                programa,
+                promo_ids=promo_ids,
+                fan_pks=fan_pks,
+                now=now,
+                tally=tally["codigos"],
+            )
             _apply_ajustes(conn, programa.fans, fan_pks, balances, tally["ajustes"])
         uow.commit()
-    return [ApplyCount(entidad, t.creados, t.actualizados, t.sin_cambios)
-            for entidad, t in tally.items()]
+    return [
+        ApplyCount(entidad, t.creados, t.actualizados, t.sin_cambios)
+        for entidad, t in tally.items()
+    ]
 
 
 @dataclass
@@ -115,8 +123,7 @@ class _Batch:
         self.changed: list[dict[str, Any]] = []
         self.unchanged = 0
 
-    def add(self, row: Row[Any] | None, values: dict[str, Any],
-            identity: dict[str, Any]) -> None:
+    def add(self, row: Row[Any] | None, values: dict[str, Any], identity: dict[str, Any]) -> None:
         """`values`: the columns the fixture sets; `identity`: the natural key and the
         columns only set on insert."""
         if row is None:
@@ -126,16 +133,19 @@ class _Batch:
         else:
             self.unchanged += 1
 
-    def write(self, conn: Connection, tally: _Tally,
-              key: Column[Any] | None = None) -> dict[Any, int]:
+    def write(
+        self, conn: Connection, tally: _Tally, key: Column[Any] | None = None
+    ) -> dict[Any, int]:
         """Returns {key: primary key} of the inserted rows when `key` is given."""
         created: dict[Any, int] = {}
         if self.new:
             if key is None:
                 conn.execute(insert(self.table), self.new)
             else:
-                created = {k: int(pk) for k, pk in conn.execute(
-                    insert(self.table).returning(key, self.pk), self.new)}
+                created = {
+                    k: int(pk)
+                    for k, pk in conn.execute(insert(self.table).returning(key, self.pk), self.new)
+                }
         if self.changed:
             conn.execute(update(self.table).where(self.pk == bindparam("b_pk")), self.changed)
         tally.creados += len(self.new)
@@ -147,42 +157,64 @@ class _Batch:
 # --- one function per entity --------------------------------------------------------------
 # Each reads the rows the fixture names (FOR UPDATE), checks conflicts, then writes a batch.
 
-def _apply_programas(conn: Connection, wanted: Sequence[ProgramaFixture],
-                     tally: _Tally) -> None:
-    existing = _rows_by(conn, select(programas).where(
-        programas.c.id == any_(_texts(p.id for p in wanted))).with_for_update(), "id")
+
+def _apply_programas(conn: Connection, wanted: Sequence[ProgramaFixture], tally: _Tally) -> None:
+    existing = _rows_by(
+        conn,
+        select(programas)
+        .where(programas.c.id == any_(_texts(p.id for p in wanted)))
+        .with_for_update(),
+        "id",
+    )
     batch = _Batch(programas)
     for p in wanted:
-        batch.add(existing.get(p.id),
-                  {"nombre": p.nombre, "tasa_puntos": p.tasa_puntos, "qr_url": p.qr_url},
-                  {"id": p.id})
+        batch.add(
+            existing.get(p.id),
+            {"nombre": p.nombre, "tasa_puntos": p.tasa_puntos, "qr_url": p.qr_url},
+            {"id": p.id},
+        )
     batch.write(conn, tally)
 
 
 def _apply_claves(conn: Connection, wanted: Sequence[ProgramaFixture], tally: _Tally) -> None:
     entries: dict[bytes, tuple[str, ClaveFixture]] = {
-        key_hash(c.clave): (p.id, c) for p in wanted for c in p.claves}
-    existing = _rows_by(conn, select(claves).where(
-        claves.c.hash == any_(literal(list(entries), ARRAY(BYTEA)))).with_for_update(), "hash")
+        key_hash(c.clave): (p.id, c) for p in wanted for c in p.claves
+    }
+    existing = _rows_by(
+        conn,
+        select(claves)
+        .where(claves.c.hash == any_(literal(list(entries), ARRAY(BYTEA))))
+        .with_for_update(),
+        "hash",
+    )
     batch = _Batch(claves)
     for digest, (programa_id, c) in entries.items():
         row = existing.get(digest)
         if row is not None and row.programa_id != programa_id:
-            raise LoyaltyError(Codigo.FIXTURE_INVALIDO,
-                               f"{c.ruta}.clave: ya está registrada en otro programa "
-                               f"({row.programa_id})")
+            raise LoyaltyError(
+                Codigo.FIXTURE_INVALIDO,
+                f"{c.ruta}.clave: ya está registrada en otro programa ({row.programa_id})",
+            )
         permisos = sorted_names(c.permisos)
         if row is not None and set(row.permisos) == set(permisos):
             permisos = list(row.permisos)  # the same set in another order is no change
         # `revocada` is not a fixture field: a revoked key stays revoked.
-        batch.add(row, {"integracion": c.integracion, "permisos": permisos},
-                  {"programa_id": programa_id, "hash": digest, "modo": c.modo.value,
-                   "sufijo": suffix(c.clave)})
+        batch.add(
+            row,
+            {"integracion": c.integracion, "permisos": permisos},
+            {
+                "programa_id": programa_id,
+                "hash": digest,
+                "modo": c.modo.value,
+                "sufijo": suffix(c.clave),
+            },
+        )
     batch.write(conn, tally)
 
 
-def _apply_fans(conn: Connection, programa: ProgramaFixture, now: datetime,
-                tally: _Tally) -> tuple[dict[str, int], dict[str, int]]:
+def _apply_fans(
+    conn: Connection, programa: ProgramaFixture, now: datetime, tally: _Tally
+) -> tuple[dict[str, int], dict[str, int]]:
     """Returns the pk of every fan of the fixture and its balance before the apply (by
     Fan ID; new fans have no balance)."""
     wanted = programa.fans
@@ -190,16 +222,34 @@ def _apply_fans(conn: Connection, programa: ProgramaFixture, now: datetime,
         return {}, {}
     in_program = fans.c.programa_id == programa.id
     correo = func.lower(fans.c.correo)
-    _check_taken(conn, programa, select(fans.c.fan_id, correo).where(
-        in_program, correo == any_(_texts(email_key(f.correo) for f in wanted))),
-        campo="correo", codigo=Codigo.CORREO_DUPLICADO, value_of=lambda f: email_key(f.correo))
-    _check_taken(conn, programa, select(fans.c.fan_id, fans.c.qr_token).where(
-        in_program, fans.c.qr_token == any_(_texts(f.qr_token for f in wanted))),
-        campo="qr_token", codigo=Codigo.QR_DUPLICADO, value_of=lambda f: f.qr_token)
+    _check_taken(
+        conn,
+        programa,
+        select(fans.c.fan_id, correo).where(
+            in_program, correo == any_(_texts(email_key(f.correo) for f in wanted))
+        ),
+        campo="correo",
+        codigo=Codigo.CORREO_DUPLICADO,
+        value_of=lambda f: email_key(f.correo),
+    )
+    _check_taken(
+        conn,
+        programa,
+        select(fans.c.fan_id, fans.c.qr_token).where(
+            in_program, fans.c.qr_token == any_(_texts(f.qr_token for f in wanted))
+        ),
+        campo="qr_token",
+        codigo=Codigo.QR_DUPLICADO,
+        value_of=lambda f: f.qr_token,
+    )
 
-    existing = _rows_by(conn, select(fans).where(
-        in_program, fans.c.fan_id == any_(_texts(f.fan_id for f in wanted))).with_for_update(),
-        "fan_id")
+    existing = _rows_by(
+        conn,
+        select(fans)
+        .where(in_program, fans.c.fan_id == any_(_texts(f.fan_id for f in wanted)))
+        .with_for_update(),
+        "fan_id",
+    )
     batch = _Batch(fans)
     for f in wanted:
         row = existing.get(f.fan_id)
@@ -207,11 +257,20 @@ def _apply_fans(conn: Connection, programa: ProgramaFixture, now: datetime,
         if f.estado is EstadoFan.BAJA:
             # Already baja: it keeps the moment it left.
             baja_en = row.baja_en if row is not None and row.baja_en is not None else now
-        batch.add(row, {"nombre": f.nombre, "correo": f.correo, "socio_desde": f.socio_desde,
-                        "temporadas": f.temporadas, "qr_token": f.qr_token,
-                        "estado": f.estado.value, "baja_en": baja_en,
-                        "baja_motivo": f.baja_motivo},
-                  {"programa_id": programa.id, "fan_id": f.fan_id})
+        batch.add(
+            row,
+            {
+                "nombre": f.nombre,
+                "correo": f.correo,
+                "socio_desde": f.socio_desde,
+                "temporadas": f.temporadas,
+                "qr_token": f.qr_token,
+                "estado": f.estado.value,
+                "baja_en": baja_en,
+                "baja_motivo": f.baja_motivo,
+            },
+            {"programa_id": programa.id, "fan_id": f.fan_id},
+        )
     pks = {fan_id: int(row.pk) for fan_id, row in existing.items()}
     pks.update(batch.write(conn, tally, key=fans.c.fan_id))
     balances = {fan_id: int(row.puntos) for fan_id, row in existing.items()}
@@ -224,33 +283,59 @@ def _apply_promos(conn: Connection, programa: ProgramaFixture, tally: _Tally) ->
     if not wanted:
         return {}
     nombre = func.lower(promos.c.nombre).label("nombre_min")
-    existing = _rows_by(conn, select(promos, nombre).where(
-        promos.c.programa_id == programa.id,
-        nombre == any_(_texts(p.nombre.lower() for p in wanted))).with_for_update(),
-        "nombre_min")
+    existing = _rows_by(
+        conn,
+        select(promos, nombre)
+        .where(
+            promos.c.programa_id == programa.id,
+            nombre == any_(_texts(p.nombre.lower() for p in wanted)),
+        )
+        .with_for_update(),
+        "nombre_min",
+    )
     batch = _Batch(promos)
     for p in wanted:
-        batch.add(existing.get(p.nombre.lower()),
-                  {"nombre": p.nombre, "descripcion": p.descripcion, "estado": p.estado.value,
-                   "vigencia_fin": p.vigencia_fin, "puntos_canje": p.puntos_canje},
-                  {"programa_id": programa.id})
+        batch.add(
+            existing.get(p.nombre.lower()),
+            {
+                "nombre": p.nombre,
+                "descripcion": p.descripcion,
+                "estado": p.estado.value,
+                "vigencia_fin": p.vigencia_fin,
+                "puntos_canje": p.puntos_canje,
+            },
+            {"programa_id": programa.id},
+        )
     ids = {key: int(row.id) for key, row in existing.items()}
     created = batch.write(conn, tally, key=promos.c.nombre)
     ids.update({name.lower(): promo_id for name, promo_id in created.items()})
     return ids
 
 
-def _apply_codigos(conn: Connection, programa: ProgramaFixture, *, promo_ids: Mapping[str, int],
-                   fan_pks: Mapping[str, int], now: datetime, tally: _Tally) -> None:
+def _apply_codigos(
+    conn: Connection,
+    programa: ProgramaFixture,
+    *,
+    promo_ids: Mapping[str, int],
+    fan_pks: Mapping[str, int],
+    now: datetime,
+    tally: _Tally,
+) -> None:
     fan_pks = {**fan_pks, **_fans_outside(conn, programa, fan_pks)}
     for promo in programa.promos:
         if not promo.codigos:
             continue
         promo_id = promo_ids[promo.nombre.lower()]
-        existing = _rows_by(conn, select(codigos).where(
-            codigos.c.promo_id == promo_id,
-            codigos.c.codigo == any_(_texts(c.codigo for c in promo.codigos)),
-        ).with_for_update(), "codigo")
+        existing = _rows_by(
+            conn,
+            select(codigos)
+            .where(
+                codigos.c.promo_id == promo_id,
+                codigos.c.codigo == any_(_texts(c.codigo for c in promo.codigos)),
+            )
+            .with_for_update(),
+            "codigo",
+        )
         batch = _Batch(codigos)
         for c in promo.codigos:
             row = existing.get(c.codigo)
@@ -258,13 +343,21 @@ def _apply_codigos(conn: Connection, programa: ProgramaFixture, *, promo_ids: Ma
             if row is not None and (row.estado, row.fan_pk) == (c.estado.value, fan_pk):
                 batch.unchanged += 1  # same state, same fan: its timestamps stay too
                 continue
-            batch.add(row, _code_state(c, fan_pk, row, now),
-                      {"promo_id": promo_id, "programa_id": programa.id, "codigo": c.codigo})
+            batch.add(
+                row,
+                _code_state(c, fan_pk, row, now),
+                {"promo_id": promo_id, "programa_id": programa.id, "codigo": c.codigo},
+            )
         batch.write(conn, tally)
 
 
-def _apply_ajustes(conn: Connection, wanted: Sequence[FanFixture], fan_pks: Mapping[str, int],
-                   balances: Mapping[str, int], tally: _Tally) -> None:
+def _apply_ajustes(
+    conn: Connection,
+    wanted: Sequence[FanFixture],
+    fan_pks: Mapping[str, int],
+    balances: Mapping[str, int],
+    tally: _Tally,
+) -> None:
     """One ledger adjustment per fan whose balance is not the fixture's `puntos`."""
     for f in wanted:
         difference = f.puntos - balances.get(f.fan_id, 0)
@@ -277,6 +370,7 @@ def _apply_ajustes(conn: Connection, wanted: Sequence[FanFixture], fan_pks: Mapp
 
 # --- helpers ------------------------------------------------------------------------------
 
+
 def _texts(values: Iterable[str]) -> ColumnElement[Any]:
     """A list as one array parameter (`= ANY(:array)`), however long it is."""
     return literal(list(values), ARRAY(Text))
@@ -286,8 +380,15 @@ def _rows_by(conn: Connection, query: Select[Any], column: str) -> dict[Any, Row
     return {getattr(row, column): row for row in conn.execute(query)}
 
 
-def _check_taken(conn: Connection, programa: ProgramaFixture, holders: Select[Any], *,
-                 campo: str, codigo: Codigo, value_of: Callable[[FanFixture], str]) -> None:
+def _check_taken(
+    conn: Connection,
+    programa: ProgramaFixture,
+    holders: Select[Any],
+    *,
+    campo: str,
+    codigo: Codigo,
+    value_of: Callable[[FanFixture], str],
+) -> None:
     """`holders` yields (fan_id, value) for the program's fans holding one of the
     fixture's values; a holder other than the fixture's fan with that value is a conflict.
     Values are compared as the database holds them before the apply, so handing a value
@@ -296,12 +397,15 @@ def _check_taken(conn: Connection, programa: ProgramaFixture, holders: Select[An
     for holder, value in conn.execute(holders):
         f = by_value.get(value)
         if f is not None and f.fan_id != holder:
-            raise LoyaltyError(codigo, f"{f.ruta}.{campo}: ya lo usa otro fan del programa "
-                                       f"{programa.id} ({holder})")
+            raise LoyaltyError(
+                codigo,
+                f"{f.ruta}.{campo}: ya lo usa otro fan del programa {programa.id} ({holder})",
+            )
 
 
-def _fans_outside(conn: Connection, programa: ProgramaFixture,
-                  in_fixture: Mapping[str, int]) -> dict[str, int]:
+def _fans_outside(
+    conn: Connection, programa: ProgramaFixture, in_fixture: Mapping[str, int]
+) -> dict[str, int]:
     """The pks of the fans the program's codes name that the fixture does not list; a fan
     that is nowhere is fixture_invalido naming the (first) code."""
     refs: dict[str, CodigoFixture] = {}
@@ -311,19 +415,27 @@ def _fans_outside(conn: Connection, programa: ProgramaFixture,
                 refs.setdefault(c.fan, c)
     if not refs:
         return {}
-    found = {fan_id: int(pk) for fan_id, pk in conn.execute(
-        select(fans.c.fan_id, fans.c.pk).where(
-            fans.c.programa_id == programa.id, fans.c.fan_id == any_(_texts(refs))))}
+    found = {
+        fan_id: int(pk)
+        for fan_id, pk in conn.execute(
+            select(fans.c.fan_id, fans.c.pk).where(
+                fans.c.programa_id == programa.id, fans.c.fan_id == any_(_texts(refs))
+            )
+        )
+    }
     for fan_id, c in refs.items():
         if fan_id not in found:
-            raise LoyaltyError(Codigo.FIXTURE_INVALIDO,
-                               f"{c.ruta}.fan: el fan {fan_id} no está en el fixture ni en "
-                               f"el programa {programa.id}")
+            raise LoyaltyError(
+                Codigo.FIXTURE_INVALIDO,
+                f"{c.ruta}.fan: el fan {fan_id} no está en el fixture ni en "
+                f"el programa {programa.id}",
+            )
     return found
 
 
-def _code_state(c: CodigoFixture, fan_pk: int | None, row: Row[Any] | None,
-                now: datetime) -> dict[str, Any]:
+def _code_state(
+    c: CodigoFixture, fan_pk: int | None, row: Row[Any] | None, now: datetime
+) -> dict[str, Any]:
     """A code's columns for its fixture state: the moment of a state it already had with
     the same fan is kept, a new one is `now`, those of states it is not in are cleared."""
     same_fan = row is not None and row.fan_pk == fan_pk

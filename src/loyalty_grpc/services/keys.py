@@ -46,15 +46,28 @@ class ClaveEmitida:
     clave: str = field(repr=False)
 
 
-_COLUMNS = (claves.c.id, claves.c.programa_id, claves.c.integracion, claves.c.modo,
-            claves.c.permisos, claves.c.sufijo, claves.c.creado, claves.c.revocada)
+_COLUMNS = (
+    claves.c.id,
+    claves.c.programa_id,
+    claves.c.integracion,
+    claves.c.modo,
+    claves.c.permisos,
+    claves.c.sufijo,
+    claves.c.creado,
+    claves.c.revocada,
+)
 
 
 def _info(row: Row[*tuple[Any, ...]]) -> ClaveInfo:
     return ClaveInfo(
-        id=row.id, programa=row.programa_id, integracion=row.integracion, modo=Modo(row.modo),
-        permisos=tuple(sorted_names(parse_permisos(row.permisos))), sufijo=row.sufijo,
-        creada=row.creado, revocada=row.revocada,
+        id=row.id,
+        programa=row.programa_id,
+        integracion=row.integracion,
+        modo=Modo(row.modo),
+        permisos=tuple(sorted_names(parse_permisos(row.permisos))),
+        sufijo=row.sufijo,
+        creada=row.creado,
+        revocada=row.revocada,
     )
 
 
@@ -65,12 +78,14 @@ def parse_modo(text: str, campo: str = "modo") -> Modo:
     try:
         return Modo(value)
     except ValueError:
-        raise LoyaltyError(Codigo.SOLICITUD_INVALIDA,
-                           f"{campo}: debe ser 'vivo' o 'prueba'") from None
+        raise LoyaltyError(
+            Codigo.SOLICITUD_INVALIDA, f"{campo}: debe ser 'vivo' o 'prueba'"
+        ) from None
 
 
-def issue_key(engine: Engine, programa: str, integracion: str, modo: str,
-              permisos: Iterable[str]) -> ClaveEmitida:
+def issue_key(
+    engine: Engine, programa: str, integracion: str, modo: str, permisos: Iterable[str]
+) -> ClaveEmitida:
     """A new key of the program for the integration, with those permissions; the secret
     is in the result and nowhere else."""
     programa = program_id(programa, "programa")
@@ -81,10 +96,16 @@ def issue_key(engine: Engine, programa: str, integracion: str, modo: str,
     with UnitOfWork(engine) as uow:
         require_program(uow.conn, programa)
         row = uow.conn.execute(
-            insert(claves).values(
-                programa_id=programa, hash=key_hash(clave), modo=parsed_modo.value,
-                integracion=integracion, permisos=names, sufijo=suffix(clave),
-            ).returning(*_COLUMNS)
+            insert(claves)
+            .values(
+                programa_id=programa,
+                hash=key_hash(clave),
+                modo=parsed_modo.value,
+                integracion=integracion,
+                permisos=names,
+                sufijo=suffix(clave),
+            )
+            .returning(*_COLUMNS)
         ).one()
         uow.commit()
     return ClaveEmitida(_info(row), clave)
@@ -105,7 +126,8 @@ def revoke_key(engine: Engine, clave_id: int) -> ClaveInfo:
     """Revoke the key `clave_id` from now on. Revoking it again keeps the first time."""
     with UnitOfWork(engine) as uow:
         row = uow.conn.execute(
-            update(claves).where(claves.c.id == clave_id)
+            update(claves)
+            .where(claves.c.id == clave_id)
             .values(revocada=func.coalesce(claves.c.revocada, func.now()))
             .returning(*_COLUMNS)
         ).one_or_none()
@@ -136,7 +158,12 @@ def authenticate(engine: Engine, key: str) -> Caller | None:
         return None
     clave_id, programa_id, nombre, integracion, modo, permisos, tasa, moneda = row
     return Caller(
-        programa_id=programa_id, programa_nombre=nombre, clave_id=clave_id,
-        integracion=integracion, modo=Modo(modo), permisos=parse_permisos(permisos),
-        tasa_puntos=Decimal(tasa), moneda=str(moneda),
+        programa_id=programa_id,
+        programa_nombre=nombre,
+        clave_id=clave_id,
+        integracion=integracion,
+        modo=Modo(modo),
+        permisos=parse_permisos(permisos),
+        tasa_puntos=Decimal(tasa),
+        moneda=str(moneda),
     )

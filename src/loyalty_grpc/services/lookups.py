@@ -21,8 +21,9 @@ def require_program(conn: Connection, programa: str) -> None:
         raise LoyaltyError(Codigo.PROGRAMA_NO_ENCONTRADO, f"programa: no existe {programa!r}")
 
 
-def require_fan(conn: Connection, programa: str, fan_id: str, *, lock: bool = False
-                ) -> Row[*tuple[Any, ...]]:
+def require_fan(
+    conn: Connection, programa: str, fan_id: str, *, lock: bool = False
+) -> Row[*tuple[Any, ...]]:
     """The fan's row (any state), or fan_no_encontrado; the program must exist."""
     query = select(fans).where(fans.c.programa_id == programa, fans.c.fan_id == fan_id)
     if lock:
@@ -34,8 +35,9 @@ def require_fan(conn: Connection, programa: str, fan_id: str, *, lock: bool = Fa
     return row
 
 
-def require_promo(conn: Connection, programa: str, promo_id: int, *, lock: bool = False
-                  ) -> Row[*tuple[Any, ...]]:
+def require_promo(
+    conn: Connection, programa: str, promo_id: int, *, lock: bool = False
+) -> Row[*tuple[Any, ...]]:
     """The promotion's row, or promo_no_encontrada; the program must exist."""
     query = select(promos).where(promos.c.programa_id == programa, promos.c.id == promo_id)
     if lock:
@@ -43,6 +45,7 @@ def require_promo(conn: Connection, programa: str, promo_id: int, *, lock: bool 
     row = conn.execute(query).one_or_none()
     if row is None:
         require_program(conn, programa)
-        raise LoyaltyError(Codigo.PROMO_NO_ENCONTRADA,
-                           f"promo_id: no existe la promoción {promo_id} en {programa}")
+        raise LoyaltyError(
+            Codigo.PROMO_NO_ENCONTRADA, f"promo_id: no existe la promoción {promo_id} en {programa}"
+        )
     return row

@@ -104,8 +104,16 @@ def _ledger_query(fan_pk: int) -> Select[Any]:
     m = movimientos.c
     saldo = cast(func.sum(m.puntos).over(order_by=m.id), BigInteger)
     return (
-        select(m.id, m.puntos, m.motivo, m.venta_id, codigos.c.codigo, m.nota, m.creado,
-               saldo.label("saldo"))
+        select(
+            m.id,
+            m.puntos,
+            m.motivo,
+            m.venta_id,
+            codigos.c.codigo,
+            m.nota,
+            m.creado,
+            saldo.label("saldo"),
+        )
         .select_from(movimientos.outerjoin(codigos, codigos.c.id == m.codigo_id))
         .where(m.fan_pk == fan_pk)
         .order_by(m.id)
@@ -114,12 +122,18 @@ def _ledger_query(fan_pk: int) -> Select[Any]:
 
 def _entry(row: Row[*tuple[Any, ...]]) -> LedgerEntryInfo:
     return LedgerEntryInfo(
-        id=row.id, puntos=row.puntos, motivo=Motivo(row.motivo), venta_id=row.venta_id,
-        codigo=row.codigo, nota=row.nota, creado=row.creado, saldo=row.saldo)
+        id=row.id,
+        puntos=row.puntos,
+        motivo=Motivo(row.motivo),
+        venta_id=row.venta_id,
+        codigo=row.codigo,
+        nota=row.nota,
+        creado=row.creado,
+        saldo=row.saldo,
+    )
 
 
-def get_ledger(engine: Engine, programa: str, fan_id: str
-               ) -> tuple[FanInfo, list[LedgerEntryInfo]]:
+def get_ledger(engine: Engine, programa: str, fan_id: str) -> tuple[FanInfo, list[LedgerEntryInfo]]:
     """The fan (any state) and its ledger, oldest first; the last entry's `saldo` is the
     fan's `puntos`."""
     programa = program_id(programa, "programa")
@@ -136,8 +150,9 @@ def _last_entry(conn: Connection, fan_pk: int) -> LedgerEntryInfo:
     return _entry(conn.execute(select(ledger).order_by(ledger.c.id.desc()).limit(1)).one())
 
 
-def adjust_points(engine: Engine, programa: str, fan_id: str, puntos: int, motivo: str
-                  ) -> LedgerEntryInfo:
+def adjust_points(
+    engine: Engine, programa: str, fan_id: str, puntos: int, motivo: str
+) -> LedgerEntryInfo:
     """A manual `ajuste` entry of `puntos` (credit > 0, debit < 0) with `motivo` as its
     nota; returns the entry. A debit that would leave the balance below 0 is refused."""
     programa = program_id(programa, "programa")
@@ -145,15 +160,18 @@ def adjust_points(engine: Engine, programa: str, fan_id: str, puntos: int, motiv
     if puntos == 0:
         raise LoyaltyError(Codigo.SOLICITUD_INVALIDA, "puntos: no puede ser 0")
     if abs(puntos) > AJUSTE_MAX:
-        raise LoyaltyError(Codigo.SOLICITUD_INVALIDA,
-                           f"puntos: a lo más {AJUSTE_MAX} en un ajuste, a favor o en contra")
+        raise LoyaltyError(
+            Codigo.SOLICITUD_INVALIDA,
+            f"puntos: a lo más {AJUSTE_MAX} en un ajuste, a favor o en contra",
+        )
     nota = single_line(motivo, "motivo")
     with UnitOfWork(engine) as uow:
         fan = require_fan(uow.conn, programa, fid, lock=True)
         if puntos < 0 and fan.puntos + puntos < 0:
             raise LoyaltyError(
                 Codigo.SOLICITUD_INVALIDA,
-                f"puntos: el saldo es {fan.puntos}; un cargo de {-puntos} lo dejaría negativo")
+                f"puntos: el saldo es {fan.puntos}; un cargo de {-puntos} lo dejaría negativo",
+            )
         move_points(uow.conn, fan.pk, puntos, Motivo.AJUSTE, nota=nota)
         entry = _last_entry(uow.conn, fan.pk)
         uow.commit()
@@ -173,16 +191,28 @@ def _sale_query(programa: str, folio: int) -> Select[Any]:
 
 def _venta(row: Row[*tuple[Any, ...]]) -> VentaInfo:
     return VentaInfo(
-        folio=row.id, programa=row.programa_id, modo=Modo(row.modo),
-        id_externo=row.id_externo, fan=row.fan_id, importe_centavos=row.importe_centavos,
-        moneda=row.moneda, terminal=row.terminal, sitio=row.sitio, ts=row.ts,
-        puntos=row.puntos, creado=row.creado, anulada_en=row.anulada_en)
+        folio=row.id,
+        programa=row.programa_id,
+        modo=Modo(row.modo),
+        id_externo=row.id_externo,
+        fan=row.fan_id,
+        importe_centavos=row.importe_centavos,
+        moneda=row.moneda,
+        terminal=row.terminal,
+        sitio=row.sitio,
+        ts=row.ts,
+        puntos=row.puntos,
+        creado=row.creado,
+        anulada_en=row.anulada_en,
+    )
 
 
 def _check_folio(folio: int) -> int:
     if not 1 <= folio <= FOLIO_MAX:
-        raise LoyaltyError(Codigo.SOLICITUD_INVALIDA,
-                           "folio: debe ser el folio de una venta (un entero de 1 o más)")
+        raise LoyaltyError(
+            Codigo.SOLICITUD_INVALIDA,
+            "folio: debe ser el folio de una venta (un entero de 1 o más)",
+        )
     return folio
 
 
@@ -194,25 +224,30 @@ def void_sale(engine: Engine, programa: str, folio: int, motivo: str) -> VoidRes
     nota = single_line(motivo, "motivo")
     with UnitOfWork(engine) as uow:
         conn = uow.conn
-        sale = conn.execute(_sale_query(programa, folio).with_for_update(of=ventas)
-                            ).one_or_none()
+        sale = conn.execute(_sale_query(programa, folio).with_for_update(of=ventas)).one_or_none()
         if sale is None:
             require_program(conn, programa)
-            raise LoyaltyError(Codigo.VENTA_NO_ENCONTRADA,
-                               f"folio: no existe la venta {folio} en {programa}")
+            raise LoyaltyError(
+                Codigo.VENTA_NO_ENCONTRADA, f"folio: no existe la venta {folio} en {programa}"
+            )
         if sale.anulada_en is not None:
             return VoidResult(_venta(sale), revertidos=0, ya_anulada=True)
         anulada_en = conn.execute(
-            update(ventas).where(ventas.c.id == folio)
-            .values(anulada_en=func.now()).returning(ventas.c.anulada_en)
+            update(ventas)
+            .where(ventas.c.id == folio)
+            .values(anulada_en=func.now())
+            .returning(ventas.c.anulada_en)
         ).scalar_one()
-        credited = int(conn.execute(
-            select(func.coalesce(func.sum(movimientos.c.puntos), 0))
-            .where(movimientos.c.venta_id == folio, movimientos.c.fan_pk == sale.fan_pk)
-        ).scalar_one())
+        credited = int(
+            conn.execute(
+                select(func.coalesce(func.sum(movimientos.c.puntos), 0)).where(
+                    movimientos.c.venta_id == folio, movimientos.c.fan_pk == sale.fan_pk
+                )
+            ).scalar_one()
+        )
         if credited != 0:
-            move_points(conn, sale.fan_pk, -credited, Motivo.ANULACION, venta_id=folio,
-                        nota=nota)
+            move_points(conn, sale.fan_pk, -credited, Motivo.ANULACION, venta_id=folio, nota=nota)
         uow.commit()
-    return VoidResult(replace(_venta(sale), anulada_en=anulada_en), revertidos=credited,
-                      ya_anulada=False)
+    return VoidResult(
+        replace(_venta(sale), anulada_en=anulada_en), revertidos=credited, ya_anulada=False
+    )

@@ -30,17 +30,34 @@ class UpsertResult:
     creado: bool
 
 
-_COLUMNS = (programas.c.id, programas.c.nombre, programas.c.tasa_puntos, programas.c.qr_url,
-            programas.c.moneda)
+_COLUMNS = (
+    programas.c.id,
+    programas.c.nombre,
+    programas.c.tasa_puntos,
+    programas.c.qr_url,
+    programas.c.moneda,
+)
 
 
 def _programa(row: Row[*tuple[Any, ...]]) -> Programa:
-    return Programa(id=row.id, nombre=row.nombre, tasa_puntos=row.tasa_puntos,
-                    qr_url=row.qr_url, moneda=row.moneda)
+    return Programa(
+        id=row.id,
+        nombre=row.nombre,
+        tasa_puntos=row.tasa_puntos,
+        qr_url=row.qr_url,
+        moneda=row.moneda,
+    )
 
 
-def upsert_program(engine: Engine, programa_id: str, nombre: str, tasa_puntos: str, *,
-                   qr_url: str = "", moneda: str = "") -> UpsertResult:
+def upsert_program(
+    engine: Engine,
+    programa_id: str,
+    nombre: str,
+    tasa_puntos: str,
+    *,
+    qr_url: str = "",
+    moneda: str = "",
+) -> UpsertResult:
     """Create the program `programa_id` or set its fields to these values (`moneda` empty:
     MXN). `creado` tells which."""
     values = {

@@ -39,28 +39,42 @@ class PromoInfo:
 
 def _info(row: Row[*tuple[Any, ...]]) -> PromoInfo:
     return PromoInfo(
-        programa=row.programa_id, id=row.id, nombre=row.nombre, descripcion=row.descripcion,
-        estado=EstadoPromo(row.estado), vigencia_fin=row.vigencia_fin,
+        programa=row.programa_id,
+        id=row.id,
+        nombre=row.nombre,
+        descripcion=row.descripcion,
+        estado=EstadoPromo(row.estado),
+        vigencia_fin=row.vigencia_fin,
         puntos_canje=row.puntos_canje,
     )
 
 
 def _duplicada(nombre: str) -> LoyaltyError:
-    return LoyaltyError(Codigo.PROMO_DUPLICADA,
-                        f"nombre: el programa ya tiene una promoción {nombre!r}")
+    return LoyaltyError(
+        Codigo.PROMO_DUPLICADA, f"nombre: el programa ya tiene una promoción {nombre!r}"
+    )
 
 
 def _check_name_free(conn: Connection, programa: str, nombre: str) -> None:
     taken = conn.execute(
-        select(promos.c.id).where(promos.c.programa_id == programa,
-                                  func.lower(promos.c.nombre) == nombre.lower())
+        select(promos.c.id).where(
+            promos.c.programa_id == programa, func.lower(promos.c.nombre) == nombre.lower()
+        )
     ).first()
     if taken is not None:
         raise _duplicada(nombre)
 
 
-def create_promo(engine: Engine, programa: str, nombre: str, *, vigencia_fin: str,
-                 descripcion: str = "", estado: str = "", puntos_canje: int = 0) -> PromoInfo:
+def create_promo(
+    engine: Engine,
+    programa: str,
+    nombre: str,
+    *,
+    vigencia_fin: str,
+    descripcion: str = "",
+    estado: str = "",
+    puntos_canje: int = 0,
+) -> PromoInfo:
     """A new promotion (`estado` empty → activa; `vigencia_fin` YYYY-MM-DD)."""
     programa = program_id(programa, "programa")
     nombre = single_line(nombre, "nombre")
@@ -83,9 +97,16 @@ def create_promo(engine: Engine, programa: str, nombre: str, *, vigencia_fin: st
     return _info(row)
 
 
-def update_promo(engine: Engine, programa: str, promo_id: int, *, estado: str | None = None,
-                 vigencia_fin: str | None = None, puntos_canje: int | None = None,
-                 descripcion: str | None = None) -> PromoInfo:
+def update_promo(
+    engine: Engine,
+    programa: str,
+    promo_id: int,
+    *,
+    estado: str | None = None,
+    vigencia_fin: str | None = None,
+    puntos_canje: int | None = None,
+    descripcion: str | None = None,
+) -> PromoInfo:
     """Change only the fields given (None: keep). `terminada` is final."""
     programa = program_id(programa, "programa")
     values: dict[str, object] = {}

@@ -66,8 +66,15 @@ class Counters(Protocol):
     """Where the counters live: store/rate_limit.PgCounters (tests also run the pure model
     of domain/rate_limit.py behind it, to replay many processes on a simulated clock)."""
 
-    def reserve(self, clave_id: int, pedidas: int, limite: int,
-                devolucion: Devolucion | None = None, *, holgura: int) -> Reserva: ...
+    def reserve(
+        self,
+        clave_id: int,
+        pedidas: int,
+        limite: int,
+        devolucion: Devolucion | None = None,
+        *,
+        holgura: int,
+    ) -> Reserva: ...
 
     def settle(self, devoluciones: Sequence[tuple[int, Devolucion]]) -> None: ...
 
@@ -118,10 +125,17 @@ class RateLimiter:
     `settler=False` runs no settler thread: the caller calls `settle_expired` (tests on a
     simulated clock). `close` settles what is left and stops the thread."""
 
-    def __init__(self, counters: Counters, limit: int, *,
-                 purge_seconds: float = PURGE_SECONDS, max_batch: int | None = None,
-                 holgura: int | None = None, settler: bool = True,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        counters: Counters,
+        limit: int,
+        *,
+        purge_seconds: float = PURGE_SECONDS,
+        max_batch: int | None = None,
+        holgura: int | None = None,
+        settler: bool = True,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         if limit < 1:
             raise ValueError("the limit must be at least 1 (0 means: no RateLimiter)")
         self.limit = limit
@@ -172,12 +186,14 @@ class RateLimiter:
         pedidas = self._batch_size(lote, now)
         devolucion = lote.settle() if lote is not None else None
         sent = self._clock()
-        reserva = self._counters.reserve(clave_id, pedidas, self.limit, devolucion,
-                                         holgura=self.holgura)
+        reserva = self._counters.reserve(
+            clave_id, pedidas, self.limit, devolucion, holgura=self.holgura
+        )
         self._maybe_purge()
         granted = reserva.concedidas
-        before = (lote.usadas_en_segundo
-                  if lote is not None and lote.segundo == reserva.segundo else 0)
+        before = (
+            lote.usadas_en_segundo if lote is not None and lote.segundo == reserva.segundo else 0
+        )
         return _Lote(
             segundo=reserva.segundo,
             vence=sent + (reserva.segundo + 1 - reserva.ahora),
@@ -216,8 +232,11 @@ class RateLimiter:
             if now < self._next_purge:
                 return
             self._next_purge = now + self._purge_seconds
-            idle = [clave_id for clave_id, estado in self._claves.items()
-                    if estado.lote is None or now > estado.lote.vence + SLOTS]
+            idle = [
+                clave_id
+                for clave_id, estado in self._claves.items()
+                if estado.lote is None or now > estado.lote.vence + SLOTS
+            ]
             for clave_id in idle:
                 del self._claves[clave_id]
         self._counters.purge()
@@ -231,8 +250,9 @@ class RateLimiter:
             self._due[clave_id] = vence
             if self._settler and not self._closed:
                 if self._thread is None:
-                    self._thread = threading.Thread(target=self._run, daemon=True,
-                                                    name="rate-limit-settler")
+                    self._thread = threading.Thread(
+                        target=self._run, daemon=True, name="rate-limit-settler"
+                    )
                     self._thread.start()
                 elif self._wake_at is None or vence + SETTLE_DELAY < self._wake_at:
                     self._due_changed.notify()
@@ -260,8 +280,11 @@ class RateLimiter:
         every batch, for `close`); returns how many were sent."""
         now = self._clock()
         with self._due_changed:
-            claves = [clave_id for clave_id, vence in self._due.items()
-                      if everything or vence + SETTLE_DELAY <= now]
+            claves = [
+                clave_id
+                for clave_id, vence in self._due.items()
+                if everything or vence + SETTLE_DELAY <= now
+            ]
         devoluciones: list[tuple[int, Devolucion]] = []
         for clave_id in claves:
             with self._claves_lock:
@@ -302,8 +325,11 @@ class RateLimiter:
             # Not sent again: it may have been applied. Unused calls stay counted (for up
             # to a minute) and spare ones outstanding (for a few seconds): stricter.
             if not self._settle_failed:
-                log.warning("could not settle %d rate-limit batches (%s); their unused "
-                            "calls stay counted", len(devoluciones), type(exc).__name__)
+                log.warning(
+                    "could not settle %d rate-limit batches (%s); their unused calls stay counted",
+                    len(devoluciones),
+                    type(exc).__name__,
+                )
             self._settle_failed = True
         else:
             if self._settle_failed:

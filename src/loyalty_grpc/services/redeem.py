@@ -98,10 +98,22 @@ class _Row:
 def redeem_code(engine: Engine, caller: Caller, codigo: str, burn: Burn) -> RedeemResult:
     """The single form: the result, or the code's error raised (404/409)."""
     texto = code_text(codigo)
-    row = burn_one(engine, BurnValues(
-        programa=caller.programa_id, codigo=texto, vivo=caller.modo is Modo.VIVO,
-        clave_id=caller.clave_id, terminal=burn.terminal, ts=burn.ts, ahora=burn.now,
-    )) if could_exist(texto) else None
+    row = (
+        burn_one(
+            engine,
+            BurnValues(
+                programa=caller.programa_id,
+                codigo=texto,
+                vivo=caller.modo is Modo.VIVO,
+                clave_id=caller.clave_id,
+                terminal=burn.terminal,
+                ts=burn.ts,
+                ahora=burn.now,
+            ),
+        )
+        if could_exist(texto)
+        else None
+    )
     copias = {texto: [Copia(row.copia, row.estado)]} if row is not None else {}
     paso = plan([texto], copias)[0]
     falla = paso.falla()
@@ -109,13 +121,16 @@ def redeem_code(engine: Engine, caller: Caller, codigo: str, burn: Burn) -> Rede
         raise falla
     assert row is not None
     nuevo = paso.desenlace is Desenlace.CANJEADO
-    return RedeemResult(codigo=texto, duplicado=not nuevo, promo=row.promo, correo=row.correo,
-                        puntos_otorgados=row.puntos_canje
-                        if nuevo and caller.modo is Modo.VIVO else 0)
+    return RedeemResult(
+        codigo=texto,
+        duplicado=not nuevo,
+        promo=row.promo,
+        correo=row.correo,
+        puntos_otorgados=row.puntos_canje if nuevo and caller.modo is Modo.VIVO else 0,
+    )
 
 
-def redeem_codes(engine: Engine, caller: Caller, texts: Sequence[str], burn: Burn
-                 ) -> BatchResult:
+def redeem_codes(engine: Engine, caller: Caller, texts: Sequence[str], burn: Burn) -> BatchResult:
     """The batch form: every code handled as the single form would, in input order, in one
     transaction. Over MAX_CODIGOS → demasiados_codigos and nothing is burned."""
     check_batch_size(len(texts))
@@ -124,12 +139,13 @@ def redeem_codes(engine: Engine, caller: Caller, texts: Sequence[str], burn: Bur
         uow.commit()
     return BatchResult(
         resumen=summarize([paso for paso, _ in outcomes]),
-        resultados=tuple(CodeResult(paso.codigo, result, paso.error)
-                         for paso, result in outcomes))
+        resultados=tuple(CodeResult(paso.codigo, result, paso.error) for paso, result in outcomes),
+    )
 
 
-def _lock(conn: Connection, programa: str, texts: list[str]
-          ) -> tuple[dict[str, list[Copia]], dict[int, _Row]]:
+def _lock(
+    conn: Connection, programa: str, texts: list[str]
+) -> tuple[dict[str, list[Copia]], dict[int, _Row]]:
     """Lock every copy of `texts` in the program, in id order; their current states by text,
     and each copy's promotion and fan by id. The promotion's and fan's fields are scalar
     subqueries so that they are read for the row version the lock returns."""
@@ -139,12 +155,19 @@ def _lock(conn: Connection, programa: str, texts: list[str]
     puntos = select(promos.c.puntos_canje).where(promos.c.id == codigos.c.promo_id)
     correo = select(fans.c.correo).where(fans.c.pk == codigos.c.fan_pk)
     rows = conn.execute(
-        select(codigos.c.id, codigos.c.codigo, codigos.c.estado, codigos.c.fan_pk,
-               promo.scalar_subquery().label("promo"),
-               puntos.scalar_subquery().label("puntos_canje"),
-               correo.scalar_subquery().label("correo"))
-        .where(codigos.c.programa_id == programa,
-               codigos.c.codigo == any_(bindparam("texts", texts, type_=ARRAY(Text))))
+        select(
+            codigos.c.id,
+            codigos.c.codigo,
+            codigos.c.estado,
+            codigos.c.fan_pk,
+            promo.scalar_subquery().label("promo"),
+            puntos.scalar_subquery().label("puntos_canje"),
+            correo.scalar_subquery().label("correo"),
+        )
+        .where(
+            codigos.c.programa_id == programa,
+            codigos.c.codigo == any_(bindparam("texts", texts, type_=ARRAY(Text))),
+        )
         .order_by(codigos.c.id)
         # FOR NO KEY UPDATE: what the burn's UPDATE needs, without blocking foreign-key
         # checks of rows that merely reference the code (the ledger entry).
@@ -154,44 +177,71 @@ def _lock(conn: Connection, programa: str, texts: list[str]
     details: dict[int, _Row] = {}
     for row in rows:
         copias.setdefault(row.codigo, []).append(Copia(row.id, EstadoCodigo(row.estado)))
-        details[row.id] = _Row(id=row.id, fan_pk=row.fan_pk, promo=row.promo,
-                               puntos_canje=int(row.puntos_canje), correo=row.correo or "")
+        details[row.id] = _Row(
+            id=row.id,
+            fan_pk=row.fan_pk,
+            promo=row.promo,
+            puntos_canje=int(row.puntos_canje),
+            correo=row.correo or "",
+        )
     return copias, details
 
 
-def _redeem(conn: Connection, caller: Caller, texts: list[str], burn: Burn
-            ) -> list[tuple[Paso, RedeemResult | None]]:
+def _redeem(
+    conn: Connection, caller: Caller, texts: list[str], burn: Burn
+) -> list[tuple[Paso, RedeemResult | None]]:
     wanted = sorted({t for t in texts if could_exist(t)})
     copias, rows = _lock(conn, caller.programa_id, wanted)
     pasos = plan(texts, copias)
-    burned = [rows[p.copia] for p in pasos
-              if p.desenlace is Desenlace.CANJEADO and p.copia is not None]
+    burned = [
+        rows[p.copia] for p in pasos if p.desenlace is Desenlace.CANJEADO and p.copia is not None
+    ]
     if burned:
         ids = [row.id for row in burned]
-        done = conn.execute(
-            update(codigos)
-            .where(codigos.c.id == any_(bindparam("ids", ids, type_=ARRAY(codigos.c.id.type))),
-                   codigos.c.estado == EstadoCodigo.ASIGNADO.value)
-            .values(estado=EstadoCodigo.CANJEADO.value, canjeado_en=burn.ts,
-                    canje_terminal=burn.terminal, canje_clave_id=caller.clave_id,
-                    canje_registrado=burn.now)
-            .returning(codigos.c.id)
-        ).scalars().all()
+        done = (
+            conn.execute(
+                update(codigos)
+                .where(
+                    codigos.c.id == any_(bindparam("ids", ids, type_=ARRAY(codigos.c.id.type))),
+                    codigos.c.estado == EstadoCodigo.ASIGNADO.value,
+                )
+                .values(
+                    estado=EstadoCodigo.CANJEADO.value,
+                    canjeado_en=burn.ts,
+                    canje_terminal=burn.terminal,
+                    canje_clave_id=caller.clave_id,
+                    canje_registrado=burn.now,
+                )
+                .returning(codigos.c.id)
+            )
+            .scalars()
+            .all()
+        )
         if sorted(done) != sorted(ids):  # the rows are locked: cannot happen
             raise LoyaltyError(Codigo.ERROR_INTERNO, "canje: el estado cambió bajo bloqueo")
     live = caller.modo is Modo.VIVO
     if live:
-        move_many(conn, [Move(row.fan_pk, row.puntos_canje, codigo_id=row.id)
-                         for row in burned if row.puntos_canje and row.fan_pk is not None],
-                  Motivo.CANJE)
+        move_many(
+            conn,
+            [
+                Move(row.fan_pk, row.puntos_canje, codigo_id=row.id)
+                for row in burned
+                if row.puntos_canje and row.fan_pk is not None
+            ],
+            Motivo.CANJE,
+        )
     outcomes: list[tuple[Paso, RedeemResult | None]] = []
     for paso in pasos:
         result = None
         if paso.error is None and paso.copia is not None:
             row = rows[paso.copia]
             nuevo = paso.desenlace is Desenlace.CANJEADO
-            result = RedeemResult(codigo=paso.codigo, duplicado=not nuevo, promo=row.promo,
-                                  correo=row.correo,
-                                  puntos_otorgados=row.puntos_canje if nuevo and live else 0)
+            result = RedeemResult(
+                codigo=paso.codigo,
+                duplicado=not nuevo,
+                promo=row.promo,
+                correo=row.correo,
+                puntos_otorgados=row.puntos_canje if nuevo and live else 0,
+            )
         outcomes.append((paso, result))
     return outcomes

@@ -50,10 +50,30 @@ def resolve_fan(engine: Engine, caller: Caller, ref: FanRef, now: datetime) -> R
     row = fan_and_promo(engine, caller.programa_id, ref, promo_day(now))
     if row is None:
         raise not_found(ref)
-    (_, fan_id, nombre, correo, socio_desde, temporadas, puntos,
-     promo_nombre, descripcion, vigencia_fin, codigo) = row
-    fan = FoundFan(fan_id=fan_id, nombre=nombre, correo=correo, socio_desde=socio_desde,
-                   temporadas=temporadas, puntos=int(puntos))
-    promo = (None if promo_nombre is None
-             else CurrentPromo(promo_nombre, descripcion, vigencia_fin, codigo))
+    (
+        _,
+        fan_id,
+        nombre,
+        correo,
+        socio_desde,
+        temporadas,
+        puntos,
+        promo_nombre,
+        descripcion,
+        vigencia_fin,
+        codigo,
+    ) = row
+    fan = FoundFan(
+        fan_id=fan_id,
+        nombre=nombre,
+        correo=correo,
+        socio_desde=socio_desde,
+        temporadas=temporadas,
+        puntos=int(puntos),
+    )
+    promo = (
+        None
+        if promo_nombre is None
+        else CurrentPromo(promo_nombre, descripcion, vigencia_fin, codigo)
+    )
     return Resolved(fan, promo)

@@ -98,9 +98,19 @@ class _Read:
     waiting: bool
 
 
-_COLUMNS = (fans.c.pk, fans.c.cambio_xid, fans.c.fan_id, fans.c.nombre, fans.c.correo,
-            fans.c.socio_desde, fans.c.puntos, fans.c.estado, fans.c.baja_en,
-            fans.c.baja_motivo, fans.c.actualizado)
+_COLUMNS = (
+    fans.c.pk,
+    fans.c.cambio_xid,
+    fans.c.fan_id,
+    fans.c.nombre,
+    fans.c.correo,
+    fans.c.socio_desde,
+    fans.c.puntos,
+    fans.c.estado,
+    fans.c.baja_en,
+    fans.c.baja_motivo,
+    fans.c.actualizado,
+)
 
 # The page's horizon (oldest running transaction), the newest transaction id the database
 # has handed out, and the program's newest change position: one statement, one descent of
@@ -109,7 +119,8 @@ _HORIZON = text(
     "SELECT pg_snapshot_xmin(s)::text::bigint AS horizon, "
     "pg_snapshot_xmax(s)::text::bigint AS newest, "
     "(SELECT max(cambio_xid) FROM fans WHERE programa_id = :programa) AS newest_change "
-    "FROM pg_current_snapshot() AS s")
+    "FROM pg_current_snapshot() AS s"
+)
 
 
 _ESTADOS = {e.value: e for e in EstadoFan}
@@ -117,76 +128,101 @@ _ESTADOS = {e.value: e for e in EstadoFan}
 
 def _entry(row: Row[*tuple[Any, ...]]) -> RosterEntry:
     # Unpacked in _COLUMNS order (cheaper than attribute access, 2,000 times a page).
-    _pk, _xid, fan_id, nombre, correo, socio_desde, puntos, estado, baja_en, motivo, \
-        actualizado = row
-    return RosterEntry(fan_id, nombre, correo, socio_desde, puntos, _ESTADOS[estado],
-                       baja_en, motivo, actualizado)
+    _pk, _xid, fan_id, nombre, correo, socio_desde, puntos, estado, baja_en, motivo, actualizado = (
+        row
+    )
+    return RosterEntry(
+        fan_id, nombre, correo, socio_desde, puntos, _ESTADOS[estado], baja_en, motivo, actualizado
+    )
 
 
 def snapshot_query(programa_id: str, after_pk: int, limite: int) -> Select[Any]:
     """A snapshot page (and one row more, to tell whether another page follows): one
     range scan of ix_fans_programa_pk (or of the primary key, filtered by program, when
     the planner finds the program's rows dense enough in it)."""
-    return (select(*_COLUMNS)
-            .where(fans.c.programa_id == programa_id, fans.c.pk > after_pk)
-            .order_by(fans.c.pk)
-            .limit(limite + 1))
+    return (
+        select(*_COLUMNS)
+        .where(fans.c.programa_id == programa_id, fans.c.pk > after_pk)
+        .order_by(fans.c.pk)
+        .limit(limite + 1)
+    )
 
 
-def changes_query(programa_id: str, after: Posicion, horizon: int, limite: int
-                  ) -> Select[Any]:
+def changes_query(programa_id: str, after: Posicion, horizon: int, limite: int) -> Select[Any]:
     """A page of changes (and one row more): one range scan of ix_fans_programa_cambio_xid,
     from just after the cursor's position up to the horizon, in position order."""
-    return (select(*_COLUMNS)
-            .where(fans.c.programa_id == programa_id,
-                   tuple_(fans.c.cambio_xid, fans.c.pk) > tuple_(after.xid, after.pk),
-                   fans.c.cambio_xid < horizon)
-            .order_by(fans.c.cambio_xid, fans.c.pk)
-            .limit(limite + 1))
+    return (
+        select(*_COLUMNS)
+        .where(
+            fans.c.programa_id == programa_id,
+            tuple_(fans.c.cambio_xid, fans.c.pk) > tuple_(after.xid, after.pk),
+            fans.c.cambio_xid < horizon,
+        )
+        .order_by(fans.c.cambio_xid, fans.c.pk)
+        .limit(limite + 1)
+    )
 
 
 def _read(engine: Engine, programa_id: str, desde: Posicion | None, limite: int) -> _Read:
-    conn = engine.connect().execution_options(isolation_level="REPEATABLE READ",
-                                              postgresql_readonly=True)
+    conn = engine.connect().execution_options(
+        isolation_level="REPEATABLE READ", postgresql_readonly=True
+    )
     with conn, conn.begin():
-        horizon, newest, newest_change = conn.execute(
-            _HORIZON, {"programa": programa_id}).one()
+        horizon, newest, newest_change = conn.execute(_HORIZON, {"programa": programa_id}).one()
         if newest_change is not None and newest_change >= newest:
             # Stamped by transactions this database never ran: restored from a logical
             # dump into a cluster whose transaction counter is behind (services/roster.py
             # docstring). Serving would skip changes; refuse until an operator fixes it.
-            log.error("roster %s: change position %s is ahead of the transaction counter "
-                      "(%s); advance the counter (pg_resetwal --epoch) before serving the "
-                      "feed", programa_id, newest_change, newest)
-            raise LoyaltyError(Codigo.SERVICIO_NO_DISPONIBLE,
-                               "el feed del padrón no está disponible; reintente más tarde")
+            log.error(
+                "roster %s: change position %s is ahead of the transaction counter "
+                "(%s); advance the counter (pg_resetwal --epoch) before serving the "
+                "feed",
+                programa_id,
+                newest_change,
+                newest,
+            )
+            raise LoyaltyError(
+                Codigo.SERVICIO_NO_DISPONIBLE,
+                "el feed del padrón no está disponible; reintente más tarde",
+            )
         if desde is not None and desde.xid > newest:
-            raise LoyaltyError(Codigo.CURSOR_INVALIDO,
-                               "desde: el cursor apunta más allá de lo que esta base de "
-                               "datos ha registrado (¿se restauró de otra copia?); omita "
-                               "`desde` para empezar con una foto completa")
+            raise LoyaltyError(
+                Codigo.CURSOR_INVALIDO,
+                "desde: el cursor apunta más allá de lo que esta base de "
+                "datos ha registrado (¿se restauró de otra copia?); omita "
+                "`desde` para empezar con una foto completa",
+            )
         if desde is None or desde.fase is Fase.FOTO:
             watermark = horizon if desde is None else desde.xid
-            rows = conn.execute(snapshot_query(
-                programa_id, 0 if desde is None else desde.pk, limite)).all()
+            rows = conn.execute(
+                snapshot_query(programa_id, 0 if desde is None else desde.pk, limite)
+            ).all()
             if len(rows) > limite:
-                return _Read(rows[:limite], True, Posicion(Fase.FOTO, watermark,
-                                                           rows[limite - 1].pk), False)
+                return _Read(
+                    rows[:limite], True, Posicion(Fase.FOTO, watermark, rows[limite - 1].pk), False
+                )
             return _Read(rows, False, Posicion(Fase.CAMBIOS, watermark, 0), False)
         rows = conn.execute(changes_query(programa_id, desde, horizon, limite)).all()
         if len(rows) > limite:
             last = rows[limite - 1]
-            return _Read(rows[:limite], True, Posicion(Fase.CAMBIOS, last.cambio_xid, last.pk),
-                         False)
+            return _Read(
+                rows[:limite], True, Posicion(Fase.CAMBIOS, last.cambio_xid, last.pk), False
+            )
         end = max((desde.xid, desde.pk), (horizon, 0))
         waiting = newest_change is not None and newest_change >= horizon
         return _Read(rows, False, Posicion(Fase.CAMBIOS, *end), waiting)
 
 
-def read_roster(engine: Engine, programa_id: str, desde: str | None, limite: int, *,
-                settle_seconds: float = SETTLE_SECONDS,
-                clock: Callable[[], float] = time.monotonic,
-                sleep: Callable[[float], None] = time.sleep) -> RosterPage:
+def read_roster(
+    engine: Engine,
+    programa_id: str,
+    desde: str | None,
+    limite: int,
+    *,
+    settle_seconds: float = SETTLE_SECONDS,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> RosterPage:
     """One page of the program's roster feed: a snapshot page when `desde` is None or a
     snapshot cursor, else the changes after the cursor. `limite` >= 1 (the edge clamps it).
     cursor_invalido when `desde` is not a cursor this program's feed issued."""
@@ -199,5 +235,9 @@ def read_roster(engine: Engine, programa_id: str, desde: str | None, limite: int
             break
         sleep(step)
         step = min(step * 2, _SETTLE_STEP_MAX)
-    return RosterPage(desde=desde or "", fans=[_entry(r) for r in read.rows],
-                      hay_mas=read.hay_mas, siguiente=encode_cursor(programa_id, read.siguiente))
+    return RosterPage(
+        desde=desde or "",
+        fans=[_entry(r) for r in read.rows],
+        hay_mas=read.hay_mas,
+        siguiente=encode_cursor(programa_id, read.siguiente),
+    )

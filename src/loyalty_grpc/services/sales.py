@@ -51,8 +51,9 @@ def _points(caller: Caller, centavos: int) -> int:
         return 0
     puntos = points_for(centavos, caller.tasa_puntos)
     if puntos > MAX_PUNTOS:
-        raise LoyaltyError(Codigo.IMPORTE_INVALIDO,
-                           "importe: demasiado grande para los puntos de este programa")
+        raise LoyaltyError(
+            Codigo.IMPORTE_INVALIDO, "importe: demasiado grande para los puntos de este programa"
+        )
     return puntos
 
 
@@ -62,26 +63,53 @@ def _replay(engine: Engine, caller: Caller, sale: NewSale, fan: SaleRow) -> Sale
     original = original_sale(engine, caller.programa_id, caller.modo.value, sale.id_externo)
     if original.fan_pk != fan.fan_pk or original.centavos != sale.centavos:
         differs = "el fan" if original.fan_pk != fan.fan_pk else "el importe"
-        raise LoyaltyError(Codigo.ID_EXTERNO_EN_CONFLICTO,
-                           f"id_externo ya registrado (folio {original.folio}) con otro valor "
-                           f"en {differs}; use un id_externo nuevo para otra venta")
-    return SaleResult(duplicado=True, folio=original.folio, puntos_otorgados=0,
-                      saldo=original.saldo, fan_id=fan.fan_id, correo=fan.correo)
+        raise LoyaltyError(
+            Codigo.ID_EXTERNO_EN_CONFLICTO,
+            f"id_externo ya registrado (folio {original.folio}) con otro valor "
+            f"en {differs}; use un id_externo nuevo para otra venta",
+        )
+    return SaleResult(
+        duplicado=True,
+        folio=original.folio,
+        puntos_otorgados=0,
+        saldo=original.saldo,
+        fan_id=fan.fan_id,
+        correo=fan.correo,
+    )
 
 
 def register_sale(engine: Engine, caller: Caller, sale: NewSale) -> SaleResult:
     if sale.moneda.upper() != caller.moneda:
-        raise LoyaltyError(Codigo.MONEDA_NO_SOPORTADA,
-                           f"moneda: el programa opera en {caller.moneda}, "
-                           f"llegó {sale.moneda!r}")
+        raise LoyaltyError(
+            Codigo.MONEDA_NO_SOPORTADA,
+            f"moneda: el programa opera en {caller.moneda}, llegó {sale.moneda!r}",
+        )
     puntos = _points(caller, sale.centavos)
-    row = insert_sale(engine, SaleValues(
-        programa=caller.programa_id, modo=caller.modo.value, id_externo=sale.id_externo,
-        centavos=sale.centavos, moneda=caller.moneda, terminal=sale.terminal,
-        sitio=sale.sitio, ts=sale.ts, puntos=puntos, clave_id=caller.clave_id), sale.fan)
+    row = insert_sale(
+        engine,
+        SaleValues(
+            programa=caller.programa_id,
+            modo=caller.modo.value,
+            id_externo=sale.id_externo,
+            centavos=sale.centavos,
+            moneda=caller.moneda,
+            terminal=sale.terminal,
+            sitio=sale.sitio,
+            ts=sale.ts,
+            puntos=puntos,
+            clave_id=caller.clave_id,
+        ),
+        sale.fan,
+    )
     if row is None:
         raise not_found(sale.fan)
     if row.folio is None:
         return _replay(engine, caller, sale, row)
-    return SaleResult(duplicado=False, folio=row.folio, puntos_otorgados=puntos,
-                      saldo=row.saldo, fan_id=row.fan_id, correo=row.correo)
+    return SaleResult(
+        duplicado=False,
+        folio=row.folio,
+        puntos_otorgados=puntos,
+        saldo=row.saldo,
+        fan_id=row.fan_id,
+        correo=row.correo,
+    )

@@ -77,13 +77,29 @@ class BurnValues:
 def burn_one(engine: Engine, burn: BurnValues) -> BurnRow | None:
     """Burn the text's preferred copy if it is `asignado`; None when the program has no
     copy of it."""
-    row = fetch_one(engine, BURN, {
-        "programa": burn.programa, "codigo": burn.codigo, "preferencia": list(PREFERENCIA),
-        "ts": burn.ts, "terminal": burn.terminal, "clave_id": burn.clave_id,
-        "ahora": burn.ahora, "vivo": burn.vivo, "motivo": Motivo.CANJE.value, "nota": "",
-    })
+    row = fetch_one(
+        engine,
+        BURN,
+        {
+            "programa": burn.programa,
+            "codigo": burn.codigo,
+            "preferencia": list(PREFERENCIA),
+            "ts": burn.ts,
+            "terminal": burn.terminal,
+            "clave_id": burn.clave_id,
+            "ahora": burn.ahora,
+            "vivo": burn.vivo,
+            "motivo": Motivo.CANJE.value,
+            "nota": "",
+        },
+    )
     if row is None:
         return None
     copia, estado, promo, puntos_canje, correo = row
-    return BurnRow(copia=copia, estado=EstadoCodigo(estado), promo=promo,
-                   puntos_canje=int(puntos_canje), correo=correo or "")
+    return BurnRow(
+        copia=copia,
+        estado=EstadoCodigo(estado),
+        promo=promo,
+        puntos_canje=int(puntos_canje),
+        correo=correo or "",
+    )

@@ -39,6 +39,7 @@ def make_engine(url: str, *, pool_size: int = 20) -> Engine:
         pool_recycle=1800,
         hide_parameters=True,
         # Unless the URL sets its own (`?connect_timeout=N`).
-        connect_args={} if "connect_timeout" in make_url(url).query
+        connect_args={}
+        if "connect_timeout" in make_url(url).query
         else {"connect_timeout": CONNECT_TIMEOUT_SECONDS},
     )

@@ -80,10 +80,17 @@ def move_points(
     The new balance also goes to `wallet_outbox` (the fan's wallet pass is refreshed from
     it, DESIGN.md §2 "Wallet pass"), so every balance change, whatever its motive, reaches
     the pass, and none does unless the caller commits. One statement (one round trip)."""
-    balance = conn.exec_driver_sql(_MOVE_ONE, {
-        "fan_pk": fan_pk, "puntos": puntos, "venta_id": venta_id, "codigo_id": codigo_id,
-        "motivo": motivo.value, "nota": nota,
-    }).scalar()
+    balance = conn.exec_driver_sql(
+        _MOVE_ONE,
+        {
+            "fan_pk": fan_pk,
+            "puntos": puntos,
+            "venta_id": venta_id,
+            "codigo_id": codigo_id,
+            "motivo": motivo.value,
+            "nota": nota,
+        },
+    ).scalar()
     if balance is None:
         raise LookupError(f"no fan with pk {fan_pk}")
     return int(balance)
@@ -109,16 +116,23 @@ SELECT fan_pk, saldo FROM movido
 """  # noqa: S608 (only constants are interpolated)
 
 
-def move_many(conn: Connection, moves: Sequence[Move], motivo: Motivo, *, nota: str = ""
-              ) -> dict[int, int]:
+def move_many(
+    conn: Connection, moves: Sequence[Move], motivo: Motivo, *, nota: str = ""
+) -> dict[int, int]:
     """`move_points` for a set of entries in one statement (e.g. the burns of a batch):
     one ledger entry each, one balance change and outbox row per fan. Returns the new
     balance of each fan that moved."""
     if not moves:
         return {}
-    rows = conn.exec_driver_sql(_MOVE_MANY, {
-        "fan_pks": [m.fan_pk for m in moves], "puntos": [m.puntos for m in moves],
-        "venta_ids": [m.venta_id for m in moves], "codigo_ids": [m.codigo_id for m in moves],
-        "motivo": motivo.value, "nota": nota,
-    }).all()
+    rows = conn.exec_driver_sql(
+        _MOVE_MANY,
+        {
+            "fan_pks": [m.fan_pk for m in moves],
+            "puntos": [m.puntos for m in moves],
+            "venta_ids": [m.venta_id for m in moves],
+            "codigo_ids": [m.codigo_id for m in moves],
+            "motivo": motivo.value,
+            "nota": nota,
+        },
+    ).all()
     return {int(fan_pk): int(saldo) for fan_pk, saldo in rows}

@@ -44,20 +44,24 @@ _SEGUNDO = f"coalesce(CAST(%(segundo)s AS bigint), {_NOW})"
 
 def _shift(counters: str, slots: int, step: str) -> str:
     """SQL: `counters` (an array of `slots`) moved `step` seconds on, zeros coming in."""
-    return (f"CASE WHEN {step} >= {slots} THEN array_fill(0, ARRAY[{slots}]) "
-            f"ELSE {counters}[({step})::int + 1 : {slots}] "
-            f"|| array_fill(0, ARRAY[({step})::int]) END")
+    return (
+        f"CASE WHEN {step} >= {slots} THEN array_fill(0, ARRAY[{slots}]) "
+        f"ELSE {counters}[({step})::int + 1 : {slots}] "
+        f"|| array_fill(0, ARRAY[({step})::int]) END"
+    )
 
 
 def _minus(counters: str, slots: int, newest: str, segundo: str, n: str) -> str:
     """SQL: `n` less (never below zero) in the slot of second `segundo` of `counters`, whose
     last slot is second `newest`; unchanged when that second is not there (or NULL)."""
     i = f"({slots} - ({newest} - {segundo}))"  # 1-based slot of that second
-    return (f"CASE WHEN {i} BETWEEN 1 AND {slots} "
-            f"THEN {counters}[1 : {i}::int - 1] "
-            f"|| ({counters}[{i}::int] - least({n}, {counters}[{i}::int])) "
-            f"|| {counters}[{i}::int + 1 : {slots}] "
-            f"ELSE {counters} END")
+    return (
+        f"CASE WHEN {i} BETWEEN 1 AND {slots} "
+        f"THEN {counters}[1 : {i}::int - 1] "
+        f"|| ({counters}[{i}::int] - least({n}, {counters}[{i}::int])) "
+        f"|| {counters}[{i}::int + 1 : {slots}] "
+        f"ELSE {counters} END"
+    )
 
 
 _DEV_SEGUNDO = "CAST(%(dev_segundo)s AS bigint)"
@@ -86,8 +90,9 @@ ON CONFLICT (clave_id) DO UPDATE SET (segundo, cuentas, reservas, concedidas) = 
     FROM (
       SELECT w.segundo,
              {_minus("w.cuentas", SLOTS, "w.segundo", _DEV_SEGUNDO, "%(dev)s")} AS cuentas,
-             {_minus("w.reservas", RESERVA_SLOTS, "w.segundo", _DEV_SEGUNDO,
-                     "%(dev_reservadas)s")} AS reservas
+             {
+    _minus("w.reservas", RESERVA_SLOTS, "w.segundo", _DEV_SEGUNDO, "%(dev_reservadas)s")
+} AS reservas
       FROM (
         SELECT s.segundo,
                {_shift("l.cuentas", SLOTS, "s.segundo - l.segundo")} AS cuentas,
@@ -144,34 +149,52 @@ class PgCounters:
     def __init__(self, engine: Engine) -> None:
         self._engine = engine
 
-    def reserve(self, clave_id: int, pedidas: int, limite: int,
-                devolucion: Devolucion | None = None, *, holgura: int,
-                segundo: int | None = None) -> Reserva:
+    def reserve(
+        self,
+        clave_id: int,
+        pedidas: int,
+        limite: int,
+        devolucion: Devolucion | None = None,
+        *,
+        holgura: int,
+        segundo: int | None = None,
+    ) -> Reserva:
         """Ask for `pedidas` calls of the key (settling an earlier batch); see the module
         doc."""
-        row = fetch_one(self._engine, _RESERVE, {
-            "clave_id": clave_id, "pedidas": pedidas, "limite": limite, "holgura": holgura,
-            "segundo": segundo,
-            "dev_segundo": devolucion.segundo if devolucion else None,
-            "dev": devolucion.cuantas if devolucion else 0,
-            "dev_reservadas": devolucion.reservadas if devolucion else 0,
-        })
+        row = fetch_one(
+            self._engine,
+            _RESERVE,
+            {
+                "clave_id": clave_id,
+                "pedidas": pedidas,
+                "limite": limite,
+                "holgura": holgura,
+                "segundo": segundo,
+                "dev_segundo": devolucion.segundo if devolucion else None,
+                "dev": devolucion.cuantas if devolucion else 0,
+                "dev_reservadas": devolucion.reservadas if devolucion else 0,
+            },
+        )
         assert row is not None  # an upsert's RETURNING always has its row
         segundo_, cuentas, reservas, concedidas, ahora = row
-        return Reserva(int(segundo_), tuple(cuentas), int(concedidas), float(ahora),
-                       tuple(reservas))
+        return Reserva(
+            int(segundo_), tuple(cuentas), int(concedidas), float(ahora), tuple(reservas)
+        )
 
     def settle(self, devoluciones: Sequence[tuple[int, Devolucion]]) -> None:
         """Settle batches of several keys (at most one per key) in one statement."""
         if not devoluciones:
             return
         with autocommit(self._engine) as conn:
-            conn.execute(_SETTLE, {
-                "claves": [clave_id for clave_id, _ in devoluciones],
-                "segundos": [d.segundo for _, d in devoluciones],
-                "cuantas": [d.cuantas for _, d in devoluciones],
-                "reservadas": [d.reservadas for _, d in devoluciones],
-            })
+            conn.execute(
+                _SETTLE,
+                {
+                    "claves": [clave_id for clave_id, _ in devoluciones],
+                    "segundos": [d.segundo for _, d in devoluciones],
+                    "cuantas": [d.cuantas for _, d in devoluciones],
+                    "reservadas": [d.reservadas for _, d in devoluciones],
+                },
+            )
 
     def purge(self) -> None:
         """Delete the rows of keys idle for more than a window (they hold only zeros)."""

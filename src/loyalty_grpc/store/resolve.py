@@ -27,8 +27,9 @@ FROM fan LEFT JOIN LATERAL (
 ) AS promo ON true
 """
 
-RESOLVE: dict[Forma, str] = {forma: _RESOLVE.format(lookup=lookup)
-                             for forma, lookup in LOOKUP.items()}
+RESOLVE: dict[Forma, str] = {
+    forma: _RESOLVE.format(lookup=lookup) for forma, lookup in LOOKUP.items()
+}
 
 
 def fan_and_promo(engine: Engine, programa: str, ref: FanRef, hoy: date) -> Row | None:

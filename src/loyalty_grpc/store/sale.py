@@ -36,8 +36,9 @@ SELECT fan.pk, fan.fan_id, fan.correo, fan.puntos, venta.venta_id, movido.saldo
 FROM fan LEFT JOIN venta ON true LEFT JOIN movido ON true
 """
 
-SALE: dict[Forma, str] = {forma: _SALE.format(lookup=lookup, move=move_ctes("venta"))
-                          for forma, lookup in LOOKUP.items()}
+SALE: dict[Forma, str] = {
+    forma: _SALE.format(lookup=lookup, move=move_ctes("venta")) for forma, lookup in LOOKUP.items()
+}
 
 ORIGINAL = """
 SELECT v.id, v.fan_pk, v.importe_centavos, f.puntos
@@ -81,24 +82,40 @@ class SaleValues:
 
 def insert_sale(engine: Engine, sale: SaleValues, ref: FanRef) -> SaleRow | None:
     """The sale for the active fan `ref` names; None when no such fan (nothing written)."""
-    row = fetch_one(engine, SALE[ref.forma], {
-        **lookup_params(sale.programa, ref),
-        "modo": sale.modo, "id_externo": sale.id_externo, "centavos": sale.centavos,
-        "moneda": sale.moneda, "terminal": sale.terminal, "sitio": sale.sitio,
-        "ts": sale.ts, "puntos": sale.puntos, "clave_id": sale.clave_id,
-        "motivo": Motivo.VENTA.value, "nota": "",
-    })
+    row = fetch_one(
+        engine,
+        SALE[ref.forma],
+        {
+            **lookup_params(sale.programa, ref),
+            "modo": sale.modo,
+            "id_externo": sale.id_externo,
+            "centavos": sale.centavos,
+            "moneda": sale.moneda,
+            "terminal": sale.terminal,
+            "sitio": sale.sitio,
+            "ts": sale.ts,
+            "puntos": sale.puntos,
+            "clave_id": sale.clave_id,
+            "motivo": Motivo.VENTA.value,
+            "nota": "",
+        },
+    )
     if row is None:
         return None
     fan_pk, fan_id, correo, puntos, folio, saldo = row
-    return SaleRow(fan_pk=fan_pk, fan_id=fan_id, correo=correo, folio=folio,
-                   saldo=int(puntos if saldo is None else saldo))
+    return SaleRow(
+        fan_pk=fan_pk,
+        fan_id=fan_id,
+        correo=correo,
+        folio=folio,
+        saldo=int(puntos if saldo is None else saldo),
+    )
 
 
-def original_sale(engine: Engine, programa: str, modo: str, id_externo: str
-                  ) -> OriginalSale:
-    row = fetch_one(engine, ORIGINAL, {"programa": programa, "modo": modo,
-                                       "id_externo": id_externo})
+def original_sale(engine: Engine, programa: str, modo: str, id_externo: str) -> OriginalSale:
+    row = fetch_one(
+        engine, ORIGINAL, {"programa": programa, "modo": modo, "id_externo": id_externo}
+    )
     if row is None:  # the conflicting sale is committed: it cannot be gone
         raise LookupError("the sale with this id_externo vanished")
     folio, fan_pk, centavos, saldo = row

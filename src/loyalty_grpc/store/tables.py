@@ -98,14 +98,20 @@ fans = Table(
     # transaction (services/roster.py); cambio_seq is a plain change counter, read by no
     # feed (ordering by it skips changes committed out of order).
     Column("actualizado", DateTime(timezone=True), nullable=False, server_default=func.now()),
-    Column("cambio_xid", BigInteger, nullable=False,
-           server_default=text("pg_current_xact_id()::text::bigint")),
-    Column("cambio_seq", BigInteger, nullable=False,
-           server_default=text("nextval('fans_cambio_seq')")),
+    Column(
+        "cambio_xid",
+        BigInteger,
+        nullable=False,
+        server_default=text("pg_current_xact_id()::text::bigint"),
+    ),
+    Column(
+        "cambio_seq", BigInteger, nullable=False, server_default=text("nextval('fans_cambio_seq')")
+    ),
     CheckConstraint("estado IN ('activo', 'baja')", name="estado"),
     CheckConstraint("(estado = 'baja') = (baja_en IS NOT NULL)", name="baja_en"),
-    CheckConstraint("fan_id = upper(fan_id) AND fan_id !~ '\\s' AND fan_id <> ''",
-                    name="fan_id_canonico"),
+    CheckConstraint(
+        "fan_id = upper(fan_id) AND fan_id !~ '\\s' AND fan_id <> ''", name="fan_id_canonico"
+    ),
     Index("uq_fans_programa_fan_id", "programa_id", "fan_id", unique=True),
     Index("uq_fans_programa_correo", "programa_id", func.lower(text("correo")), unique=True),
     Index("uq_fans_programa_qr_token", "programa_id", "qr_token", unique=True),
@@ -152,10 +158,10 @@ codigos = Table(
     Column("canje_registrado", DateTime(timezone=True)),
     Column("liberado_en", DateTime(timezone=True)),
     _now(),
-    CheckConstraint("estado IN ('disponible', 'asignado', 'canjeado', 'liberado')",
-                    name="estado"),
-    CheckConstraint("estado NOT IN ('asignado', 'canjeado') OR fan_pk IS NOT NULL",
-                    name="fan_si_entregado"),
+    CheckConstraint("estado IN ('disponible', 'asignado', 'canjeado', 'liberado')", name="estado"),
+    CheckConstraint(
+        "estado NOT IN ('asignado', 'canjeado') OR fan_pk IS NOT NULL", name="fan_si_entregado"
+    ),
     Index("uq_codigos_promo_codigo", "promo_id", "codigo", unique=True),
     Index("ix_codigos_programa_codigo", "programa_id", "codigo"),
     Index("ix_codigos_fan", "fan_pk"),
@@ -184,8 +190,7 @@ ventas = Table(
     Column("anulada_en", DateTime(timezone=True)),
     CheckConstraint("modo IN ('vivo', 'prueba')", name="modo"),
     CheckConstraint("importe_centavos >= 0", name="importe"),
-    Index("uq_ventas_programa_modo_id_externo", "programa_id", "modo", "id_externo",
-          unique=True),
+    Index("uq_ventas_programa_modo_id_externo", "programa_id", "modo", "id_externo", unique=True),
 )
 
 movimientos = Table(
@@ -219,8 +224,7 @@ wallet_outbox = Table(
     Column("fan_pk", BigInteger, ForeignKey("fans.pk"), nullable=False),
     Column("saldo", BigInteger, nullable=False),
     _now(),
-    postgresql_with={"autovacuum_vacuum_scale_factor": "0",
-                     "autovacuum_vacuum_threshold": "10000"},
+    postgresql_with={"autovacuum_vacuum_scale_factor": "0", "autovacuum_vacuum_threshold": "10000"},
 )
 
 # The sender's state per fan, created when the fan's first balance is folded in; locked
@@ -239,8 +243,7 @@ wallet_pases = Table(
     Column("fan_pk", BigInteger, ForeignKey("fans.pk"), primary_key=True),
     # Consecutive failed attempts (0 after a delivery).
     Column("intentos", Integer, nullable=False, server_default="0"),
-    Column("proximo_intento", DateTime(timezone=True), nullable=False,
-           server_default=func.now()),
+    Column("proximo_intento", DateTime(timezone=True), nullable=False, server_default=func.now()),
     Column("ultimo_error", Text),
     Column("error_en", DateTime(timezone=True)),
     Column("entregado_saldo", BigInteger),
@@ -249,16 +252,29 @@ wallet_pases = Table(
     Column("saldo_id", BigInteger),
     Column("pendiente_desde", DateTime(timezone=True)),
     CheckConstraint("intentos >= 0", name="intentos"),
-    CheckConstraint("(saldo_pendiente IS NULL) = (pendiente_desde IS NULL) "
-                    "AND (saldo_pendiente IS NULL OR saldo_id IS NOT NULL)", name="pendiente"),
+    CheckConstraint(
+        "(saldo_pendiente IS NULL) = (pendiente_desde IS NULL) "
+        "AND (saldo_pendiente IS NULL OR saldo_id IS NOT NULL)",
+        name="pendiente",
+    ),
     # The claim: due fans with a balance waiting, longest-waiting first.
-    Index("ix_wallet_pases_due", "proximo_intento", "pendiente_desde",
-          postgresql_where=text("pendiente_desde IS NOT NULL")),
+    Index(
+        "ix_wallet_pases_due",
+        "proximo_intento",
+        "pendiente_desde",
+        postgresql_where=text("pendiente_desde IS NOT NULL"),
+    ),
     # The backlog's oldest balance (`loyalty status`, /metrics).
-    Index("ix_wallet_pases_pendiente_desde", "pendiente_desde",
-          postgresql_where=text("pendiente_desde IS NOT NULL")),
-    postgresql_with={"fillfactor": "80", "autovacuum_vacuum_scale_factor": "0",
-                     "autovacuum_vacuum_threshold": "10000"},
+    Index(
+        "ix_wallet_pases_pendiente_desde",
+        "pendiente_desde",
+        postgresql_where=text("pendiente_desde IS NOT NULL"),
+    ),
+    postgresql_with={
+        "fillfactor": "80",
+        "autovacuum_vacuum_scale_factor": "0",
+        "autovacuum_vacuum_threshold": "10000",
+    },
 )
 
 # What the local provider (the default) records: one row per delivery.
@@ -283,8 +299,7 @@ wallet_entregas = Table(
 limite_llamadas = Table(
     "limite_llamadas",
     metadata,
-    Column("clave_id", BigInteger, ForeignKey("claves.id", ondelete="CASCADE"),
-           primary_key=True),
+    Column("clave_id", BigInteger, ForeignKey("claves.id", ondelete="CASCADE"), primary_key=True),
     # Newest whole second (database clock, epoch seconds) a call of the key was seen in.
     Column("segundo", BigInteger, nullable=False),
     # 61 counters of granted calls, oldest first; the last one is `segundo`.
@@ -305,5 +320,17 @@ LEFT JOIN (SELECT fan_pk, sum(puntos) AS s FROM movimientos GROUP BY fan_pk) m O
 WHERE f.puntos <> coalesce(m.s, 0)
 """
 
-__all__ = ["claves", "codigos", "fans", "limite_llamadas", "metadata", "movimientos",
-           "programas", "promos", "ventas", "wallet_entregas", "wallet_outbox", "wallet_pases"]
+__all__ = [
+    "claves",
+    "codigos",
+    "fans",
+    "limite_llamadas",
+    "metadata",
+    "movimientos",
+    "programas",
+    "promos",
+    "ventas",
+    "wallet_entregas",
+    "wallet_outbox",
+    "wallet_pases",
+]

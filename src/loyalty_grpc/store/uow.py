@@ -11,9 +11,9 @@ from sqlalchemy import Connection, Engine
 class UnitOfWork:
     """Usage::
 
-        with UnitOfWork(engine) as uow:
-            uow.conn.execute(...)
-            uow.commit()
+    with UnitOfWork(engine) as uow:
+        uow.conn.execute(...)
+        uow.commit()
     """
 
     def __init__(self, engine: Engine) -> None:

@@ -61,8 +61,9 @@ class Backlog:
     exact: bool
 
 
-def backlog(conn: Connection, *, now: datetime | None = None,
-            cap: int | None = EXACT_UP_TO) -> Backlog:
+def backlog(
+    conn: Connection, *, now: datetime | None = None, cap: int | None = EXACT_UP_TO
+) -> Backlog:
     """The backlog (see the module doc); `cap=None` counts everything exactly (a scan of
     the whole backlog). `now`: the sender's clock for `waiting` (default: this host's).
     Runs in the connection's transaction, planned for its parameters (as the sender's
@@ -74,9 +75,14 @@ def backlog(conn: Connection, *, now: datetime | None = None,
     fans = int(row.fans)
     if not exact:
         fans = max(int(row.pases), int(row.pases_estimadas or 0)) + max(
-            int(row.filas), int(row.filas_estimadas or 0))
-    return Backlog(fans=fans, waiting=min(int(row.esperando), limit - 1),
-                   oldest_seconds=max(0.0, float(row.oldest_seconds or 0)), exact=exact)
+            int(row.filas), int(row.filas_estimadas or 0)
+        )
+    return Backlog(
+        fans=fans,
+        waiting=min(int(row.esperando), limit - 1),
+        oldest_seconds=max(0.0, float(row.oldest_seconds or 0)),
+        exact=exact,
+    )
 
 
 def pending_fans(engine: Engine, *, now: datetime | None = None) -> tuple[int, int]:

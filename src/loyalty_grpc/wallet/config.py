@@ -53,24 +53,33 @@ class WalletSettings:
         if provider not in PROVIDERS:
             raise WalletConfigError(
                 f"LOYALTY_WALLET_PROVIDER must be one of {', '.join(PROVIDERS)}, "
-                f"got {env['LOYALTY_WALLET_PROVIDER']!r}")
+                f"got {env['LOYALTY_WALLET_PROVIDER']!r}"
+            )
         interval = _interval(env.get("LOYALTY_WALLET_INTERVAL_SECONDS", ""))
         if provider == "local":
             return cls(provider=provider, interval=interval)
         issuer_id = env.get("LOYALTY_GOOGLE_WALLET_ISSUER_ID", "").strip()
         if not issuer_id:
             raise WalletConfigError(
-                "LOYALTY_WALLET_PROVIDER=google needs LOYALTY_GOOGLE_WALLET_ISSUER_ID")
+                "LOYALTY_WALLET_PROVIDER=google needs LOYALTY_GOOGLE_WALLET_ISSUER_ID"
+            )
         if not _ISSUER_ID.fullmatch(issuer_id):
             raise WalletConfigError(
-                f"LOYALTY_GOOGLE_WALLET_ISSUER_ID must be digits, got {issuer_id!r}")
+                f"LOYALTY_GOOGLE_WALLET_ISSUER_ID must be digits, got {issuer_id!r}"
+            )
         api_base = env.get("LOYALTY_GOOGLE_WALLET_API", "").strip() or DEFAULT_API
         if not _URL.fullmatch(api_base):
             raise WalletConfigError(
-                f"LOYALTY_GOOGLE_WALLET_API must be an http(s) URL, got {api_base!r}")
+                f"LOYALTY_GOOGLE_WALLET_API must be an http(s) URL, got {api_base!r}"
+            )
         info = _service_account(env.get("LOYALTY_GOOGLE_WALLET_CREDENTIALS", "").strip())
-        return cls(provider=provider, interval=interval, issuer_id=issuer_id,
-                   api_base=api_base, credentials_info=info)
+        return cls(
+            provider=provider,
+            interval=interval,
+            issuer_id=issuer_id,
+            api_base=api_base,
+            credentials_info=info,
+        )
 
     @property
     def batch(self) -> int:
@@ -80,7 +89,8 @@ class WalletSettings:
     def build_provider(self, engine: Engine) -> WalletProvider:
         if self.provider == "google":
             return GoogleWalletProvider.from_service_account_info(
-                self.credentials_info, self.issuer_id, api_base=self.api_base)
+                self.credentials_info, self.issuer_id, api_base=self.api_base
+            )
         return LocalProvider(engine)
 
 
@@ -93,7 +103,8 @@ def _interval(value: str) -> float:
         interval = math.nan
     if not (math.isfinite(interval) and interval > 0):
         raise WalletConfigError(
-            f"LOYALTY_WALLET_INTERVAL_SECONDS must be a positive number, got {value!r}")
+            f"LOYALTY_WALLET_INTERVAL_SECONDS must be a positive number, got {value!r}"
+        )
     return interval
 
 
@@ -101,8 +112,8 @@ def _service_account(path: str) -> Mapping[str, Any]:
     name = "LOYALTY_GOOGLE_WALLET_CREDENTIALS"
     if not path:
         raise WalletConfigError(
-            f"LOYALTY_WALLET_PROVIDER=google needs {name} (path of the service account's "
-            "JSON key)")
+            f"LOYALTY_WALLET_PROVIDER=google needs {name} (path of the service account's JSON key)"
+        )
     try:
         info = json.loads(Path(path).expanduser().read_text(encoding="utf-8"))
     except OSError as exc:
@@ -110,8 +121,9 @@ def _service_account(path: str) -> Mapping[str, Any]:
     except ValueError:
         raise WalletConfigError(f"{name}: {path} is not JSON") from None
     if not isinstance(info, dict) or info.get("type") != "service_account":
-        raise WalletConfigError(f"{name}: {path} is not a service account key "
-                                "(\"type\": \"service_account\")")
+        raise WalletConfigError(
+            f'{name}: {path} is not a service account key ("type": "service_account")'
+        )
     missing = [k for k in ("client_email", "private_key", "token_uri") if not info.get(k)]
     if missing:
         raise WalletConfigError(f"{name}: {path} lacks {', '.join(missing)}")

@@ -56,8 +56,7 @@ def object_suffix(programa_id: str, fan_id: str) -> str:
     ("halcones", "HAL0001") → "halcones.HAL0001", ("halcones", "A_B/1") →
     "halcones.A_5FB_2F1"."""
     escaped = "".join(
-        ch if ch in _SAFE else "".join(f"_{b:02X}" for b in ch.encode())
-        for ch in fan_id
+        ch if ch in _SAFE else "".join(f"_{b:02X}" for b in ch.encode()) for ch in fan_id
     )
     return f"{programa_id}.{escaped}"
 
@@ -85,12 +84,18 @@ class GoogleWalletProvider:
         self._token_lock = threading.Lock()
 
     @classmethod
-    def from_service_account_info(cls, info: Mapping[str, Any], issuer_id: str, *,
-                                  api_base: str = DEFAULT_API,
-                                  timeout: float = 10.0) -> GoogleWalletProvider:
+    def from_service_account_info(
+        cls,
+        info: Mapping[str, Any],
+        issuer_id: str,
+        *,
+        api_base: str = DEFAULT_API,
+        timeout: float = 10.0,
+    ) -> GoogleWalletProvider:
         """`info`: the parsed service-account key JSON (raises ValueError when it is not)."""
         credentials = service_account.Credentials.from_service_account_info(  # type: ignore[no-untyped-call]
-            info, scopes=[SCOPE])
+            info, scopes=[SCOPE]
+        )
         return cls(credentials, issuer_id, api_base=api_base, timeout=timeout)
 
     def object_id(self, fan: FanPass) -> str:
@@ -98,13 +103,15 @@ class GoogleWalletProvider:
 
     def deliver(self, fan: FanPass, saldo: int) -> None:
         if not -_INT32_MAX - 1 <= saldo <= _INT32_MAX:
-            raise WalletDeliveryError(f"balance {saldo} does not fit Google's 32-bit points",
-                                      permanent=True)
+            raise WalletDeliveryError(
+                f"balance {saldo} does not fit Google's 32-bit points", permanent=True
+            )
         object_id = self.object_id(fan)
         url = f"{self._api}/walletobjects/v1/loyaltyObject/{quote(object_id, safe='')}"
         # Only the points: no notifyPreference, no messages (a silent update).
-        body = json.dumps({"loyaltyPoints": {"balance": {"int": saldo}}},
-                          separators=(",", ":")).encode()
+        body = json.dumps(
+            {"loyaltyPoints": {"balance": {"int": saldo}}}, separators=(",", ":")
+        ).encode()
         response = self._patch(url, body, self._token())
         if response.status_code == 401:  # revoked or expired early: one fresh token
             response = self._patch(url, body, self._token(force=True))
@@ -131,9 +138,11 @@ class GoogleWalletProvider:
     def _patch(self, url: str, body: bytes, token: str) -> requests.Response:
         try:
             return self._session.patch(
-                url, data=body, timeout=self._timeout,
-                headers={"Authorization": f"Bearer {token}",
-                         "Content-Type": "application/json"})
+                url,
+                data=body,
+                timeout=self._timeout,
+                headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
+            )
         except requests.RequestException as exc:
             raise WalletDeliveryError(f"Google Wallet unreachable: {exc}") from exc
 

@@ -210,8 +210,10 @@ class SendReport:
         )
 
     def summary(self) -> str:
-        return (f"{self.delivered} delivered, {self.retrying} to retry, "
-                f"{self.dropped} dropped, {self.released} released")
+        return (
+            f"{self.delivered} delivered, {self.retrying} to retry, "
+            f"{self.dropped} dropped, {self.released} released"
+        )
 
 
 @dataclass(frozen=True)
@@ -288,9 +290,16 @@ def drain(
     everything due is delivered once (failures wait for their back-off)."""
     total = SendReport()
     while stop is None or not stop.is_set():
-        report = send_pending(engine, provider, batch=batch, workers=workers, now=now,
-                              stop=stop, ingest_batch=ingest_batch,
-                              ingest_rounds=ingest_rounds)
+        report = send_pending(
+            engine,
+            provider,
+            batch=batch,
+            workers=workers,
+            now=now,
+            stop=stop,
+            ingest_batch=ingest_batch,
+            ingest_rounds=ingest_rounds,
+        )
         total += report
         if not report.more:
             break
@@ -304,17 +313,24 @@ def ingest(conn: Connection, *, limit: int) -> tuple[int, int]:
     return int(rows), int(fans)
 
 
-def _claim(conn: Connection, *, batch: int, now: datetime,
-           lease_until: datetime) -> list[_Claim]:
+def _claim(conn: Connection, *, batch: int, now: datetime, lease_until: datetime) -> list[_Claim]:
     rows = conn.execute(CLAIM_SQL, {"n": batch, "now": now, "lease_until": lease_until}).all()
     # Longest-waiting first.
     rows = sorted(rows, key=lambda r: r.pendiente_desde)
-    return [_Claim(FanPass(int(r.fan_pk), r.programa_id, r.fan_id), int(r.saldo_pendiente),
-                   int(r.saldo_id), int(r.intentos)) for r in rows]
+    return [
+        _Claim(
+            FanPass(int(r.fan_pk), r.programa_id, r.fan_id),
+            int(r.saldo_pendiente),
+            int(r.saldo_id),
+            int(r.intentos),
+        )
+        for r in rows
+    ]
 
 
-def _deliver(provider: WalletProvider, claims: Sequence[_Claim], *, workers: int,
-             go_on: Callable[[], bool]) -> list[Exception | None]:
+def _deliver(
+    provider: WalletProvider, claims: Sequence[_Claim], *, workers: int, go_on: Callable[[], bool]
+) -> list[Exception | None]:
     """One outcome per claim: None (delivered), _NotAttemptedError, or the failure."""
     if isinstance(provider, BatchWalletProvider):
         if not go_on():
@@ -328,8 +344,12 @@ def _deliver(provider: WalletProvider, claims: Sequence[_Claim], *, workers: int
             return [exc for _ in claims]
         for claim, outcome in zip(claims, outcomes, strict=True):
             if outcome is not None and not isinstance(outcome, WalletDeliveryError):
-                log.error("wallet pass of %s/%s: unexpected error: %r",
-                          claim.fan.programa_id, claim.fan.fan_id, outcome)
+                log.error(
+                    "wallet pass of %s/%s: unexpected error: %r",
+                    claim.fan.programa_id,
+                    claim.fan.fan_id,
+                    outcome,
+                )
         return outcomes
 
     def attempt(claim: _Claim) -> Exception | None:
@@ -340,23 +360,41 @@ def _deliver(provider: WalletProvider, claims: Sequence[_Claim], *, workers: int
         except WalletDeliveryError as exc:
             return exc
         except Exception as exc:  # a provider bug must not stop the other fans
-            log.exception("wallet pass of %s/%s: unexpected error", claim.fan.programa_id,
-                          claim.fan.fan_id)
+            log.exception(
+                "wallet pass of %s/%s: unexpected error", claim.fan.programa_id, claim.fan.fan_id
+            )
             return exc
         return None
 
     if workers == 1 or len(claims) == 1:
         return [attempt(claim) for claim in claims]
-    with ThreadPoolExecutor(max_workers=min(workers, len(claims)),
-                            thread_name_prefix="wallet-delivery") as pool:
+    with ThreadPoolExecutor(
+        max_workers=min(workers, len(claims)), thread_name_prefix="wallet-delivery"
+    ) as pool:
         return list(pool.map(attempt, claims))
 
 
-def _record(engine: Engine, claims: Sequence[_Claim], outcomes: Sequence[Exception | None],
-            *, lease_until: datetime, at: datetime) -> SendReport:
+def _record(
+    engine: Engine,
+    claims: Sequence[_Claim],
+    outcomes: Sequence[Exception | None],
+    *,
+    lease_until: datetime,
+    at: datetime,
+) -> SendReport:
     """Write every outcome in one statement (see the module doc)."""
-    columns: dict[str, list[object]] = {k: [] for k in (
-        "fan_pks", "saldo_ids", "cubiertos", "intentos", "proximos", "entregados", "errores")}
+    columns: dict[str, list[object]] = {
+        k: []
+        for k in (
+            "fan_pks",
+            "saldo_ids",
+            "cubiertos",
+            "intentos",
+            "proximos",
+            "entregados",
+            "errores",
+        )
+    }
     delivered = retrying = dropped = released = 0
     for claim, outcome in zip(claims, outcomes, strict=True):
         fan = claim.fan
@@ -371,8 +409,13 @@ def _record(engine: Engine, claims: Sequence[_Claim], outcomes: Sequence[Excepti
             cubierto, intentos = False, claim.intentos
         elif isinstance(outcome, WalletDeliveryError) and outcome.permanent:
             dropped += 1
-            log.warning("wallet pass of %s/%s: %s (balance %d dropped)",
-                        fan.programa_id, fan.fan_id, outcome, claim.saldo)
+            log.warning(
+                "wallet pass of %s/%s: %s (balance %d dropped)",
+                fan.programa_id,
+                fan.fan_id,
+                outcome,
+                claim.saldo,
+            )
             error = f"permanente: {outcome}"[:_ERROR_CHARS]
         else:
             retrying += 1
@@ -385,20 +428,37 @@ def _record(engine: Engine, claims: Sequence[_Claim], outcomes: Sequence[Excepti
             else:
                 error = f"{type(outcome).__name__}: {outcome}"[:_ERROR_CHARS]
             proximo = at + wait
-        for name, value in (("fan_pks", fan.fan_pk), ("saldo_ids", claim.saldo_id),
-                            ("cubiertos", cubierto), ("intentos", intentos),
-                            ("proximos", proximo), ("entregados", entregado),
-                            ("errores", error)):
+        for name, value in (
+            ("fan_pks", fan.fan_pk),
+            ("saldo_ids", claim.saldo_id),
+            ("cubiertos", cubierto),
+            ("intentos", intentos),
+            ("proximos", proximo),
+            ("entregados", entregado),
+            ("errores", error),
+        ):
             columns[name].append(value)
     with engine.connect() as conn:
         custom_plans(conn)
-        owned = set(conn.execute(RECORD_SQL, {**columns, "lease_until": lease_until,
-                                              "due": DUE_AT_ONCE, "at": at}).scalars())
+        owned = set(
+            conn.execute(
+                RECORD_SQL, {**columns, "lease_until": lease_until, "due": DUE_AT_ONCE, "at": at}
+            ).scalars()
+        )
         conn.commit()
     lost = [c.fan for c in claims if c.fan.fan_pk not in owned]
     if lost:
-        log.warning("wallet: the lease on %d fans (%s/%s …) expired during delivery; their "
-                    "outcome is left to their new owner", len(lost), lost[0].programa_id,
-                    lost[0].fan_id)
-    return SendReport(claimed=len(claims), delivered=delivered, retrying=retrying,
-                      dropped=dropped, released=released)
+        log.warning(
+            "wallet: the lease on %d fans (%s/%s …) expired during delivery; their "
+            "outcome is left to their new owner",
+            len(lost),
+            lost[0].programa_id,
+            lost[0].fan_id,
+        )
+    return SendReport(
+        claimed=len(claims),
+        delivered=delivered,
+        retrying=retrying,
+        dropped=dropped,
+        released=released,
+    )

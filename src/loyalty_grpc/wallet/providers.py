@@ -33,8 +33,9 @@ class WalletDeliveryError(Exception):
     change. Otherwise the sender retries with back-off, no sooner than `retry_after`
     seconds when the provider said so."""
 
-    def __init__(self, message: str, *, permanent: bool = False,
-                 retry_after: float | None = None) -> None:
+    def __init__(
+        self, message: str, *, permanent: bool = False, retry_after: float | None = None
+    ) -> None:
         super().__init__(message)
         self.permanent = permanent
         self.retry_after = retry_after
@@ -72,7 +73,8 @@ class SupportsClose(Protocol):
 _RECORD_DELIVERIES: Final = text(
     "INSERT INTO wallet_entregas (fan_pk, saldo, proveedor) "
     "SELECT d.fan_pk, d.saldo, :proveedor "
-    "FROM unnest(CAST(:fan_pks AS bigint[]), CAST(:saldos AS bigint[])) AS d(fan_pk, saldo)")
+    "FROM unnest(CAST(:fan_pks AS bigint[]), CAST(:saldos AS bigint[])) AS d(fan_pk, saldo)"
+)
 
 
 class LocalProvider:
@@ -89,7 +91,12 @@ class LocalProvider:
 
     def deliver_batch(self, batch: Sequence[Delivery]) -> list[Exception | None]:
         with self._engine.begin() as conn:
-            conn.execute(_RECORD_DELIVERIES, {
-                "proveedor": self.name, "fan_pks": [d.fan.fan_pk for d in batch],
-                "saldos": [d.saldo for d in batch]})
+            conn.execute(
+                _RECORD_DELIVERIES,
+                {
+                    "proveedor": self.name,
+                    "fan_pks": [d.fan.fan_pk for d in batch],
+                    "saldos": [d.saldo for d in batch],
+                },
+            )
         return [None] * len(batch)

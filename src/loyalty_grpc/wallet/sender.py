@@ -53,8 +53,11 @@ class WalletSender:
             raise RuntimeError("WalletSender already started")
         self._thread = threading.Thread(target=self._run, name="wallet-sender", daemon=True)
         self._thread.start()
-        log.info("wallet sender started (%s provider, every %gs)",
-                 getattr(self.provider, "name", type(self.provider).__name__), self.interval)
+        log.info(
+            "wallet sender started (%s provider, every %gs)",
+            getattr(self.provider, "name", type(self.provider).__name__),
+            self.interval,
+        )
 
     def wake(self) -> None:
         self._wakeup.set()
@@ -90,9 +93,14 @@ class WalletSender:
             self._wakeup.wait(wait)
 
     def _drain(self) -> None:
-        total = drain(self.engine, self.provider, batch=self.batch, workers=self.workers,
-                      now=self._now, stop=self._stopping)
+        total = drain(
+            self.engine,
+            self.provider,
+            batch=self.batch,
+            workers=self.workers,
+            now=self._now,
+            stop=self._stopping,
+        )
         if total.claimed:
             level = logging.WARNING if total.retrying or total.dropped else logging.DEBUG
-            log.log(level, "wallet: %s (%d outbox rows folded in)", total.summary(),
-                    total.ingested)
+            log.log(level, "wallet: %s (%d outbox rows folded in)", total.summary(), total.ingested)

@@ -77,14 +77,14 @@ def upgrade() -> None:
         sa.Column("hash", sa.LargeBinary(32), nullable=False),
         sa.Column("modo", sa.Text(), nullable=False),
         sa.Column("integracion", sa.Text(), nullable=False),
-        sa.Column("permisos", postgresql.ARRAY(sa.Text()), nullable=False,
-                  server_default="{}"),
+        sa.Column("permisos", postgresql.ARRAY(sa.Text()), nullable=False, server_default="{}"),
         sa.Column("sufijo", sa.Text(), nullable=False),
         _creado(),
         sa.Column("revocada", TZ, nullable=True),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_claves")),
-        sa.ForeignKeyConstraint(["programa_id"], ["programas.id"],
-                                name=op.f("fk_claves_programa_id_programas")),
+        sa.ForeignKeyConstraint(
+            ["programa_id"], ["programas.id"], name=op.f("fk_claves_programa_id_programas")
+        ),
         sa.UniqueConstraint("hash", name=op.f("uq_claves_hash")),
         sa.CheckConstraint("modo IN ('vivo', 'prueba')", name=op.f("ck_claves_modo")),
     )
@@ -109,24 +109,41 @@ def upgrade() -> None:
         sa.Column("baja_motivo", sa.Text(), nullable=True),
         _creado(),
         sa.Column("actualizado", TZ, nullable=False, server_default=sa.text("now()")),
-        sa.Column("cambio_xid", sa.BigInteger(), nullable=False,
-                  server_default=sa.text("pg_current_xact_id()::text::bigint")),
-        sa.Column("cambio_seq", sa.BigInteger(), nullable=False,
-                  server_default=sa.text("nextval('fans_cambio_seq')")),
+        sa.Column(
+            "cambio_xid",
+            sa.BigInteger(),
+            nullable=False,
+            server_default=sa.text("pg_current_xact_id()::text::bigint"),
+        ),
+        sa.Column(
+            "cambio_seq",
+            sa.BigInteger(),
+            nullable=False,
+            server_default=sa.text("nextval('fans_cambio_seq')"),
+        ),
         sa.PrimaryKeyConstraint("pk", name=op.f("pk_fans")),
-        sa.ForeignKeyConstraint(["programa_id"], ["programas.id"],
-                                name=op.f("fk_fans_programa_id_programas")),
+        sa.ForeignKeyConstraint(
+            ["programa_id"], ["programas.id"], name=op.f("fk_fans_programa_id_programas")
+        ),
         sa.CheckConstraint("estado IN ('activo', 'baja')", name=op.f("ck_fans_estado")),
-        sa.CheckConstraint("(estado = 'baja') = (baja_en IS NOT NULL)",
-                           name=op.f("ck_fans_baja_en")),
-        sa.CheckConstraint("fan_id = upper(fan_id) AND fan_id !~ '\\s' AND fan_id <> ''",
-                           name=op.f("ck_fans_fan_id_canonico")),
+        sa.CheckConstraint(
+            "(estado = 'baja') = (baja_en IS NOT NULL)", name=op.f("ck_fans_baja_en")
+        ),
+        sa.CheckConstraint(
+            "fan_id = upper(fan_id) AND fan_id !~ '\\s' AND fan_id <> ''",
+            name=op.f("ck_fans_fan_id_canonico"),
+        ),
     )
     op.create_index(op.f("uq_fans_programa_fan_id"), "fans", ["programa_id", "fan_id"], unique=True)
-    op.create_index(op.f("uq_fans_programa_correo"), "fans",
-                    ["programa_id", sa.text("lower(correo)")], unique=True)
-    op.create_index(op.f("uq_fans_programa_qr_token"), "fans", ["programa_id", "qr_token"],
-                    unique=True)
+    op.create_index(
+        op.f("uq_fans_programa_correo"),
+        "fans",
+        ["programa_id", sa.text("lower(correo)")],
+        unique=True,
+    )
+    op.create_index(
+        op.f("uq_fans_programa_qr_token"), "fans", ["programa_id", "qr_token"], unique=True
+    )
     op.create_index(op.f("ix_fans_programa_cambio"), "fans", ["programa_id", "cambio_seq"])
     op.execute(sa.text(FANS_CAMBIO_FUNCTION))
     op.execute(sa.text(FANS_CAMBIO_TRIGGER))
@@ -142,14 +159,20 @@ def upgrade() -> None:
         sa.Column("puntos_canje", sa.Integer(), nullable=False, server_default="0"),
         _creado(),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_promos")),
-        sa.ForeignKeyConstraint(["programa_id"], ["programas.id"],
-                                name=op.f("fk_promos_programa_id_programas")),
-        sa.CheckConstraint("estado IN ('activa', 'pausada', 'terminada')",
-                           name=op.f("ck_promos_estado")),
+        sa.ForeignKeyConstraint(
+            ["programa_id"], ["programas.id"], name=op.f("fk_promos_programa_id_programas")
+        ),
+        sa.CheckConstraint(
+            "estado IN ('activa', 'pausada', 'terminada')", name=op.f("ck_promos_estado")
+        ),
         sa.CheckConstraint("puntos_canje >= 0", name=op.f("ck_promos_puntos_canje")),
     )
-    op.create_index(op.f("uq_promos_programa_nombre"), "promos",
-                    ["programa_id", sa.text("lower(nombre)")], unique=True)
+    op.create_index(
+        op.f("uq_promos_programa_nombre"),
+        "promos",
+        ["programa_id", sa.text("lower(nombre)")],
+        unique=True,
+    )
 
     op.create_table(
         "codigos",
@@ -165,15 +188,21 @@ def upgrade() -> None:
         sa.Column("liberado_en", TZ, nullable=True),
         _creado(),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_codigos")),
-        sa.ForeignKeyConstraint(["promo_id"], ["promos.id"],
-                                name=op.f("fk_codigos_promo_id_promos")),
-        sa.ForeignKeyConstraint(["programa_id"], ["programas.id"],
-                                name=op.f("fk_codigos_programa_id_programas")),
+        sa.ForeignKeyConstraint(
+            ["promo_id"], ["promos.id"], name=op.f("fk_codigos_promo_id_promos")
+        ),
+        sa.ForeignKeyConstraint(
+            ["programa_id"], ["programas.id"], name=op.f("fk_codigos_programa_id_programas")
+        ),
         sa.ForeignKeyConstraint(["fan_pk"], ["fans.pk"], name=op.f("fk_codigos_fan_pk_fans")),
-        sa.CheckConstraint("estado IN ('disponible', 'asignado', 'canjeado', 'liberado')",
-                           name=op.f("ck_codigos_estado")),
-        sa.CheckConstraint("estado NOT IN ('asignado', 'canjeado') OR fan_pk IS NOT NULL",
-                           name=op.f("ck_codigos_fan_si_entregado")),
+        sa.CheckConstraint(
+            "estado IN ('disponible', 'asignado', 'canjeado', 'liberado')",
+            name=op.f("ck_codigos_estado"),
+        ),
+        sa.CheckConstraint(
+            "estado NOT IN ('asignado', 'canjeado') OR fan_pk IS NOT NULL",
+            name=op.f("ck_codigos_fan_si_entregado"),
+        ),
     )
     op.create_index(op.f("uq_codigos_promo_codigo"), "codigos", ["promo_id", "codigo"], unique=True)
     op.create_index(op.f("ix_codigos_programa_codigo"), "codigos", ["programa_id", "codigo"])
@@ -196,16 +225,22 @@ def upgrade() -> None:
         _creado(),
         sa.Column("anulada_en", TZ, nullable=True),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_ventas")),
-        sa.ForeignKeyConstraint(["programa_id"], ["programas.id"],
-                                name=op.f("fk_ventas_programa_id_programas")),
+        sa.ForeignKeyConstraint(
+            ["programa_id"], ["programas.id"], name=op.f("fk_ventas_programa_id_programas")
+        ),
         sa.ForeignKeyConstraint(["fan_pk"], ["fans.pk"], name=op.f("fk_ventas_fan_pk_fans")),
-        sa.ForeignKeyConstraint(["clave_id"], ["claves.id"],
-                                name=op.f("fk_ventas_clave_id_claves")),
+        sa.ForeignKeyConstraint(
+            ["clave_id"], ["claves.id"], name=op.f("fk_ventas_clave_id_claves")
+        ),
         sa.CheckConstraint("modo IN ('vivo', 'prueba')", name=op.f("ck_ventas_modo")),
         sa.CheckConstraint("importe_centavos >= 0", name=op.f("ck_ventas_importe")),
     )
-    op.create_index(op.f("uq_ventas_programa_modo_id_externo"), "ventas",
-                    ["programa_id", "modo", "id_externo"], unique=True)
+    op.create_index(
+        op.f("uq_ventas_programa_modo_id_externo"),
+        "ventas",
+        ["programa_id", "modo", "id_externo"],
+        unique=True,
+    )
 
     op.create_table(
         "movimientos",
@@ -219,12 +254,16 @@ def upgrade() -> None:
         _creado(),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_movimientos")),
         sa.ForeignKeyConstraint(["fan_pk"], ["fans.pk"], name=op.f("fk_movimientos_fan_pk_fans")),
-        sa.ForeignKeyConstraint(["venta_id"], ["ventas.id"],
-                                name=op.f("fk_movimientos_venta_id_ventas")),
-        sa.ForeignKeyConstraint(["codigo_id"], ["codigos.id"],
-                                name=op.f("fk_movimientos_codigo_id_codigos")),
-        sa.CheckConstraint("motivo IN ('venta', 'canje', 'ajuste', 'anulacion')",
-                           name=op.f("ck_movimientos_motivo")),
+        sa.ForeignKeyConstraint(
+            ["venta_id"], ["ventas.id"], name=op.f("fk_movimientos_venta_id_ventas")
+        ),
+        sa.ForeignKeyConstraint(
+            ["codigo_id"], ["codigos.id"], name=op.f("fk_movimientos_codigo_id_codigos")
+        ),
+        sa.CheckConstraint(
+            "motivo IN ('venta', 'canje', 'ajuste', 'anulacion')",
+            name=op.f("ck_movimientos_motivo"),
+        ),
     )
     op.create_index(op.f("ix_movimientos_fan"), "movimientos", ["fan_pk", "id"])
 

@@ -32,8 +32,7 @@ def upgrade() -> None:
         sa.Column("saldo", sa.BigInteger(), nullable=False),
         sa.Column("creado", TZ, nullable=False, server_default=sa.text("now()")),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_wallet_outbox")),
-        sa.ForeignKeyConstraint(["fan_pk"], ["fans.pk"],
-                                name=op.f("fk_wallet_outbox_fan_pk_fans")),
+        sa.ForeignKeyConstraint(["fan_pk"], ["fans.pk"], name=op.f("fk_wallet_outbox_fan_pk_fans")),
     )
     op.create_index(op.f("ix_wallet_outbox_fan"), "wallet_outbox", ["fan_pk", "id"])
 
@@ -47,8 +46,7 @@ def upgrade() -> None:
         sa.Column("entregado_saldo", sa.BigInteger(), nullable=True),
         sa.Column("entregado_en", TZ, nullable=True),
         sa.PrimaryKeyConstraint("fan_pk", name=op.f("pk_wallet_pases")),
-        sa.ForeignKeyConstraint(["fan_pk"], ["fans.pk"],
-                                name=op.f("fk_wallet_pases_fan_pk_fans")),
+        sa.ForeignKeyConstraint(["fan_pk"], ["fans.pk"], name=op.f("fk_wallet_pases_fan_pk_fans")),
         sa.CheckConstraint("intentos >= 0", name=op.f("ck_wallet_pases_intentos")),
     )
 
@@ -60,8 +58,9 @@ def upgrade() -> None:
         sa.Column("proveedor", sa.Text(), nullable=False),
         sa.Column("entregado", TZ, nullable=False, server_default=sa.text("now()")),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_wallet_entregas")),
-        sa.ForeignKeyConstraint(["fan_pk"], ["fans.pk"],
-                                name=op.f("fk_wallet_entregas_fan_pk_fans")),
+        sa.ForeignKeyConstraint(
+            ["fan_pk"], ["fans.pk"], name=op.f("fk_wallet_entregas_fan_pk_fans")
+        ),
     )
     op.create_index(op.f("ix_wallet_entregas_fan"), "wallet_entregas", ["fan_pk", "id"])
 

@@ -23,10 +23,12 @@ depends_on: str | Sequence[str] | None = None
 
 def upgrade() -> None:
     op.add_column("codigos", sa.Column("canje_clave_id", sa.BigInteger(), nullable=True))
-    op.create_foreign_key(op.f("fk_codigos_canje_clave_id_claves"), "codigos", "claves",
-                          ["canje_clave_id"], ["id"])
-    op.add_column("codigos", sa.Column("canje_registrado", sa.DateTime(timezone=True),
-                                       nullable=True))
+    op.create_foreign_key(
+        op.f("fk_codigos_canje_clave_id_claves"), "codigos", "claves", ["canje_clave_id"], ["id"]
+    )
+    op.add_column(
+        "codigos", sa.Column("canje_registrado", sa.DateTime(timezone=True), nullable=True)
+    )
     op.create_index(op.f("ix_codigos_promo_estado"), "codigos", ["promo_id", "estado"])
 
 

@@ -30,8 +30,9 @@ depends_on: str | Sequence[str] | None = None
 
 
 def upgrade() -> None:
-    op.create_index(op.f("ix_fans_programa_cambio_xid"), "fans",
-                    ["programa_id", "cambio_xid", "pk"])
+    op.create_index(
+        op.f("ix_fans_programa_cambio_xid"), "fans", ["programa_id", "cambio_xid", "pk"]
+    )
     op.create_index(op.f("ix_fans_programa_pk"), "fans", ["programa_id", "pk"])
     op.drop_index(op.f("ix_fans_programa_cambio"), table_name="fans")
 

@@ -34,8 +34,12 @@ def upgrade() -> None:
         sa.Column("cuentas", postgresql.ARRAY(sa.Integer()), nullable=False),
         sa.Column("admitida", sa.Boolean(), nullable=False),
         sa.PrimaryKeyConstraint("clave_id", name=op.f("pk_limite_llamadas")),
-        sa.ForeignKeyConstraint(["clave_id"], ["claves.id"], ondelete="CASCADE",
-                                name=op.f("fk_limite_llamadas_clave_id_claves")),
+        sa.ForeignKeyConstraint(
+            ["clave_id"],
+            ["claves.id"],
+            ondelete="CASCADE",
+            name=op.f("fk_limite_llamadas_clave_id_claves"),
+        ),
         prefixes=["UNLOGGED"],
     )
 

@@ -26,13 +26,16 @@ depends_on: str | Sequence[str] | None = None
 
 def upgrade() -> None:
     op.drop_column("limite_llamadas", "admitida")
-    op.add_column("limite_llamadas", sa.Column("concedidas", sa.Integer(), nullable=False,
-                                               server_default="0"))
+    op.add_column(
+        "limite_llamadas", sa.Column("concedidas", sa.Integer(), nullable=False, server_default="0")
+    )
     op.alter_column("limite_llamadas", "concedidas", server_default=None)
 
 
 def downgrade() -> None:
     op.drop_column("limite_llamadas", "concedidas")
-    op.add_column("limite_llamadas", sa.Column("admitida", sa.Boolean(), nullable=False,
-                                               server_default=sa.true()))
+    op.add_column(
+        "limite_llamadas",
+        sa.Column("admitida", sa.Boolean(), nullable=False, server_default=sa.true()),
+    )
     op.alter_column("limite_llamadas", "admitida", server_default=None)

@@ -39,7 +39,7 @@ depends_on: str | Sequence[str] | None = None
 
 TZ = sa.DateTime(timezone=True)
 PENDING = sa.text("pendiente_desde IS NOT NULL")
-VACUUM = ("autovacuum_vacuum_scale_factor = 0, autovacuum_vacuum_threshold = 10000")
+VACUUM = "autovacuum_vacuum_scale_factor = 0, autovacuum_vacuum_threshold = 10000"
 
 
 def upgrade() -> None:
@@ -47,27 +47,43 @@ def upgrade() -> None:
     op.add_column("wallet_pases", sa.Column("saldo_id", sa.BigInteger(), nullable=True))
     op.add_column("wallet_pases", sa.Column("pendiente_desde", TZ, nullable=True))
     op.create_check_constraint(
-        op.f("ck_wallet_pases_pendiente"), "wallet_pases",
+        op.f("ck_wallet_pases_pendiente"),
+        "wallet_pases",
         "(saldo_pendiente IS NULL) = (pendiente_desde IS NULL) "
-        "AND (saldo_pendiente IS NULL OR saldo_id IS NOT NULL)")
-    op.create_index(op.f("ix_wallet_pases_due"), "wallet_pases",
-                    ["proximo_intento", "pendiente_desde"], postgresql_where=PENDING)
-    op.create_index(op.f("ix_wallet_pases_pendiente_desde"), "wallet_pases",
-                    ["pendiente_desde"], postgresql_where=PENDING)
+        "AND (saldo_pendiente IS NULL OR saldo_id IS NOT NULL)",
+    )
+    op.create_index(
+        op.f("ix_wallet_pases_due"),
+        "wallet_pases",
+        ["proximo_intento", "pendiente_desde"],
+        postgresql_where=PENDING,
+    )
+    op.create_index(
+        op.f("ix_wallet_pases_pendiente_desde"),
+        "wallet_pases",
+        ["pendiente_desde"],
+        postgresql_where=PENDING,
+    )
     op.drop_index(op.f("ix_wallet_outbox_fan"), table_name="wallet_outbox")
     op.execute(f"ALTER TABLE wallet_outbox SET ({VACUUM})")
     op.execute(f"ALTER TABLE wallet_pases SET (fillfactor = 80, {VACUUM})")
 
 
 def downgrade() -> None:
-    op.execute("ALTER TABLE wallet_pases RESET (fillfactor, autovacuum_vacuum_scale_factor, "
-               "autovacuum_vacuum_threshold)")
-    op.execute("ALTER TABLE wallet_outbox RESET (autovacuum_vacuum_scale_factor, "
-               "autovacuum_vacuum_threshold)")
+    op.execute(
+        "ALTER TABLE wallet_pases RESET (fillfactor, autovacuum_vacuum_scale_factor, "
+        "autovacuum_vacuum_threshold)"
+    )
+    op.execute(
+        "ALTER TABLE wallet_outbox RESET (autovacuum_vacuum_scale_factor, "
+        "autovacuum_vacuum_threshold)"
+    )
     op.create_index(op.f("ix_wallet_outbox_fan"), "wallet_outbox", ["fan_pk", "id"])
-    op.execute("INSERT INTO wallet_outbox (id, fan_pk, saldo, creado) "
-               "SELECT saldo_id, fan_pk, saldo_pendiente, pendiente_desde FROM wallet_pases "
-               "WHERE saldo_pendiente IS NOT NULL")
+    op.execute(
+        "INSERT INTO wallet_outbox (id, fan_pk, saldo, creado) "
+        "SELECT saldo_id, fan_pk, saldo_pendiente, pendiente_desde FROM wallet_pases "
+        "WHERE saldo_pendiente IS NOT NULL"
+    )
     op.drop_index(op.f("ix_wallet_pases_pendiente_desde"), table_name="wallet_pases")
     op.drop_index(op.f("ix_wallet_pases_due"), table_name="wallet_pases")
     op.drop_constraint(op.f("ck_wallet_pases_pendiente"), "wallet_pases", type_="check")

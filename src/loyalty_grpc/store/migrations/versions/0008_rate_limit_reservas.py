@@ -32,9 +32,12 @@ depends_on: str | Sequence[str] | None = None
 
 
 def upgrade() -> None:
-    op.add_column("limite_llamadas",
-                  sa.Column("reservas", postgresql.ARRAY(sa.Integer()), nullable=False,
-                            server_default="{0,0,0,0,0}"))
+    op.add_column(
+        "limite_llamadas",
+        sa.Column(
+            "reservas", postgresql.ARRAY(sa.Integer()), nullable=False, server_default="{0,0,0,0,0}"
+        ),
+    )
 
 
 def downgrade() -> None:
