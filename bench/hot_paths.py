@@ -23,7 +23,7 @@ The pgbench side of each operation (durable commits, like the server's):
 - ping: the key lookup alone (1).
 
 `--profile tx:8` records py-spy profiles (raw, --gil) of every server process during that
-run into bench-profile.<pid>.txt (py-spy from PyPI: `pip install py-spy`).
+run into bench-profile.<pid>.txt (py-spy, a dev dependency: `./dev` installs it).
 """
 
 from __future__ import annotations

@@ -1,11 +1,14 @@
 """docker-compose.yml, Dockerfile and loyalty.env.example hang together (no Docker needed):
-the file is valid under the Compose specification's JSON schema (the copy vendored by
-check-jsonschema, offline), the services exist in the right order, the files they use
-exist, and the ports agree with gateway/envoy.yaml."""
+the file is valid under the Compose specification's JSON schema (Compose v2: the copy
+vendored by check-jsonschema, offline) and under docker-compose 1.29.2's own schema (the
+version Debian 12 ships: tests/data/compose-spec-docker-compose-1.29.2.json, copied from
+its wheel), the services exist in the right order, each gets only the variables it needs,
+the files they use exist, and the ports agree with gateway/envoy.yaml."""
 
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -16,8 +19,13 @@ import pytest
 import yaml
 
 from loyalty_grpc.runtime import envoy_config
+from loyalty_grpc.runtime.settings import VARIABLES
 
 ROOT = Path(__file__).resolve().parents[2]
+COMPOSE_V1_SCHEMA = ROOT / "tests" / "data" / "compose-spec-docker-compose-1.29.2.json"
+SECRETS = ("POSTGRES_PASSWORD", "LOYALTY_ADMIN_TOKEN")
+# ${NAME}, ${NAME:-default}, ${NAME-default}, ${NAME:?message}, ${NAME?message}
+_REFERENCE = re.compile(r"\$\{([A-Z0-9_]+)(?:(:?[-?])([^}]*))?\}")
 
 
 @pytest.fixture(scope="module")
@@ -50,9 +58,24 @@ def env_file_keys(path: Path) -> dict[str, str]:
     return pairs
 
 
-def check_compose_schema(path: Path) -> subprocess.CompletedProcess[str]:
-    """check-jsonschema with its vendored compose-spec schema. Offline: a proxy that
-    refuses every connection makes any network access fail."""
+def interpolate(text: str, values: dict[str, str]) -> str:
+    """Compose's variable substitution, as far as this file uses it."""
+
+    def one(match: re.Match[str]) -> str:
+        name, operator, argument = match.groups()
+        if values.get(name):
+            return values[name]
+        if operator and operator.endswith("?"):
+            raise AssertionError(f"{name} unset: {argument}")
+        return argument or ""
+
+    return _REFERENCE.sub(one, text.replace("$$", "\0")).replace("\0", "$")
+
+
+def check_compose_schema(path: Path, schema: str = "v2") -> subprocess.CompletedProcess[str]:
+    """check-jsonschema with the Compose v2 schema it vendors, or with docker-compose
+    1.29.2's. Offline: a proxy that refuses every connection makes any network access
+    fail."""
     env = {
         **os.environ,
         "HTTP_PROXY": "http://127.0.0.1:9",
@@ -64,8 +87,11 @@ def check_compose_schema(path: Path) -> subprocess.CompletedProcess[str]:
             sys.executable,
             "-m",
             "check_jsonschema",
-            "--builtin-schema",
-            "vendor.compose-spec",
+            *(
+                ["--builtin-schema", "vendor.compose-spec"]
+                if schema == "v2"
+                else ["--schemafile", str(COMPOSE_V1_SCHEMA)]
+            ),
             str(path),
         ],
         capture_output=True,
@@ -76,20 +102,38 @@ def check_compose_schema(path: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_valid_under_the_compose_specification() -> None:
-    result = check_compose_schema(ROOT / "docker-compose.yml")
+@pytest.mark.parametrize("schema", ["v2", "v1.29"])
+def test_valid_under_the_compose_specification(schema: str, tmp_path: Path) -> None:
+    result = check_compose_schema(ROOT / "docker-compose.yml", schema)
+    assert result.returncode == 0, result.stdout + result.stderr
+    # Compose validates after substituting the variables: with the example's values too.
+    example = env_file_keys(ROOT / "loyalty.env.example")
+    rendered = tmp_path / "docker-compose.yml"
+    rendered.write_text(interpolate((ROOT / "docker-compose.yml").read_text(), example))
+    result = check_compose_schema(rendered, schema)
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-def test_the_compose_schema_check_rejects_a_broken_file(tmp_path: Path) -> None:
+@pytest.mark.parametrize("schema", ["v2", "v1.29"])
+def test_the_compose_schema_check_rejects_a_broken_file(schema: str, tmp_path: Path) -> None:
     broken = tmp_path / "docker-compose.yml"
     broken.write_text(
         "services:\n  envoy:\n    image: x\n    ports: {http: 8080}\n"
         "    depends_on: server\n    bogus: 1\n"
     )
-    result = check_compose_schema(broken)
+    result = check_compose_schema(broken, schema)
     assert result.returncode == 1, result.stdout + result.stderr
     assert "bogus" in result.stdout
+
+
+def test_docker_compose_1_29_refuses_a_top_level_name(tmp_path: Path) -> None:
+    """Why the file has no `name:` (Compose v2 accepts it, 1.29 does not)."""
+    named = tmp_path / "docker-compose.yml"
+    named.write_text("name: loyalty\nservices:\n  db:\n    image: postgres:18\n")
+    assert check_compose_schema(named, "v2").returncode == 0
+    result = check_compose_schema(named, "v1.29")
+    assert result.returncode == 1
+    assert "'name' does not match any of the regexes" in result.stdout
 
 
 def test_services(services: dict[str, Any]) -> None:
@@ -101,8 +145,6 @@ def test_referenced_files_exist(services: dict[str, Any]) -> None:
     for name in ("migrate", "server", "envoy"):
         build = services[name]["build"]
         assert (ROOT / build["context"] / build["dockerfile"]).is_file()
-        for env_file in services[name]["env_file"]:
-            assert env_file == "loyalty.env"
     assert (ROOT / "loyalty.env.example").is_file()
     assert (ROOT / "gateway" / "envoy.yaml").is_file()
 
@@ -151,20 +193,57 @@ def test_ports_agree_with_envoy_yaml(services: dict[str, Any]) -> None:
     assert f"127.0.0.1:{grpc_port}" in " ".join(services["server"]["healthcheck"]["test"])
 
 
-def test_env_example_configures_every_service() -> None:
-    keys = env_file_keys(ROOT / "loyalty.env.example")
-    assert {
-        "POSTGRES_USER",
-        "POSTGRES_PASSWORD",
-        "POSTGRES_DB",
-        "LOYALTY_DATABASE_URL",
-        "LOYALTY_ADMIN_TOKEN",
-    } <= set(keys)
-    url = keys["LOYALTY_DATABASE_URL"]
-    assert url.startswith(
-        f"postgresql://{keys['POSTGRES_USER']}:{keys['POSTGRES_PASSWORD']}@postgres:5432/"
-    )
-    assert url.endswith(f"/{keys['POSTGRES_DB']}")
+def test_env_example_configures_every_service(services: dict[str, Any]) -> None:
+    """Every variable the file requires (${NAME:?…}) is in the example, and the example
+    names no variable the file does not use."""
+    text = (ROOT / "docker-compose.yml").read_text()
+    references = _REFERENCE.findall(text)
+    required = {name for name, operator, _ in references if operator.endswith("?")}
+    example = env_file_keys(ROOT / "loyalty.env.example")
+    assert required == set(SECRETS)
+    assert required <= set(example)
+    assert set(example) <= {name for name, _, _ in references}
+
+
+def environment(service: dict[str, Any]) -> dict[str, str]:
+    assert "env_file" not in service  # a whole file would hand every secret to everyone
+    values: dict[str, str] = service.get("environment", {})
+    return values
+
+
+def test_each_service_gets_only_what_it_needs(services: dict[str, Any]) -> None:
+    known = {variable.name for variable in VARIABLES}
+    for name, service in services.items():
+        for variable in environment(service):
+            assert variable.startswith("POSTGRES_") or variable in known, (name, variable)
+    seen = {
+        name: {secret for secret in SECRETS if f"${{{secret}" in str(environment(service))}
+        for name, service in services.items()
+    }
+    assert seen == {
+        "postgres": {"POSTGRES_PASSWORD"},
+        "migrate": {"POSTGRES_PASSWORD"},
+        "server": {"POSTGRES_PASSWORD", "LOYALTY_ADMIN_TOKEN"},
+        "envoy": set(),
+    }
+    assert "LOYALTY_ADMIN_TOKEN" not in environment(services["migrate"])
+
+
+def test_the_database_url_reaches_the_postgres_service(services: dict[str, Any]) -> None:
+    example = env_file_keys(ROOT / "loyalty.env.example")
+    postgres = {k: interpolate(v, example) for k, v in environment(services["postgres"]).items()}
+    for name in ("migrate", "server"):
+        url = interpolate(environment(services[name])["LOYALTY_DATABASE_URL"], example)
+        assert url == (
+            f"postgresql://{postgres['POSTGRES_USER']}:{postgres['POSTGRES_PASSWORD']}"
+            f"@postgres:5432/{postgres['POSTGRES_DB']}"
+        )
+
+
+def test_a_missing_secret_stops_compose_with_a_message() -> None:
+    text = (ROOT / "docker-compose.yml").read_text()
+    with pytest.raises(AssertionError, match=r"set LOYALTY_ADMIN_TOKEN in \.env"):
+        interpolate(text, {"POSTGRES_PASSWORD": "x"})
 
 
 def test_healthcheck_snippets_compile(services: dict[str, Any]) -> None:
