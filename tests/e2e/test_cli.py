@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
-import threading
-import time
 import zipfile
 from collections.abc import Callable
 from pathlib import Path
@@ -15,60 +12,12 @@ from pathlib import Path
 import httpx
 import pytest
 
+from loyalty_grpc.domain.fixture import parse_fixture
+from loyalty_grpc.runtime.demo import demo_document, demo_lines
+from tests.e2e.processes import DEMO_KEY, LOYALTY, READY_LINE, Running, loyalty_env
 from tests.support import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
-LOYALTY = [sys.executable, "-m", "loyalty_grpc.runtime.cli"]
-DEMO_KEY = "lp_vivo_DemoCajaPrincipalTodos0000001"
-READY_LINE = "Ctrl-C stops everything."
-
-
-def _env(**extra: str) -> dict[str, str]:
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if k not in ("LOYALTY_DATABASE_URL", "LOYALTY_ADMIN_TOKEN")
-    }
-    env.update(extra)
-    return env
-
-
-class Running:
-    """A `loyalty` process whose stdout is collected by a thread."""
-
-    def __init__(self, args: list[str], cwd: Path, env: dict[str, str]) -> None:
-        self.lines: list[str] = []
-        self.proc = subprocess.Popen(
-            [*LOYALTY, *args],
-            cwd=cwd,
-            env=env,
-            text=True,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-        )
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
-
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            self.lines.append(line.rstrip("\n"))
-
-    def wait_for(self, text: str, timeout: float = 90) -> None:
-        deadline = time.monotonic() + timeout
-        while not any(text in line for line in self.lines):
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                self.proc.kill()
-                pytest.fail(f"never printed {text!r}:\n" + "\n".join(self.lines))
-            time.sleep(0.1)
-
-    def stop(self, sig: int = signal.SIGTERM, timeout: float = 60) -> int:
-        self.proc.send_signal(sig)
-        code = self.proc.wait(timeout)
-        self._reader.join(5)
-        if self.proc.stdout is not None:
-            self.proc.stdout.close()
-        return code
 
 
 def _admin(data_dir: Path, grpc_port: int, *args: str) -> subprocess.CompletedProcess[str]:
@@ -82,7 +31,7 @@ def _admin(data_dir: Path, grpc_port: int, *args: str) -> subprocess.CompletedPr
             f"127.0.0.1:{grpc_port}",
             *args,
         ],
-        env=_env(),
+        env=loyalty_env(),
         text=True,
         capture_output=True,
         timeout=60,
@@ -104,10 +53,13 @@ def test_up_demo_serves_and_stops_cleanly(tmp_path: Path):
         str(data_dir),
     ]
     for run in range(2):  # the second start reuses the data dir; the demo applies idempotently
-        up = Running(args, tmp_path, _env())
+        up = Running(args, tmp_path, loyalty_env())
         try:
             up.wait_for(READY_LINE)
             assert any(DEMO_KEY in line for line in up.lines)
+            # Keys, fans and codes by state, as read from the fixture (unit-tested there).
+            demo = demo_lines(parse_fixture(demo_document()))
+            assert [line for line in up.lines if line.startswith("demo ")] == demo
             response = httpx.post(
                 f"http://127.0.0.1:{http_port}/api/v1/ping",
                 headers={"Authorization": f"Bearer {DEMO_KEY}"},
@@ -138,7 +90,7 @@ def test_migrate_then_serve_stops_gracefully_on_sigterm(
     url = create_database()
     migrated = subprocess.run(
         [*LOYALTY, "migrate"],
-        env=_env(LOYALTY_DATABASE_URL=url),
+        env=loyalty_env(LOYALTY_DATABASE_URL=url),
         text=True,
         capture_output=True,
         timeout=60,
@@ -150,7 +102,7 @@ def test_migrate_then_serve_stops_gracefully_on_sigterm(
     serve = Running(
         ["serve", "--grpc-host", "127.0.0.1", "--grpc-port", str(port)],
         tmp_path,
-        _env(LOYALTY_DATABASE_URL=url, LOYALTY_ADMIN_TOKEN="t" * 32),
+        loyalty_env(LOYALTY_DATABASE_URL=url, LOYALTY_ADMIN_TOKEN="t" * 32),
     )
     try:
         serve.wait_for(f"gRPC: 127.0.0.1:{port}", timeout=30)
@@ -162,7 +114,7 @@ def test_migrate_then_serve_stops_gracefully_on_sigterm(
 def test_serve_without_database_url_says_so(tmp_path: Path):
     result = subprocess.run(
         [*LOYALTY, "serve"],
-        env=_env(),
+        env=loyalty_env(),
         cwd=tmp_path,
         text=True,
         capture_output=True,
@@ -177,7 +129,7 @@ def test_gateway_check(tmp_path: Path):
     result = subprocess.run(
         [*LOYALTY, "gateway", "check"],
         cwd=tmp_path,
-        env=_env(),
+        env=loyalty_env(),
         text=True,
         capture_output=True,
         timeout=60,

@@ -30,7 +30,7 @@ from loyalty_grpc.services.fixtures import apply_fixture
 from loyalty_grpc.store.db import make_engine
 from loyalty_grpc.store.migrate import upgrade
 from loyalty_grpc.store.tables import claves, limite_llamadas
-from tests.e2e.test_cli import Running, _env
+from tests.e2e.processes import Running, loyalty_env
 from tests.support import free_port
 
 LIMIT = 600
@@ -122,7 +122,7 @@ def served(
             "0",
         ],
         tmp_path_factory.mktemp("rlw"),
-        _env(
+        loyalty_env(
             LOYALTY_DATABASE_URL=url,
             LOYALTY_ADMIN_TOKEN="t" * 32,
             LOYALTY_RATE_LIMIT_PER_MINUTE=str(LIMIT),

@@ -28,7 +28,7 @@ from loyalty_grpc.runtime.envoy import EnvoyProcess
 from loyalty_grpc.services.fixtures import apply_fixture
 from loyalty_grpc.store.db import make_engine
 from loyalty_grpc.store.migrate import upgrade
-from tests.e2e.test_cli import DEMO_KEY, LOYALTY, READY_LINE, Running, _env
+from tests.e2e.processes import DEMO_KEY, LOYALTY, READY_LINE, Running, loyalty_env
 from tests.support import free_port
 
 KEY = "lp_vivo_" + "W" * 24
@@ -94,7 +94,7 @@ def served(create_database: Callable[[], str], tmp_path: Path) -> Iterator[Serve
             "0",
         ],
         tmp_path,
-        _env(
+        loyalty_env(
             LOYALTY_DATABASE_URL=url,
             LOYALTY_ADMIN_TOKEN="t" * 32,
             LOYALTY_RATE_LIMIT_PER_MINUTE="1000000",
@@ -320,7 +320,7 @@ def test_rolling_stop_fails_no_call_through_envoy(served: Served, tmp_path: Path
 def _status(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [*LOYALTY, "status", *args],
-        env=_env(**env),
+        env=loyalty_env(**env),
         text=True,
         capture_output=True,
         timeout=90,
@@ -352,7 +352,7 @@ def test_status_says_unhealthy(create_database: Callable[[], str], tmp_path: Pat
     assert result.stdout.rstrip().endswith("status: UNHEALTHY")
     nothing = subprocess.run(
         [*LOYALTY, "status", "--data-dir", str(tmp_path / "none")],
-        env=_env(),
+        env=loyalty_env(),
         text=True,
         capture_output=True,
         timeout=60,
@@ -382,7 +382,7 @@ def test_up_with_workers_and_status_on_its_embedded_database(tmp_path: Path):
             str(data_dir),
         ],
         tmp_path,
-        _env(),
+        loyalty_env(),
     )
     try:
         up.wait_for(READY_LINE)
@@ -426,7 +426,7 @@ def test_a_port_in_use_fails_before_any_worker_starts(
                 "0",
             ],
             cwd=tmp_path,
-            env=_env(
+            env=loyalty_env(
                 LOYALTY_DATABASE_URL=create_database(), LOYALTY_ADMIN_TOKEN=secrets.token_hex(8)
             ),
             text=True,

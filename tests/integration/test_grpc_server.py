@@ -1,4 +1,5 @@
-"""The gRPC server over real channels on a real PostgreSQL: health, reflection, the edge
+"""The gRPC server over real channels on a real PostgreSQL: health, reflection (v1 and
+v1alpha), the edge
 interceptor (keys, modes, permissions, admin token), error mapping, graceful stop."""
 
 from __future__ import annotations
@@ -9,10 +10,12 @@ from collections.abc import Iterator
 
 import grpc
 import pytest
+from google.protobuf import descriptor_pb2, descriptor_pool
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from sqlalchemy import Engine, text
 
+from loyalty_grpc.api.gateway_protocol import GATEWAY_MARK_KEY, GATEWAY_MARK_VALUE
 from loyalty_grpc.api.server import GrpcServer, ServerSettings, build_server
 from loyalty_grpc.gen.loyalty.v1 import backoffice_service_pb2 as bo
 from loyalty_grpc.gen.loyalty.v1 import backoffice_service_pb2_grpc as bo_grpc
@@ -85,6 +88,55 @@ def test_reflection_lists_services(channel):
     assert {"loyalty.v1.PosService", "loyalty.v1.BackofficeService"} <= names
 
 
+def _reflect_v1(
+    channel: grpc.Channel, request: reflection_pb2.ServerReflectionRequest
+) -> reflection_pb2.ServerReflectionResponse:
+    """One exchange with reflection v1, as a v1-only client makes it: the v1 method path
+    (a v1 message is the same bytes as its v1alpha twin: same fields, same numbers)."""
+    call = channel.stream_stream(
+        "/grpc.reflection.v1.ServerReflection/ServerReflectionInfo",
+        request_serializer=reflection_pb2.ServerReflectionRequest.SerializeToString,
+        response_deserializer=reflection_pb2.ServerReflectionResponse.FromString,
+    )
+    response: reflection_pb2.ServerReflectionResponse = next(iter(call(iter([request]))))
+    return response
+
+
+def test_reflection_v1_lists_and_describes_services(channel):
+    listed = _reflect_v1(channel, reflection_pb2.ServerReflectionRequest(list_services=""))
+    names = {s.name for s in listed.list_services_response.service}
+    assert {
+        "loyalty.v1.PosService",
+        "loyalty.v1.BackofficeService",
+        "grpc.health.v1.Health",
+        "grpc.reflection.v1.ServerReflection",
+        "grpc.reflection.v1alpha.ServerReflection",
+    } <= names
+    # Each service is described, the reflection service v1 itself included, and the files
+    # build in a fresh pool (what a client does with them).
+    for symbol, package in [
+        ("loyalty.v1.PosService", "loyalty.v1"),
+        ("grpc.reflection.v1.ServerReflection", "grpc.reflection.v1"),
+    ]:
+        reply = _reflect_v1(
+            channel, reflection_pb2.ServerReflectionRequest(file_containing_symbol=symbol)
+        )
+        assert reply.WhichOneof("message_response") == "file_descriptor_response", symbol
+        files = [
+            descriptor_pb2.FileDescriptorProto.FromString(raw)
+            for raw in reply.file_descriptor_response.file_descriptor_proto
+        ]
+        assert files[0].package == package
+        pool = descriptor_pool.DescriptorPool()
+        for file in reversed(files):  # dependencies follow the file that needs them
+            pool.Add(file)
+        service = pool.FindServiceByName(symbol)
+        assert service.methods
+    v1 = pool.FindMessageTypeByName("grpc.reflection.v1.ServerReflectionRequest")
+    alpha = reflection_pb2.ServerReflectionRequest.DESCRIPTOR
+    assert [(f.name, f.number) for f in v1.fields] == [(f.name, f.number) for f in alpha.fields]
+
+
 def test_ping_with_live_and_test_keys(admin, pos_stub):
     _, live = admin.key("grpc", "Caja Norte", ["tx:escribir", "fan:leer"])
     _, test = admin.key("grpc", "Caja Pruebas", [], modo="prueba")
@@ -138,8 +190,9 @@ def test_permission_denied_then_the_operation(admin, pos_stub):
     assert pos_stub.ListPromos(pos.ListPromosRequest(), metadata=bearer(all_perms)).ok
 
 
-def test_error_carries_http_envelope_metadata(pos_stub):
-    error = fail(pos_stub.Ping, pos.PingRequest())
+def test_error_carries_http_envelope_metadata_for_the_gateway(pos_stub):
+    # Only with the gateway mark (Envoy's): tests/integration/test_error_metadata.py.
+    error = fail(pos_stub.Ping, pos.PingRequest(), ((GATEWAY_MARK_KEY, GATEWAY_MARK_VALUE),))
     trailing = {m.key: str(m.value) for m in error.trailing_metadata()}
     assert trailing["x-http-status"] == "401"
     body = trailing["x-envelope"]

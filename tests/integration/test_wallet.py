@@ -995,6 +995,7 @@ def test_cli_wallet_send_needs_a_migrated_database(
 ) -> None:
     monkeypatch.setenv("LOYALTY_DATABASE_URL", create_database())
     monkeypatch.delenv("LOYALTY_WALLET_PROVIDER", raising=False)
+    monkeypatch.delenv("LOYALTY_PROG", raising=False)  # as run outside ./dev
     with pytest.raises(SystemExit) as exc:
         main(["wallet", "send"])
     assert str(exc.value) == ("error: the database is not migrated; run `loyalty migrate` first")

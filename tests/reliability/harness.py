@@ -40,7 +40,7 @@ from sqlalchemy import Engine, text
 from loyalty_grpc.services.fixtures import apply_fixture
 from loyalty_grpc.store.db import make_engine
 from loyalty_grpc.store.migrate import upgrade
-from tests.e2e.test_cli import LOYALTY, READY_LINE, Running, _env
+from tests.e2e.processes import LOYALTY, READY_LINE, Running, loyalty_env
 from tests.support import free_port
 
 PROGRAM = "rel"
@@ -208,7 +208,7 @@ class Stack:
                 "--target",
                 f"127.0.0.1:{self.grpc_port}",
             ],
-            env=_env(LOYALTY_DATABASE_URL=self.database_url),
+            env=loyalty_env(LOYALTY_DATABASE_URL=self.database_url),
             text=True,
             capture_output=True,
             timeout=90,
@@ -307,7 +307,7 @@ def running_stack(database_url: str, work: Path, world: World) -> Iterator[Stack
             str(data_dir),
         ],
         work,
-        _env(
+        loyalty_env(
             LOYALTY_DATABASE_URL=database_url,
             LOYALTY_ADMIN_TOKEN=ADMIN_TOKEN,
             LOYALTY_RATE_LIMIT_PER_MINUTE="1000000",

@@ -3,8 +3,10 @@
 
 from __future__ import annotations
 
+import json
 import re
 from decimal import Decimal
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -420,3 +422,29 @@ def test_accepted_text_is_one_of_its_two_readings(text):
         if 1 <= len(after) <= 2 and before:
             readings.add(int(before) * 100 + int(after.ljust(2, "0")))
     assert result in readings
+
+
+# ---------------------------------------------------------------- the README's table
+
+
+def _readme_amount_rows() -> list[tuple[str, str]]:
+    """(Sent, Cents) of each row of the README's `importe` table."""
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    table = readme.split("| Sent | Cents | Rule |", 1)[1].split("\n\n", 1)[0]
+    rows = [line.split(" | ") for line in table.splitlines() if line.startswith("| `")]
+    return [(row[0].removeprefix("| "), row[1]) for row in rows]
+
+
+def test_every_input_of_the_readme_amount_table_is_json_and_reads_as_it_says():
+    rows = _readme_amount_rows()
+    assert len(rows) >= 8
+    for sent, cents in rows:
+        # Asides in parentheses (`0.1 + 0.2` explains an input) are not inputs.
+        inputs = re.findall(r"`([^`]+)`", re.sub(r" \([^)]*\)", "", sent))
+        expected = [int(c) for c in cents.split(", ")]
+        if len(expected) == 1:
+            expected *= len(inputs)
+        assert len(inputs) == len(expected), sent
+        for raw, centavos in zip(inputs, expected, strict=True):
+            value = json.loads(raw)  # every input as a client would send it: JSON
+            assert parse_importe(value) == centavos, raw

@@ -29,7 +29,6 @@ from functools import partial
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection
 from sqlalchemy import Engine
 
 from loyalty_grpc.api.backoffice import BackofficeServicer
@@ -37,6 +36,7 @@ from loyalty_grpc.api.interceptors import BACKOFFICE_SERVICE, POS_SERVICE, EdgeI
 from loyalty_grpc.api.key_cache import KeyCache
 from loyalty_grpc.api.observability import ObservabilityInterceptor
 from loyalty_grpc.api.pos import PosServicer
+from loyalty_grpc.api.reflection import enable_reflection
 from loyalty_grpc.gen.loyalty.v1 import backoffice_service_pb2_grpc, pos_service_pb2_grpc
 from loyalty_grpc.services.keys import authenticate
 from loyalty_grpc.services.rate_limit import RateLimiter
@@ -191,9 +191,7 @@ def build_server(settings: ServerSettings, engine: Engine | None = None) -> Grpc
     )
     health_servicer = health.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-    reflection.enable_server_reflection(
-        [POS_SERVICE, BACKOFFICE_SERVICE, health.SERVICE_NAME, reflection.SERVICE_NAME], server
-    )
+    enable_reflection([POS_SERVICE, BACKOFFICE_SERVICE, health.SERVICE_NAME], server)
     address = f"{settings.host}:{settings.port}"
     try:
         port = server.add_insecure_port(address)

@@ -28,6 +28,7 @@ from loyalty_grpc.domain.errors import Codigo, LoyaltyError
 from loyalty_grpc.gen.loyalty.v1 import backoffice_service_pb2 as pb
 from loyalty_grpc.gen.loyalty.v1 import backoffice_service_pb2_grpc as pb_grpc
 from loyalty_grpc.runtime.admin_token import admin_token_path, read_admin_token
+from loyalty_grpc.runtime.console import command
 
 DEFAULT_TARGET = "127.0.0.1:50051"
 DEFAULT_TIMEOUT_SECONDS = 60.0
@@ -52,7 +53,7 @@ def add_admin_commands(parser: argparse.ArgumentParser) -> None:
         "--data-dir",
         type=Path,
         default=Path(os.environ.get("LOYALTY_DATA_DIR", ".loyalty")),
-        help="where `loyalty up` keeps admin_token (when LOYALTY_ADMIN_TOKEN is unset)",
+        help=f"where `{command('up')}` keeps admin_token (when LOYALTY_ADMIN_TOKEN is unset)",
     )
     parser.add_argument(
         "--timeout",

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from loyalty_grpc import __version__
+from loyalty_grpc.runtime.console import command, program
 from loyalty_grpc.runtime.envoy_config import EnvoyError
 from loyalty_grpc.runtime.logs import configure_logging
 from loyalty_grpc.runtime.settings import (
@@ -61,7 +62,7 @@ def _work_dir_flag(parser: argparse.ArgumentParser) -> None:
         type=Path,
         metavar="DIR",
         help="Envoy's work directory (default: DATA_DIR/envoy, the one of "
-        "`loyalty up`; env LOYALTY_DATA_DIR, default .loyalty)",
+        f"`{command('up')}`; env LOYALTY_DATA_DIR, default .loyalty)",
     )
 
 
@@ -78,7 +79,7 @@ def _gateway_dir_flag(parser: argparse.ArgumentParser, default: str) -> None:
 def build_parser() -> argparse.ArgumentParser:
     from loyalty_grpc.runtime.admin import add_admin_commands
 
-    parser = argparse.ArgumentParser(prog="loyalty", description="Loyalty POS integration service")
+    parser = argparse.ArgumentParser(prog=program(), description="Loyalty POS integration service")
     parser.add_argument("--version", action="version", version=f"loyalty {__version__}")
     parser.add_argument(
         "--log-level",

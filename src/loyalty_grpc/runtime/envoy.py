@@ -23,7 +23,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO, Self
 
-from loyalty_grpc.runtime.console import say
+from loyalty_grpc.runtime.console import command, say
 from loyalty_grpc.runtime.envoy_admin import CLUSTERS, LISTENERS, EnvoyAdmin
 from loyalty_grpc.runtime.envoy_config import (
     EnvoyError,
@@ -406,7 +406,7 @@ def run_gateway(
     say(
         f"Envoy (pid {proxy.pid}) serving {proxy.listen_host}:{http_port} /api/v1 -> gRPC "
         f"{upstream_host}:{upstream_port} (config {work.static}; apply changes to "
-        f"{spec.gateway_dir} with `loyalty gateway reload --work-dir {work.path}`)"
+        f"{spec.gateway_dir} with `{command('gateway reload')} --work-dir {work.path}`)"
     )
     table = ProcessFile.in_dir(work.path, "gateway run")
     try:

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 from sqlalchemy import Engine, text
 
 from loyalty_grpc import __version__
-from loyalty_grpc.runtime.console import say
+from loyalty_grpc.runtime.console import command, say
 from loyalty_grpc.runtime.postgres import Database, start_embedded
 from loyalty_grpc.runtime.process_file import ago, summary
 from loyalty_grpc.runtime.settings import Settings
@@ -74,7 +74,10 @@ def process_lines(data_dir: Path) -> list[Line]:
                 Line("restarts", found.restarts),
             ]
     return lines or [
-        Line("processes", f"no `loyalty up`, `serve` or `gateway run` supervising from {data_dir}")
+        Line(
+            "processes",
+            f"no `{command('up')}`, `serve` or `gateway run` supervising from {data_dir}",
+        )
     ]
 
 
@@ -109,7 +112,7 @@ def database_lines(engine: Engine, url: str) -> list[Line]:
         lines.append(
             Line(
                 "migrations",
-                f"{current or 'none'} applied, head is {head}: run `loyalty migrate`",
+                f"{current or 'none'} applied, head is {head}: run `{command('migrate')}`",
                 ok=False,
             )
         )

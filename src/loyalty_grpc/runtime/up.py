@@ -2,20 +2,18 @@
 
 from __future__ import annotations
 
-import json
 import logging
-from importlib import resources
 from pathlib import Path
 
 from loyalty_grpc.runtime import envoy, metrics
 from loyalty_grpc.runtime.admin_token import ensure_admin_token
-from loyalty_grpc.runtime.console import say
+from loyalty_grpc.runtime.console import command, say
+from loyalty_grpc.runtime.demo import demo_lines, load_demo
 from loyalty_grpc.runtime.postgres import Database, open_database
 from loyalty_grpc.runtime.serve import serve, server_settings, serving
 from loyalty_grpc.runtime.settings import UP, ConfigError, Settings
 from loyalty_grpc.runtime.signals import stop_event
 from loyalty_grpc.store import migrate
-from loyalty_grpc.store.db import make_engine
 
 log = logging.getLogger(__name__)
 
@@ -36,25 +34,10 @@ def migrate_command(data_dir: Path) -> int:
 
 def serve_command(settings: Settings) -> int:
     if not settings.database_url:
-        raise ConfigError("`loyalty serve` needs LOYALTY_DATABASE_URL (or use `loyalty up`)")
+        raise ConfigError(
+            f"`{command('serve')}` needs LOYALTY_DATABASE_URL (or use `{command('up')}`)"
+        )
     return serve(settings, database_url=settings.database_url, admin_token=_admin_token(settings))
-
-
-def _load_demo(db: Database) -> list[dict[str, object]]:
-    from loyalty_grpc.services.fixtures import apply_fixture
-
-    text = (resources.files("loyalty_grpc.runtime") / "demo_fixture.json").read_text()
-    engine = make_engine(db.url, pool_size=1)
-    try:
-        apply_fixture(engine, text)
-    finally:
-        engine.dispose()
-    document = json.loads(text)
-    return [
-        dict(clave, programa=programa["id"])
-        for programa in document["programas"]
-        for clave in programa["claves"]
-    ]
 
 
 def up(settings: Settings, *, demo: bool) -> int:
@@ -65,7 +48,7 @@ def up(settings: Settings, *, demo: bool) -> int:
     db = open_database(data_dir)
     try:
         migrate.upgrade(db.url)
-        demo_keys = _load_demo(db) if demo else []
+        demo_banner = demo_lines(load_demo(db.url)) if demo else []
         server = server_settings(settings, command=UP, database_url=db.url, admin_token=admin_token)
         with serving(settings, server, command=UP) as supervisor:
             proxy = envoy.EnvoyProcess.start(
@@ -87,7 +70,7 @@ def up(settings: Settings, *, demo: bool) -> int:
                     workers=settings.workers,
                     data_dir=data_dir,
                     db=db,
-                    demo_keys=demo_keys,
+                    demo=demo_banner,
                 )
                 supervisor.run(stop)
             finally:
@@ -110,7 +93,7 @@ def _print_banner(
     workers: int,
     data_dir: Path,
     db: Database,
-    demo_keys: list[dict[str, object]],
+    demo: list[str],
 ) -> None:
     where = (
         "embedded PostgreSQL in " + str(data_dir / "pgdata")
@@ -123,11 +106,6 @@ def _print_banner(
         f"database: {where}",
         f"admin token: LOYALTY_ADMIN_TOKEN or {data_dir / 'admin_token'}",
     ]
-    for key in demo_keys:
-        permisos = ", ".join(str(p) for p in key.get("permisos", [])) or "(none)"  # type: ignore[attr-defined]
-        lines.append(
-            f"demo key [{key['programa']}] {key['integracion']}: {key['clave']}  "
-            f"permisos: {permisos}"
-        )
+    lines += demo
     lines.append("Ctrl-C stops everything.")
     say("\n".join(lines))

@@ -8,7 +8,7 @@ from pathlib import Path
 from sqlalchemy import Engine
 from sqlalchemy.engine import make_url
 
-from loyalty_grpc.runtime.console import say
+from loyalty_grpc.runtime.console import command, say
 from loyalty_grpc.runtime.postgres import open_database
 from loyalty_grpc.store import migrate
 from loyalty_grpc.store.db import make_engine
@@ -56,7 +56,7 @@ def send_command(data_dir: Path, *, batch: int | None = None) -> int:
     db = open_database(data_dir)
     if migrate.current(db.url) != migrate.head():
         db.stop()
-        raise SystemExit("error: the database is not migrated; run `loyalty migrate` first")
+        raise SystemExit(f"error: the database is not migrated; run `{command('migrate')}` first")
     engine = make_engine(db.url, pool_size=4)
     provider = settings.build_provider(engine)
     try:

@@ -123,7 +123,7 @@ def assign_next_code(engine: Engine, programa: str, promo_id: int, fan_id: str) 
             raise LoyaltyError(
                 Codigo.CODIGO_NO_ENCONTRADO,
                 f"promo_id: la promoción {promo_id} no tiene códigos "
-                "disponibles (deposite más: loyalty admin codes import)",
+                "disponibles (deposite más con `admin codes import`)",
             )
         uow.conn.execute(
             update(codigos)

@@ -1,0 +1,68 @@
+"""`loyalty` processes as the end-to-end tests start them: the command, an environment
+without the caller's database and admin token, and a process whose output is collected."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+LOYALTY = [sys.executable, "-m", "loyalty_grpc.runtime.cli"]
+DEMO_KEY = "lp_vivo_DemoCajaPrincipalTodos0000001"
+READY_LINE = "Ctrl-C stops everything."
+
+
+def loyalty_env(**extra: str) -> dict[str, str]:
+    """This process's environment without LOYALTY_DATABASE_URL and LOYALTY_ADMIN_TOKEN,
+    plus `extra`."""
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("LOYALTY_DATABASE_URL", "LOYALTY_ADMIN_TOKEN")
+    }
+    env.update(extra)
+    return env
+
+
+class Running:
+    """A `loyalty` process whose stdout is collected by a thread."""
+
+    def __init__(self, args: list[str], cwd: Path, env: dict[str, str]) -> None:
+        self.lines: list[str] = []
+        self.proc = subprocess.Popen(
+            [*LOYALTY, *args],
+            cwd=cwd,
+            env=env,
+            text=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+        )
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.append(line.rstrip("\n"))
+
+    def wait_for(self, text: str, timeout: float = 90) -> None:
+        deadline = time.monotonic() + timeout
+        while not any(text in line for line in self.lines):
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                self.proc.kill()
+                pytest.fail(f"never printed {text!r}:\n" + "\n".join(self.lines))
+            time.sleep(0.1)
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 60) -> int:
+        self.proc.send_signal(sig)
+        code = self.proc.wait(timeout)
+        self._reader.join(5)
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
+        return code
