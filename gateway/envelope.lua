@@ -11,6 +11,9 @@
 --   1. An error of the gRPC server: a trailers-only gRPC error whose headers carry
 --      `x-http-status` (e.g. "404") and `x-envelope` (the complete envelope JSON, ASCII).
 --      -> :status := x-http-status, body := x-envelope.
+--      (The server sends those two only to calls carrying the gateway mark
+--      `x-loyalty-gateway: 1`, which envoy.yaml's route table sets on every request it
+--      forwards, overwriting a client's: api/gateway_protocol.py.)
 --   2. Any other failure (Envoy's own replies, or a gRPC error without x-envelope).
 --      -> the envelope of the catalogue entry for that HTTP (or gRPC) status, built here.
 --      A refusal of request_check.lua (the strict request check, a 400) is one of these:

@@ -31,7 +31,7 @@ def error_table() -> str:
     ]
     rows += [
         "",
-        "Back office only (internal gRPC; `loyalty admin` prints them):",
+        "Back office only (internal gRPC; `./dev admin` prints them):",
         "",
         "| gRPC | `codigo` | when |",
         "|---|---|---|",

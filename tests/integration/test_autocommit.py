@@ -13,6 +13,7 @@ import psycopg
 import pytest
 from sqlalchemy import Engine, text
 
+from loyalty_grpc.api.gateway_protocol import GATEWAY_MARK_KEY, GATEWAY_MARK_VALUE
 from loyalty_grpc.api.server import ServerSettings, build_server
 from loyalty_grpc.gen.loyalty.v1 import pos_service_pb2 as pos
 from loyalty_grpc.gen.loyalty.v1 import pos_service_pb2_grpc as pos_grpc
@@ -133,7 +134,11 @@ def test_a_lost_connection_is_503_then_the_next_call_works(db_url: str, engine: 
     try:
         with grpc.insecure_channel(f"127.0.0.1:{server.port}") as channel:
             stub = pos_grpc.PosServiceStub(channel)
-            metadata = (("authorization", f"Bearer {KEY}"),)
+            # As Envoy calls (the gateway mark): the errors carry the envelope metadata.
+            metadata = (
+                ("authorization", f"Bearer {KEY}"),
+                (GATEWAY_MARK_KEY, GATEWAY_MARK_VALUE),
+            )
             assert stub.Ping(pos.PingRequest(), metadata=metadata).ok
             with engine.connect() as conn:  # the server's pooled backends
                 pids = [

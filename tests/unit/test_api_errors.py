@@ -15,7 +15,7 @@ from loyalty_grpc.domain.errors import CATALOGO, Codigo, LoyaltyError
 @pytest.mark.parametrize("codigo", list(Codigo))
 def test_every_catalogue_entry_maps(codigo: Codigo):
     entrada = CATALOGO[codigo]
-    status = to_grpc_status(LoyaltyError(codigo, "campo `x`: ñandú"))
+    status = to_grpc_status(LoyaltyError(codigo, "campo `x`: ñandú"), for_gateway=True)
     assert status.code == getattr(grpc.StatusCode, entrada.grpc)
     assert status.code != grpc.StatusCode.OK
     trailing = dict(status.trailing_metadata)
@@ -35,6 +35,23 @@ def test_every_catalogue_entry_maps(codigo: Codigo):
     info = error_details_pb2.ErrorInfo()
     assert rich.details[0].Unpack(info)
     assert info.reason == codigo.value
+
+
+@pytest.mark.parametrize("codigo", list(Codigo))
+def test_without_the_gateway_only_the_grpc_status(codigo: Codigo):
+    """A native gRPC caller (no gateway mark): the status and its ErrorInfo, no envelope."""
+    error = LoyaltyError(codigo, "detalle", retry_after=3)
+    native = to_grpc_status(error, (("ratelimit", "r"),), for_gateway=False)
+    marked = to_grpc_status(error, (("ratelimit", "r"),), for_gateway=True)
+    assert (native.code, native.details) == (marked.code, marked.details)
+    gateway_only = {HTTP_STATUS_KEY, ENVELOPE_KEY}
+    assert not gateway_only & {key for key, _ in native.trailing_metadata}
+    assert [m for m in marked.trailing_metadata if m[0] not in gateway_only] == list(
+        native.trailing_metadata
+    )
+    assert {"grpc-status-details-bin", "retry-after", "ratelimit"} <= dict(
+        native.trailing_metadata
+    ).keys()
 
 
 def test_envelope_key_order_and_bytes():

@@ -1,6 +1,7 @@
 """gateway/envoy.yaml and gateway/envelope.lua: Envoy accepts them, the envelopes they
-produce use the error catalogue exactly, and nothing routes to the back office; what Envoy
-runs (the file-based xDS split of the same configuration) is exactly that configuration.
+produce use the error catalogue exactly, nothing routes to the back office, and every
+forwarded request carries the gateway mark of api/gateway_protocol.py; what Envoy runs (the
+file-based xDS split of the same configuration) is exactly that configuration.
 
 (The same behaviour over real HTTP: tests/e2e/test_gateway_errors.py; live reloads:
 tests/e2e/test_gateway_reload.py.)
@@ -18,6 +19,7 @@ import pytest
 import yaml
 from google.protobuf import descriptor_pb2
 
+from loyalty_grpc.api.gateway_protocol import GATEWAY_MARK_KEY, GATEWAY_MARK_VALUE
 from loyalty_grpc.domain.errors import CATALOGO, Codigo
 from loyalty_grpc.runtime import envoy_config, envoy_xds
 
@@ -501,6 +503,77 @@ def test_routes_to_the_server_cannot_be_steered(config: dict[str, Any]) -> None:
         assert route["route"]["cluster"] == "loyalty_grpc"
     clusters = config["static_resources"]["clusters"]
     assert [cluster["name"] for cluster in clusters] == ["loyalty_grpc"]
+
+
+# ---------------------------------------------------------------- the gateway mark
+
+
+def test_the_route_table_sets_the_gateway_mark_of_the_server(config: dict[str, Any]) -> None:
+    """api/gateway_protocol.py's name and value, overwriting a client's: the whole route
+    table's request_headers_to_add (nothing below it may say otherwise)."""
+    table = hcm(config)["route_config"]
+    assert table["request_headers_to_add"] == [
+        {
+            "header": {"key": GATEWAY_MARK_KEY, "value": GATEWAY_MARK_VALUE},
+            "append_action": "OVERWRITE_IF_EXISTS_OR_ADD",
+        }
+    ]
+    assert not table.get("most_specific_header_mutations_wins")
+    envoy_config.check_gateway_mark(config)
+    forwarding = [route for route in routes(config) if "route" in route]
+    assert forwarding  # every one of them is under the table's mark
+    mentions = json.dumps(table["virtual_hosts"]).lower()
+    assert GATEWAY_MARK_KEY not in mentions
+
+
+def test_every_rendering_and_xds_generation_carries_the_mark(tmp_path: Path) -> None:
+    generation = envoy_xds.render_generation(spec(), envoy_xds.WorkDir(tmp_path / "work"))
+    for static in (spec().render(), generation.static):
+        envoy_config.check_gateway_mark(static)
+    (listener,) = without_types(generation.listeners["resources"], envoy_xds.LISTENER_TYPE)
+    manager = listener["filter_chains"][0]["filters"][0]["typed_config"]
+    assert manager["route_config"]["request_headers_to_add"] == [envoy_config.gateway_mark()]
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        "no mark",
+        "another value",
+        "appended",
+        "another name",
+        "twice",
+        "routes win",
+        "route discovery",
+    ],
+)
+def test_a_config_without_the_mark_is_refused(tmp_path: Path, change: str) -> None:
+    gateway = gateway_copy(tmp_path)
+    config = envoy_config.load_config(gateway)
+    table = hcm(config)["route_config"]
+    (mark,) = table["request_headers_to_add"]
+    if change == "no mark":
+        del table["request_headers_to_add"]
+    elif change == "another value":
+        mark["header"]["value"] = "2"
+    elif change == "appended":
+        mark["append_action"] = "APPEND_IF_EXISTS_OR_ADD"
+    elif change == "another name":
+        mark["header"]["key"] = "x-loyalty-gateway-mark"
+    elif change == "twice":
+        table["request_headers_to_add"] = [mark, {**mark, "append_action": "ADD_IF_ABSENT"}]
+    elif change == "routes win":
+        table["most_specific_header_mutations_wins"] = True
+    else:
+        manager = hcm(config)
+        del manager["route_config"]
+        manager["rds"] = {"route_config_name": "pos_routes"}
+    (gateway / "envoy.yaml").write_text(yaml.safe_dump(config))
+    with pytest.raises(envoy_config.EnvoyError, match="gateway mark"):
+        spec(gateway).render()
+    with pytest.raises(envoy_config.EnvoyError, match="gateway mark"):
+        envoy_xds.install(spec(gateway), tmp_path / "work")
+    assert not envoy_xds.WorkDir(tmp_path / "work").listeners.exists()
 
 
 def test_admin_interface_is_local_only(config: dict[str, Any]) -> None:

@@ -1,9 +1,12 @@
-"""Domain errors -> the wire: a real gRPC status with google.rpc.ErrorInfo for gRPC
-callers, plus the HTTP envelope as metadata for Envoy's Lua filter.
+"""Domain errors -> the wire: a real gRPC status with google.rpc.ErrorInfo for every
+caller, plus the HTTP envelope as metadata for Envoy's Lua filter only.
 
-The protocol with gateway/envelope.lua: a trailers-only error carrying
-`x-http-status` (the catalogue's HTTP status) and `x-envelope` (the complete envelope JSON,
-ASCII-escaped because metadata must be ASCII).
+The protocol with gateway/envelope.lua (names in api/gateway_protocol.py): a trailers-only
+error carrying `x-http-status` (the catalogue's HTTP status) and `x-envelope` (the complete
+envelope JSON, ASCII-escaped because metadata must be ASCII), sent only to a call that
+carries the gateway mark `x-loyalty-gateway: 1` (Envoy sets it on every request it
+forwards; api/interceptors.py looks for it when a call fails). Native gRPC callers get the
+status, the ErrorInfo (and RetryInfo, `retry-after`, the RateLimit fields) without them.
 """
 
 from __future__ import annotations
@@ -16,11 +19,10 @@ from google.protobuf import any_pb2, duration_pb2
 from google.rpc import error_details_pb2, status_pb2
 from grpc_status import rpc_status
 
+from loyalty_grpc.api.gateway_protocol import ENVELOPE_KEY, HTTP_STATUS_KEY
 from loyalty_grpc.domain.errors import LoyaltyError
 
 ERROR_DOMAIN = "loyalty.v1"
-HTTP_STATUS_KEY = "x-http-status"
-ENVELOPE_KEY = "x-envelope"
 RETRY_AFTER_KEY = "retry-after"
 
 
@@ -46,10 +48,14 @@ def envelope(error: LoyaltyError) -> str:
 
 
 def to_grpc_status(
-    error: LoyaltyError, extra_metadata: tuple[tuple[str, str], ...] = ()
+    error: LoyaltyError,
+    extra_metadata: tuple[tuple[str, str], ...] = (),
+    *,
+    for_gateway: bool,
 ) -> grpc.Status:
     """`extra_metadata`: more trailing metadata (e.g. the RateLimit fields); an error with
-    `retry_after` also gets google.rpc.RetryInfo and `retry-after`."""
+    `retry_after` also gets google.rpc.RetryInfo and `retry-after`. `for_gateway` (the call
+    carries the gateway mark): also `x-http-status` and `x-envelope` for envelope.lua."""
     entrada = error.entrada
     code: grpc.StatusCode = getattr(grpc.StatusCode, entrada.grpc)
     info = error_details_pb2.ErrorInfo(
@@ -78,14 +84,23 @@ def to_grpc_status(
     status = rpc_status.to_status(
         status_pb2.Status(code=code.value[0], message=message, details=details)
     )
+    gateway: tuple[tuple[str, str], ...] = (
+        ((HTTP_STATUS_KEY, str(entrada.http)), (ENVELOPE_KEY, envelope(error)))
+        if for_gateway
+        else ()
+    )
     return _Status(
         code=status.code,
         details=status.details,
-        trailing_metadata=(
-            *status.trailing_metadata,
-            (HTTP_STATUS_KEY, str(entrada.http)),
-            (ENVELOPE_KEY, envelope(error)),
-            *retry,
-            *extra_metadata,
-        ),
+        trailing_metadata=(*status.trailing_metadata, *gateway, *retry, *extra_metadata),
     )
+
+
+__all__ = [
+    "ENVELOPE_KEY",
+    "ERROR_DOMAIN",
+    "HTTP_STATUS_KEY",
+    "RETRY_AFTER_KEY",
+    "envelope",
+    "to_grpc_status",
+]

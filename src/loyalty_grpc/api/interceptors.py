@@ -9,8 +9,12 @@
   (`ratelimit-policy`, `ratelimit`) go out as initial metadata on success and as trailing
   metadata on errors: an error must stay trailers-only for the Lua envelope filter, so no
   initial metadata is sent before the outcome is known;
-- every LoyaltyError -> gRPC status + ErrorInfo + HTTP envelope (api/errors.py); a lost
-  database -> servicio_no_disponible; anything else -> error_interno without internals.
+- every LoyaltyError -> gRPC status + ErrorInfo (api/errors.py); a lost database ->
+  servicio_no_disponible; anything else -> error_interno without internals. The HTTP
+  envelope metadata (`x-http-status`, `x-envelope`) goes only to calls that carry the
+  gateway mark `x-loyalty-gateway: 1` (api/gateway_protocol.py), which Envoy sets on every
+  request it forwards: native gRPC callers get the status and ErrorInfo alone. The mark is
+  looked up only when a call fails (successful calls do no extra work).
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from sqlalchemy import exc as sa_exc
 
 from loyalty_grpc.api.context import reset_caller, set_caller
 from loyalty_grpc.api.errors import to_grpc_status
+from loyalty_grpc.api.gateway_protocol import GATEWAY_MARK_KEY, GATEWAY_MARK_VALUE
 from loyalty_grpc.api.key_cache import KeyCache
 from loyalty_grpc.api.requests import reject_nul
 from loyalty_grpc.domain import keys, permissions
@@ -166,7 +171,8 @@ def _mapping_errors(behavior: Guarded, method: str) -> Behavior:
             )
         except Exception:
             failure = _internal(method)
-        context.abort_with_status(to_grpc_status(failure, tuple(extra)))
+        for_gateway = _metadata(context, GATEWAY_MARK_KEY) == GATEWAY_MARK_VALUE
+        context.abort_with_status(to_grpc_status(failure, tuple(extra), for_gateway=for_gateway))
         raise AssertionError("unreachable: abort_with_status raises")
 
     return mapped

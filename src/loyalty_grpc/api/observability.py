@@ -12,7 +12,14 @@ interceptor of api/interceptors.py), so it sees every call whole, rejected or no
   after the behaviour raised);
 - `loyalty_requests_total{method,codigo}`, `loyalty_request_seconds{method}`,
   `loyalty_rate_limited_total{method}` (codigo demasiadas_llamadas), the in-flight gauge
-  and the database pool gauges;
+  and the database pool gauges. Every series the domain knows of exists from the start, at
+  0 (`start_at_zero`, when the interceptor is built): a counter that first appears at 1
+  hides that increase from rate()/increase(), and an alert on it sees nothing until then.
+  Known: each unary method of the loyalty.v1 services (the generated descriptors) with
+  "ok" and each codigo of the error catalogue (domain/errors.py; for PosService methods
+  all but the back-office-only ones); the rate limit per PosService method (the only
+  service it applies to, api/interceptors.py). An outcome outside that (a gRPC code
+  without ErrorInfo, e.g. "cancelled") appears when it first happens;
 - one log line on the `loyalty_grpc.calls` logger with `fields` (runtime/logs.py prints
   them as JSON keys): request_id, method, codigo, grpc_code, duration_ms and, once the key
   is authenticated, programa, modo and clave_id (the key's numeric id). Never the key, a
@@ -51,8 +58,10 @@ from prometheus_client import Counter, Gauge, Histogram
 from sqlalchemy import Engine
 
 from loyalty_grpc.api.context import listen_for_caller, stop_listening
+from loyalty_grpc.api.interceptors import POS_SERVICE
 from loyalty_grpc.domain.caller import Caller
-from loyalty_grpc.domain.errors import Codigo
+from loyalty_grpc.domain.errors import CATALOGO, Codigo
+from loyalty_grpc.gen.loyalty.v1 import backoffice_service_pb2, pos_service_pb2
 
 if TYPE_CHECKING:  # grpc-stubs make it generic; the runtime class is not subscriptable
     Handler = grpc.RpcMethodHandler[object, object]
@@ -236,6 +245,7 @@ class _Call:
 
 class ObservabilityInterceptor(grpc.ServerInterceptor):  # type: ignore[type-arg]
     def __init__(self, engine: Engine | None = None) -> None:
+        start_at_zero()
         self._pool = PoolGauges(engine)
         self._in_flight = _gauges().in_flight
         # grpc asks for every call's handler: ours are built once per method.
@@ -340,12 +350,57 @@ def _latency(method: str) -> Histogram:
     return LATENCY.labels(method)
 
 
+@cache
+def _rate_limited(method: str) -> Counter:
+    return RATE_LIMITED.labels(method)
+
+
+def known_methods() -> dict[str, str]:
+    """The `method` label of every call this interceptor observes -> its service: each
+    unary method of the loyalty.v1 services, from the generated descriptors."""
+    methods: dict[str, str] = {}
+    for proto_file in (pos_service_pb2.DESCRIPTOR, backoffice_service_pb2.DESCRIPTOR):
+        for service in proto_file.services_by_name.values():
+            for rpc in service.methods:
+                method = f"{service.full_name}/{rpc.name}"
+                unary = not (rpc.client_streaming or rpc.server_streaming)
+                if unary and f"/{method}".startswith(OBSERVED_PREFIX):
+                    methods[method] = service.full_name
+    return methods
+
+
+def known_outcomes(service: str) -> list[str]:
+    """The `codigo` label a call of `service` can end with: "ok" or a catalogue codigo
+    (PosService: not the back-office-only ones)."""
+    return [
+        OK,
+        *(
+            entrada.codigo.value
+            for entrada in CATALOGO.values()
+            if service != POS_SERVICE or not entrada.interno
+        ),
+    ]
+
+
+@cache
+def start_at_zero() -> None:
+    """Create every series the domain knows of (module doc), at 0, once per process. In a
+    worker process (PROMETHEUS_MULTIPROC_DIR) this writes them to its file, so /metrics
+    shows them before the first call. It also fills the per-call lookups' caches."""
+    for method, service in known_methods().items():
+        _latency(method)
+        for codigo in known_outcomes(service):
+            _requests(method, codigo)
+        if service == POS_SERVICE:
+            _rate_limited(method)
+
+
 def _record(call: _Call, context: grpc.ServicerContext, seconds: float, *, failed: bool) -> None:
     codigo, code = outcome(context, failed=failed)
     _requests(call.method, codigo).inc()
     _latency(call.method).observe(seconds)
     if codigo == Codigo.DEMASIADAS_LLAMADAS.value:
-        RATE_LIMITED.labels(call.method).inc()
+        _rate_limited(call.method).inc()
     fields: dict[str, object] = {
         "request_id": call.request_id,
         "method": call.method,
@@ -373,8 +428,11 @@ __all__ = [
     "PoolGauges",
     "current_request_id",
     "error_reason",
+    "known_methods",
+    "known_outcomes",
     "log_context",
     "multiprocess_mode",
     "outcome",
     "request_id_of",
+    "start_at_zero",
 ]

@@ -3,13 +3,9 @@ name a command to them."""
 
 from __future__ import annotations
 
-import os
 import sys
 
-# `./dev` runs the project's `.venv/bin/loyalty`, which is not on the PATH, and sets this
-# variable to the name it was called by; anywhere else (the Docker image, an installed
-# package) the command is `loyalty`.
-PROG_VARIABLE = "LOYALTY_PROG"
+from loyalty_grpc.runtime.settings import program_name
 
 
 def say(text: str) -> None:
@@ -18,8 +14,9 @@ def say(text: str) -> None:
 
 
 def program() -> str:
-    """The command as the person types it: `./dev` under ./dev, else `loyalty`."""
-    return os.environ.get(PROG_VARIABLE) or "loyalty"
+    """The command as the person types it: `./dev` under ./dev (which sets LOYALTY_PROG:
+    the project's `.venv/bin/loyalty` is not on the PATH), else `loyalty`."""
+    return program_name()
 
 
 def command(words: str) -> str:

@@ -6,6 +6,12 @@ The one configuration is `gateway/envoy.yaml` (with `envelope.lua`, the descript
 `loyalty_pos.pb` and `openapi.json` beside it). It is read with PyYAML and rewritten as
 data (ports, addresses, absolute file paths), never by string templating, so what runs is
 what the tests validate. How Envoy runs it (split for file-based xDS): runtime/envoy_xds.py.
+
+Every rendering (and so every configuration Envoy runs: `loyalty up`, `loyalty gateway
+run`/`reload`/`check`, the xDS listeners) is checked for the gateway mark
+(`check_gateway_mark`): the route table of each HTTP listener sets `x-loyalty-gateway: 1`
+on every request it forwards, overwriting what a client sent, with the name and value of
+api/gateway_protocol.py. The server sends the envelope metadata only to such calls.
 """
 
 from __future__ import annotations
@@ -22,6 +28,8 @@ from pathlib import Path
 from typing import Any, Self
 
 import yaml
+
+from loyalty_grpc.api.gateway_protocol import GATEWAY_MARK_KEY, GATEWAY_MARK_VALUE
 
 CONFIG_NAME = "envoy.yaml"
 LISTENER_NAME = "pos_http"
@@ -134,6 +142,47 @@ def file_references(config: dict[str, Any]) -> list[tuple[dict[str, Any], str]]:
     return found
 
 
+def gateway_mark() -> dict[str, Any]:
+    """The `request_headers_to_add` entry of the gateway mark, as envoy.yaml has it."""
+    return {
+        "header": {"key": GATEWAY_MARK_KEY, "value": GATEWAY_MARK_VALUE},
+        "append_action": "OVERWRITE_IF_EXISTS_OR_ADD",
+    }
+
+
+def check_gateway_mark(config: dict[str, Any]) -> None:
+    """Raise EnvoyError unless every HTTP listener's route table adds the gateway mark
+    (`gateway_mark()`) to every request it forwards, overwriting a client's value: exactly
+    that entry in the inline route_config's request_headers_to_add (applied after those
+    of virtual hosts and routes, so nothing below can change it, unless
+    most_specific_header_mutations_wins reverses that order)."""
+    for listener in config["static_resources"]["listeners"]:
+        name = listener.get("name")
+        for manager in _connection_managers(listener):
+            table = manager.get("route_config")
+            if not isinstance(table, dict):
+                raise EnvoyError(
+                    f"{CONFIG_NAME}: listener {name!r} needs an inline route_config "
+                    f"to carry the gateway mark {GATEWAY_MARK_KEY}"
+                )
+            if table.get("most_specific_header_mutations_wins"):
+                raise EnvoyError(
+                    f"{CONFIG_NAME}: listener {name!r}: most_specific_header_mutations_wins "
+                    f"would let a route change the gateway mark {GATEWAY_MARK_KEY}"
+                )
+            marks = [
+                entry
+                for entry in table.get("request_headers_to_add", [])
+                if str(entry.get("header", {}).get("key", "")).lower() == GATEWAY_MARK_KEY
+            ]
+            if marks != [gateway_mark()]:
+                raise EnvoyError(
+                    f"{CONFIG_NAME}: the route_config of listener {name!r} must have, in "
+                    f"request_headers_to_add, exactly {gateway_mark()} (the gateway mark of "
+                    f"api/gateway_protocol.py); it has {marks}"
+                )
+
+
 def _beside(directory: Path, configured: str) -> str:
     """`configured` (e.g. "gateway/envelope.lua") as an absolute path in `directory`."""
     path = (directory / Path(configured).name).resolve()
@@ -171,6 +220,7 @@ def render_config(
             raise EnvoyError(
                 f"{CONFIG_NAME}: listener {LISTENER_NAME!r} has no HTTP connection manager"
             )
+        check_gateway_mark(config)
         for holder, key in file_references(config):
             holder[key] = _beside(directory, holder[key])
 
@@ -310,9 +360,11 @@ __all__ = [
     "LISTENER_NAME",
     "EnvoyError",
     "GatewaySpec",
+    "check_gateway_mark",
     "envoy_binary",
     "file_references",
     "find_gateway_dir",
+    "gateway_mark",
     "listen_host_of",
     "load_config",
     "render_config",

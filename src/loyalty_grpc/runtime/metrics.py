@@ -12,12 +12,16 @@
 - `count_restart(kind)`: a child process ("worker", "envoy") was restarted after it died
   (runtime/supervision.py); `loyalty_process_restarts_total{process}`, 0 from the start.
 
+Every counter is on /metrics from the first scrape, at 0, with every label value the
+domain knows of: the restarts here (`prepare`), the call counters when a worker builds its
+server (api/observability.py `start_at_zero`). tests/e2e/test_metrics_from_zero.py checks
+it for every counter and histogram registered, on a fresh `loyalty serve`.
+
 Envoy publishes its own series on its admin port: `GET /stats/prometheus`.
 """
 
 from __future__ import annotations
 
-import functools
 import logging
 import os
 import threading
@@ -48,6 +52,11 @@ MULTIPROC_ENV: Final = "PROMETHEUS_MULTIPROC_DIR"
 # timeout is 10 s).
 DB_TIMEOUT_SECONDS: Final = 3
 RESTARTED_KINDS: Final = ("worker", "envoy")
+RESTARTS: Final = Counter(
+    "loyalty_process_restarts_total",
+    "Child processes of the supervising `loyalty` process started again after they died, by kind.",
+    ["process"],
+)
 
 
 def prepare(multiproc_dir: Path) -> None:
@@ -58,24 +67,14 @@ def prepare(multiproc_dir: Path) -> None:
     os.environ[MULTIPROC_ENV] = str(multiproc_dir.resolve())
     # prometheus_client picks its value storage when it is imported; it may have been.
     values.ValueClass = values.get_value_class()  # type: ignore[no-untyped-call]
-    _restarts()  # every series at 0 from the first scrape
-
-
-@functools.cache
-def _restarts() -> Counter:
-    counter = Counter(
-        "loyalty_process_restarts_total",
-        "Child processes of the supervising "
-        "`loyalty` process started again after they died, by kind.",
-        ["process"],
-    )
+    # Every series at 0 from the first scrape. (A labelled series takes its storage when
+    # it is first labelled: here, after the storage was chosen.)
     for kind in RESTARTED_KINDS:
-        counter.labels(process=kind)
-    return counter
+        RESTARTS.labels(process=kind)
 
 
 def count_restart(kind: str) -> None:
-    _restarts().labels(process=kind).inc()
+    RESTARTS.labels(process=kind).inc()
 
 
 def mark_worker_dead(pid: int) -> None:
@@ -190,6 +189,7 @@ def serve_metrics(host: str, port: int, database_url: str) -> MetricsEndpoint:
 
 __all__ = [
     "MULTIPROC_ENV",
+    "RESTARTS",
     "MetricsEndpoint",
     "OutboxCollector",
     "count_restart",

@@ -49,7 +49,7 @@ VARIABLES: tuple[Variable, ...] = (
     Variable(
         "LOYALTY_ADMIN_TOKEN",
         "generated into `DATA_DIR/admin_token` (mode 0600)",
-        "the back-office token (`loyalty admin`, `BackofficeService`); printable ASCII, no spaces",
+        "the back-office token (`./dev admin`, `BackofficeService`); printable ASCII, no spaces",
     ),
     Variable(
         "LOYALTY_DATA_DIR",
@@ -111,6 +111,12 @@ VARIABLES: tuple[Variable, ...] = (
         "LOYALTY_ENVOY_ADMIN_PORT",
         "`0` (any free port)",
         "`gateway run`: Envoy's admin interface port",
+    ),
+    Variable(
+        "LOYALTY_PROG",
+        "`loyalty`",
+        "how the commands' help and hints name the command; `./dev` sets `./dev` (its "
+        "`.venv/bin/loyalty` is not on the PATH)",
     ),
     Variable("LOYALTY_WALLET_PROVIDER", "`local`", "`local` or `google` (see Wallet pass)"),
     Variable("LOYALTY_WALLET_INTERVAL_SECONDS", "`1`", "wallet sender poll interval"),
@@ -301,13 +307,25 @@ def _parse(rule: _Rule, name: str, text: str) -> object:
         raise ConfigError(f"{name} must be {exc}, got {text!r}") from None
 
 
+# How a hint names the command to the person running it (runtime/console.py).
+PROG_VARIABLE = "LOYALTY_PROG"
+DEFAULT_PROG = "loyalty"
+
+
+def program_name(environ: Mapping[str, str] | None = None) -> str:
+    """LOYALTY_PROG when it is one printable word, else `loyalty`. Never an error: it only
+    words suggestions, and it is read while the help is built, before any checking."""
+    text = (os.environ if environ is None else environ).get(PROG_VARIABLE, "").strip()
+    return text if re.fullmatch(r"[!-~]+", text) else DEFAULT_PROG
+
+
 def documented_names() -> set[str]:
     return {v.name for v in VARIABLES}
 
 
 def checked_names() -> set[str]:
-    """Variables `Settings` reads itself (the wallet ones are WalletSettings')."""
-    return {rule.variable for rule in _RULES.values()}
+    """Variables read and checked here (the wallet ones are WalletSettings')."""
+    return {rule.variable for rule in _RULES.values()} | {PROG_VARIABLE}
 
 
 def settings_fields() -> set[str]:
