@@ -120,3 +120,21 @@ def fails(engine: Engine, codigo: Codigo, *in_detalle: str) -> Iterator[None]:
     for part in in_detalle:
         assert part in err.value.detalle, err.value.detalle
     assert snapshot(engine) == before
+
+
+@contextmanager
+def grpc_server(db_url: str, admin_token: str, **settings: Any) -> Iterator[grpc.Channel]:
+    """A real server (build_server) on a free port with the integration tests' usual
+    settings (no key cache, 4 threads) or `settings`, and a channel to it; stopped after."""
+    from loyalty_grpc.api.server import ServerSettings, build_server
+
+    options: dict[str, Any] = {"key_cache_seconds": 0, "max_workers": 4, **settings}
+    server = build_server(
+        ServerSettings(database_url=db_url, admin_token=admin_token, port=0, **options)
+    )
+    server.start()
+    try:
+        with grpc.insecure_channel(f"127.0.0.1:{server.port}") as channel:
+            yield channel
+    finally:
+        server.stop()

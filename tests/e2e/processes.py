@@ -3,6 +3,7 @@ without the caller's database and admin token, and a process whose output is col
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -57,6 +58,24 @@ class Running:
             if self.proc.poll() is not None or time.monotonic() > deadline:
                 self.proc.kill()
                 pytest.fail(f"never printed {text!r}:\n" + "\n".join(self.lines))
+            time.sleep(0.1)
+
+    def wait_for_workers(self, workers: int, timeout: float = 90) -> None:
+        """Until `workers` distinct processes logged, in JSON, that they listen
+        (api/server.py): each has built its server."""
+        deadline = time.monotonic() + timeout
+        while True:
+            pids = {
+                json.loads(line)["pid"]
+                for line in list(self.lines)
+                if line.startswith("{") and "gRPC server listening on" in line
+            }
+            if len(pids) >= workers:
+                return
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                pytest.fail(
+                    f"{len(pids)} of {workers} workers started:\n" + "\n".join(self.lines[-40:])
+                )
             time.sleep(0.1)
 
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 60) -> int:

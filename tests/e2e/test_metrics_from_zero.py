@@ -126,7 +126,7 @@ def exposition(
         ),
     )
     try:
-        _wait_for_workers(serve)
+        serve.wait_for_workers(WORKERS)
         deadline = time.monotonic() + 30
         while True:  # the parent serves /metrics once its workers started
             try:
@@ -142,23 +142,6 @@ def exposition(
     finally:
         if serve.proc.poll() is None:
             serve.stop()
-
-
-def _wait_for_workers(serve: Running, timeout: float = 90) -> None:
-    """Until WORKERS distinct processes logged that they listen (api/server.py): each
-    built its server, so its series are written."""
-    deadline = time.monotonic() + timeout
-    while True:
-        pids = {
-            json.loads(line)["pid"]
-            for line in list(serve.lines)
-            if line.startswith("{") and "gRPC server listening on" in line
-        }
-        if len(pids) >= WORKERS:
-            return
-        if serve.proc.poll() is not None or time.monotonic() > deadline:
-            pytest.fail(f"{len(pids)} of {WORKERS} workers started:\n" + "\n".join(serve.lines))
-        time.sleep(0.1)
 
 
 def test_every_registered_counter_and_histogram_is_there_at_zero(exposition: str) -> None:

@@ -130,30 +130,12 @@ def served(
         ),
     )
     try:
-        _wait_for_workers(serve, workers)
+        serve.wait_for_workers(workers)
         yield Served(port, workers, serve, engine, keys)
     finally:
         if serve.proc.poll() is None:
             serve.stop()
         engine.dispose()
-
-
-def _wait_for_workers(serve: Running, workers: int, timeout: float = 90) -> None:
-    """Until `workers` distinct processes logged that they listen (api/server.py)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        pids = {
-            json.loads(line)["pid"]
-            for line in list(serve.lines)
-            if line.startswith("{") and "gRPC server listening on" in line
-        }
-        if len(pids) >= workers:
-            return
-        if serve.proc.poll() is not None or time.monotonic() > deadline:
-            pytest.fail(
-                f"{len(pids)} of {workers} workers started:\n" + "\n".join(serve.lines[-40:])
-            )
-        time.sleep(0.1)
 
 
 @dataclass

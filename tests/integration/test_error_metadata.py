@@ -21,13 +21,12 @@ from loyalty_grpc.api.gateway_protocol import (
     GATEWAY_MARK_VALUE,
     HTTP_STATUS_KEY,
 )
-from loyalty_grpc.api.server import GrpcServer, ServerSettings, build_server
 from loyalty_grpc.domain.errors import CATALOGO, Codigo, LoyaltyError
 from loyalty_grpc.gen.loyalty.v1 import backoffice_service_pb2 as bo
 from loyalty_grpc.gen.loyalty.v1 import backoffice_service_pb2_grpc as bo_grpc
 from loyalty_grpc.gen.loyalty.v1 import pos_service_pb2 as pos
 from loyalty_grpc.gen.loyalty.v1 import pos_service_pb2_grpc as pos_grpc
-from tests.support import Admin, error_info
+from tests.support import Admin, error_info, grpc_server
 
 ADMIN_TOKEN = "error-metadata-admin-token-0123456789"
 GATEWAY_ONLY = {HTTP_STATUS_KEY, ENVELOPE_KEY}
@@ -35,20 +34,8 @@ MARK = ((GATEWAY_MARK_KEY, GATEWAY_MARK_VALUE),)
 
 
 @pytest.fixture(scope="module")
-def server(db_url: str) -> Iterator[GrpcServer]:
-    srv = build_server(
-        ServerSettings(
-            database_url=db_url, admin_token=ADMIN_TOKEN, port=0, key_cache_seconds=0, max_workers=4
-        )
-    )
-    srv.start()
-    yield srv
-    srv.stop()
-
-
-@pytest.fixture(scope="module")
-def channel(server: GrpcServer) -> Iterator[grpc.Channel]:
-    with grpc.insecure_channel(f"127.0.0.1:{server.port}") as ch:
+def channel(db_url: str) -> Iterator[grpc.Channel]:
+    with grpc_server(db_url, ADMIN_TOKEN) as ch:
         yield ch
 
 

@@ -24,14 +24,13 @@ from google.protobuf import struct_pb2
 from prometheus_client import REGISTRY, values
 
 from loyalty_grpc.api.observability import CALLS_LOGGER, REQUEST_ID_KEY, log_context
-from loyalty_grpc.api.server import GrpcServer, ServerSettings, build_server
 from loyalty_grpc.gen.loyalty.v1 import backoffice_service_pb2 as bo
 from loyalty_grpc.gen.loyalty.v1 import backoffice_service_pb2_grpc as bo_grpc
 from loyalty_grpc.gen.loyalty.v1 import pos_service_pb2 as pos
 from loyalty_grpc.gen.loyalty.v1 import pos_service_pb2_grpc as pos_grpc
 from loyalty_grpc.runtime import metrics
 from loyalty_grpc.runtime.logs import JsonFormatter
-from tests.support import Admin, error_info, free_port
+from tests.support import Admin, error_info, free_port, grpc_server
 
 ADMIN_TOKEN = "observability-admin-token-0123456789"
 PING = "loyalty.v1.PosService/Ping"
@@ -63,20 +62,8 @@ class Captured(logging.Handler):
 
 
 @pytest.fixture(scope="module")
-def server(db_url: str) -> Iterator[GrpcServer]:
-    srv = build_server(
-        ServerSettings(
-            database_url=db_url, admin_token=ADMIN_TOKEN, port=0, key_cache_seconds=0, max_workers=4
-        )
-    )
-    srv.start()
-    yield srv
-    srv.stop()
-
-
-@pytest.fixture(scope="module")
-def channel(server: GrpcServer) -> Iterator[grpc.Channel]:
-    with grpc.insecure_channel(f"127.0.0.1:{server.port}") as ch:
+def channel(db_url: str) -> Iterator[grpc.Channel]:
+    with grpc_server(db_url, ADMIN_TOKEN) as ch:
         yield ch
 
 
@@ -183,7 +170,7 @@ def test_histogram_buckets_are_cumulative(stub, clave_id):
     assert sample("loyalty_request_seconds_sum", method=PING) > 0
 
 
-def test_pool_gauges_are_present(server, stub, clave_id):
+def test_pool_gauges_are_present(stub, clave_id):
     stub.Ping(pos.PingRequest(), metadata=md())
     assert sample("loyalty_db_pool_size") == 4  # the engine's pool: max_workers
     assert sample("loyalty_db_pool_idle") >= 1
