@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import signal
+import socket
 import subprocess
 import sys
 import zipfile
@@ -172,3 +173,33 @@ def test_wheel_ships_gateway_migrations_and_demo(tmp_path: Path):
         "loyalty_grpc/gen/loyalty/v1/pos_service_pb2.py",
     ]:
         assert needed in names
+
+
+def test_gateway_run_listens_only_on_the_address_given(tmp_path: Path):
+    """--http-host (env LOYALTY_HTTP_HOST): Envoy binds that address, not every interface
+    (127.0.0.2 is loopback too on Linux, so 127.0.0.1 tells the two apart)."""
+    port = free_port()
+    gateway = Running(
+        [
+            "gateway",
+            "run",
+            "--http-host",
+            "127.0.0.2",
+            "--http-port",
+            str(port),
+            "--upstream",
+            f"127.0.0.1:{free_port()}",
+            "--work-dir",
+            str(tmp_path / "envoy"),
+        ],
+        tmp_path,
+        loyalty_env(),
+    )
+    try:
+        gateway.wait_for(f"serving 127.0.0.2:{port} ", timeout=60)
+        with socket.create_connection(("127.0.0.2", port), timeout=5):
+            pass
+        with pytest.raises(ConnectionRefusedError):
+            socket.create_connection(("127.0.0.1", port), timeout=5).close()
+    finally:
+        assert gateway.stop() == 0, "\n".join(gateway.lines)

@@ -13,6 +13,7 @@ from sqlalchemy import Engine, insert, select
 from loyalty_grpc.api.server import GrpcServer, ServerSettings, build_server
 from loyalty_grpc.runtime.admin_token import ensure_admin_token
 from loyalty_grpc.runtime.cli import build_parser
+from loyalty_grpc.runtime.settings import Settings
 from loyalty_grpc.store.tables import codigos
 from tests.support import cli_failed as failed
 from tests.support import cli_ok as ok
@@ -43,7 +44,7 @@ def admin(server: GrpcServer, monkeypatch: pytest.MonkeyPatch, capsys: pytest.Ca
         )
         from loyalty_grpc.runtime.admin import run_admin
 
-        code = run_admin(args)
+        code = run_admin(args, Settings.from_env(wallet=False))
         out, err = capsys.readouterr()
         return code, out, err
 

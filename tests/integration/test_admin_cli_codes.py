@@ -14,6 +14,7 @@ from sqlalchemy import Engine, func, select
 
 from loyalty_grpc.api.server import GrpcServer, ServerSettings, build_server
 from loyalty_grpc.runtime.cli import build_parser
+from loyalty_grpc.runtime.settings import Settings
 from loyalty_grpc.services import fans, programs, promos
 from loyalty_grpc.store.tables import codigos
 
@@ -45,7 +46,7 @@ def admin(server: GrpcServer, monkeypatch: pytest.MonkeyPatch, capsys: pytest.Ca
 
         if tty:
             monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
-        code = run_admin(args)
+        code = run_admin(args, Settings.from_env(wallet=False))
         out, err = capsys.readouterr()
         return code, out, err
 

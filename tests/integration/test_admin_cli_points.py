@@ -11,6 +11,7 @@ from sqlalchemy import Engine, func, insert, select
 
 from loyalty_grpc.api.server import GrpcServer, ServerSettings, build_server
 from loyalty_grpc.runtime.cli import build_parser
+from loyalty_grpc.runtime.settings import Settings
 from loyalty_grpc.store.ledger import Motivo, move_points
 from loyalty_grpc.store.tables import fans, ventas
 from tests.support import cli_failed as failed
@@ -40,7 +41,7 @@ def admin(server: GrpcServer, monkeypatch: pytest.MonkeyPatch, capsys: pytest.Ca
         args = build_parser().parse_args(["admin", "--target", f"127.0.0.1:{server.port}", *argv])
         from loyalty_grpc.runtime.admin import run_admin
 
-        code = run_admin(args)
+        code = run_admin(args, Settings.from_env(wallet=False))
         out, err = capsys.readouterr()
         return code, out, err
 

@@ -32,7 +32,7 @@ def test_defaults():
     assert settings.log_level == "INFO"
     assert settings.grpc_target == "127.0.0.1:50051"
     assert settings.wallet.provider == "local"
-    assert (settings.host_for("up"), settings.host_for("serve")) == ("127.0.0.1", "0.0.0.0")
+    assert settings.listen_host == "127.0.0.1"  # `up` and `serve` alike
     assert (settings.log_format_for("up"), settings.log_format_for("serve")) == ("text", "json")
 
 
@@ -54,7 +54,7 @@ def test_values_from_the_environment():
     )
     assert settings.database_url == "postgresql://u:p@db:5432/loyalty"
     assert (settings.workers, settings.grpc_port, settings.metrics_port) == (3, 0, 0)
-    assert settings.host_for("up") == "0.0.0.0"
+    assert settings.listen_host == "0.0.0.0"
     assert settings.key_cache_seconds == 0.5
     assert (settings.log_level, settings.log_format_for("up")) == ("DEBUG", "json")
     assert settings.rate_limit_per_minute == 60
@@ -193,3 +193,60 @@ def test_a_bad_flag_is_a_config_error(
     assert capsys.readouterr().err == (
         "error: --grpc-port must be a port number from 0 to 65535, got 'http'\n"
     )
+
+
+def test_the_admin_token_comes_from_the_variable_or_a_file(tmp_path: Path):
+    assert Settings.from_env({}).configured_admin_token() is None
+    secret = tmp_path / "token"
+    secret.write_text("from-the-file-0123456789\n", encoding="utf-8")
+    by_file = Settings.from_env({"LOYALTY_ADMIN_TOKEN_FILE": str(secret)}, wallet=False)
+    assert by_file.configured_admin_token() == "from-the-file-0123456789"
+    both = Settings.from_env(
+        {"LOYALTY_ADMIN_TOKEN": "from-the-variable", "LOYALTY_ADMIN_TOKEN_FILE": str(secret)},
+        wallet=False,
+    )
+    assert both.configured_admin_token() == "from-the-variable"
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (None, "LOYALTY_ADMIN_TOKEN_FILE: cannot read {path}: No such file or directory"),
+        ("", "LOYALTY_ADMIN_TOKEN_FILE: {path} must hold one token, printable ASCII"),
+        ("two words", "LOYALTY_ADMIN_TOKEN_FILE: {path} must hold one token, printable ASCII"),
+    ],
+)
+def test_a_bad_admin_token_file_is_named(tmp_path: Path, content: str | None, message: str):
+    path = tmp_path / "token"
+    if content is not None:
+        path.write_text(content, encoding="utf-8")
+    settings = Settings.from_env({"LOYALTY_ADMIN_TOKEN_FILE": str(path)}, wallet=False)
+    with pytest.raises(ConfigError) as error:
+        settings.configured_admin_token()
+    assert str(error.value).startswith(message.format(path=path))
+
+
+def test_serve_needs_a_configured_admin_token_and_starts_nothing_without_one(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("LOYALTY_DATABASE_URL", "postgresql://unused.invalid/x")
+    monkeypatch.delenv("LOYALTY_ADMIN_TOKEN", raising=False)
+    monkeypatch.delenv("LOYALTY_ADMIN_TOKEN_FILE", raising=False)
+    monkeypatch.delenv("LOYALTY_PROG", raising=False)
+    assert main(["serve"]) == EXIT_CONFIG
+    assert capsys.readouterr().err == (
+        "error: `loyalty serve` needs the back-office token, the same on every host: set "
+        "LOYALTY_ADMIN_TOKEN or LOYALTY_ADMIN_TOKEN_FILE (`loyalty up` generates one for a "
+        "single machine)\n"
+    )
+    assert list(tmp_path.iterdir()) == []  # no token generated, no data dir
+
+
+def test_envoy_listens_where_told():
+    assert Settings.from_env({}).http_host is None  # the gateway folder's (0.0.0.0)
+    settings = Settings.from_env({"LOYALTY_HTTP_HOST": "10.0.0.5"}, wallet=False)
+    assert settings.with_flags(http_host="127.0.0.2").http_host == "127.0.0.2"
+    assert settings.http_host == "10.0.0.5"
+    with pytest.raises(ConfigError, match="LOYALTY_HTTP_HOST must be a host name or IP"):
+        Settings.from_env({"LOYALTY_HTTP_HOST": "a b"}, wallet=False)

@@ -1,7 +1,8 @@
 """`loyalty admin …`: the back-office operations, over gRPC to BackofficeService.
 
-The admin token comes from LOYALTY_ADMIN_TOKEN, else from `<data dir>/admin_token` (which
-`loyalty up` creates). Results print as readable lines (`--json`: the response message as
+The admin token comes from LOYALTY_ADMIN_TOKEN or LOYALTY_ADMIN_TOKEN_FILE
+(Settings.configured_admin_token), else from `<data dir>/admin_token` (which `loyalty up`
+creates). Results print as readable lines (`--json`: the response message as
 JSON); a failure prints one line `error: <codigo>: <detalle>` and exits with 1.
 """
 
@@ -29,6 +30,7 @@ from loyalty_grpc.gen.loyalty.v1 import backoffice_service_pb2 as pb
 from loyalty_grpc.gen.loyalty.v1 import backoffice_service_pb2_grpc as pb_grpc
 from loyalty_grpc.runtime.admin_token import admin_token_path, read_admin_token
 from loyalty_grpc.runtime.console import command
+from loyalty_grpc.runtime.settings import Settings
 
 DEFAULT_TARGET = "127.0.0.1:50051"
 DEFAULT_TIMEOUT_SECONDS = 60.0
@@ -255,13 +257,13 @@ def _programa(parser: argparse.ArgumentParser, *, fan: bool = False) -> None:
 # ------------------------------------------------------------------ running
 
 
-def run_admin(args: argparse.Namespace) -> int:
+def run_admin(args: argparse.Namespace, settings: Settings) -> int:
     """Run the parsed `admin` command; 0 on success, 1 on an error (printed as one line)."""
-    token = os.environ.get("LOYALTY_ADMIN_TOKEN") or read_admin_token(args.data_dir)
+    token = settings.configured_admin_token() or read_admin_token(args.data_dir)
     if not token:
         return _fail(
             Codigo.NO_AUTENTICADO.value,
-            "falta el token de administración: LOYALTY_ADMIN_TOKEN o "
+            "falta el token de administración: LOYALTY_ADMIN_TOKEN, LOYALTY_ADMIN_TOKEN_FILE o "
             f"{admin_token_path(args.data_dir)}",
         )
     call: Call = args.admin_call

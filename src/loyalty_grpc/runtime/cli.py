@@ -25,6 +25,7 @@ _FLAGS = (
     "grpc_host",
     "grpc_port",
     "http_port",
+    "http_host",
     "workers",
     "metrics_port",
     "log_level",
@@ -34,10 +35,12 @@ _FLAGS = (
 )
 
 
-def _serving_flags(parser: argparse.ArgumentParser, *, host_default: str) -> None:
+def _serving_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--grpc-port", metavar="PORT", help="env LOYALTY_GRPC_PORT, default 50051")
     parser.add_argument(
-        "--grpc-host", metavar="HOST", help=f"env LOYALTY_GRPC_HOST, default {host_default}"
+        "--grpc-host",
+        metavar="HOST",
+        help="env LOYALTY_GRPC_HOST, default 127.0.0.1 (the back office shares the port)",
     )
     parser.add_argument(
         "--workers",
@@ -50,6 +53,14 @@ def _serving_flags(parser: argparse.ArgumentParser, *, host_default: str) -> Non
         help="Prometheus /metrics (env LOYALTY_METRICS_PORT, default 9464; 0 = off)",
     )
     _data_dir_flag(parser)
+
+
+def _http_host_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--http-host",
+        metavar="HOST",
+        help="Envoy's listen address (env LOYALTY_HTTP_HOST, default 0.0.0.0)",
+    )
 
 
 def _data_dir_flag(parser: argparse.ArgumentParser) -> None:
@@ -96,11 +107,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     up = sub.add_parser("up", help="run everything: PostgreSQL, migrations, gRPC workers, Envoy")
     up.add_argument("--http-port", metavar="PORT", help="env LOYALTY_HTTP_PORT, default 8080")
-    _serving_flags(up, host_default="127.0.0.1")
+    _http_host_flag(up)
+    _serving_flags(up)
     up.add_argument("--demo", action="store_true", help="load the demo program and print its keys")
 
     serve = sub.add_parser("serve", help="run the gRPC workers only (database already migrated)")
-    _serving_flags(serve, host_default="0.0.0.0")  # noqa: S104
+    _serving_flags(serve)
 
     migrate = sub.add_parser(
         "migrate",
@@ -132,6 +144,7 @@ def build_parser() -> argparse.ArgumentParser:
     _gateway_dir_flag(gcheck, "the packaged gateway folder")
     grun = gsub.add_parser("run", help="run Envoy in front of a gRPC server")
     grun.add_argument("--http-port", metavar="PORT", help="env LOYALTY_HTTP_PORT, default 8080")
+    _http_host_flag(grun)
     grun.add_argument(
         "--upstream",
         dest="grpc_target",
@@ -223,7 +236,7 @@ def _run(args: argparse.Namespace, settings: Settings) -> int:  # noqa: PLR0911 
         return _gateway(args, settings)
     from loyalty_grpc.runtime.admin import run_admin
 
-    return run_admin(args)
+    return run_admin(args, settings)
 
 
 def _gateway(args: argparse.Namespace, settings: Settings) -> int:
@@ -241,6 +254,7 @@ def _gateway(args: argparse.Namespace, settings: Settings) -> int:
     host, _, port = settings.grpc_target.rpartition(":")
     return run_gateway(
         http_port=settings.http_port,
+        listen_host=settings.http_host,
         upstream_host=host,
         upstream_port=int(port),
         admin_port=settings.envoy_admin_port,

@@ -48,7 +48,9 @@ LOG_TAIL_LINES = 30
 DRAIN_SECONDS = 20
 
 
-def _connect_host(listen_host: str) -> str:
+def connect_host(listen_host: str) -> str:
+    """The address a client on this machine uses to reach a socket listening on
+    `listen_host` (a wildcard address means this machine's loopback)."""
     if listen_host in ("0.0.0.0", ""):  # noqa: S104
         return "127.0.0.1"
     if listen_host == "::":
@@ -160,7 +162,7 @@ class EnvoyProcess:
     @property
     def url(self) -> str:
         """Base URL of the listener, for a client on this machine."""
-        host = _connect_host(self.listen_host)
+        host = connect_host(self.listen_host)
         return (
             f"http://[{host}]:{self.http_port}"
             if ":" in host
@@ -203,7 +205,7 @@ class EnvoyProcess:
                 self.stop()
                 raise EnvoyError(
                     f"Envoy did not accept connections on "
-                    f"{_connect_host(self.listen_host)}:{self.http_port} within "
+                    f"{connect_host(self.listen_host)}:{self.http_port} within "
                     f"{self.startup_timeout:.0f} s; {self._log_hint()}"
                 )
             time.sleep(0.05)
@@ -227,7 +229,7 @@ class EnvoyProcess:
         code = self.poll()
         if code is not None:
             raise EnvoyError(f"Envoy exited with code {code} while starting; {self._log_hint()}")
-        return self._serving(_connect_host(self.listen_host))
+        return self._serving(connect_host(self.listen_host))
 
     @contextlib.contextmanager
     def _output(self) -> Iterator[IO[bytes] | None]:
@@ -370,6 +372,7 @@ def supervised(
 def run_gateway(
     *,
     http_port: int,
+    listen_host: str | None = None,
     upstream_host: str,
     upstream_port: int,
     admin_port: int,
@@ -389,6 +392,7 @@ def run_gateway(
         upstream_port=upstream_port,
         admin_port=admin_port,
         gateway_dir=directory.resolve(),
+        listen_host=listen_host,
     )
     try:
         work = install(spec, work_dir)
@@ -420,4 +424,4 @@ def run_gateway(
     return 0
 
 
-__all__ = ["EnvoyProcess", "log_tail", "run_gateway", "supervised"]
+__all__ = ["EnvoyProcess", "connect_host", "log_tail", "run_gateway", "supervised"]

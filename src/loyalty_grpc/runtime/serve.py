@@ -24,13 +24,11 @@ from loyalty_grpc.store.db import make_engine
 log = logging.getLogger(__name__)
 
 
-def server_settings(
-    settings: Settings, *, command: str, database_url: str, admin_token: str
-) -> ServerSettings:
+def server_settings(settings: Settings, *, database_url: str, admin_token: str) -> ServerSettings:
     return ServerSettings(
         database_url=database_url,
         admin_token=admin_token,
-        host=settings.host_for(command),
+        host=settings.listen_host,
         port=settings.grpc_port,
         key_cache_seconds=settings.key_cache_seconds,
         rate_limit_per_minute=settings.rate_limit_per_minute,
@@ -99,9 +97,7 @@ def serving(settings: Settings, server: ServerSettings, *, command: str) -> Iter
 
 def serve(settings: Settings, *, database_url: str, admin_token: str) -> int:
     stop = stop_event()
-    server = server_settings(
-        settings, command=SERVE, database_url=database_url, admin_token=admin_token
-    )
+    server = server_settings(settings, database_url=database_url, admin_token=admin_token)
     with serving(settings, server, command=SERVE) as supervisor:
         say(f"gRPC: {server.host}:{supervisor.pool.port} ({settings.workers} workers)")
         supervisor.run(stop)

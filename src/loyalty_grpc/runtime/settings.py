@@ -48,8 +48,16 @@ VARIABLES: tuple[Variable, ...] = (
     ),
     Variable(
         "LOYALTY_ADMIN_TOKEN",
-        "generated into `DATA_DIR/admin_token` (mode 0600)",
-        "the back-office token (`./dev admin`, `BackofficeService`); printable ASCII, no spaces",
+        "`up`: generated into `DATA_DIR/admin_token` (mode 0600); `serve`: required, or "
+        "`LOYALTY_ADMIN_TOKEN_FILE`",
+        "the back-office token (`./dev admin`, `BackofficeService`), the same on every "
+        "host; printable ASCII, no spaces",
+    ),
+    Variable(
+        "LOYALTY_ADMIN_TOKEN_FILE",
+        "none",
+        "a file holding the back-office token (a mounted secret, a systemd credential), "
+        "read when `LOYALTY_ADMIN_TOKEN` is unset",
     ),
     Variable(
         "LOYALTY_DATA_DIR",
@@ -58,8 +66,10 @@ VARIABLES: tuple[Variable, ...] = (
     ),
     Variable(
         "LOYALTY_GRPC_HOST",
-        "`127.0.0.1` (`up`), `0.0.0.0` (`serve`)",
-        "gRPC listen address, also of `/metrics` (`--grpc-host`)",
+        "`127.0.0.1`",
+        "gRPC listen address, also of `/metrics` (`--grpc-host`); the back office shares "
+        "the port, so listening beyond loopback (`0.0.0.0`, for an Envoy on another host) "
+        "is a choice to make with a firewall",
     ),
     Variable(
         "LOYALTY_GRPC_PORT",
@@ -67,6 +77,11 @@ VARIABLES: tuple[Variable, ...] = (
         "gRPC port, shared by all workers (`--grpc-port`; 0 = any free port)",
     ),
     Variable("LOYALTY_HTTP_PORT", "`8080`", "Envoy's HTTP port (`--http-port`)"),
+    Variable(
+        "LOYALTY_HTTP_HOST",
+        "`0.0.0.0`",
+        "Envoy's listen address, `up` and `gateway run` (`--http-host`)",
+    ),
     Variable(
         "LOYALTY_WORKERS",
         "CPU count",
@@ -222,10 +237,12 @@ class _Rule:
 _RULES: dict[str, _Rule] = {
     "database_url": _Rule("LOYALTY_DATABASE_URL", None, _database_url),
     "admin_token": _Rule("LOYALTY_ADMIN_TOKEN", None, _token),
+    "admin_token_file": _Rule("LOYALTY_ADMIN_TOKEN_FILE", None, _path),
     "data_dir": _Rule("LOYALTY_DATA_DIR", "--data-dir", _path),
     "grpc_host": _Rule("LOYALTY_GRPC_HOST", "--grpc-host", _host),
     "grpc_port": _Rule("LOYALTY_GRPC_PORT", "--grpc-port", _port),
     "http_port": _Rule("LOYALTY_HTTP_PORT", "--http-port", _http_port),
+    "http_host": _Rule("LOYALTY_HTTP_HOST", "--http-host", _host),
     "workers": _Rule("LOYALTY_WORKERS", "--workers", _integer(1, MAX_WORKERS)),
     "metrics_port": _Rule("LOYALTY_METRICS_PORT", "--metrics-port", _port),
     "rate_limit_per_minute": _Rule("LOYALTY_RATE_LIMIT_PER_MINUTE", None, _integer(0, 1_000_000)),
@@ -244,11 +261,14 @@ class Settings:
 
     database_url: str | None = None
     admin_token: str | None = field(default=None, repr=False)
+    admin_token_file: Path | None = None
     data_dir: Path = Path(".loyalty")
-    # None: the command's default (`up`: loopback only; `serve`: every interface).
+    # None: loopback only (127.0.0.1), for `up` and `serve` alike.
     grpc_host: str | None = None
     grpc_port: int = 50051
     http_port: int = 8080
+    # None: the gateway folder's envoy.yaml (0.0.0.0).
+    http_host: str | None = None
     workers: int = field(default_factory=default_workers)
     metrics_port: int = 9464
     rate_limit_per_minute: int = 600
@@ -289,10 +309,31 @@ class Settings:
             values[name] = _parse(rule, rule.flag or rule.variable, text)
         return replace(self, **values)  # type: ignore[arg-type]
 
-    def host_for(self, command: str) -> str:
-        if self.grpc_host is not None:
-            return self.grpc_host
-        return "0.0.0.0" if command == SERVE else "127.0.0.1"  # noqa: S104
+    @property
+    def listen_host(self) -> str:
+        """Where the gRPC server listens: LOYALTY_GRPC_HOST / --grpc-host, else loopback
+        only (the back office shares the port: exposing it must be a choice)."""
+        return self.grpc_host if self.grpc_host is not None else "127.0.0.1"
+
+    def configured_admin_token(self) -> str | None:
+        """The back-office token the operator configured: LOYALTY_ADMIN_TOKEN, else the
+        content of LOYALTY_ADMIN_TOKEN_FILE (checked like the variable), else None."""
+        if self.admin_token is not None:
+            return self.admin_token
+        if self.admin_token_file is None:
+            return None
+        name = "LOYALTY_ADMIN_TOKEN_FILE"
+        try:
+            text = self.admin_token_file.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+            raise ConfigError(f"{name}: cannot read {self.admin_token_file}: {reason}") from None
+        try:
+            return _token(text)
+        except ValueError as exc:
+            raise ConfigError(
+                f"{name}: {self.admin_token_file} must hold one token, {exc}"
+            ) from None
 
     def log_format_for(self, command: str) -> str:
         if self.log_format is not None:

@@ -18,8 +18,22 @@ from loyalty_grpc.store import migrate
 log = logging.getLogger(__name__)
 
 
-def _admin_token(settings: Settings) -> str:
-    return settings.admin_token or ensure_admin_token(settings.data_dir)
+def _up_admin_token(settings: Settings) -> str:
+    """`up` (one machine): the configured token, else one generated into the data dir."""
+    return settings.configured_admin_token() or ensure_admin_token(settings.data_dir)
+
+
+def _serve_admin_token(settings: Settings) -> str:
+    """`serve` (any number of hosts): the configured token, never a generated one, which
+    would differ from host to host."""
+    token = settings.configured_admin_token()
+    if token is None:
+        raise ConfigError(
+            f"`{command('serve')}` needs the back-office token, the same on every host: set "
+            "LOYALTY_ADMIN_TOKEN or LOYALTY_ADMIN_TOKEN_FILE "
+            f"(`{command('up')}` generates one for a single machine)"
+        )
+    return token
 
 
 def migrate_command(data_dir: Path) -> int:
@@ -37,23 +51,25 @@ def serve_command(settings: Settings) -> int:
         raise ConfigError(
             f"`{command('serve')}` needs LOYALTY_DATABASE_URL (or use `{command('up')}`)"
         )
-    return serve(settings, database_url=settings.database_url, admin_token=_admin_token(settings))
+    token = _serve_admin_token(settings)
+    return serve(settings, database_url=settings.database_url, admin_token=token)
 
 
 def up(settings: Settings, *, demo: bool) -> int:
     stop = stop_event()
     data_dir = settings.data_dir
     data_dir.mkdir(parents=True, exist_ok=True)
-    admin_token = _admin_token(settings)
+    admin_token = _up_admin_token(settings)
     db = open_database(data_dir)
     try:
         migrate.upgrade(db.url)
         demo_banner = demo_lines(load_demo(db.url)) if demo else []
-        server = server_settings(settings, command=UP, database_url=db.url, admin_token=admin_token)
+        server = server_settings(settings, database_url=db.url, admin_token=admin_token)
         with serving(settings, server, command=UP) as supervisor:
             proxy = envoy.EnvoyProcess.start(
                 http_port=settings.http_port,
-                upstream_host=_connect_host(server.host),
+                listen_host=settings.http_host,
+                upstream_host=envoy.connect_host(server.host),
                 upstream_port=supervisor.pool.port,
                 work_dir=data_dir / "envoy",
             )
@@ -64,12 +80,14 @@ def up(settings: Settings, *, demo: bool) -> int:
                     )
                 )
                 _print_banner(
+                    http_host=envoy.connect_host(proxy.listen_host),
                     http_port=settings.http_port,
                     grpc_host=server.host,
                     grpc_port=supervisor.pool.port,
                     workers=settings.workers,
                     data_dir=data_dir,
                     db=db,
+                    token_configured=settings.configured_admin_token() is not None,
                     demo=demo_banner,
                 )
                 supervisor.run(stop)
@@ -81,18 +99,16 @@ def up(settings: Settings, *, demo: bool) -> int:
     return 0
 
 
-def _connect_host(bind_host: str) -> str:
-    return "127.0.0.1" if bind_host in ("0.0.0.0", "", "::") else bind_host  # noqa: S104
-
-
 def _print_banner(
     *,
+    http_host: str,
     http_port: int,
     grpc_host: str,
     grpc_port: int,
     workers: int,
     data_dir: Path,
     db: Database,
+    token_configured: bool,
     demo: list[str],
 ) -> None:
     where = (
@@ -101,11 +117,20 @@ def _print_banner(
         else "LOYALTY_DATABASE_URL"
     )
     lines = [
-        f"loyalty is up: HTTP API http://127.0.0.1:{http_port}/api/v1  "
+        f"loyalty is up: HTTP API http://{_url_host(http_host)}:{http_port}/api/v1  "
         f"gRPC {grpc_host}:{grpc_port} ({workers} workers)",
         f"database: {where}",
-        f"admin token: LOYALTY_ADMIN_TOKEN or {data_dir / 'admin_token'}",
+        "admin token: "
+        + (
+            "LOYALTY_ADMIN_TOKEN or LOYALTY_ADMIN_TOKEN_FILE"
+            if token_configured
+            else f"generated into {data_dir / 'admin_token'}"
+        ),
     ]
     lines += demo
     lines.append("Ctrl-C stops everything.")
     say("\n".join(lines))
+
+
+def _url_host(host: str) -> str:
+    return f"[{host}]" if ":" in host else host
