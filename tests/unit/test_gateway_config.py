@@ -283,6 +283,23 @@ def test_check_command_validates_a_gateway_folder(
     assert "envelope.lua does not exist" in capsys.readouterr().out
 
 
+def test_check_command_checks_the_folder_the_running_gateway_runs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Without --gateway-dir, `check` looks at what `reload` would apply: the folder of the
+    gateway started in the work dir; with no gateway there, the packaged folder."""
+    gateway = gateway_copy(tmp_path)
+    work = tmp_path / "work"
+    envoy_xds.install(spec(gateway), work)
+    assert envoy_xds.check_command(None, work) == 0
+    assert f"{gateway / 'envoy.yaml'} as the gateway in {work} runs it" in capsys.readouterr().out
+    (gateway / "envelope.lua").unlink()
+    assert envoy_xds.check_command(None, work) == 1
+    assert "envelope.lua does not exist" in capsys.readouterr().out
+    assert envoy_xds.check_command(None, tmp_path / "no-gateway") == 0
+    assert f"OK: {GATEWAY.resolve() / 'envoy.yaml'}\n" in capsys.readouterr().out
+
+
 def test_write_atomic_replaces_the_file_and_leaves_no_temporary(tmp_path: Path) -> None:
     target = tmp_path / "xds" / "lds.yaml"
     envoy_xds.write_atomic(target, b"one")

@@ -141,7 +141,8 @@ def build_parser() -> argparse.ArgumentParser:
         "check",
         help="validate the gateway configuration with `envoy --mode validate`, as Envoy runs it",
     )
-    _gateway_dir_flag(gcheck, "the packaged gateway folder")
+    _work_dir_flag(gcheck)
+    _gateway_dir_flag(gcheck, "the folder the gateway in --work-dir runs, else the packaged one")
     grun = gsub.add_parser("run", help="run Envoy in front of a gRPC server")
     grun.add_argument("--http-port", metavar="PORT", help="env LOYALTY_HTTP_PORT, default 8080")
     _http_host_flag(grun)
@@ -240,11 +241,11 @@ def _run(args: argparse.Namespace, settings: Settings) -> int:  # noqa: PLR0911 
 
 
 def _gateway(args: argparse.Namespace, settings: Settings) -> int:
+    work_dir = args.work_dir or settings.data_dir / "envoy"
     if args.gateway_command == "check":
         from loyalty_grpc.runtime.envoy_xds import check_command
 
-        return check_command(args.gateway_dir)
-    work_dir = args.work_dir or settings.data_dir / "envoy"
+        return check_command(args.gateway_dir, work_dir)
     if args.gateway_command == "reload":
         from loyalty_grpc.runtime.envoy_reload import reload_command
 

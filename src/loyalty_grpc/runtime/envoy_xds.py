@@ -12,6 +12,7 @@ file: the one `envoy --mode validate` checks. Every file Envoy reads is replaced
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import fcntl
 import hashlib
 import json
@@ -253,15 +254,30 @@ def install(spec: GatewaySpec, work_dir: Path) -> WorkDir:
     return work
 
 
-def check_command(gateway_dir: Path | None = None) -> int:
-    """`loyalty gateway check`: render the gateway folder as Envoy runs it and validate it."""
-    directory = (gateway_dir if gateway_dir is not None else find_gateway_dir()).resolve()
-    spec = GatewaySpec(
-        http_port=DEFAULT_HTTP_PORT,
-        upstream_host=DEFAULT_UPSTREAM_HOST,
-        upstream_port=DEFAULT_UPSTREAM_PORT,
-        admin_port=DEFAULT_ADMIN_PORT,
-        gateway_dir=directory,
+def check_command(gateway_dir: Path | None = None, work_dir: Path | None = None) -> int:
+    """`loyalty gateway check`: render a gateway folder as Envoy runs it and validate it.
+
+    The folder is the one `gateway reload` would apply: `gateway_dir` if given, else the
+    one the gateway started in `work_dir` runs, else the packaged one. A running gateway's
+    settings (ports, upstream, listen address) are rendered too; otherwise the defaults."""
+    running = _running_spec(work_dir)
+    directory = (
+        gateway_dir
+        if gateway_dir is not None
+        else running.gateway_dir
+        if running is not None
+        else find_gateway_dir()
+    ).resolve()
+    spec = (
+        dataclasses.replace(running, gateway_dir=directory)
+        if running is not None
+        else GatewaySpec(
+            http_port=DEFAULT_HTTP_PORT,
+            upstream_host=DEFAULT_UPSTREAM_HOST,
+            upstream_port=DEFAULT_UPSTREAM_PORT,
+            admin_port=DEFAULT_ADMIN_PORT,
+            gateway_dir=directory,
+        )
     )
     with tempfile.TemporaryDirectory(prefix="loyalty-envoy-") as tmp:
         try:
@@ -269,8 +285,19 @@ def check_command(gateway_dir: Path | None = None) -> int:
         except EnvoyError as exc:
             say(f"error: {exc}")
             return 1
-    say(f"gateway configuration OK: {directory / CONFIG_NAME}")
+    as_run = f" as the gateway in {work_dir} runs it" if running is not None else ""
+    say(f"gateway configuration OK: {directory / CONFIG_NAME}{as_run}")
     return 0
+
+
+def _running_spec(work_dir: Path | None) -> GatewaySpec | None:
+    """The settings of the gateway started in `work_dir`, or None when there is none."""
+    if work_dir is None:
+        return None
+    try:
+        return WorkDir(work_dir).load_spec()
+    except EnvoyError:
+        return None
 
 
 __all__ = [
