@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import signal
 import socket
 import subprocess
@@ -175,9 +176,10 @@ def test_wheel_ships_gateway_migrations_and_demo(tmp_path: Path):
         assert needed in names
 
 
-def test_gateway_run_listens_only_on_the_address_given(tmp_path: Path):
+def test_gateway_run_listens_only_on_the_address_given_and_logs_json(tmp_path: Path):
     """--http-host (env LOYALTY_HTTP_HOST): Envoy binds that address, not every interface
-    (127.0.0.2 is loopback too on Linux, so 127.0.0.1 tells the two apart)."""
+    (127.0.0.2 is loopback too on Linux, so 127.0.0.1 tells the two apart). `gateway run`
+    is a production command: every line it writes is JSON, Envoy's own lines included."""
     port = free_port()
     gateway = Running(
         [
@@ -203,3 +205,8 @@ def test_gateway_run_listens_only_on_the_address_given(tmp_path: Path):
             socket.create_connection(("127.0.0.1", port), timeout=5).close()
     finally:
         assert gateway.stop() == 0, "\n".join(gateway.lines)
+    lines = [json.loads(line) for line in gateway.lines]  # every line is JSON
+    assert {"ts", "level", "logger", "msg", "pid"} <= set(lines[0])
+    envoy_lines = [line for line in lines if line["logger"].startswith("envoy.")]
+    assert envoy_lines, gateway.lines  # Envoy's "caught ENVOY_SIGTERM" at least
+    assert all(line["ts"].endswith("Z") for line in envoy_lines)

@@ -250,3 +250,21 @@ def test_envoy_listens_where_told():
     assert settings.http_host == "10.0.0.5"
     with pytest.raises(ConfigError, match="LOYALTY_HTTP_HOST must be a host name or IP"):
         Settings.from_env({"LOYALTY_HTTP_HOST": "a b"}, wallet=False)
+
+
+def test_the_long_running_production_commands_log_json_by_default():
+    settings = Settings.from_env({})
+    formats = {
+        command: settings.log_format_for(command)
+        for command in ("serve", "gateway run", "up", "gateway reload", "admin", "status")
+    }
+    assert formats == {
+        "serve": "json",
+        "gateway run": "json",
+        "up": "text",
+        "gateway reload": "text",
+        "admin": "text",
+        "status": "text",
+    }
+    chosen = Settings.from_env({"LOYALTY_LOG_FORMAT": "text"})
+    assert chosen.log_format_for("gateway run") == "text"

@@ -12,6 +12,7 @@ from loyalty_grpc.runtime.envoy_config import EnvoyError
 from loyalty_grpc.runtime.logs import configure_logging
 from loyalty_grpc.runtime.settings import (
     EXIT_CONFIG,
+    GATEWAY_RUN,
     LOG_FORMATS,
     LOG_LEVELS,
     ConfigError,
@@ -101,7 +102,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--log-format",
         choices=LOG_FORMATS,
-        help="env LOYALTY_LOG_FORMAT, default text for up, json for serve",
+        help="env LOYALTY_LOG_FORMAT, default json for serve and gateway run, text for the others",
     )
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -212,7 +213,7 @@ def _settings(args: argparse.Namespace) -> Settings:
 
 
 def _run(args: argparse.Namespace, settings: Settings) -> int:  # noqa: PLR0911 (one per command)
-    configure_logging(settings.log_level, settings.log_format_for(args.command))
+    configure_logging(settings.log_level, settings.log_format_for(_command_name(args)))
     if args.command == "up":
         from loyalty_grpc.runtime.up import up
 
@@ -240,6 +241,12 @@ def _run(args: argparse.Namespace, settings: Settings) -> int:  # noqa: PLR0911 
     return run_admin(args, settings)
 
 
+def _command_name(args: argparse.Namespace) -> str:
+    """`serve`, `gateway run`, ...: the command as settings.log_format_for knows it."""
+    sub = getattr(args, "gateway_command", None) if args.command == "gateway" else None
+    return f"{args.command} {sub}" if sub else str(args.command)
+
+
 def _gateway(args: argparse.Namespace, settings: Settings) -> int:
     work_dir = args.work_dir or settings.data_dir / "envoy"
     if args.gateway_command == "check":
@@ -249,13 +256,16 @@ def _gateway(args: argparse.Namespace, settings: Settings) -> int:
     if args.gateway_command == "reload":
         from loyalty_grpc.runtime.envoy_reload import reload_command
 
-        return reload_command(work_dir, args.gateway_dir)
+        return reload_command(
+            work_dir, args.gateway_dir, settings.log_format_for(_command_name(args))
+        )
     from loyalty_grpc.runtime.envoy import run_gateway
 
     host, _, port = settings.grpc_target.rpartition(":")
     return run_gateway(
         http_port=settings.http_port,
         listen_host=settings.http_host,
+        log_format=settings.log_format_for(GATEWAY_RUN),
         upstream_host=host,
         upstream_port=int(port),
         admin_port=settings.envoy_admin_port,

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import signal
 import socket
 import subprocess
@@ -23,7 +24,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO, Self
 
-from loyalty_grpc.runtime.console import command, say
+from loyalty_grpc.runtime.console import announce, command, say
 from loyalty_grpc.runtime.envoy_admin import CLUSTERS, LISTENERS, EnvoyAdmin
 from loyalty_grpc.runtime.envoy_config import (
     EnvoyError,
@@ -33,6 +34,7 @@ from loyalty_grpc.runtime.envoy_config import (
     listen_host_of,
 )
 from loyalty_grpc.runtime.envoy_xds import WorkDir, install
+from loyalty_grpc.runtime.logs import LogFormat
 from loyalty_grpc.runtime.parent_death import die_with_parent
 from loyalty_grpc.runtime.process_file import ProcessFile
 from loyalty_grpc.runtime.supervision import Child, StartFailed, supervise
@@ -46,6 +48,12 @@ LOG_TAIL_LINES = 30
 # response, and any still open this long after the change are closed (longer than the
 # 15 s route timeout of envoy.yaml, so that a call in flight at the change completes).
 DRAIN_SECONDS = 20
+# Envoy's own log lines as the JSON of runtime/logs.py (ts, level, logger, msg, pid) when
+# the command logs JSON: spdlog flags, %j being Envoy's JSON-escaped message. The time is
+# UTC because Envoy runs with TZ=UTC then. (The access log is JSON in any case: envoy.yaml.)
+ENVOY_JSON_LOG_FORMAT = (
+    '{"ts":"%Y-%m-%dT%T.%eZ","level":"%l","logger":"envoy.%n","msg":"%j","pid":%P}'
+)
 
 
 def connect_host(listen_host: str) -> str:
@@ -93,6 +101,7 @@ class EnvoyProcess:
         listen_host: str,
         concurrency: int = 1,
         log_level: str = "warning",
+        log_format: LogFormat = "text",
         log_to_file: bool = True,
         startup_timeout: float = STARTUP_TIMEOUT,
     ) -> None:
@@ -104,6 +113,7 @@ class EnvoyProcess:
         self.listen_host = listen_host
         self.concurrency = concurrency
         self.log_level = log_level
+        self.log_format = log_format
         self.log_to_file = log_to_file
         self.startup_timeout = startup_timeout
         self.log_path = work.log
@@ -122,6 +132,7 @@ class EnvoyProcess:
         listen_host: str | None = None,
         concurrency: int = 1,
         log_level: str = "warning",
+        log_format: LogFormat = "text",
         log_to_file: bool = True,
         startup_timeout: float = STARTUP_TIMEOUT,
         gateway_dir: Path | None = None,
@@ -149,6 +160,7 @@ class EnvoyProcess:
             listen_host=listen_host_of(work.static),
             concurrency=concurrency,
             log_level=log_level,
+            log_format=log_format,
             log_to_file=log_to_file,
             startup_timeout=startup_timeout,
         )
@@ -192,6 +204,7 @@ class EnvoyProcess:
             str(DRAIN_SECONDS),
             "--log-level",
             self.log_level,
+            *(["--log-format", ENVOY_JSON_LOG_FORMAT] if self.log_format == "json" else []),
             "--admin-address-path",
             str(self.admin_address_path),
         ]
@@ -219,7 +232,12 @@ class EnvoyProcess:
         command = die_with_parent(self.command(), signal.SIGTERM)
         with self._output() as output:
             self._process = subprocess.Popen(  # noqa: S603
-                command, stdin=subprocess.DEVNULL, stdout=output, stderr=output, cwd=self.work_dir
+                command,
+                stdin=subprocess.DEVNULL,
+                stdout=output,
+                stderr=output,
+                cwd=self.work_dir,
+                env={**os.environ, "TZ": "UTC"} if self.log_format == "json" else None,
             )
         log.info("Envoy started (pid %s) on port %s", self._process.pid, self.http_port)
 
@@ -373,6 +391,7 @@ def run_gateway(
     *,
     http_port: int,
     listen_host: str | None = None,
+    log_format: LogFormat = "text",
     upstream_host: str,
     upstream_port: int,
     admin_port: int,
@@ -400,17 +419,22 @@ def run_gateway(
         say(f"error: {exc}")
         return 2
     proxy = EnvoyProcess(
-        work=work, http_port=http_port, listen_host=listen_host_of(work.static), log_to_file=False
+        work=work,
+        http_port=http_port,
+        listen_host=listen_host_of(work.static),
+        log_format=log_format,
+        log_to_file=False,
     )
     try:
         proxy.launch()
     except EnvoyError as exc:
         say(f"error: {exc}")
         return 1
-    say(
+    announce(
         f"Envoy (pid {proxy.pid}) serving {proxy.listen_host}:{http_port} /api/v1 -> gRPC "
         f"{upstream_host}:{upstream_port} (config {work.static}; apply changes to "
-        f"{spec.gateway_dir} with `{command('gateway reload')} --work-dir {work.path}`)"
+        f"{spec.gateway_dir} with `{command('gateway reload')} --work-dir {work.path}`)",
+        log_format,
     )
     table = ProcessFile.in_dir(work.path, "gateway run")
     try:

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import yaml
 
-from loyalty_grpc.runtime.console import say
+from loyalty_grpc.runtime.console import announce
 from loyalty_grpc.runtime.envoy_admin import CLUSTERS, LISTENERS, EnvoyAdmin, XdsKind
 from loyalty_grpc.runtime.envoy_config import CONFIG_NAME, EnvoyError
 from loyalty_grpc.runtime.envoy_xds import (
@@ -196,17 +196,22 @@ def _put_back(
 # ---------------------------------------------------------------- `loyalty gateway reload`
 
 
-def reload_command(work_dir: Path, gateway_dir: Path | None = None) -> int:
-    """Reload and say what changed; a refusal raises EnvoyError (`error: …`, exit 1)."""
+def reload_command(
+    work_dir: Path, gateway_dir: Path | None = None, log_format: str = "text"
+) -> int:
+    """Reload and say what changed (a log line when the logs are JSON: an operator's
+    automation keeps a record of every reload); a refusal raises EnvoyError (`error: …`,
+    exit 1)."""
     result = reload(work_dir, gateway_dir=gateway_dir)
     source = result.gateway_dir / CONFIG_NAME
     if not result.changed:
-        say(f"gateway configuration unchanged ({source})")
+        announce(f"gateway configuration unchanged ({source})", log_format)
         return 0
-    say(
+    announce(
         f"gateway reloaded from {source}: {' and '.join(result.changed)} updated "
         f"(listeners {result.listeners_version}, clusters {result.clusters_version}); "
-        "new connections use it, open ones switch after their next response"
+        "new connections use it, open ones switch after their next response",
+        log_format,
     )
     return 0
 

@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
-from loyalty_grpc.runtime.logs import FORMATS
+from loyalty_grpc.runtime.logs import FORMATS, LogFormat
 from loyalty_grpc.wallet import WalletConfigError, WalletSettings
 
 # The exit code of a configuration error (as argparse uses for a bad flag).
@@ -26,7 +26,10 @@ MAX_WORKERS = 64
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 LOG_FORMATS = FORMATS
 # The commands that serve: their host and log-format defaults differ (see VARIABLES).
-UP, SERVE = "up", "serve"
+UP, SERVE, GATEWAY_RUN = "up", "serve", "gateway run"
+# The long-running commands a deployment runs (docker-compose, systemd): JSON logs by
+# default. The others (up, admin, status, gateway check/reload...) write for a person.
+PRODUCTION_COMMANDS = (SERVE, GATEWAY_RUN)
 
 
 class ConfigError(ValueError):
@@ -114,7 +117,7 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("LOYALTY_LOG_LEVEL", "`INFO`", f"{', '.join(LOG_LEVELS)} (`--log-level`)"),
     Variable(
         "LOYALTY_LOG_FORMAT",
-        "`text` (`up`), `json` (`serve`)",
+        "`json` for `serve` and `gateway run` (Envoy's own lines too), `text` for the others",
         "`json` (one object per line) or `text` (`--log-format`)",
     ),
     Variable(
@@ -335,10 +338,12 @@ class Settings:
                 f"{name}: {self.admin_token_file} must hold one token, {exc}"
             ) from None
 
-    def log_format_for(self, command: str) -> str:
+    def log_format_for(self, command: str) -> LogFormat:
+        """LOYALTY_LOG_FORMAT / --log-format, else JSON for the commands a deployment runs
+        (a collector reads them) and text for the ones a person runs."""
         if self.log_format is not None:
-            return self.log_format
-        return "json" if command == SERVE else "text"
+            return "json" if self.log_format == "json" else "text"
+        return "json" if command in PRODUCTION_COMMANDS else "text"
 
 
 def _parse(rule: _Rule, name: str, text: str) -> object:

@@ -69,6 +69,7 @@ def up(settings: Settings, *, demo: bool) -> int:
             proxy = envoy.EnvoyProcess.start(
                 http_port=settings.http_port,
                 listen_host=settings.http_host,
+                log_format=settings.log_format_for(UP),
                 upstream_host=envoy.connect_host(server.host),
                 upstream_port=supervisor.pool.port,
                 work_dir=data_dir / "envoy",
