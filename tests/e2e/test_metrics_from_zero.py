@@ -181,6 +181,35 @@ def test_labelled_counters_start_with_every_known_label_value(exposition: str) -
     assert latency == set(methods)
 
 
+def test_pool_series_of_the_workers(exposition: str) -> None:
+    """The database pool of every worker, summed (multiprocess mode livesum): every series
+    of api/observability.py POOL_SERIES, none negative (QueuePool.overflow(), negative until
+    a pool has opened pool_size connections, is not exported), and consistent."""
+    names = {name for name, _, _ in observability.POOL_SERIES}
+    pool = {
+        sample.name: sample.value
+        for family in text_string_to_metric_families(exposition)
+        for sample in family.samples
+        if sample.name in names
+    }
+    assert set(pool) == names
+    assert all(value >= 0 for value in pool.values()), pool
+    assert "loyalty_db_pool_overflow" not in {
+        family.name for family in text_string_to_metric_families(exposition)
+    }
+    size = pool["loyalty_db_pool_size"]
+    assert size >= WORKERS, pool
+    assert size % WORKERS == 0, pool  # the workers' equal pools, summed
+    assert pool["loyalty_db_pool_max_overflow"] == size, pool  # store/db.py make_engine
+    assert (
+        pool["loyalty_db_pool_connections"]
+        == pool["loyalty_db_pool_checked_out"] + pool["loyalty_db_pool_idle"]
+    ), pool
+    assert pool["loyalty_db_pool_connections"] <= size, pool  # no call yet: no overflow
+    assert pool["loyalty_db_pool_overflow_in_use"] == 0, pool
+    assert pool["loyalty_db_pool_saturated_workers"] == 0, pool
+
+
 def test_the_exposition_is_valid(exposition: str) -> None:
     families = list(text_string_to_metric_families(exposition))  # raises on bad syntax
     assert families

@@ -12,6 +12,7 @@ import secrets
 import subprocess
 import sys
 import textwrap
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,11 +20,20 @@ from typing import Any
 
 import grpc
 import httpx
+import psycopg
 import pytest
 from google.protobuf import struct_pb2
 from prometheus_client import REGISTRY, values
+from prometheus_client.parser import text_string_to_metric_families
+from sqlalchemy import Connection
 
-from loyalty_grpc.api.observability import CALLS_LOGGER, REQUEST_ID_KEY, log_context
+from loyalty_grpc.api import observability
+from loyalty_grpc.api.observability import (
+    CALLS_LOGGER,
+    POOL_SERIES,
+    REQUEST_ID_KEY,
+    log_context,
+)
 from loyalty_grpc.gen.loyalty.v1 import backoffice_service_pb2 as bo
 from loyalty_grpc.gen.loyalty.v1 import backoffice_service_pb2_grpc as bo_grpc
 from loyalty_grpc.gen.loyalty.v1 import pos_service_pb2 as pos
@@ -170,13 +180,103 @@ def test_histogram_buckets_are_cumulative(stub, clave_id):
     assert sample("loyalty_request_seconds_sum", method=PING) > 0
 
 
-def test_pool_gauges_are_present(stub, clave_id):
+def pool_series() -> dict[str, float]:
+    """The pool series of one scrape of this process's registry (one reading of the pool:
+    the collector yields them together)."""
+    names = {name for name, _, _ in POOL_SERIES}
+    return {
+        sample.name: sample.value
+        for metric in REGISTRY.collect()
+        for sample in metric.samples
+        if sample.name in names
+    }
+
+
+def assert_consistent(series: dict[str, float]) -> None:
+    assert set(series) == {name for name, _, _ in POOL_SERIES}, series
+    assert all(value >= 0 for value in series.values()), series
+    assert (
+        series["loyalty_db_pool_connections"]
+        == series["loyalty_db_pool_checked_out"] + series["loyalty_db_pool_idle"]
+    ), series
+    beyond = series["loyalty_db_pool_connections"] - series["loyalty_db_pool_size"]
+    assert series["loyalty_db_pool_overflow_in_use"] == max(beyond, 0), series
+    full = series["loyalty_db_pool_checked_out"] >= series["loyalty_db_pool_size"]
+    assert series["loyalty_db_pool_saturated_workers"] == int(full), series
+
+
+def wait_for_pool(expected: dict[str, float], seconds: float = 20) -> dict[str, float]:
+    """The pool series once they show `expected` (each reading checked for consistency)."""
+    deadline = time.monotonic() + seconds
+    while True:
+        series = pool_series()
+        assert_consistent(series)
+        if all(series[name] == value for name, value in expected.items()):
+            return series
+        assert time.monotonic() < deadline, (expected, series)
+        time.sleep(0.02)
+
+
+def test_pool_series_describe_the_servers_pool(stub, clave_id):
     stub.Ping(pos.PingRequest(), metadata=md())
-    assert sample("loyalty_db_pool_size") == 4  # the engine's pool: max_workers
-    assert sample("loyalty_db_pool_idle") >= 1
-    assert REGISTRY.get_sample_value("loyalty_db_pool_checked_out") is not None
-    assert REGISTRY.get_sample_value("loyalty_db_pool_overflow") is not None
+    series = pool_series()
+    assert_consistent(series)
+    assert series["loyalty_db_pool_size"] == 4  # the engine's pool: max_workers
+    assert series["loyalty_db_pool_max_overflow"] == 4  # store/db.py make_engine: = size
+    assert series["loyalty_db_pool_checked_out"] == 0  # no call running
+    assert series["loyalty_db_pool_idle"] >= 1  # the Ping's key lookup used one
+    assert series["loyalty_db_pool_overflow_in_use"] == 0
+    assert series["loyalty_db_pool_saturated_workers"] == 0
+    # QueuePool.overflow() (negative until the pool has opened pool_size connections) is
+    # not exported: overflow_in_use replaced it.
+    assert REGISTRY.get_sample_value("loyalty_db_pool_overflow") is None
     assert REGISTRY.get_sample_value("loyalty_requests_in_flight") == 0
+
+
+def test_pool_series_while_calls_hold_connections(db_url, stub, clave_id):
+    """Four calls (the server's four threads) wait on a lock the test holds, each on its
+    pooled connection: the pool is saturated; two more connections checked out of the
+    server's engine are overflow. Every reading on the way is consistent."""
+    engine = observability._pool_collector().engine  # the server's (the latest built)
+    assert engine is not None
+    wait_for_pool({"loyalty_db_pool_checked_out": 0})
+    locker = psycopg.connect(db_url)
+    calls: list[grpc.Future[pos.ResolveFanResponse]] = []
+    extra: list[Connection] = []
+    try:
+        locker.execute("LOCK TABLE fans IN ACCESS EXCLUSIVE MODE")
+        calls = [
+            stub.ResolveFan.future(pos.ResolveFanRequest(fan=FAN_ID), metadata=md(), timeout=60)
+            for _ in range(4)
+        ]
+        held = wait_for_pool({"loyalty_db_pool_checked_out": 4})
+        assert held["loyalty_db_pool_size"] == 4
+        assert held["loyalty_db_pool_idle"] == 0
+        assert held["loyalty_db_pool_overflow_in_use"] == 0
+        assert held["loyalty_db_pool_saturated_workers"] == 1
+        assert REGISTRY.get_sample_value("loyalty_requests_in_flight") == 4
+        extra = [engine.connect() for _ in range(2)]
+        beyond = wait_for_pool({"loyalty_db_pool_checked_out": 6})
+        assert beyond["loyalty_db_pool_connections"] == 6
+        assert beyond["loyalty_db_pool_overflow_in_use"] == 2
+        for conn in extra:
+            conn.close()
+        # Back in the pool (it has room while the calls hold theirs): still beyond the size.
+        returned = wait_for_pool({"loyalty_db_pool_checked_out": 4})
+        assert returned["loyalty_db_pool_idle"] == 2
+        assert returned["loyalty_db_pool_overflow_in_use"] == 2
+    finally:
+        for conn in extra:
+            conn.close()
+        locker.rollback()
+        locker.close()
+    assert [call.result().data.fan.id for call in calls] == [FAN_ID] * 4
+    # Returned: the pool keeps its size and closes the rest.
+    after = wait_for_pool({"loyalty_db_pool_checked_out": 0})
+    assert after["loyalty_db_pool_connections"] == 4
+    assert after["loyalty_db_pool_idle"] == 4
+    assert after["loyalty_db_pool_overflow_in_use"] == 0
+    assert after["loyalty_db_pool_saturated_workers"] == 0
 
 
 def test_the_request_id_comes_back_and_is_logged(stub, clave_id, captured):
@@ -270,7 +370,9 @@ def test_metrics_endpoint_in_one_process(db_url, stub, clave_id):
     text = response.text
     assert f'loyalty_requests_total{{codigo="ok",method="{PING}"}}' in text
     assert "loyalty_request_seconds_bucket{" in text
-    assert "loyalty_db_pool_size " in text
+    for name, _, _ in POOL_SERIES:
+        assert f"\n{name} " in text
+    assert "\nloyalty_db_pool_overflow " not in text
     assert "loyalty_database_up 1.0" in text
     # The sale of the test above waits in the wallet outbox (no sender runs here).
     fans = next(
@@ -334,5 +436,79 @@ def test_metrics_endpoint_aggregates_worker_processes(
         text = httpx.get(url, timeout=10).text
         assert "loyalty_requests_in_flight 1.0" in text  # live gauges forget the dead
         assert f'loyalty_requests_total{{codigo="ok",method="{PING}"}} 5.0' in text
+    finally:
+        stop()
+
+
+POOL_WORKER = textwrap.dedent("""
+    import os, sys
+    from loyalty_grpc.api.observability import PoolGauges
+    from loyalty_grpc.store.db import make_engine
+    url, size, hold, returned = sys.argv[1], *map(int, sys.argv[2:])
+    engine = make_engine(url, pool_size=size)
+    held = [engine.connect() for _ in range(hold + returned)]
+    for conn in held[hold:]:
+        conn.close()
+    PoolGauges(engine)  # multiprocess mode: writes the series into this worker's files
+    print(os.getpid())
+""")
+
+
+def scraped_pool(url: str) -> dict[str, float]:
+    text = httpx.get(url, timeout=10).text
+    names = {name for name, _, _ in POOL_SERIES}
+    return {
+        sample.name: sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if sample.name in names
+    }
+
+
+def test_pool_series_are_summed_over_live_workers(
+    tmp_path: Path, db_url, monkeypatch: pytest.MonkeyPatch
+):
+    """Two workers' pools: (size 2, 3 checked out: one beyond the size, saturated) and
+    (size 3, 1 checked out, 1 idle). Each series is the sum over the live workers, so
+    overflow_in_use counts the first worker's extra connection although the totals of
+    connections and sizes are equal; a worker that exited stops counting."""
+    directory = tmp_path / "prometheus"
+    monkeypatch.setenv(metrics.MULTIPROC_ENV, "unset-after-the-test")
+    monkeypatch.setattr(values, "ValueClass", values.ValueClass)
+    metrics.prepare(directory)
+    pids = []
+    for size, hold, returned in ((2, 3, 0), (3, 1, 1)):
+        worker = subprocess.run(
+            [sys.executable, "-c", POOL_WORKER, db_url, str(size), str(hold), str(returned)],
+            capture_output=True,
+            text=True,
+            check=True,
+            env=os.environ.copy(),
+        )
+        pids.append(int(worker.stdout))
+    stop = metrics.serve_metrics("127.0.0.1", 0, db_url)
+    try:
+        url = f"http://127.0.0.1:{stop.port}/metrics"
+        both = scraped_pool(url)
+        assert both == {
+            "loyalty_db_pool_size": 5.0,
+            "loyalty_db_pool_max_overflow": 5.0,
+            "loyalty_db_pool_connections": 5.0,
+            "loyalty_db_pool_checked_out": 4.0,
+            "loyalty_db_pool_idle": 1.0,
+            "loyalty_db_pool_overflow_in_use": 1.0,
+            "loyalty_db_pool_saturated_workers": 1.0,
+        }
+        metrics.mark_worker_dead(pids[0])
+        second = scraped_pool(url)
+        assert second == {
+            "loyalty_db_pool_size": 3.0,
+            "loyalty_db_pool_max_overflow": 3.0,
+            "loyalty_db_pool_connections": 2.0,
+            "loyalty_db_pool_checked_out": 1.0,
+            "loyalty_db_pool_idle": 1.0,
+            "loyalty_db_pool_overflow_in_use": 0.0,
+            "loyalty_db_pool_saturated_workers": 0.0,
+        }
     finally:
         stop()

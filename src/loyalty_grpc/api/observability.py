@@ -32,21 +32,23 @@ this interceptor's call, and `listen_for_caller` tells this interceptor about it
 Metrics live in prometheus_client's default registry; with PROMETHEUS_MULTIPROC_DIR set
 (runtime/metrics.py `prepare`, several worker processes) they are written to files that the
 parent's /metrics endpoint aggregates. Gauges therefore use `livesum` (summed over live
-workers), and the pool gauges are refreshed there by a thread of each worker every
-POOL_REFRESH_SECONDS (a gauge function cannot cross processes); in a single process they
-are read at scrape time. Nothing but the in-flight gauge, the two call metrics and the log
-line costs anything per call (the interceptor's handlers are built once per method).
+workers), and the pool series (`PoolState`, POOL_SERIES) are written there by a thread of
+each worker every POOL_REFRESH_SECONDS (a gauge function cannot cross processes); in a
+single process a collector reads them at scrape time, all from one reading of the pool.
+Nothing but the in-flight gauge, the two call metrics and the log line costs anything per
+call (the interceptor's handlers are built once per method).
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import os
 import re
 import threading
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass
 from functools import cache
@@ -54,8 +56,11 @@ from typing import TYPE_CHECKING, Final
 
 import grpc
 from google.rpc import error_details_pb2, status_pb2
-from prometheus_client import Counter, Gauge, Histogram
-from sqlalchemy import Engine
+from prometheus_client import REGISTRY, Counter, Gauge, Histogram
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.metrics_core import Metric
+from prometheus_client.registry import Collector
+from sqlalchemy import Engine, QueuePool
 
 from loyalty_grpc.api.context import listen_for_caller, stop_listening
 from loyalty_grpc.api.interceptors import POS_SERVICE
@@ -151,10 +156,6 @@ def log_context() -> Mapping[str, object]:
 @dataclass(frozen=True)
 class _Gauges:
     in_flight: Gauge
-    pool_size: Gauge
-    pool_checked_out: Gauge
-    pool_idle: Gauge
-    pool_overflow: Gauge
 
 
 @cache
@@ -162,64 +163,180 @@ def _gauges() -> _Gauges:
     """Created on first use, not at import: an unlabelled metric picks its storage (memory
     or PROMETHEUS_MULTIPROC_DIR files) when it is created, and runtime/metrics.py `prepare`
     may set that directory after this module was imported."""
-    mode: Final = "livesum"  # summed over the live worker processes
     return _Gauges(
         in_flight=Gauge(
-            "loyalty_requests_in_flight", "RPCs being answered right now.", multiprocess_mode=mode
-        ),
-        pool_size=Gauge(
-            "loyalty_db_pool_size",
-            "Database connections the pool keeps open (its configured size).",
-            multiprocess_mode=mode,
-        ),
-        pool_checked_out=Gauge(
-            "loyalty_db_pool_checked_out",
-            "Database connections in use by a call or task.",
-            multiprocess_mode=mode,
-        ),
-        pool_idle=Gauge(
-            "loyalty_db_pool_idle",
-            "Open database connections waiting in the pool.",
-            multiprocess_mode=mode,
-        ),
-        pool_overflow=Gauge(
-            "loyalty_db_pool_overflow",
-            "Connections open beyond the pool size (negative: not yet opened up to the size).",
-            multiprocess_mode=mode,
-        ),
+            "loyalty_requests_in_flight",
+            "RPCs being answered right now.",
+            multiprocess_mode="livesum",  # summed over the live worker processes
+        )
+    )
+
+
+@dataclass(frozen=True)
+class PoolState:
+    """One reading of a SQLAlchemy QueuePool, in numbers that are never negative.
+
+    QueuePool's own `overflow()` is "connections opened" minus `pool_size` (from -size when
+    none is open), negative until the pool has opened `pool_size` connections: not a number
+    to alert on. Here, per pool: `connections` = `checked_out` + `idle` (the pool's entries:
+    an entry invalidated after a lost connection counts until it reconnects at its next
+    checkout) and `overflow_in_use` = the connections beyond `size` open now, in use or
+    idle (QueuePool closes a connection that comes back to a pool already holding `size`
+    idle ones)."""
+
+    size: int  # pool_size: connections the pool keeps open once opened
+    max_overflow: float  # connections it may open beyond `size` (math.inf: no limit)
+    checked_out: int  # in use by a call or a task
+    idle: int  # open, waiting in the pool
+
+    @classmethod
+    def of(cls, pool: QueuePool) -> PoolState:
+        idle = pool.checkedin()
+        # Read without the pool's locks: a connection that moves between the two reads
+        # could make checkedout() -1 for a moment.
+        checked_out = max(pool.checkedout(), 0)
+        limit: int = pool._max_overflow  # no public accessor; -1 = no limit
+        return cls(
+            size=pool.size(),
+            max_overflow=math.inf if limit < 0 else float(limit),
+            checked_out=checked_out,
+            idle=idle,
+        )
+
+    @property
+    def connections(self) -> int:
+        return self.checked_out + self.idle
+
+    @property
+    def overflow_in_use(self) -> int:
+        return max(self.connections - self.size, 0)
+
+    @property
+    def saturated(self) -> int:
+        """1 when every one of the pool's `size` connections is checked out, else 0."""
+        return int(self.size > 0 and self.checked_out >= self.size)
+
+
+# The pool series: (name, help, value of a reading). All are summed over the live worker
+# processes (multiprocess mode "livesum": a worker that exited stops counting), so each is
+# the total of the `loyalty serve`; `saturated_workers` sums a 0/1 per worker, so it counts
+# workers, which the totals cannot show (one worker can be saturated while the sum of
+# checked_out stays below the sum of the sizes).
+POOL_SERIES: Final[tuple[tuple[str, str, Callable[[PoolState], float]], ...]] = (
+    (
+        "loyalty_db_pool_size",
+        "Database connections the pools keep open once opened: their configured pool_size, "
+        "summed over the worker processes.",
+        lambda state: state.size,
+    ),
+    (
+        "loyalty_db_pool_max_overflow",
+        "Database connections the pools may open beyond their size (closed when returned), "
+        "summed over the worker processes.",
+        lambda state: state.max_overflow,
+    ),
+    (
+        "loyalty_db_pool_connections",
+        "Database connections the pools hold now (checked_out + idle), summed over the "
+        "worker processes.",
+        lambda state: state.connections,
+    ),
+    (
+        "loyalty_db_pool_checked_out",
+        "Database connections in use by a call or a task now, summed over the worker processes.",
+        lambda state: state.checked_out,
+    ),
+    (
+        "loyalty_db_pool_idle",
+        "Open database connections waiting in the pools now, summed over the worker processes.",
+        lambda state: state.idle,
+    ),
+    (
+        "loyalty_db_pool_overflow_in_use",
+        "Database connections open beyond the pool size now (0 while a pool holds at most "
+        "its size), summed over the worker processes.",
+        lambda state: state.overflow_in_use,
+    ),
+    (
+        "loyalty_db_pool_saturated_workers",
+        "Worker processes whose pool has all of its pool_size connections checked out now "
+        "(the pool is as large as the worker's gRPC threads: all of them are on the "
+        "database).",
+        lambda state: state.saturated,
+    ),
+)
+
+
+class _PoolCollector(Collector):
+    """One process (no PROMETHEUS_MULTIPROC_DIR): the pool series read from one reading of
+    the watched pool at each scrape, so they agree with each other."""
+
+    def __init__(self) -> None:
+        self.engine: Engine | None = None
+
+    def describe(self) -> Iterator[Metric]:
+        for name, help_text, _ in POOL_SERIES:
+            yield GaugeMetricFamily(name, help_text)
+
+    def collect(self) -> Iterator[Metric]:
+        engine = self.engine
+        if engine is None or not isinstance(engine.pool, QueuePool):
+            return
+        state = PoolState.of(engine.pool)
+        for name, help_text, value in POOL_SERIES:
+            yield GaugeMetricFamily(name, help_text, value=value(state))
+
+
+@cache
+def _pool_collector() -> _PoolCollector:
+    collector = _PoolCollector()
+    REGISTRY.register(collector)
+    return collector
+
+
+@cache
+def _pool_gauges() -> tuple[tuple[Gauge, Callable[[PoolState], float]], ...]:
+    """Worker processes (PROMETHEUS_MULTIPROC_DIR): the pool series as gauges in the
+    worker's files, summed over the live workers by the parent's /metrics. Created on
+    first use, like `_gauges`."""
+    return tuple(
+        (Gauge(name, help_text, multiprocess_mode="livesum"), value)
+        for name, help_text, value in POOL_SERIES
     )
 
 
 class PoolGauges:
-    """The SQLAlchemy pool of the server's engine as gauges (the latest engine watched:
-    tests build several servers in one process)."""
+    """The SQLAlchemy pool of the server's engine as the POOL_SERIES (the latest engine
+    watched: tests build several servers in one process). Absent when the engine has no
+    QueuePool (NullPool, StaticPool: nothing to count). Nothing per call: in one process
+    they are read at scrape time; in a worker process a thread writes them every
+    POOL_REFRESH_SECONDS (a scrape-time function cannot cross processes)."""
 
     def __init__(self, engine: Engine | None) -> None:
         self._engine = engine
         self._multiprocess = multiprocess_mode()
-        gauges = _gauges()
-        self._readings: list[tuple[Gauge, Callable[[], float]]] = []
-        if engine is None or not hasattr(engine.pool, "checkedout"):
-            return  # not a QueuePool (NullPool, StaticPool): nothing to show
-        self._readings = [
-            (gauges.pool_size, lambda: float(engine.pool.size())),  # type: ignore[attr-defined]
-            (gauges.pool_checked_out, lambda: float(engine.pool.checkedout())),  # type: ignore[attr-defined]
-            (gauges.pool_idle, lambda: float(engine.pool.checkedin())),  # type: ignore[attr-defined]
-            (gauges.pool_overflow, lambda: float(engine.pool.overflow())),  # type: ignore[attr-defined]
-        ]
+        if engine is None or not isinstance(engine.pool, QueuePool):
+            return
         if not self._multiprocess:
-            for gauge, read in self._readings:
-                gauge.set_function(read)
+            _pool_collector().engine = engine
             return
         self.refresh()
         threading.Thread(target=self._refresh_forever, name="pool-gauges", daemon=True).start()
 
+    def state(self) -> PoolState | None:
+        """The pool now (`engine.pool` each time: `Engine.dispose` replaces it)."""
+        pool = self._engine.pool if self._engine is not None else None
+        return PoolState.of(pool) if isinstance(pool, QueuePool) else None
+
     def refresh(self) -> None:
         """Write the pool's state into the gauges (multiprocess mode only; in one process
         they are read at scrape time)."""
-        if self._multiprocess:
-            for gauge, read in self._readings:
-                gauge.set(read())
+        if not self._multiprocess:
+            return
+        state = self.state()
+        if state is not None:
+            for gauge, value in _pool_gauges():
+                gauge.set(value(state))
 
     def _refresh_forever(self) -> None:
         while True:
@@ -421,11 +538,13 @@ def _record(call: _Call, context: grpc.ServicerContext, seconds: float, *, faile
 __all__ = [
     "CALLS_LOGGER",
     "LATENCY",
+    "POOL_SERIES",
     "RATE_LIMITED",
     "REQUESTS",
     "REQUEST_ID_KEY",
     "ObservabilityInterceptor",
     "PoolGauges",
+    "PoolState",
     "current_request_id",
     "error_reason",
     "known_methods",
