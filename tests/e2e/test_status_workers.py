@@ -26,6 +26,7 @@ from loyalty_grpc.gen.loyalty.v1 import pos_service_pb2 as pos
 from loyalty_grpc.gen.loyalty.v1 import pos_service_pb2_grpc as pos_grpc
 from loyalty_grpc.runtime.envoy import EnvoyProcess
 from loyalty_grpc.services.fixtures import apply_fixture
+from loyalty_grpc.store import migrate
 from loyalty_grpc.store.db import make_engine
 from loyalty_grpc.store.migrate import upgrade
 from tests.e2e.processes import DEMO_KEY, LOYALTY, READY_LINE, Running, loyalty_env
@@ -387,9 +388,16 @@ def test_up_with_workers_and_status_on_its_embedded_database(tmp_path: Path):
     try:
         up.wait_for(READY_LINE)
         assert len(_workers(up.proc.pid)) == 2
-        status = _status("--target", f"127.0.0.1:{grpc_port}", "--data-dir", str(data_dir))
+        # The same settings as up's server (no --target): status finds it, and the gateway.
+        status = _status("--data-dir", str(data_dir), LOYALTY_GRPC_PORT=str(grpc_port))
         assert status.returncode == 0, status.stdout + status.stderr
         assert "status: healthy" in status.stdout
+        found = dict(line.split(":", 1) for line in status.stdout.splitlines() if ":" in line)
+        assert found["health"].strip() == f"SERVING (127.0.0.1:{grpc_port})"
+        assert found["gateway"].strip().startswith("Envoy LIVE, up ")
+        assert found["listeners"].strip() == f"pos_http 0.0.0.0:{http_port}"
+        assert found["upstreams"].strip() == f"127.0.0.1:{grpc_port} healthy"
+        assert found["gateway config"].strip().startswith("listeners ")
         # status reused up's PostgreSQL and left it running.
         for _ in range(8):
             response = httpx.post(
@@ -408,6 +416,8 @@ def test_up_with_workers_and_status_on_its_embedded_database(tmp_path: Path):
 def test_a_port_in_use_fails_before_any_worker_starts(
     tmp_path: Path, create_database: Callable[[], str]
 ):
+    url = create_database()
+    migrate.upgrade(url)  # past the schema check: the port is what fails
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))
         busy.listen()
@@ -426,9 +436,7 @@ def test_a_port_in_use_fails_before_any_worker_starts(
                 "0",
             ],
             cwd=tmp_path,
-            env=loyalty_env(
-                LOYALTY_DATABASE_URL=create_database(), LOYALTY_ADMIN_TOKEN=secrets.token_hex(8)
-            ),
+            env=loyalty_env(LOYALTY_DATABASE_URL=url, LOYALTY_ADMIN_TOKEN=secrets.token_hex(8)),
             text=True,
             capture_output=True,
             timeout=60,

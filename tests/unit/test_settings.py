@@ -30,7 +30,8 @@ def test_defaults():
     assert settings.rate_limit_per_minute == 600
     assert settings.key_cache_seconds == 5.0
     assert settings.log_level == "INFO"
-    assert settings.grpc_target == "127.0.0.1:50051"
+    assert settings.grpc_target is None
+    assert settings.server_target == "127.0.0.1:50051"
     assert settings.wallet.provider == "local"
     assert settings.listen_host == "127.0.0.1"  # `up` and `serve` alike
     assert (settings.log_format_for("up"), settings.log_format_for("serve")) == ("text", "json")
@@ -268,3 +269,20 @@ def test_the_long_running_production_commands_log_json_by_default():
     }
     chosen = Settings.from_env({"LOYALTY_LOG_FORMAT": "text"})
     assert chosen.log_format_for("gateway run") == "text"
+
+
+@pytest.mark.parametrize(
+    ("environ", "target"),
+    [
+        ({}, "127.0.0.1:50051"),
+        ({"LOYALTY_GRPC_PORT": "50052"}, "127.0.0.1:50052"),
+        ({"LOYALTY_GRPC_HOST": "0.0.0.0", "LOYALTY_GRPC_PORT": "6000"}, "127.0.0.1:6000"),
+        ({"LOYALTY_GRPC_HOST": "::"}, "[::1]:50051"),
+        ({"LOYALTY_GRPC_HOST": "10.0.0.7"}, "10.0.0.7:50051"),
+        ({"LOYALTY_GRPC_TARGET": "db1:7000", "LOYALTY_GRPC_PORT": "50052"}, "db1:7000"),
+    ],
+)
+def test_client_commands_find_the_server_where_serve_listens(environ: dict[str, str], target: str):
+    """admin, status and gateway run read the same settings as serve: without
+    LOYALTY_GRPC_TARGET they talk to where `serve` would listen on this host."""
+    assert Settings.from_env(environ, wallet=False).server_target == target

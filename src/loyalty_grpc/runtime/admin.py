@@ -32,7 +32,6 @@ from loyalty_grpc.runtime.admin_token import admin_token_path, read_admin_token
 from loyalty_grpc.runtime.console import command
 from loyalty_grpc.runtime.settings import Settings
 
-DEFAULT_TARGET = "127.0.0.1:50051"
 DEFAULT_TIMEOUT_SECONDS = 60.0
 
 Metadata = tuple[tuple[str, str], ...]
@@ -48,8 +47,8 @@ def add_admin_commands(parser: argparse.ArgumentParser) -> None:
     """Add the `admin` options and sub-commands to `parser`."""
     parser.add_argument(
         "--target",
-        default=os.environ.get("LOYALTY_GRPC_TARGET", DEFAULT_TARGET),
-        help="gRPC server HOST:PORT (env LOYALTY_GRPC_TARGET)",
+        help="gRPC server HOST:PORT (env LOYALTY_GRPC_TARGET, default: where serve "
+        "listens on this host)",
     )
     parser.add_argument(
         "--data-dir",
@@ -269,7 +268,7 @@ def run_admin(args: argparse.Namespace, settings: Settings) -> int:
     call: Call = args.admin_call
     metadata = (("authorization", f"Bearer {token}"),)
     try:
-        with grpc.insecure_channel(args.target) as channel:
+        with grpc.insecure_channel(args.target or settings.server_target) as channel:
             response = call(pb_grpc.BackofficeServiceStub(channel), args, args.timeout, metadata)
     except grpc.RpcError as exc:
         return _fail(*error_of(exc))

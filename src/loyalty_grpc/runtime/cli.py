@@ -130,9 +130,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--target",
         dest="grpc_target",
         metavar="HOST:PORT",
-        help="gRPC server (env LOYALTY_GRPC_TARGET, default 127.0.0.1:50051)",
+        help="gRPC server (env LOYALTY_GRPC_TARGET, default: where serve listens, "
+        "LOYALTY_GRPC_HOST:LOYALTY_GRPC_PORT)",
     )
     _data_dir_flag(status)
+    _work_dir_flag(status)
 
     gateway = sub.add_parser(
         "gateway", help="Envoy gateway: check, run or reload its configuration"
@@ -151,7 +153,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--upstream",
         dest="grpc_target",
         metavar="HOST:PORT",
-        help="env LOYALTY_GRPC_TARGET, default 127.0.0.1:50051",
+        help="env LOYALTY_GRPC_TARGET, default: where serve listens on this host "
+        "(LOYALTY_GRPC_HOST:LOYALTY_GRPC_PORT)",
     )
     grun.add_argument(
         "--admin-port",
@@ -229,7 +232,7 @@ def _run(args: argparse.Namespace, settings: Settings) -> int:  # noqa: PLR0911 
     if args.command == "status":
         from loyalty_grpc.runtime.status import status_command
 
-        return status_command(settings)
+        return status_command(settings, args.work_dir)
     if args.command == "wallet":
         from loyalty_grpc.runtime.wallet import send_command
 
@@ -261,7 +264,7 @@ def _gateway(args: argparse.Namespace, settings: Settings) -> int:
         )
     from loyalty_grpc.runtime.envoy import run_gateway
 
-    host, _, port = settings.grpc_target.rpartition(":")
+    host, _, port = settings.server_target.rpartition(":")
     return run_gateway(
         http_port=settings.http_port,
         listen_host=settings.http_host,

@@ -37,6 +37,7 @@ from loyalty_grpc.runtime.envoy_xds import WorkDir, install
 from loyalty_grpc.runtime.logs import LogFormat
 from loyalty_grpc.runtime.parent_death import die_with_parent
 from loyalty_grpc.runtime.process_file import ProcessFile
+from loyalty_grpc.runtime.settings import connect_host
 from loyalty_grpc.runtime.supervision import Child, StartFailed, supervise
 
 log = logging.getLogger(__name__)
@@ -54,16 +55,6 @@ DRAIN_SECONDS = 20
 ENVOY_JSON_LOG_FORMAT = (
     '{"ts":"%Y-%m-%dT%T.%eZ","level":"%l","logger":"envoy.%n","msg":"%j","pid":%P}'
 )
-
-
-def connect_host(listen_host: str) -> str:
-    """The address a client on this machine uses to reach a socket listening on
-    `listen_host` (a wildcard address means this machine's loopback)."""
-    if listen_host in ("0.0.0.0", ""):  # noqa: S104
-        return "127.0.0.1"
-    if listen_host == "::":
-        return "::1"
-    return listen_host
 
 
 def _accepts(host: str, port: int) -> bool:
@@ -448,4 +439,4 @@ def run_gateway(
     return 0
 
 
-__all__ = ["EnvoyProcess", "connect_host", "log_tail", "run_gateway", "supervised"]
+__all__ = ["EnvoyProcess", "log_tail", "run_gateway", "supervised"]

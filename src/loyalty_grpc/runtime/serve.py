@@ -13,8 +13,9 @@ from dataclasses import dataclass, field
 
 from loyalty_grpc.api.server import ServerSettings
 from loyalty_grpc.runtime import metrics, wallet
-from loyalty_grpc.runtime.console import say
+from loyalty_grpc.runtime.console import announce
 from loyalty_grpc.runtime.process_file import ProcessFile
+from loyalty_grpc.runtime.schema import require_usable_schema
 from loyalty_grpc.runtime.settings import SERVE, Settings
 from loyalty_grpc.runtime.signals import stop_event
 from loyalty_grpc.runtime.supervision import Child, supervise
@@ -96,10 +97,16 @@ def serving(settings: Settings, server: ServerSettings, *, command: str) -> Iter
 
 
 def serve(settings: Settings, *, database_url: str, admin_token: str) -> int:
+    # Before anything starts: a schema older than this code needs stops here (one line,
+    # exit code 2); a newer one (a later version migrated it) is logged and served.
+    require_usable_schema(database_url)
     stop = stop_event()
     server = server_settings(settings, database_url=database_url, admin_token=admin_token)
     with serving(settings, server, command=SERVE) as supervisor:
-        say(f"gRPC: {server.host}:{supervisor.pool.port} ({settings.workers} workers)")
+        announce(
+            f"gRPC: {server.host}:{supervisor.pool.port} ({settings.workers} workers)",
+            settings.log_format_for(SERVE),
+        )
         supervisor.run(stop)
         log.info("stopping")
     return 0

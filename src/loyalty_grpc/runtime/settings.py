@@ -122,7 +122,8 @@ VARIABLES: tuple[Variable, ...] = (
     ),
     Variable(
         "LOYALTY_GRPC_TARGET",
-        "`127.0.0.1:50051`",
+        "where `serve` listens on this host: `LOYALTY_GRPC_HOST:LOYALTY_GRPC_PORT` "
+        "(a wildcard host as loopback; `127.0.0.1:50051`)",
         "the server `admin`, `status` and `gateway run` talk to (`HOST:PORT`)",
     ),
     Variable(
@@ -280,7 +281,8 @@ class Settings:
     log_level: str = "INFO"
     # None: the command's default (`up`: text for a person; `serve`: json for a collector).
     log_format: str | None = None
-    grpc_target: str = "127.0.0.1:50051"
+    # None: where this host's `serve` listens (server_target).
+    grpc_target: str | None = None
     envoy_admin_port: int = 0
     wallet: WalletSettings = field(default_factory=WalletSettings)
 
@@ -311,6 +313,15 @@ class Settings:
             rule = _RULES[name]
             values[name] = _parse(rule, rule.flag or rule.variable, text)
         return replace(self, **values)  # type: ignore[arg-type]
+
+    @property
+    def server_target(self) -> str:
+        """The gRPC server a client command talks to (`admin`, `status`, `gateway run`):
+        LOYALTY_GRPC_TARGET / --target, else where `serve` with these settings listens."""
+        if self.grpc_target is not None:
+            return self.grpc_target
+        host = connect_host(self.listen_host)
+        return f"[{host}]:{self.grpc_port}" if ":" in host else f"{host}:{self.grpc_port}"
 
     @property
     def listen_host(self) -> str:
@@ -351,6 +362,16 @@ def _parse(rule: _Rule, name: str, text: str) -> object:
         return rule.parse(text)
     except ValueError as exc:
         raise ConfigError(f"{name} must be {exc}, got {text!r}") from None
+
+
+def connect_host(listen_host: str) -> str:
+    """The address a client on this machine uses to reach a socket listening on
+    `listen_host` (a wildcard address means this machine's loopback, of its family)."""
+    if listen_host in ("0.0.0.0", ""):  # noqa: S104
+        return "127.0.0.1"
+    if listen_host == "::":
+        return "::1"
+    return listen_host
 
 
 # How a hint names the command to the person running it (runtime/console.py).

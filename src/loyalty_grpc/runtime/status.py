@@ -15,11 +15,12 @@ just for this and stopped again.
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Engine, text
 
@@ -30,6 +31,7 @@ from loyalty_grpc.runtime.process_file import ago, summary
 from loyalty_grpc.runtime.settings import Settings
 
 if TYPE_CHECKING:
+    from loyalty_grpc.runtime.envoy_admin import EnvoyAdmin
     from loyalty_grpc.wallet.backlog import Backlog
 
 HEALTH_TIMEOUT = 3.0
@@ -62,11 +64,12 @@ def grpc_health(target: str, timeout: float = HEALTH_TIMEOUT) -> Line:
     )
 
 
-def process_lines(data_dir: Path) -> list[Line]:
-    """What the `loyalty up`/`serve` (and `gateway run`) supervising from this data dir run,
-    and their restarts (runtime/process_file.py)."""
+def process_lines(data_dir: Path, work_dir: Path) -> list[Line]:
+    """What the `loyalty up`/`serve` supervising from this data dir and the `gateway run`
+    from that work dir run: how many processes, and their restarts
+    (runtime/process_file.py)."""
     lines = []
-    for folder in (data_dir, data_dir / "envoy"):
+    for folder in dict.fromkeys((data_dir, work_dir)):
         found = summary(folder)
         if found is not None:
             lines += [
@@ -79,6 +82,83 @@ def process_lines(data_dir: Path) -> list[Line]:
             f"no `{command('up')}`, `serve` or `gateway run` supervising from {data_dir}",
         )
     ]
+
+
+def gateway_lines(work_dir: Path) -> list[Line]:
+    """The gateway running from `work_dir` (`up`: DATA_DIR/envoy), from its admin
+    interface: state and uptime, listeners, the configuration versions applied, and the
+    upstream servers as Envoy sees them. No gateway there is information, not a fault
+    (a server-only host has none)."""
+    from loyalty_grpc.runtime.envoy_admin import CLUSTERS, LISTENERS, EnvoyAdmin
+    from loyalty_grpc.runtime.envoy_config import EnvoyError
+    from loyalty_grpc.runtime.envoy_xds import WorkDir
+
+    admin = EnvoyAdmin.from_address_file(WorkDir(work_dir).admin_address)
+    if admin is None:
+        return [Line("gateway", f"none running from {work_dir}")]
+    try:
+        info = _admin_json(admin, "/server_info")
+        listeners = _admin_json(admin, "/listeners?format=json")
+        clusters = _admin_json(admin, "/clusters?format=json")
+        stats = admin.xds_stats()
+    except (OSError, ValueError, EnvoyError) as exc:
+        return [Line("gateway", f"admin {admin} does not answer ({exc})", ok=False)]
+    state = str(info.get("state", "?"))
+    hosts = [
+        (_address(host.get("address")), _host_health(host.get("health_status", {})))
+        for cluster in clusters.get("cluster_statuses", [])
+        for host in cluster.get("host_statuses", [])
+    ]
+    return [
+        Line(
+            "gateway",
+            f"Envoy {state}, up {info.get('uptime_current_epoch', '?')} (admin {admin})",
+            ok=state == "LIVE",
+        ),
+        Line(
+            "listeners",
+            ", ".join(
+                f"{listener.get('name')} {_address(listener.get('local_address'))}"
+                for listener in listeners.get("listener_statuses", [])
+            )
+            or "none",
+            ok=bool(listeners.get("listener_statuses")),
+        ),
+        Line(
+            "gateway config",
+            f"listeners {LISTENERS.version(stats) or '?'}, "
+            f"clusters {CLUSTERS.version(stats) or '?'}",
+        ),
+        Line(
+            "upstreams",
+            ", ".join(f"{address} {health}" for address, health in hosts) or "none",
+            ok=any(health == "healthy" for _, health in hosts),
+        ),
+    ]
+
+
+def _admin_json(admin: EnvoyAdmin, path: str) -> dict[str, Any]:
+    status, body = admin.get(path)
+    if status != 200:
+        raise ValueError(f"{path} answered {status}")
+    loaded: dict[str, Any] = json.loads(body)
+    return loaded
+
+
+def _address(node: object) -> str:
+    socket = node.get("socket_address", {}) if isinstance(node, dict) else {}
+    host, port = str(socket.get("address", "?")), socket.get("port_value", "?")
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def _host_health(status: object) -> str:
+    """Envoy's view of one upstream host: healthy, or the reasons it is not."""
+    flags = status if isinstance(status, dict) else {}
+    failed = sorted(name for name, value in flags.items() if name.startswith("failed") and value)
+    eds = str(flags.get("eds_health_status", "HEALTHY"))
+    if eds != "HEALTHY":
+        failed.insert(0, eds.lower())
+    return ", ".join(failed) if failed else "healthy"
 
 
 def envoy_version() -> Line:
@@ -107,8 +187,9 @@ def database_lines(engine: Engine, url: str) -> list[Line]:
     with engine.connect() as conn:
         version = conn.execute(text("SHOW server_version")).scalar_one()
     lines = [Line("postgresql", str(version))]
-    current, head = migrate.current(url), migrate.head()
-    if current != head:
+    schema = migrate.check(url)  # the rule `serve` starts by (README "Upgrades")
+    current, head = schema.applied, schema.head
+    if not schema.usable:
         lines.append(
             Line(
                 "migrations",
@@ -117,7 +198,12 @@ def database_lines(engine: Engine, url: str) -> list[Line]:
             )
         )
         return lines
-    lines.append(Line("migrations", f"{current} (head)"))
+    if schema.state is migrate.SchemaState.NEWER:
+        lines.append(
+            Line("migrations", f"{current} applied, newer than this version's head {head}")
+        )
+    else:
+        lines.append(Line("migrations", f"{current} (head)"))
     with engine.connect() as conn:
         wallet = backlog(conn)
         mismatched = conn.execute(
@@ -160,12 +246,15 @@ def _open(settings: Settings) -> Database | str:
     return start_embedded(pgdata)
 
 
-def collect(settings: Settings) -> list[Line]:
+def collect(settings: Settings, work_dir: Path | None = None) -> list[Line]:
+    """Every line; `work_dir` is the gateway's (default DATA_DIR/envoy, as `up` runs it)."""
     from loyalty_grpc.store.db import make_engine
 
+    work_dir = work_dir if work_dir is not None else settings.data_dir / "envoy"
     lines = [
-        grpc_health(settings.grpc_target),
-        *process_lines(settings.data_dir),
+        grpc_health(settings.server_target),
+        *process_lines(settings.data_dir, work_dir),
+        *gateway_lines(work_dir),
         Line("service", f"loyalty {__version__}"),
         envoy_version(),
     ]
@@ -186,8 +275,8 @@ def collect(settings: Settings) -> list[Line]:
     return lines
 
 
-def status_command(settings: Settings) -> int:
-    lines = collect(settings)
+def status_command(settings: Settings, work_dir: Path | None = None) -> int:
+    lines = collect(settings, work_dir)
     width = max(len(line.name) for line in lines) + 2
     out = [
         f"{line.name + ':':{width}}{line.value}" + ("" if line.ok else "  << UNHEALTHY")

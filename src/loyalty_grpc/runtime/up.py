@@ -11,7 +11,7 @@ from loyalty_grpc.runtime.console import command, say
 from loyalty_grpc.runtime.demo import demo_lines, load_demo
 from loyalty_grpc.runtime.postgres import Database, open_database
 from loyalty_grpc.runtime.serve import serve, server_settings, serving
-from loyalty_grpc.runtime.settings import UP, ConfigError, Settings
+from loyalty_grpc.runtime.settings import UP, ConfigError, Settings, connect_host
 from loyalty_grpc.runtime.signals import stop_event
 from loyalty_grpc.store import migrate
 
@@ -70,7 +70,7 @@ def up(settings: Settings, *, demo: bool) -> int:
                 http_port=settings.http_port,
                 listen_host=settings.http_host,
                 log_format=settings.log_format_for(UP),
-                upstream_host=envoy.connect_host(server.host),
+                upstream_host=connect_host(server.host),
                 upstream_port=supervisor.pool.port,
                 work_dir=data_dir / "envoy",
             )
@@ -81,7 +81,7 @@ def up(settings: Settings, *, demo: bool) -> int:
                     )
                 )
                 _print_banner(
-                    http_host=envoy.connect_host(proxy.listen_host),
+                    http_host=connect_host(proxy.listen_host),
                     http_port=settings.http_port,
                     grpc_host=server.host,
                     grpc_port=supervisor.pool.port,

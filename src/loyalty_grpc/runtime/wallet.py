@@ -8,9 +8,9 @@ from pathlib import Path
 from sqlalchemy import Engine
 from sqlalchemy.engine import make_url
 
-from loyalty_grpc.runtime.console import command, say
+from loyalty_grpc.runtime.console import say
 from loyalty_grpc.runtime.postgres import open_database
-from loyalty_grpc.store import migrate
+from loyalty_grpc.runtime.schema import require_usable_schema
 from loyalty_grpc.store.db import make_engine
 from loyalty_grpc.wallet import (
     WalletConfigError,
@@ -54,9 +54,11 @@ def send_command(data_dir: Path, *, batch: int | None = None) -> int:
     """`loyalty wallet send`: run the sender until nothing is due, print what it did."""
     settings = load_settings()
     db = open_database(data_dir)
-    if migrate.current(db.url) != migrate.head():
+    try:
+        require_usable_schema(db.url)  # the rule `loyalty serve` applies (runtime/schema.py)
+    except BaseException:
         db.stop()
-        raise SystemExit(f"error: the database is not migrated; run `{command('migrate')}` first")
+        raise
     engine = make_engine(db.url, pool_size=4)
     provider = settings.build_provider(engine)
     try:

@@ -60,6 +60,7 @@ from typing import Final
 
 from sqlalchemy import Connection, Engine, text
 
+from loyalty_grpc.wallet.failures import FailureLog
 from loyalty_grpc.wallet.providers import (
     BatchWalletProvider,
     Delivery,
@@ -69,6 +70,9 @@ from loyalty_grpc.wallet.providers import (
 )
 
 log = logging.getLogger(__name__)
+# A batch provider that keeps failing (the local provider's table missing, the database
+# gone between claim and delivery): one traceback, then at most a line a minute.
+BATCH_FAILURES = FailureLog(log, recovered="wallet: batch deliveries work again", every=60.0)
 
 BACKOFF_FIRST = timedelta(seconds=1)
 BACKOFF_CAP = timedelta(minutes=5)
@@ -340,8 +344,9 @@ def _deliver(
             if len(outcomes) != len(claims):
                 raise RuntimeError(f"{len(outcomes)} outcomes for {len(claims)} deliveries")
         except Exception as exc:  # every delivery of the batch failed: retried
-            log.exception("wallet: a batch of %d deliveries failed", len(claims))
+            BATCH_FAILURES.failed(exc, f"wallet: a batch of {len(claims)} deliveries failed")
             return [exc for _ in claims]
+        BATCH_FAILURES.succeeded()
         for claim, outcome in zip(claims, outcomes, strict=True):
             if outcome is not None and not isinstance(outcome, WalletDeliveryError):
                 log.error(

@@ -1,5 +1,7 @@
 """The background sender a server process runs: `outbox.drain` every `interval` seconds,
-or at once when woken."""
+or at once when woken. A run that fails (database unreachable, a table missing) is tried
+again after a bounded exponential back-off, logged without a traceback after the first
+(wallet/failures.py); the sender recovers by itself when the cause goes away."""
 
 from __future__ import annotations
 
@@ -10,13 +12,20 @@ from datetime import datetime
 
 from sqlalchemy import Engine
 
+from loyalty_grpc.wallet.failures import FailureLog
 from loyalty_grpc.wallet.outbox import drain, utcnow
 from loyalty_grpc.wallet.providers import SupportsClose, WalletProvider
 
 log = logging.getLogger(__name__)
 
-# Longest pause after consecutive failed runs (database unreachable…).
-_MAX_ERROR_WAIT = 60.0
+# Longest pause after consecutive failed runs (database unreachable, a table missing…).
+MAX_ERROR_WAIT = 60.0
+
+
+def error_wait(interval: float, failures: int) -> float:
+    """The pause after `failures` failed runs in a row: 2, 4, 8 … times the interval, at
+    most MAX_ERROR_WAIT (or the interval, when that is longer)."""
+    return min(interval * 2.0 ** min(failures, 64), max(MAX_ERROR_WAIT, interval))
 
 
 class WalletSender:
@@ -47,6 +56,9 @@ class WalletSender:
         self._wakeup = threading.Event()
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
+        # A run that keeps failing logs one traceback, then a line per retry (at most one a
+        # minute once the back-off is at its longest), and one line when it works again.
+        self._failures = FailureLog(log, recovered="wallet sender runs again")
 
     def start(self) -> None:
         if self._thread is not None:
@@ -78,18 +90,16 @@ class WalletSender:
         log.info("wallet sender stopped")
 
     def _run(self) -> None:
-        failures = 0
         while not self._stopping.is_set():
             # Cleared before the run: a wake() during the run triggers another one.
             self._wakeup.clear()
             try:
                 self._drain()
-                failures = 0
+                self._failures.succeeded()
                 wait = self.interval
-            except Exception:
-                failures += 1
-                wait = min(self.interval * 2 ** min(failures, 10), _MAX_ERROR_WAIT)
-                log.exception("wallet sender run failed; next try in %gs", wait)
+            except Exception as exc:
+                wait = error_wait(self.interval, self._failures.failures + 1)
+                self._failures.failed(exc, "wallet sender run failed", f"; next try in {wait:g}s")
             self._wakeup.wait(wait)
 
     def _drain(self) -> None:
