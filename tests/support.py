@@ -12,12 +12,12 @@ import grpc
 import pytest
 from google.rpc import error_details_pb2
 from grpc_status import rpc_status
-from sqlalchemy import Engine, select
+from sqlalchemy import Engine, insert, select
 
 from loyalty_grpc.domain.errors import Codigo, LoyaltyError
 from loyalty_grpc.gen.loyalty.v1 import backoffice_service_pb2 as bo
 from loyalty_grpc.gen.loyalty.v1 import backoffice_service_pb2_grpc as bo_grpc
-from loyalty_grpc.store.tables import metadata
+from loyalty_grpc.store.tables import fans, metadata
 
 
 def free_port() -> int:
@@ -138,3 +138,23 @@ def grpc_server(db_url: str, admin_token: str, **settings: Any) -> Iterator[grpc
             yield channel
     finally:
         server.stop()
+
+
+def insert_fan(engine: Engine, programa: str, prefix: str, n: int) -> int:
+    """A fan row straight into the table (`{prefix}{n:04d}`, unique e-mail and QR token);
+    its primary key."""
+    with engine.begin() as conn:
+        return int(
+            conn.execute(
+                insert(fans)
+                .values(
+                    programa_id=programa,
+                    fan_id=f"{prefix}{n:04d}",
+                    nombre=f"Fan {n}",
+                    correo=f"{prefix.lower()}{n}@example.com",
+                    socio_desde=2020,
+                    qr_token=f"{prefix.lower()}-q{n}",
+                )
+                .returning(fans.c.pk)
+            ).scalar_one()
+        )

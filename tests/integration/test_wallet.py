@@ -43,6 +43,7 @@ from loyalty_grpc.wallet import (
 )
 from loyalty_grpc.wallet.backlog import BACKLOG_SQL
 from loyalty_grpc.wallet.outbox import CLAIM_SQL, INGEST_SQL, RECORD_SQL, ingest
+from tests.support import insert_fan
 
 T0 = datetime(2030, 1, 1, 12, 0, tzinfo=UTC)
 _ids = itertools.count(1)
@@ -107,22 +108,7 @@ def _empty_wallet_tables(engine: Engine) -> None:
 @pytest.fixture
 def new_fan(engine: Engine) -> Callable[[], int]:
     def create() -> int:
-        n = next(_ids)
-        with engine.begin() as conn:
-            return int(
-                conn.execute(
-                    insert(fans)
-                    .values(
-                        programa_id="halcones",
-                        fan_id=f"HAL{n:04d}",
-                        nombre=f"Fan {n}",
-                        correo=f"fan{n}@example.com",
-                        socio_desde=2020,
-                        qr_token=f"q{n}",
-                    )
-                    .returning(fans.c.pk)
-                ).scalar_one()
-            )
+        return insert_fan(engine, "halcones", "HAL", next(_ids))
 
     return create
 

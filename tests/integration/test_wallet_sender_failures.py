@@ -22,10 +22,11 @@ from loyalty_grpc.runtime.wallet import SENDER_APPLICATION, sender_url
 from loyalty_grpc.store.db import make_engine
 from loyalty_grpc.store.db_errors import one_line
 from loyalty_grpc.store.ledger import Motivo, move_points
-from loyalty_grpc.store.tables import fans, programas, wallet_entregas
+from loyalty_grpc.store.tables import programas, wallet_entregas
 from loyalty_grpc.store.uow import UnitOfWork
 from loyalty_grpc.wallet import LocalProvider, WalletSender, outbox
 from loyalty_grpc.wallet.failures import FailureLog
+from tests.support import insert_fan
 
 _ids = itertools.count(1)
 SENDER_LOG = "loyalty_grpc.wallet.sender"
@@ -42,22 +43,7 @@ def programa(engine: Engine) -> str:
 @pytest.fixture
 def new_fan(engine: Engine) -> Callable[[], int]:
     def create() -> int:
-        n = next(_ids)
-        with engine.begin() as conn:
-            return int(
-                conn.execute(
-                    insert(fans)
-                    .values(
-                        programa_id="fallas",
-                        fan_id=f"FAL{n:04d}",
-                        nombre=f"Fan {n}",
-                        correo=f"falla{n}@example.com",
-                        socio_desde=2020,
-                        qr_token=f"falla-q{n}",
-                    )
-                    .returning(fans.c.pk)
-                ).scalar_one()
-            )
+        return insert_fan(engine, "fallas", "FAL", next(_ids))
 
     return create
 
