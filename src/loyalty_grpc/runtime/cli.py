@@ -114,6 +114,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     serve = sub.add_parser("serve", help="run the gRPC workers only (database already migrated)")
     _serving_flags(serve)
+    serve.add_argument(
+        "--share-port",
+        action="store_true",
+        help="start beside a `serve` already on the port (an upgrade: start the new "
+        "version with its own --data-dir and --metrics-port, then stop the old one)",
+    )
 
     migrate = sub.add_parser(
         "migrate",
@@ -224,7 +230,7 @@ def _run(args: argparse.Namespace, settings: Settings) -> int:  # noqa: PLR0911 
     if args.command == "serve":
         from loyalty_grpc.runtime.up import serve_command
 
-        return serve_command(settings)
+        return serve_command(settings, share_port=args.share_port)
     if args.command == "migrate":
         from loyalty_grpc.runtime.up import migrate_command
 

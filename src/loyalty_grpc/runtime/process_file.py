@@ -100,6 +100,25 @@ def summary(data_dir: Path, now: float | None = None) -> Summary | None:
     return Summary(processes, _restarts(children, now), ok)
 
 
+@dataclass(frozen=True)
+class Writer:
+    command: str
+    pid: int
+
+
+def live_writer(data_dir: Path) -> Writer | None:
+    """The process that writes the file in `data_dir` when it is alive (another process
+    supervising from that data dir right now), else None."""
+    try:
+        document = json.loads((data_dir / FILE_NAME).read_text(encoding="utf-8"))
+        writer = Writer(str(document["command"]), int(document["pid"]))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    if writer.pid == os.getpid() or not _alive(writer.pid):
+        return None
+    return writer
+
+
 def _restarts(children: list[dict[str, Any]], now: float) -> str:
     counts: dict[str, int] = {}
     for child in children:

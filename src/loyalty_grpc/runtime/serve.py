@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 from loyalty_grpc.api.server import ServerSettings
 from loyalty_grpc.runtime import metrics, wallet
 from loyalty_grpc.runtime.console import announce
-from loyalty_grpc.runtime.process_file import ProcessFile
+from loyalty_grpc.runtime.process_file import ProcessFile, live_writer
 from loyalty_grpc.runtime.schema import require_usable_schema
-from loyalty_grpc.runtime.settings import SERVE, Settings
+from loyalty_grpc.runtime.settings import SERVE, ConfigError, Settings
 from loyalty_grpc.runtime.signals import stop_event
 from loyalty_grpc.runtime.supervision import Child, supervise
 from loyalty_grpc.runtime.workers import WorkerPool
@@ -57,10 +57,18 @@ class Supervisor:
 
 
 @contextlib.contextmanager
-def serving(settings: Settings, server: ServerSettings, *, command: str) -> Iterator[Supervisor]:
+def serving(
+    settings: Settings, server: ServerSettings, *, command: str, share_port: bool = False
+) -> Iterator[Supervisor]:
     """The workers serving, /metrics (summed over the workers) and the wallet sender
     running; on exit the sender and /metrics stop, then the workers (a rolling stop: all
     but one hand over to the last, then it stops; runtime/workers.py)."""
+    running = live_writer(settings.data_dir)
+    if running is not None:
+        raise ConfigError(
+            f"another `{running.command}` (pid {running.pid}) runs from {settings.data_dir}: "
+            "give this one its own --data-dir (and --metrics-port)"
+        )
     metrics.prepare(settings.data_dir / "metrics")  # before the workers start
     table = ProcessFile.in_dir(settings.data_dir, command)
     pool = WorkerPool(
@@ -71,6 +79,7 @@ def serving(settings: Settings, server: ServerSettings, *, command: str) -> Iter
         on_exit=metrics.mark_worker_dead,
         on_restart=metrics.count_restart,
         on_change=table.write,
+        share_port=share_port,
     )
     # The wallet sender's own connections, named in pg_stat_activity.
     engine = make_engine(wallet.sender_url(server.database_url), pool_size=2)
@@ -96,13 +105,15 @@ def serving(settings: Settings, server: ServerSettings, *, command: str) -> Iter
         table.remove()
 
 
-def serve(settings: Settings, *, database_url: str, admin_token: str) -> int:
+def serve(
+    settings: Settings, *, database_url: str, admin_token: str, share_port: bool = False
+) -> int:
     # Before anything starts: a schema older than this code needs stops here (one line,
     # exit code 2); a newer one (a later version migrated it) is logged and served.
     require_usable_schema(database_url)
     stop = stop_event()
     server = server_settings(settings, database_url=database_url, admin_token=admin_token)
-    with serving(settings, server, command=SERVE) as supervisor:
+    with serving(settings, server, command=SERVE, share_port=share_port) as supervisor:
         announce(
             f"gRPC: {server.host}:{supervisor.pool.port} ({settings.workers} workers)",
             settings.log_format_for(SERVE),

@@ -46,13 +46,17 @@ def migrate_command(data_dir: Path) -> int:
     return 0
 
 
-def serve_command(settings: Settings) -> int:
+def serve_command(settings: Settings, *, share_port: bool = False) -> int:
     if not settings.database_url:
         raise ConfigError(
             f"`{command('serve')}` needs LOYALTY_DATABASE_URL (or use `{command('up')}`)"
         )
+    if share_port and settings.grpc_port == 0:
+        raise ConfigError("--share-port needs the port of the running `serve`, not 0")
     token = _serve_admin_token(settings)
-    return serve(settings, database_url=settings.database_url, admin_token=token)
+    return serve(
+        settings, database_url=settings.database_url, admin_token=token, share_port=share_port
+    )
 
 
 def up(settings: Settings, *, demo: bool) -> int:

@@ -2,7 +2,11 @@
 
 - `start()`: the parent first binds the port itself *without* SO_REUSEPORT and closes it,
   so a port used by anyone else fails loudly (as a single server does) instead of being
-  shared; port 0 picks a free port once, for all workers. Then it starts the workers
+  shared; port 0 picks a free port once, for all workers. With `share_port` (`serve
+  --share-port`, an upgrade) it skips that check and its workers join the SO_REUSEPORT
+  group of the `serve` already there (same user: the kernel shares a port only between
+  sockets of one user); new connections then go to both, and when the old one stops
+  (rolling stop) its clients move to the new one. Then it starts the workers
   (`python -m loyalty_grpc.runtime.worker`, fresh interpreters: nothing is forked, so
   grpc never sees a fork) and waits until each says it is serving.
 - `check()`: a worker that died is replaced, by the rules of runtime/supervision.py (one
@@ -156,6 +160,9 @@ class WorkerPool:
     on_change: Callable[[], None] | None = None
     backoff: Backoff = field(default_factory=Backoff)
     start_timeout: float = START_TIMEOUT
+    # Join the SO_REUSEPORT group of another `serve` already on the port (an upgrade:
+    # the new version starts beside the old one) instead of insisting on a free port.
+    share_port: bool = False
     children: list[Child] = field(default_factory=list)
     _port: int = 0
 
@@ -174,7 +181,10 @@ class WorkerPool:
     def start(self) -> None:
         """Start every worker and wait until each serves; WorkerError (the command ends)
         when one cannot get to serving."""
-        self._port = claim_port(self.settings.host, self.settings.port)
+        if self.share_port:
+            self._port = self.settings.port  # the workers bind it with SO_REUSEPORT
+        else:
+            self._port = claim_port(self.settings.host, self.settings.port)
         self.settings = replace(self.settings, port=self._port, reuse_port=True)
         self.children = [
             Child(

@@ -43,7 +43,7 @@ WITH copias AS (
                  THEN (SELECT puntos_canje FROM promos WHERE id = codigos.promo_id)
                  ELSE 0 END AS puntos,
             NULL::integer AS venta_id, codigos.id AS codigo_id
-), {move_ctes("quemada")}
+), {move_ctes("quemada", one_fan=True)}
 SELECT elegida.id, elegida.estado, p.nombre, p.puntos_canje, f.correo
 FROM elegida
 JOIN promos p ON p.id = elegida.promo_id

@@ -37,7 +37,8 @@ FROM fan LEFT JOIN venta ON true LEFT JOIN movido ON true
 """
 
 SALE: dict[Forma, str] = {
-    forma: _SALE.format(lookup=lookup, move=move_ctes("venta")) for forma, lookup in LOOKUP.items()
+    forma: _SALE.format(lookup=lookup, move=move_ctes("venta", one_fan=True))
+    for forma, lookup in LOOKUP.items()
 }
 
 ORIGINAL = """
