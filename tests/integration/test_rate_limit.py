@@ -277,7 +277,7 @@ def _wait_serving(channel: grpc.Channel, process: subprocess.Popen[bytes]) -> No
 
 
 @pytest.fixture(scope="module")
-def servers(db_url: str) -> Iterator[Servers]:
+def servers(db_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Servers]:
     token = secrets.token_urlsafe(24)
     env = {
         **os.environ,
@@ -292,7 +292,7 @@ def servers(db_url: str) -> Iterator[Servers]:
     channels: list[grpc.Channel] = []
     targets: list[str] = []
     try:
-        for _ in range(2):
+        for n in range(2):
             port = free_port()
             process = subprocess.Popen(
                 [
@@ -304,6 +304,8 @@ def servers(db_url: str) -> Iterator[Servers]:
                     "127.0.0.1",
                     "--grpc-port",
                     str(port),
+                    "--data-dir",  # each its own: two supervisors never share one
+                    str(tmp_path_factory.mktemp(f"serve{n}")),
                 ],
                 env=env,
                 stdout=subprocess.DEVNULL,
