@@ -64,6 +64,9 @@ def serve_workers(database_url: str, workers: int, work: Path) -> Iterator[int]:
         LOYALTY_DATABASE_URL=database_url,
         LOYALTY_ADMIN_TOKEN=secrets.token_urlsafe(24),
         LOYALTY_LOG_LEVEL="WARNING",
+        # Text: the `gRPC: host:port` line waited for below goes to stdout whatever the
+        # level (in JSON it would be an INFO log line, hidden at WARNING).
+        LOYALTY_LOG_FORMAT="text",
         LOYALTY_RATE_LIMIT_PER_MINUTE="0",
         LOYALTY_METRICS_PORT="0",
     )
