@@ -251,3 +251,15 @@ def test_healthcheck_snippets_compile(services: dict[str, Any]) -> None:
         test = services[name]["healthcheck"]["test"]
         assert test[:3] == ["CMD", "python", "-c"]
         compile(test[3], f"{name} healthcheck", "exec")
+
+
+def test_only_envoy_gets_the_tls_files(services: dict[str, Any]) -> None:
+    """HTTPS is Envoy's: only its service gets LOYALTY_TLS_CERT/KEY and the certificate
+    folder, mounted read-only as a folder (a pair renamed into place rotates it)."""
+    tls = {"LOYALTY_TLS_CERT", "LOYALTY_TLS_KEY"}
+    for name, service in services.items():
+        given = tls & set(environment(service))
+        assert given == (tls if name == "envoy" else set()), name
+    assert environment(services["envoy"])["LOYALTY_TLS_CERT"] == "${LOYALTY_TLS_CERT:-}"
+    assert services["envoy"]["volumes"] == ["${LOYALTY_TLS_DIR:-./certs}:/certs:ro"]
+    assert all("volumes" not in services[name] for name in ("migrate", "server"))

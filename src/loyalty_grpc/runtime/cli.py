@@ -8,7 +8,7 @@ from pathlib import Path
 
 from loyalty_grpc import __version__
 from loyalty_grpc.runtime.console import command, program
-from loyalty_grpc.runtime.envoy_config import EnvoyError
+from loyalty_grpc.runtime.envoy_config import EnvoyError, TlsFiles
 from loyalty_grpc.runtime.logs import configure_logging
 from loyalty_grpc.runtime.settings import (
     EXIT_CONFIG,
@@ -27,6 +27,9 @@ _FLAGS = (
     "grpc_port",
     "http_port",
     "http_host",
+    "tls_cert",
+    "tls_key",
+    "http_redirect_port",
     "workers",
     "metrics_port",
     "log_level",
@@ -61,6 +64,25 @@ def _http_host_flag(parser: argparse.ArgumentParser) -> None:
         "--http-host",
         metavar="HOST",
         help="Envoy's listen address (env LOYALTY_HTTP_HOST, default 0.0.0.0)",
+    )
+
+
+def _tls_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--tls-cert",
+        metavar="FILE",
+        help="HTTPS: PEM certificate chain (env LOYALTY_TLS_CERT; with --tls-key)",
+    )
+    parser.add_argument(
+        "--tls-key",
+        metavar="FILE",
+        help="HTTPS: PEM private key (env LOYALTY_TLS_KEY; with --tls-cert)",
+    )
+    parser.add_argument(
+        "--http-redirect-port",
+        metavar="PORT",
+        help="with HTTPS: a plain-HTTP port that only redirects GET/HEAD to https "
+        "(env LOYALTY_HTTP_REDIRECT_PORT, default: no plain HTTP at all)",
     )
 
 
@@ -109,6 +131,7 @@ def build_parser() -> argparse.ArgumentParser:
     up = sub.add_parser("up", help="run everything: PostgreSQL, migrations, gRPC workers, Envoy")
     up.add_argument("--http-port", metavar="PORT", help="env LOYALTY_HTTP_PORT, default 8080")
     _http_host_flag(up)
+    _tls_flags(up)
     _serving_flags(up)
     up.add_argument("--demo", action="store_true", help="load the demo program and print its keys")
 
@@ -155,6 +178,7 @@ def build_parser() -> argparse.ArgumentParser:
     grun = gsub.add_parser("run", help="run Envoy in front of a gRPC server")
     grun.add_argument("--http-port", metavar="PORT", help="env LOYALTY_HTTP_PORT, default 8080")
     _http_host_flag(grun)
+    _tls_flags(grun)
     grun.add_argument(
         "--upstream",
         dest="grpc_target",
@@ -261,7 +285,7 @@ def _gateway(args: argparse.Namespace, settings: Settings) -> int:
     if args.gateway_command == "check":
         from loyalty_grpc.runtime.envoy_xds import check_command
 
-        return check_command(args.gateway_dir, work_dir)
+        return check_command(args.gateway_dir, work_dir, tls=_tls(settings))
     if args.gateway_command == "reload":
         from loyalty_grpc.runtime.envoy_reload import reload_command
 
@@ -280,7 +304,15 @@ def _gateway(args: argparse.Namespace, settings: Settings) -> int:
         admin_port=settings.envoy_admin_port,
         work_dir=work_dir,
         gateway_dir=args.gateway_dir,
+        tls=_tls(settings),
+        redirect_port=settings.http_redirect_port,
     )
+
+
+def _tls(settings: Settings) -> TlsFiles | None:
+    """The gateway's HTTPS files (ConfigError when only one is set or one is unusable)."""
+    files = settings.tls_files()
+    return TlsFiles(cert=files[0], key=files[1]) if files is not None else None
 
 
 if __name__ == "__main__":

@@ -29,6 +29,7 @@ from loyalty_grpc.runtime.envoy_admin import CLUSTERS, LISTENERS, EnvoyAdmin
 from loyalty_grpc.runtime.envoy_config import (
     EnvoyError,
     GatewaySpec,
+    TlsFiles,
     envoy_binary,
     find_gateway_dir,
     listen_host_of,
@@ -95,8 +96,10 @@ class EnvoyProcess:
         log_format: LogFormat = "text",
         log_to_file: bool = True,
         startup_timeout: float = STARTUP_TIMEOUT,
+        tls: bool = False,
     ) -> None:
         self.work = work
+        self.tls = tls
         self.work_dir = work.path
         self.config_path = work.static  # the running configuration as one static file
         self.bootstrap_path = work.bootstrap  # what Envoy runs
@@ -127,6 +130,8 @@ class EnvoyProcess:
         log_to_file: bool = True,
         startup_timeout: float = STARTUP_TIMEOUT,
         gateway_dir: Path | None = None,
+        tls: TlsFiles | None = None,
+        redirect_port: int | None = None,
     ) -> Self:
         """Install the config into `work_dir` (see `install`) and start Envoy on it.
 
@@ -143,6 +148,9 @@ class EnvoyProcess:
             admin_port=admin_port,
             gateway_dir=directory.resolve(),
             listen_host=listen_host,
+            tls_cert=tls.cert if tls is not None else None,
+            tls_key=tls.key if tls is not None else None,
+            redirect_port=redirect_port,
         )
         work = install(spec, work_dir)
         proxy = cls(
@@ -154,6 +162,7 @@ class EnvoyProcess:
             log_format=log_format,
             log_to_file=log_to_file,
             startup_timeout=startup_timeout,
+            tls=tls is not None,
         )
         proxy.launch()
         return proxy
@@ -166,10 +175,11 @@ class EnvoyProcess:
     def url(self) -> str:
         """Base URL of the listener, for a client on this machine."""
         host = connect_host(self.listen_host)
+        scheme = "https" if self.tls else "http"
         return (
-            f"http://[{host}]:{self.http_port}"
+            f"{scheme}://[{host}]:{self.http_port}"
             if ":" in host
-            else f"http://{host}:{self.http_port}"
+            else f"{scheme}://{host}:{self.http_port}"
         )
 
     def command(self) -> list[str]:
@@ -388,6 +398,8 @@ def run_gateway(
     admin_port: int,
     work_dir: Path,
     gateway_dir: Path | None = None,
+    tls: TlsFiles | None = None,
+    redirect_port: int | None = None,
 ) -> int:
     """Render, validate and run Envoy in the foreground (its output on our stderr) until
     SIGTERM/SIGINT (Envoy is stopped; 0). An Envoy that dies is started again
@@ -403,6 +415,9 @@ def run_gateway(
         admin_port=admin_port,
         gateway_dir=directory.resolve(),
         listen_host=listen_host,
+        tls_cert=tls.cert if tls is not None else None,
+        tls_key=tls.key if tls is not None else None,
+        redirect_port=redirect_port,
     )
     try:
         work = install(spec, work_dir)
@@ -415,6 +430,7 @@ def run_gateway(
         listen_host=listen_host_of(work.static),
         log_format=log_format,
         log_to_file=False,
+        tls=tls is not None,
     )
     try:
         proxy.launch()
@@ -422,7 +438,8 @@ def run_gateway(
         say(f"error: {exc}")
         return 1
     announce(
-        f"Envoy (pid {proxy.pid}) serving {proxy.listen_host}:{http_port} /api/v1 -> gRPC "
+        f"Envoy (pid {proxy.pid}) serving {proxy.listen_host}:{http_port} /api/v1 "
+        f"({'HTTPS only' if tls else 'plain HTTP'}) -> gRPC "
         f"{upstream_host}:{upstream_port} (config {work.static}; apply changes to "
         f"{spec.gateway_dir} with `{command('gateway reload')} --work-dir {work.path}`)",
         log_format,

@@ -12,6 +12,17 @@ run`/`reload`/`check`, the xDS listeners) is checked for the gateway mark
 (`check_gateway_mark`): the route table of each HTTP listener sets `x-loyalty-gateway: 1`
 on every request it forwards, overwriting what a client sent, with the name and value of
 api/gateway_protocol.py. The server sends the envelope metadata only to such calls.
+
+HTTPS (`TlsFiles`: LOYALTY_TLS_CERT / LOYALTY_TLS_KEY) is added by rendering too, never in
+envoy.yaml: the listener gets a DownstreamTlsContext (ALPN h2 and http/1.1, TLS 1.2 or
+newer) whose certificate comes by SDS from a file (`tls_secret`, a Secret naming the PEM
+files, written into the work directory by runtime/envoy_xds.py). Envoy watches the
+folder of the PEM files and reads the pair again whenever a file is renamed into it, so
+replacing them (written aside, renamed into place) rotates the certificate without a
+restart; connections already open keep theirs. There is then no plain-HTTP API: only,
+when asked for (`redirect_port`, LOYALTY_HTTP_REDIRECT_PORT), a second listener that
+answers GET/HEAD with a 301 to https and anything else with a 400 envelope, never
+forwarding a call.
 """
 
 from __future__ import annotations
@@ -30,6 +41,7 @@ from typing import Any, Self
 import yaml
 
 from loyalty_grpc.api.gateway_protocol import GATEWAY_MARK_KEY, GATEWAY_MARK_VALUE
+from loyalty_grpc.domain.errors import CATALOGO, Codigo
 
 CONFIG_NAME = "envoy.yaml"
 LISTENER_NAME = "pos_http"
@@ -44,6 +56,19 @@ DEFAULT_UPSTREAM_PORT = 50051
 DEFAULT_ADMIN_PORT = 9901
 
 VALIDATE_TIMEOUT = 60.0
+
+# HTTPS (rendered only when TLS is configured).
+TLS_TRANSPORT_SOCKET = "envoy.transport_sockets.tls"
+DOWNSTREAM_TLS_TYPE = (
+    "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.DownstreamTlsContext"
+)
+# An SDS resource type and name, not secrets themselves.
+SECRET_TYPE = "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.Secret"  # noqa: S105
+TLS_SECRET_NAME = "pos_tls_certificate"  # noqa: S105
+TLS_ALPN = ("h2", "http/1.1")
+TLS_MIN_VERSION = "TLSv1_2"
+REDIRECT_LISTENER_NAME = "pos_http_redirect"
+REDIRECT_DETAIL = "Esta API solo se sirve por HTTPS; use https://."
 
 
 class EnvoyError(RuntimeError):
@@ -183,6 +208,161 @@ def check_gateway_mark(config: dict[str, Any]) -> None:
                 )
 
 
+@dataclass(frozen=True)
+class TlsFiles:
+    """The gateway's certificate (chain) and private key, PEM files (absolute paths)."""
+
+    cert: Path
+    key: Path
+
+
+def tls_secret(tls: TlsFiles) -> dict[str, Any]:
+    """The SDS file of the certificate: a DiscoveryResponse holding one Secret that names
+    the PEM files. When both are in one folder, Envoy watches that folder and reads the
+    pair again (checking it read a consistent pair) whenever a file is moved into it;
+    otherwise it watches the folder of each file."""
+    certificate: dict[str, Any] = {
+        "certificate_chain": {"filename": str(tls.cert)},
+        "private_key": {"filename": str(tls.key)},
+    }
+    if tls.cert.parent == tls.key.parent:
+        certificate["watched_directory"] = {"path": str(tls.cert.parent)}
+    secret = {"name": TLS_SECRET_NAME, "tls_certificate": certificate}
+    return {
+        "version_info": f"{tls.cert}:{tls.key}",
+        "resources": [{"@type": SECRET_TYPE, **secret}],
+    }
+
+
+def tls_transport_socket(secret_path: Path) -> dict[str, Any]:
+    """The listener's TLS: ALPN h2 then http/1.1, TLS 1.2 at least, the certificate by SDS
+    from `secret_path` (a `tls_secret` file), re-read when a file is renamed into its
+    folder."""
+    sds_config = {
+        "path_config_source": {
+            "path": str(secret_path),
+            "watched_directory": {"path": str(secret_path.parent)},
+        },
+        "resource_api_version": "V3",
+    }
+    return {
+        "name": TLS_TRANSPORT_SOCKET,
+        "typed_config": {
+            "@type": DOWNSTREAM_TLS_TYPE,
+            "common_tls_context": {
+                "alpn_protocols": list(TLS_ALPN),
+                "tls_params": {"tls_minimum_protocol_version": TLS_MIN_VERSION},
+                "tls_certificate_sds_secret_configs": [
+                    {"name": TLS_SECRET_NAME, "sds_config": sds_config}
+                ],
+            },
+        },
+    }
+
+
+def _add_tls(listener: dict[str, Any], secret_path: Path) -> None:
+    for chain in listener["filter_chains"]:
+        if "transport_socket" in chain:
+            raise EnvoyError(
+                f"{CONFIG_NAME}: listener {LISTENER_NAME!r} already has a transport_socket; "
+                "TLS is added by rendering (LOYALTY_TLS_CERT / LOYALTY_TLS_KEY)"
+            )
+        chain["transport_socket"] = tls_transport_socket(secret_path)
+
+
+def plain_http_envelope() -> str:
+    """The body of the redirect listener's refusal (not GET/HEAD): solicitud_invalida."""
+    entrada = CATALOGO[Codigo.SOLICITUD_INVALIDA]
+    return json.dumps(
+        {
+            "ok": False,
+            "error": {
+                "codigo": entrada.codigo.value,
+                "mensaje": entrada.mensaje,
+                "detalle": REDIRECT_DETAIL,
+            },
+        },
+        ensure_ascii=False,
+        separators=(",", ":"),
+    )
+
+
+def redirect_listener(address: str, port: int, https_port: int) -> dict[str, Any]:
+    """A plain-HTTP listener that forwards nothing: GET and HEAD get a 301 to the same
+    URL on https (port `https_port`), any other method a 400 envelope (a client that sent
+    a key in clear must not have the call done). It carries the gateway mark like every
+    HTTP listener (check_gateway_mark), though no route forwards."""
+    json_header = [
+        {
+            "header": {"key": "content-type", "value": "application/json"},
+            "append_action": "OVERWRITE_IF_EXISTS_OR_ADD",
+        }
+    ]
+    routes: list[dict[str, Any]] = [
+        {
+            "match": {
+                "prefix": "/",
+                "headers": [{"name": ":method", "string_match": {"exact": method}}],
+            },
+            "redirect": {
+                "https_redirect": True,
+                "port_redirect": https_port,
+                "response_code": "MOVED_PERMANENTLY",
+            },
+        }
+        for method in ("GET", "HEAD")
+    ]
+    routes.append(
+        {
+            "match": {"prefix": "/"},
+            "direct_response": {
+                "status": CATALOGO[Codigo.SOLICITUD_INVALIDA].http,
+                "body": {"inline_string": plain_http_envelope()},
+            },
+            "response_headers_to_add": json_header,
+        }
+    )
+    manager = {
+        "@type": "type.googleapis.com/envoy.extensions.filters.network."
+        "http_connection_manager.v3.HttpConnectionManager",
+        "stat_prefix": REDIRECT_LISTENER_NAME,
+        "codec_type": "AUTO",
+        "normalize_path": True,
+        "merge_slashes": True,
+        "server_header_transformation": "PASS_THROUGH",
+        "request_headers_timeout": "10s",
+        "route_config": {
+            "name": "plain_http_redirect",
+            "request_headers_to_add": [gateway_mark()],
+            "virtual_hosts": [{"name": "redirect", "domains": ["*"], "routes": routes}],
+        },
+        "http_filters": [
+            {
+                "name": "envoy.filters.http.router",
+                "typed_config": {
+                    "@type": "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router",
+                    "suppress_envoy_headers": True,
+                },
+            }
+        ],
+    }
+    return {
+        "name": REDIRECT_LISTENER_NAME,
+        "address": {"socket_address": {"address": address, "port_value": port}},
+        "enable_reuse_port": False,
+        "filter_chains": [
+            {
+                "filters": [
+                    {
+                        "name": "envoy.filters.network.http_connection_manager",
+                        "typed_config": manager,
+                    }
+                ]
+            }
+        ],
+    }
+
+
 def _beside(directory: Path, configured: str) -> str:
     """`configured` (e.g. "gateway/envelope.lua") as an absolute path in `directory`."""
     path = (directory / Path(configured).name).resolve()
@@ -199,13 +379,20 @@ def render_config(
     admin_port: int,
     gateway_dir: Path | None = None,
     listen_host: str | None = None,
+    tls_secret_path: Path | None = None,
+    redirect_port: int | None = None,
 ) -> dict[str, Any]:
     """gateway/envoy.yaml with the given ports and upstream, and absolute paths to the files
     its listener reads (so Envoy can run from any working directory).
 
     Port 0 means "any free port" for Envoy (useful for the admin interface).
     `listen_host` changes the listener's address (default: as configured, 0.0.0.0).
+    `tls_secret_path`: the listener serves HTTPS only, its certificate by SDS from that
+    file (a `tls_secret`, written by the caller). `redirect_port` (with TLS only): a
+    plain-HTTP listener there that only redirects (`redirect_listener`).
     """
+    if redirect_port is not None and tls_secret_path is None:
+        raise EnvoyError("a plain-HTTP redirect port needs TLS on the gateway's port")
     directory = gateway_dir if gateway_dir is not None else find_gateway_dir()
     config = copy.deepcopy(load_config(directory))
     try:
@@ -216,6 +403,12 @@ def render_config(
         listen["port_value"] = http_port
         if listen_host is not None:
             listen["address"] = listen_host
+        if tls_secret_path is not None:
+            _add_tls(listener, tls_secret_path)
+        if redirect_port is not None:
+            config["static_resources"]["listeners"].append(
+                redirect_listener(listen["address"], redirect_port, http_port)
+            )
         if next(_connection_managers(listener), None) is None:
             raise EnvoyError(
                 f"{CONFIG_NAME}: listener {LISTENER_NAME!r} has no HTTP connection manager"
@@ -277,8 +470,23 @@ class GatewaySpec:
     admin_port: int
     gateway_dir: Path
     listen_host: str | None = None
+    # HTTPS: the certificate and key files (both or neither), kept so a reload keeps TLS.
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
+    # With TLS: a plain-HTTP listener on this port that only redirects (None: none).
+    redirect_port: int | None = None
 
-    def render(self) -> dict[str, Any]:
+    @property
+    def tls(self) -> TlsFiles | None:
+        if self.tls_cert is None or self.tls_key is None:
+            return None
+        return TlsFiles(cert=self.tls_cert, key=self.tls_key)
+
+    def render(self, *, tls_secret_path: Path | None = None) -> dict[str, Any]:
+        """`render_config` of this spec; with TLS, `tls_secret_path` is where the caller
+        writes `tls_secret(self.tls)`."""
+        if self.tls is not None and tls_secret_path is None:
+            raise EnvoyError("a gateway with TLS renders with the path of its SDS file")
         return render_config(
             http_port=self.http_port,
             upstream_host=self.upstream_host,
@@ -286,16 +494,30 @@ class GatewaySpec:
             admin_port=self.admin_port,
             gateway_dir=self.gateway_dir,
             listen_host=self.listen_host,
+            tls_secret_path=tls_secret_path if self.tls is not None else None,
+            redirect_port=self.redirect_port,
         )
 
     def to_json(self) -> str:
-        fields = dataclasses.asdict(self) | {"gateway_dir": str(self.gateway_dir)}
-        return json.dumps(fields, indent=2) + "\n"
+        paths = {
+            name: None if value is None else str(value)
+            for name, value in (
+                ("gateway_dir", self.gateway_dir),
+                ("tls_cert", self.tls_cert),
+                ("tls_key", self.tls_key),
+            )
+        }
+        return json.dumps(dataclasses.asdict(self) | paths, indent=2) + "\n"
 
     @classmethod
     def from_json(cls, text: str) -> Self:
         fields = json.loads(text)
-        return cls(**(fields | {"gateway_dir": Path(fields["gateway_dir"])}))
+        paths = {
+            name: Path(fields[name])
+            for name in ("gateway_dir", "tls_cert", "tls_key")
+            if fields.get(name) is not None
+        }
+        return cls(**(fields | paths))
 
 
 def listen_host_of(config_path: Path) -> str:
@@ -358,8 +580,13 @@ __all__ = [
     "DEFAULT_UPSTREAM_HOST",
     "DEFAULT_UPSTREAM_PORT",
     "LISTENER_NAME",
+    "REDIRECT_LISTENER_NAME",
+    "TLS_ALPN",
+    "TLS_MIN_VERSION",
+    "TLS_SECRET_NAME",
     "EnvoyError",
     "GatewaySpec",
+    "TlsFiles",
     "check_gateway_mark",
     "envoy_binary",
     "file_references",
@@ -367,7 +594,10 @@ __all__ = [
     "gateway_mark",
     "listen_host_of",
     "load_config",
+    "redirect_listener",
     "render_config",
+    "tls_secret",
+    "tls_transport_socket",
     "validate",
     "write_config",
 ]

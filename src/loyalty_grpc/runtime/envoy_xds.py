@@ -7,6 +7,9 @@ In the work directory (`WorkDir`), `bootstrap.yaml` is envoy.yaml without
 under content-hashed names. `envoy.yaml` there is the same configuration as one static
 file: the one `envoy --mode validate` checks. Every file Envoy reads is replaced whole
 (`write_atomic`). Rendering and validation: runtime/envoy_config.py.
+
+With TLS, `sds/tls_certificate.yaml` is the SDS file of the listener's certificate (a Secret
+naming the operator's PEM files, which Envoy watches itself: envoy_config.tls_secret).
 """
 
 from __future__ import annotations
@@ -34,8 +37,10 @@ from loyalty_grpc.runtime.envoy_config import (
     DEFAULT_UPSTREAM_PORT,
     EnvoyError,
     GatewaySpec,
+    TlsFiles,
     file_references,
     find_gateway_dir,
+    tls_secret,
     validate,
 )
 
@@ -66,6 +71,11 @@ class WorkDir:
     @property
     def clusters(self) -> Path:
         return self.path / "xds" / "cds.yaml"
+
+    @property
+    def tls_secret(self) -> Path:
+        """The SDS file of the listener's certificate (with TLS only)."""
+        return self.path / "sds" / "tls_certificate.yaml"
 
     @property
     def assets(self) -> Path:
@@ -119,6 +129,7 @@ class Generation:
     bootstrap: dict[str, Any]  # static without static_resources, with dynamic_resources
     listeners: dict[str, Any]  # a DiscoveryResponse: xds/lds.yaml
     clusters: dict[str, Any]  # a DiscoveryResponse: xds/cds.yaml
+    secret: dict[str, Any] | None = None  # with TLS, a DiscoveryResponse: sds/...yaml
 
 
 def write_atomic(path: Path, data: bytes) -> None:
@@ -177,7 +188,8 @@ def render_generation(spec: GatewaySpec, work: WorkDir) -> Generation:
     """Render `spec` for xDS. The files the listener reads are copied into work/assets
     under content-hashed names: Envoy reads them only when it builds a listener, so a
     changed descriptor set or Lua script must change the listener (its file names)."""
-    static = spec.render()
+    tls = spec.tls
+    static = spec.render(tls_secret_path=work.tls_secret if tls is not None else None)
     for holder, key in file_references(static):
         holder[key] = str(_hashed_copy(Path(holder[key]), work.assets))
     resources = static["static_resources"]
@@ -199,6 +211,7 @@ def render_generation(spec: GatewaySpec, work: WorkDir) -> Generation:
         bootstrap=bootstrap,
         listeners=_discovery_response(LISTENER_TYPE, resources["listeners"]),
         clusters=_discovery_response(CLUSTER_TYPE, resources["clusters"]),
+        secret=tls_secret(tls) if tls is not None else None,
     )
 
 
@@ -209,6 +222,12 @@ def prepare_generation(spec: GatewaySpec, work: WorkDir) -> Generation:
     What is validated is the static form: `envoy --mode validate` does not load dynamic
     resources, and the bootstrap with the listeners and clusters is exactly that file."""
     generation = render_generation(spec, work)
+    if generation.secret is not None:
+        # Names the same files for the life of a gateway (a reload keeps its TLS files):
+        # rewritten only when it is new.
+        secret = dump_yaml(generation.secret)
+        if not work.tls_secret.is_file() or work.tls_secret.read_bytes() != secret:
+            write_atomic(work.tls_secret, secret)
     candidate = work.candidate / CONFIG_NAME
     write_atomic(candidate, dump_yaml(generation.static))
     validate(candidate)
@@ -254,12 +273,18 @@ def install(spec: GatewaySpec, work_dir: Path) -> WorkDir:
     return work
 
 
-def check_command(gateway_dir: Path | None = None, work_dir: Path | None = None) -> int:
+def check_command(
+    gateway_dir: Path | None = None,
+    work_dir: Path | None = None,
+    *,
+    tls: TlsFiles | None = None,
+) -> int:
     """`loyalty gateway check`: render a gateway folder as Envoy runs it and validate it.
 
     The folder is the one `gateway reload` would apply: `gateway_dir` if given, else the
     one the gateway started in `work_dir` runs, else the packaged one. A running gateway's
-    settings (ports, upstream, listen address) are rendered too; otherwise the defaults."""
+    settings (ports, upstream, listen address, TLS) are rendered too; otherwise the
+    defaults, with `tls` (LOYALTY_TLS_CERT / LOYALTY_TLS_KEY) when given."""
     running = _running_spec(work_dir)
     directory = (
         gateway_dir
@@ -277,6 +302,8 @@ def check_command(gateway_dir: Path | None = None, work_dir: Path | None = None)
             upstream_port=DEFAULT_UPSTREAM_PORT,
             admin_port=DEFAULT_ADMIN_PORT,
             gateway_dir=directory,
+            tls_cert=tls.cert if tls is not None else None,
+            tls_key=tls.key if tls is not None else None,
         )
     )
     with tempfile.TemporaryDirectory(prefix="loyalty-envoy-") as tmp:

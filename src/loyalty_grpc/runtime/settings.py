@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 import os
 import re
+import ssl
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
@@ -84,6 +85,24 @@ VARIABLES: tuple[Variable, ...] = (
         "LOYALTY_HTTP_HOST",
         "`0.0.0.0`",
         "Envoy's listen address, `up` and `gateway run` (`--http-host`)",
+    ),
+    Variable(
+        "LOYALTY_TLS_CERT",
+        "none (plain HTTP)",
+        "PEM certificate chain of Envoy's HTTPS listener, `up` and `gateway run` "
+        "(`--tls-cert`); with `LOYALTY_TLS_KEY`, both or neither; the port then serves "
+        "HTTPS only (h2 and HTTP/1.1, TLS 1.2+), replacing the files rotates it (see TLS)",
+    ),
+    Variable(
+        "LOYALTY_TLS_KEY",
+        "none",
+        "PEM private key of that certificate (`--tls-key`), readable by Envoy only",
+    ),
+    Variable(
+        "LOYALTY_HTTP_REDIRECT_PORT",
+        "none (no plain HTTP at all)",
+        "with TLS only: a plain-HTTP port that forwards nothing, GET/HEAD get a 301 to "
+        "https, other methods a 400 `solicitud_invalida` (`--http-redirect-port`)",
     ),
     Variable(
         "LOYALTY_WORKERS",
@@ -247,6 +266,9 @@ _RULES: dict[str, _Rule] = {
     "grpc_port": _Rule("LOYALTY_GRPC_PORT", "--grpc-port", _port),
     "http_port": _Rule("LOYALTY_HTTP_PORT", "--http-port", _http_port),
     "http_host": _Rule("LOYALTY_HTTP_HOST", "--http-host", _host),
+    "tls_cert": _Rule("LOYALTY_TLS_CERT", "--tls-cert", _path),
+    "tls_key": _Rule("LOYALTY_TLS_KEY", "--tls-key", _path),
+    "http_redirect_port": _Rule("LOYALTY_HTTP_REDIRECT_PORT", "--http-redirect-port", _http_port),
     "workers": _Rule("LOYALTY_WORKERS", "--workers", _integer(1, MAX_WORKERS)),
     "metrics_port": _Rule("LOYALTY_METRICS_PORT", "--metrics-port", _port),
     "rate_limit_per_minute": _Rule("LOYALTY_RATE_LIMIT_PER_MINUTE", None, _integer(0, 1_000_000)),
@@ -273,6 +295,11 @@ class Settings:
     http_port: int = 8080
     # None: the gateway folder's envoy.yaml (0.0.0.0).
     http_host: str | None = None
+    # HTTPS at the gateway: both or neither (`tls_files`).
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
+    # With TLS: a plain-HTTP port that only redirects (None: no plain HTTP at all).
+    http_redirect_port: int | None = None
     workers: int = field(default_factory=default_workers)
     metrics_port: int = 9464
     rate_limit_per_minute: int = 600
@@ -348,6 +375,46 @@ class Settings:
             raise ConfigError(
                 f"{name}: {self.admin_token_file} must hold one token, {exc}"
             ) from None
+
+    def tls_files(self) -> tuple[Path, Path] | None:
+        """(certificate, key) of the gateway's HTTPS, absolute, or None (plain HTTP).
+        Raises ConfigError unless both are set, readable, PEM, and the key is the
+        certificate's."""
+        given = {
+            "LOYALTY_TLS_CERT": self.tls_cert,
+            "LOYALTY_TLS_KEY": self.tls_key,
+        }
+        if all(path is None for path in given.values()):
+            if self.http_redirect_port is not None:
+                raise ConfigError(
+                    "LOYALTY_HTTP_REDIRECT_PORT needs HTTPS on the gateway "
+                    "(LOYALTY_TLS_CERT and LOYALTY_TLS_KEY)"
+                )
+            return None
+        if self.http_redirect_port == self.http_port:
+            raise ConfigError(
+                f"LOYALTY_HTTP_REDIRECT_PORT must differ from LOYALTY_HTTP_PORT ({self.http_port})"
+            )
+        for name, path in given.items():
+            if path is None:
+                other = next(n for n in given if n != name)
+                raise ConfigError(f"{name} must be set too when {other} is (both or neither)")
+        cert, key = (path.resolve() for path in given.values() if path is not None)
+        for name, path in (("LOYALTY_TLS_CERT", cert), ("LOYALTY_TLS_KEY", key)):
+            try:
+                text = path.read_bytes()
+            except OSError as exc:
+                raise ConfigError(f"{name}: cannot read {path}: {exc.strerror}") from None
+            if b"-----BEGIN " not in text:
+                raise ConfigError(f"{name}: {path} is not a PEM file")
+        try:
+            ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER).load_cert_chain(cert, key)
+        except ssl.SSLError as exc:
+            raise ConfigError(
+                f"LOYALTY_TLS_KEY: {key} is not the private key of the certificate "
+                f"LOYALTY_TLS_CERT {cert} (or one of them is damaged): {exc.reason}"
+            ) from None
+        return cert, key
 
     def log_format_for(self, command: str) -> LogFormat:
         """LOYALTY_LOG_FORMAT / --log-format, else JSON for the commands a deployment runs

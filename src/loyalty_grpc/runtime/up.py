@@ -9,6 +9,7 @@ from loyalty_grpc.runtime import envoy, metrics
 from loyalty_grpc.runtime.admin_token import ensure_admin_token
 from loyalty_grpc.runtime.console import command, say
 from loyalty_grpc.runtime.demo import demo_lines, load_demo
+from loyalty_grpc.runtime.envoy_config import TlsFiles
 from loyalty_grpc.runtime.postgres import Database, open_database
 from loyalty_grpc.runtime.serve import serve, server_settings, serving
 from loyalty_grpc.runtime.settings import UP, ConfigError, Settings, connect_host
@@ -64,6 +65,7 @@ def up(settings: Settings, *, demo: bool) -> int:
     data_dir = settings.data_dir
     data_dir.mkdir(parents=True, exist_ok=True)
     admin_token = _up_admin_token(settings)
+    tls_files = settings.tls_files()  # checked before anything starts
     db = open_database(data_dir)
     try:
         migrate.upgrade(db.url)
@@ -77,6 +79,8 @@ def up(settings: Settings, *, demo: bool) -> int:
                 upstream_host=connect_host(server.host),
                 upstream_port=supervisor.pool.port,
                 work_dir=data_dir / "envoy",
+                tls=TlsFiles(*tls_files) if tls_files is not None else None,
+                redirect_port=settings.http_redirect_port,
             )
             try:
                 supervisor.add(
@@ -87,6 +91,7 @@ def up(settings: Settings, *, demo: bool) -> int:
                 _print_banner(
                     http_host=connect_host(proxy.listen_host),
                     http_port=settings.http_port,
+                    https=proxy.tls,
                     grpc_host=server.host,
                     grpc_port=supervisor.pool.port,
                     workers=settings.workers,
@@ -111,6 +116,7 @@ def _print_banner(
     grpc_host: str,
     grpc_port: int,
     workers: int,
+    https: bool = False,
     data_dir: Path,
     db: Database,
     token_configured: bool,
@@ -122,7 +128,8 @@ def _print_banner(
         else "LOYALTY_DATABASE_URL"
     )
     lines = [
-        f"loyalty is up: HTTP API http://{_url_host(http_host)}:{http_port}/api/v1  "
+        f"loyalty is up: HTTP API {'https' if https else 'http'}://"
+        f"{_url_host(http_host)}:{http_port}/api/v1  "
         f"gRPC {grpc_host}:{grpc_port} ({workers} workers)",
         f"database: {where}",
         "admin token: "
