@@ -4,10 +4,19 @@ supervising process at every change, summarised for an operator."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 
-from loyalty_grpc.runtime.process_file import FILE_NAME, ProcessFile, summary
+from loyalty_grpc.runtime.process_file import (
+    FILE_NAME,
+    ProcessFile,
+    Writer,
+    live_writer,
+    summary,
+)
 from loyalty_grpc.runtime.supervision import Child, State
 from tests.simulated_processes import Clock, Fake, Spawner
 
@@ -81,3 +90,30 @@ def test_removed_on_a_clean_stop(tmp_path: Path):
     assert (tmp_path / FILE_NAME).exists()
     table.remove()
     assert summary(tmp_path) is None
+
+
+def _written_by(tmp_path: Path, pid: int) -> Path:
+    (tmp_path / FILE_NAME).write_text(
+        json.dumps({"command": "serve", "pid": pid, "started": time.time(), "children": []})
+    )
+    return tmp_path
+
+
+def test_a_live_loyalty_writer_is_named_and_anything_else_is_not(tmp_path: Path):
+    """What keeps a second `serve` out of a data dir: only a live `loyalty` process. A pid
+    that belongs to another program now (reused after a crash and a reboot), a dead one,
+    or this process itself never keeps the service from starting."""
+    assert live_writer(tmp_path) is None  # no file
+    sleep = [sys.executable, "-c", "import sys, time; time.sleep(60)"]
+    with (
+        subprocess.Popen([*sleep, "loyalty", "serve"]) as loyalty,
+        subprocess.Popen([*sleep, "something-else"]) as other,
+    ):
+        try:
+            assert live_writer(_written_by(tmp_path, loyalty.pid)) == Writer("serve", loyalty.pid)
+            assert live_writer(_written_by(tmp_path, other.pid)) is None
+        finally:
+            loyalty.kill()
+            other.kill()
+    assert live_writer(_written_by(tmp_path, loyalty.pid)) is None  # dead
+    assert live_writer(_written_by(tmp_path, os.getpid())) is None  # itself

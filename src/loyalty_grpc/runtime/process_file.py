@@ -114,9 +114,22 @@ def live_writer(data_dir: Path) -> Writer | None:
         writer = Writer(str(document["command"]), int(document["pid"]))
     except (OSError, ValueError, KeyError, TypeError):
         return None
-    if writer.pid == os.getpid() or not _alive(writer.pid):
+    if writer.pid == os.getpid() or not _alive(writer.pid) or not _is_loyalty(writer.pid):
         return None
     return writer
+
+
+def _is_loyalty(pid: int) -> bool:
+    """Whether `pid` runs the `loyalty` command: after a crash and a reboot the file's pid
+    may belong to any other process by now, which must not keep the service from starting.
+    Without /proc (not Linux), alive is taken to mean it."""
+    try:
+        command = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except FileNotFoundError:
+        return False
+    except OSError:
+        return True
+    return b"loyalty" in command
 
 
 def _restarts(children: list[dict[str, Any]], now: float) -> str:
