@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import itertools
 import signal
+import subprocess
 import threading
 import time
 from collections.abc import Callable
@@ -32,7 +33,7 @@ from loyalty_grpc.runtime.envoy import EnvoyProcess
 from loyalty_grpc.store import migrate
 from loyalty_grpc.store.db import sqlalchemy_url
 from loyalty_grpc.store.tables import fans, ventas
-from tests.e2e.processes import Running, loyalty_env
+from tests.e2e.processes import LOYALTY, Running, loyalty_env
 from tests.support import Admin, free_port
 
 TOKEN = "upgrade-admin-token-0123456789"
@@ -212,3 +213,29 @@ def _audit(url: str, answered: list[str]) -> None:
     assert set(answered) <= set(counts)
     assert all(count == 1 for count in counts.values())
     assert balance == 10 * len(counts)  # $100 at rate 0.1 each
+
+
+def test_a_second_serve_never_shares_a_data_dir(tmp_path: Path, database: str) -> None:
+    port = free_port()
+    first = _serve(tmp_path, "a", database, port)
+    try:
+        second = subprocess.run(
+            [*LOYALTY, "serve", "--share-port", "--grpc-port", str(port)],
+            cwd=tmp_path,
+            env=loyalty_env(
+                LOYALTY_DATABASE_URL=database,
+                LOYALTY_ADMIN_TOKEN=TOKEN,
+                LOYALTY_DATA_DIR=str(tmp_path / "a"),
+            ),
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+    finally:
+        first.stop(signal.SIGTERM)
+    assert second.returncode == 2
+    assert second.stderr == (
+        f"error: another `serve` (pid {first.proc.pid}) runs from {tmp_path / 'a'}: "
+        "give this one its own --data-dir (and --metrics-port)\n"
+    )
