@@ -140,16 +140,14 @@ class EnvoyProcess:
         """
         if http_port <= 0:
             raise ValueError("http_port must be a real port (Envoy would pick one we never learn)")
-        directory = gateway_dir if gateway_dir is not None else find_gateway_dir()
-        spec = GatewaySpec(
+        spec = _spec(
             http_port=http_port,
             upstream_host=upstream_host,
             upstream_port=upstream_port,
             admin_port=admin_port,
-            gateway_dir=directory.resolve(),
+            gateway_dir=gateway_dir,
             listen_host=listen_host,
-            tls_cert=tls.cert if tls is not None else None,
-            tls_key=tls.key if tls is not None else None,
+            tls=tls,
             redirect_port=redirect_port,
         )
         work = install(spec, work_dir)
@@ -356,6 +354,33 @@ def _first_line(exc: Exception) -> str:
     return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
 
 
+def _spec(
+    *,
+    http_port: int,
+    upstream_host: str,
+    upstream_port: int,
+    admin_port: int,
+    gateway_dir: Path | None,
+    listen_host: str | None,
+    tls: TlsFiles | None,
+    redirect_port: int | None,
+) -> GatewaySpec:
+    """What `start` and `run_gateway` install: the gateway folder (default the packaged
+    one) with these ports, upstream, listen address and TLS files."""
+    directory = gateway_dir if gateway_dir is not None else find_gateway_dir()
+    return GatewaySpec(
+        http_port=http_port,
+        upstream_host=upstream_host,
+        upstream_port=upstream_port,
+        admin_port=admin_port,
+        gateway_dir=directory.resolve(),
+        listen_host=listen_host,
+        tls_cert=tls.cert if tls is not None else None,
+        tls_key=tls.key if tls is not None else None,
+        redirect_port=redirect_port,
+    )
+
+
 def supervised(
     proxy: EnvoyProcess,
     *,
@@ -407,16 +432,14 @@ def run_gateway(
     from loyalty_grpc.runtime.signals import stop_event
 
     stop = stop_event()
-    directory = gateway_dir if gateway_dir is not None else find_gateway_dir()
-    spec = GatewaySpec(
+    spec = _spec(
         http_port=http_port,
         upstream_host=upstream_host,
         upstream_port=upstream_port,
         admin_port=admin_port,
-        gateway_dir=directory.resolve(),
+        gateway_dir=gateway_dir,
         listen_host=listen_host,
-        tls_cert=tls.cert if tls is not None else None,
-        tls_key=tls.key if tls is not None else None,
+        tls=tls,
         redirect_port=redirect_port,
     )
     try:
