@@ -159,6 +159,20 @@ class Stack:
     def base_url(self) -> str:
         return f"http://127.0.0.1:{self.http_port}"
 
+    def envoy_retries(self) -> int:
+        """Calls Envoy has retried to the server so far (its cluster's upstream_rq_retry;
+        from 0 again after an Envoy restart)."""
+        from loyalty_grpc.runtime.envoy_admin import EnvoyAdmin
+        from loyalty_grpc.runtime.envoy_xds import WorkDir
+
+        admin = EnvoyAdmin.from_address_file(WorkDir(self.data_dir / "envoy").admin_address)
+        assert admin is not None, "Envoy wrote no admin address"
+        status, text = admin.get("/stats?filter=^cluster%5C.loyalty_grpc%5C.upstream_rq_retry$")
+        assert status == 200, text
+        name, _, value = text.strip().partition(": ")
+        assert name == "cluster.loyalty_grpc.upstream_rq_retry", text
+        return int(value)
+
     def take_codes(self, n: int) -> list[str]:
         """Codes no test has sent yet (fewer when the pool runs out)."""
         with self._codes_lock:
