@@ -1,6 +1,8 @@
 """deploy/systemd/: the units a bare host runs, checked by systemd itself where it is
-installed (`systemd-analyze verify`), their commands by the CLI's own parser, and the
-example environment file by the settings' checks."""
+installed (`systemd-analyze verify`; the template loyalty-serve@.service as its instances),
+their commands by the CLI's own parser, and the example environment files by the settings'
+checks; the two slots of the template as `serve` would see them: one port, a data dir and a
+metrics port each."""
 
 from __future__ import annotations
 
@@ -18,7 +20,16 @@ from loyalty_grpc.runtime.settings import Settings, documented_names
 ROOT = Path(__file__).resolve().parents[2]
 UNITS = ROOT / "deploy" / "systemd"
 INSTALLED = "/opt/loyalty/venv/bin/loyalty"  # where the units expect the package
+SLOT_INSTALLED = "/opt/loyalty/venv-%i/bin/loyalty"  # the template's: a virtualenv per slot
 SERVICES = sorted(UNITS.glob("*.service"))
+TEMPLATE = UNITS / "loyalty-serve@.service"
+SLOTS = ("blue", "green")
+# What systemd verifies and runs: a unit, or a template as each of its instances.
+INSTANCES = [
+    (unit, unit.name.replace("@.", f"@{slot}.") if "@." in unit.name else unit.name)
+    for unit in SERVICES
+    for slot in (SLOTS if "@." in unit.name else SLOTS[:1])
+]
 
 
 def _unit(path: Path) -> dict[str, dict[str, list[str]]]:
@@ -34,23 +45,26 @@ def _unit(path: Path) -> dict[str, dict[str, list[str]]]:
     return sections
 
 
-def test_there_is_a_unit_for_the_server_and_one_for_the_gateway() -> None:
+def test_there_are_units_for_the_server_its_two_slots_and_the_gateway() -> None:
     assert [path.name for path in SERVICES] == [
         "loyalty-gateway.service",
         "loyalty-serve.service",
+        "loyalty-serve@.service",
     ]
 
 
 @pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="no systemd-analyze here")
-@pytest.mark.parametrize("unit", SERVICES, ids=lambda path: path.name)
-def test_systemd_accepts_the_unit(unit: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize(("unit", "name"), INSTANCES, ids=[name for _, name in INSTANCES])
+def test_systemd_accepts_the_unit(unit: Path, name: str, tmp_path: Path) -> None:
     """As installed, with this checkout's `loyalty` standing in for /opt/loyalty/venv's
-    (verify insists that the command exists)."""
-    command = Path(sys.executable).with_name("loyalty")
+    (verify insists that the command exists); a template as an instance, which systemd
+    loads from the template's file beside it."""
+    command = str(Path(sys.executable).with_name("loyalty"))
+    text = unit.read_text(encoding="utf-8")
     copy = tmp_path / unit.name
-    copy.write_text(unit.read_text(encoding="utf-8").replace(INSTALLED, str(command)))
+    copy.write_text(text.replace(INSTALLED, command).replace(SLOT_INSTALLED, command))
     done = subprocess.run(
-        ["systemd-analyze", "verify", "--man=no", str(copy)],
+        ["systemd-analyze", "verify", "--man=no", str(tmp_path / name)],
         capture_output=True,
         text=True,
         timeout=60,
@@ -66,24 +80,96 @@ def test_the_unit_commands_are_loyalty_commands(unit: Path) -> None:
     for key in ("ExecStart", "ExecReload"):
         for command in service.get(key, []):
             program, *args = shlex.split(command)
-            assert program == INSTALLED
+            assert program == (SLOT_INSTALLED if unit == TEMPLATE else INSTALLED)
             build_parser().parse_args(args)  # exits (SystemExit) on an unknown flag
     assert service["KillSignal"] == ["SIGTERM"]  # the rolling stop
     assert service["Restart"] == ["always"]
 
 
-def test_the_example_environment_is_documented_and_valid() -> None:
-    values = dict(
+def _environment(name: str) -> dict[str, str]:
+    return dict(
         line.split("=", 1)
-        for line in (UNITS / "loyalty.env.example").read_text(encoding="utf-8").splitlines()
+        for line in (UNITS / name).read_text(encoding="utf-8").splitlines()
         if line and not line.startswith("#")
     )
+
+
+def test_there_is_an_example_environment_per_slot() -> None:
+    assert sorted(path.name for path in UNITS.glob("*.env.example")) == [
+        "loyalty.env.example",
+        *(f"serve-{slot}.env.example" for slot in SLOTS),
+    ]
+
+
+@pytest.mark.parametrize("name", sorted(path.name for path in UNITS.glob("*.env.example")))
+def test_the_example_environment_is_documented_and_valid(name: str) -> None:
+    values = _environment(name)
     assert set(values) <= documented_names()
     assert "LOYALTY_ADMIN_TOKEN" not in values  # a credential file, not the environment
     Settings.from_env(values)  # raises ConfigError naming a wrong value
 
 
-def test_the_server_reads_the_token_from_the_credential() -> None:
-    service = _unit(UNITS / "loyalty-serve.service")["Service"]
+@pytest.mark.parametrize(
+    "unit", [UNITS / "loyalty-serve.service", TEMPLATE], ids=lambda path: path.name
+)
+def test_the_server_reads_the_token_from_the_credential(unit: Path) -> None:
+    service = _unit(unit)["Service"]
     assert service["LoadCredential"] == ["admin_token:/etc/loyalty/admin_token"]
     assert "LOYALTY_ADMIN_TOKEN_FILE=%d/admin_token" in service["Environment"]
+
+
+def test_a_slot_runs_as_the_single_server_does() -> None:
+    """The same user, credential, stop, restart and hardening as loyalty-serve.service;
+    only where its settings, data and program come from differ."""
+    own = {"EnvironmentFile", "Environment", "StateDirectory", "WorkingDirectory", "ExecStart"}
+    single, slot = _unit(UNITS / "loyalty-serve.service"), _unit(TEMPLATE)
+    assert {key: value for key, value in slot["Service"].items() if key not in own} == {
+        key: value for key, value in single["Service"].items() if key not in own
+    }
+    # SIGTERM to `serve` only, which stops its workers one by one (the rolling stop).
+    assert slot["Service"]["KillMode"] == ["mixed"]
+    assert slot["Install"] == single["Install"]
+    assert slot["Unit"]["After"] == single["Unit"]["After"]
+
+
+def _slot(slot: str) -> tuple[Settings, dict[str, list[str]]]:
+    """What `serve` in this slot runs with: the slot's command line over its environment
+    files (the examples, in the unit's order: a later file wins), as cli.main reads them."""
+    service = {
+        key: [value.replace("%i", slot) for value in values]
+        for key, values in _unit(TEMPLATE)["Service"].items()
+    }
+    environment: dict[str, str] = {}
+    for path in service["EnvironmentFile"]:
+        assert path.startswith("/etc/loyalty/")
+        environment |= _environment(Path(path).name + ".example")
+    [command] = service["ExecStart"]
+    program, *args = shlex.split(command)
+    assert program == SLOT_INSTALLED.replace("%i", slot)
+    parsed = build_parser().parse_args(args)
+    assert parsed.command == "serve"
+    assert parsed.share_port  # joins the other slot's SO_REUSEPORT group on the port
+    flags = ("data_dir", "grpc_host", "grpc_port", "workers", "metrics_port")
+    settings = Settings.from_env(environment).with_flags(
+        **{name: getattr(parsed, name) for name in flags}
+    )
+    return settings, service
+
+
+def test_the_slots_share_the_port_each_with_its_own_data_dir_and_metrics_port() -> None:
+    slots = [_slot(slot) for slot in SLOTS]
+    for settings, service in slots:
+        # The data dir is the slot's StateDirectory (systemd creates it for the user).
+        assert [f"/var/lib/{directory}" for directory in service["StateDirectory"]] == [
+            str(settings.data_dir)
+        ]
+        assert service["WorkingDirectory"] == [str(settings.data_dir)]
+        assert settings.metrics_port != 0  # how to tell when a slot serves (README)
+    ports = {(settings.listen_host, settings.grpc_port) for settings, _ in slots}
+    assert len(ports) == 1
+    assert len({settings.data_dir for settings, _ in slots}) == len(SLOTS)
+    assert len({settings.metrics_port for settings, _ in slots}) == len(SLOTS)
+    # Blue keeps loyalty-serve.service's /metrics, so green is the slot to start beside
+    # that one when switching over from it (README).
+    single = Settings.from_env(_environment("loyalty.env.example"))
+    assert slots[0][0].metrics_port == single.metrics_port
