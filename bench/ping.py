@@ -541,8 +541,7 @@ def running_stack(work: Path, *, server_process: bool) -> Iterator[Stack]:
         cleanup.callback(server.stop)
         proxy = EnvoyProcess.start(
             http_port=free_port(),
-            upstream_host="127.0.0.1",
-            upstream_port=server.port,
+            upstreams=(f"127.0.0.1:{server.port}",),
             work_dir=work / "envoy",
             listen_host="127.0.0.1",
         )

@@ -82,7 +82,7 @@ def server_and_envoy(
     try:
         http_port = free_port()
         proxy = EnvoyProcess.start(
-            http_port=http_port, upstream_host="127.0.0.1", upstream_port=server.port, work_dir=work
+            http_port=http_port, upstreams=(f"127.0.0.1:{server.port}",), work_dir=work
         )
         try:
             yield server.port, http_port

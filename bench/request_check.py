@@ -170,8 +170,7 @@ def main() -> int:
         proxies = {
             name: EnvoyProcess.start(
                 http_port=free_port(),
-                upstream_host="127.0.0.1",
-                upstream_port=port,
+                upstreams=(f"127.0.0.1:{port}",),
                 listen_host="127.0.0.1",
                 work_dir=work / name.replace(" ", "-"),
                 gateway_dir=directory,

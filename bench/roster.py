@@ -282,8 +282,7 @@ def stack(work: Path, fans: int) -> Iterator[tuple[Engine, str, str, tuple[int, 
         cleanup.callback(server.stop)
         proxy = EnvoyProcess.start(
             http_port=_free_port(),
-            upstream_host="127.0.0.1",
-            upstream_port=server.port,
+            upstreams=(f"127.0.0.1:{server.port}",),
             work_dir=work / "envoy",
             listen_host="127.0.0.1",
         )

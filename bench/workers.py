@@ -144,8 +144,7 @@ def measure(
         serve_workers(database_url, workers, work) as port,
         EnvoyProcess.start(
             http_port=free_port(),
-            upstream_host="127.0.0.1",
-            upstream_port=port,
+            upstreams=(f"127.0.0.1:{port}",),
             work_dir=work / f"envoy-{workers}",
             listen_host="127.0.0.1",
         ) as proxy,

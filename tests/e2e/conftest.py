@@ -153,8 +153,7 @@ def stack(
     http_port = free_port()
     proxy = EnvoyProcess.start(
         http_port=http_port,
-        upstream_host="127.0.0.1",
-        upstream_port=server.port,
+        upstreams=(f"127.0.0.1:{server.port}",),
         work_dir=Path(tmp_path_factory.mktemp("envoy")),
     )
     channel = grpc.insecure_channel(f"127.0.0.1:{server.port}")
@@ -179,3 +178,11 @@ def stack(
 def http(stack: Stack) -> Iterator[httpx.Client]:
     with stack.http() as client:
         yield client
+
+
+@pytest.fixture
+def migrated_database(create_database: Callable[[], str]) -> str:
+    """A database of its own, migrated: for tests that start `serve` processes."""
+    url = create_database()
+    upgrade(url)
+    return url

@@ -27,9 +27,8 @@ PARENT = textwrap.dedent("""
     from pathlib import Path
     from loyalty_grpc.runtime.envoy import EnvoyProcess
 
-    proxy = EnvoyProcess.start(http_port=int(sys.argv[1]), upstream_host="127.0.0.1",
-                               upstream_port=1, work_dir=Path(sys.argv[2]),
-                               listen_host="127.0.0.1")
+    proxy = EnvoyProcess.start(http_port=int(sys.argv[1]), upstreams=("127.0.0.1:1",),
+                               work_dir=Path(sys.argv[2]), listen_host="127.0.0.1")
     print(proxy.pid, flush=True)
     time.sleep(300)
 """)

@@ -168,8 +168,7 @@ def grpc_port(calls: Calls) -> Iterator[int]:
 def gateway(grpc_port: int, tmp_path_factory: pytest.TempPathFactory) -> Iterator[EnvoyProcess]:
     proxy = EnvoyProcess.start(
         http_port=free_port(),
-        upstream_host="127.0.0.1",
-        upstream_port=grpc_port,
+        upstreams=(f"127.0.0.1:{grpc_port}",),
         listen_host="127.0.0.1",
         work_dir=tmp_path_factory.mktemp("envoy"),
     )
@@ -182,8 +181,7 @@ def gateway_without_upstream(tmp_path_factory: pytest.TempPathFactory) -> Iterat
     """Envoy pointed at a port where nothing listens."""
     proxy = EnvoyProcess.start(
         http_port=free_port(),
-        upstream_host="127.0.0.1",
-        upstream_port=free_port(),
+        upstreams=(f"127.0.0.1:{free_port()}",),
         listen_host="127.0.0.1",
         work_dir=tmp_path_factory.mktemp("envoy-down"),
     )

@@ -116,8 +116,7 @@ def recorded_gateway(
     server.start()
     proxy = EnvoyProcess.start(
         http_port=free_port(),
-        upstream_host="127.0.0.1",
-        upstream_port=port,
+        upstreams=(f"127.0.0.1:{port}",),
         listen_host="127.0.0.1",
         work_dir=tmp_path_factory.mktemp("envoy-mark"),
     )

@@ -52,11 +52,9 @@ def gateway_dir(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def gateway(stack: Stack, gateway_dir: Path, tmp_path: Path) -> Iterator[EnvoyProcess]:
-    host, _, port = stack.grpc_target.rpartition(":")
     proxy = EnvoyProcess.start(
         http_port=free_port(),
-        upstream_host=host,
-        upstream_port=int(port),
+        upstreams=(stack.grpc_target,),
         work_dir=tmp_path / "envoy",
         gateway_dir=gateway_dir,
     )
@@ -376,8 +374,7 @@ def test_a_port_in_use_fails_at_start(tmp_path: Path):
         with pytest.raises(EnvoyError, match=f"cannot bind '127.0.0.1:{port}': Address already"):
             EnvoyProcess.start(
                 http_port=port,
-                upstream_host="127.0.0.1",
-                upstream_port=1,
+                upstreams=("127.0.0.1:1",),
                 work_dir=tmp_path,
                 listen_host="127.0.0.1",
             )

@@ -87,8 +87,7 @@ def limited(
     try:
         proxy = EnvoyProcess.start(
             http_port=free_port(),
-            upstream_host="127.0.0.1",
-            upstream_port=server.port,
+            upstreams=(f"127.0.0.1:{server.port}",),
             work_dir=Path(tmp_path_factory.mktemp("envoy-limit")),
         )
         yield LimitedStack(proxy.url, new_key)

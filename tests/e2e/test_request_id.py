@@ -58,11 +58,9 @@ class Captured(logging.Handler):
 def gateway(stack: Stack, tmp_path_factory: pytest.TempPathFactory) -> Iterator[EnvoyProcess]:
     """An Envoy of this module's own in front of the stack's server, so that its output
     (the access log) is a file only this module reads."""
-    host, _, port = stack.grpc_target.rpartition(":")
     proxy = EnvoyProcess.start(
         http_port=free_port(),
-        upstream_host=host,
-        upstream_port=int(port),
+        upstreams=(stack.grpc_target,),
         work_dir=tmp_path_factory.mktemp("envoy-request-id"),
     )
     yield proxy

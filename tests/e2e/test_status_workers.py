@@ -304,8 +304,7 @@ def test_rolling_stop_fails_no_call_through_envoy(served: Served, tmp_path: Path
     worker (connect-failure, refused-stream), so every call must succeed on its own."""
     proxy = EnvoyProcess.start(
         http_port=free_port(),
-        upstream_host="127.0.0.1",
-        upstream_port=served.port,
+        upstreams=(f"127.0.0.1:{served.port}",),
         work_dir=tmp_path / "envoy",
     )
     clients = [httpx.Client(base_url=proxy.url, timeout=10) for _ in range(CHANNELS)]

@@ -112,8 +112,7 @@ def grpc_port(recorder: Recorder) -> Iterator[int]:
 def start_gateway(grpc_port: int, work: Path, gateway_dir: Path = GATEWAY) -> EnvoyProcess:
     return EnvoyProcess.start(
         http_port=free_port(),
-        upstream_host="127.0.0.1",
-        upstream_port=grpc_port,
+        upstreams=(f"127.0.0.1:{grpc_port}",),
         listen_host="127.0.0.1",
         work_dir=work,
         gateway_dir=gateway_dir,

@@ -62,13 +62,11 @@ def gateway(stack: Stack, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
     first = make_server_cert(ca)
     cert, key = certs / "server.pem", certs / "server.key"
     install_pair(first, cert, key)
-    upstream_host, _, upstream_port = stack.grpc_target.rpartition(":")
     redirect_port = free_port()
     proxy = EnvoyProcess.start(
         http_port=free_port(),
         listen_host=HOST,
-        upstream_host=upstream_host,
-        upstream_port=int(upstream_port),
+        upstreams=(stack.grpc_target,),
         work_dir=root / "envoy",
         tls=TlsFiles(cert=cert, key=key),
         redirect_port=redirect_port,

@@ -75,8 +75,7 @@ def test_rendered_config_validates(tmp_path: Path) -> None:
     path = envoy_config.write_config(
         tmp_path / "envoy.yaml",
         http_port=18080,
-        upstream_host="server",
-        upstream_port=50052,
+        upstreams=("server:50052",),
         admin_port=0,
         gateway_dir=GATEWAY,
         listen_host="127.0.0.1",
@@ -95,8 +94,7 @@ def test_render_changes_only_ports_addresses_and_paths() -> None:
     original = envoy_config.load_config(GATEWAY)
     rendered = envoy_config.render_config(
         http_port=18080,
-        upstream_host="server",
-        upstream_port=50052,
+        upstreams=("server:50052",),
         admin_port=19901,
         gateway_dir=GATEWAY,
     )
@@ -141,10 +139,7 @@ def test_committed_defaults_match_the_module(config: dict[str, Any]) -> None:
     endpoint = config["static_resources"]["clusters"][0]["load_assignment"]["endpoints"][0][
         "lb_endpoints"
     ][0]["endpoint"]["address"]["socket_address"]
-    assert endpoint == {
-        "address": envoy_config.DEFAULT_UPSTREAM_HOST,
-        "port_value": envoy_config.DEFAULT_UPSTREAM_PORT,
-    }
+    assert f"{endpoint['address']}:{endpoint['port_value']}" == envoy_config.DEFAULT_UPSTREAM
 
 
 def test_gateway_dir_is_found() -> None:
@@ -157,14 +152,66 @@ def test_invalid_yaml_is_an_envoy_error(tmp_path: Path) -> None:
         envoy_config.load_config(tmp_path)
 
 
+def test_every_upstream_server_is_an_endpoint_in_order(tmp_path: Path) -> None:
+    upstreams = ("10.0.0.1:50051", "server:50052", "[::1]:50053")
+    rendered = envoy_config.render_config(
+        http_port=18080, upstreams=upstreams, admin_port=0, gateway_dir=GATEWAY
+    )
+    (group,) = rendered["static_resources"]["clusters"][0]["load_assignment"]["endpoints"]
+    addresses = [lb["endpoint"]["address"]["socket_address"] for lb in group["lb_endpoints"]]
+    assert addresses == [
+        {"address": "10.0.0.1", "port_value": 50051},
+        {"address": "server", "port_value": 50052},
+        {"address": "::1", "port_value": 50053},
+    ]
+    path = tmp_path / "envoy.yaml"
+    path.write_text(yaml.safe_dump(rendered))
+    envoy_config.validate(path)
+
+
+def test_no_upstream_or_a_template_with_two_endpoints_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(envoy_config.EnvoyError, match="at least one upstream"):
+        envoy_config.render_config(http_port=1, upstreams=(), admin_port=0, gateway_dir=GATEWAY)
+    folder = Path(shutil.copytree(GATEWAY, tmp_path / "gateway"))
+    config = envoy_config.load_config(folder)
+    (group,) = config["static_resources"]["clusters"][0]["load_assignment"]["endpoints"]
+    group["lb_endpoints"].append(group["lb_endpoints"][0])
+    (folder / "envoy.yaml").write_text(yaml.safe_dump(config))
+    with pytest.raises(envoy_config.EnvoyError, match="must have one endpoint"):
+        envoy_config.render_config(
+            http_port=1, upstreams=("a:1",), admin_port=0, gateway_dir=folder
+        )
+
+
+def test_servers_are_health_checked_and_retries_try_another_one(
+    config: dict[str, Any],
+) -> None:
+    (cluster,) = config["static_resources"]["clusters"]
+    (check,) = cluster["health_checks"]
+    assert check["grpc_health_check"] == {"service_name": "loyalty.v1.PosService"}
+    assert "no_traffic_interval" in check  # a dead server is noticed without traffic too
+    outliers = cluster["outlier_detection"]
+    # Only the network's and the process's failures eject a server, never its answers.
+    assert outliers["split_external_local_origin_errors"] is True
+    assert outliers["enforcing_consecutive_local_origin_failure"] == 100
+    for name, value in outliers.items():
+        if name.startswith("enforcing_") and name != "enforcing_consecutive_local_origin_failure":
+            assert value == 0, name
+    assert outliers["max_ejection_percent"] <= 50
+    (api,) = [r for r in routes(config) if r["match"].get("prefix") == "/api/v1/"]
+    policy = api["route"]["retry_policy"]
+    assert [p["name"] for p in policy["retry_host_predicate"]] == [
+        "envoy.retry_host_predicates.previous_hosts"
+    ]
+
+
 # ---------------------------------------------------------------- what Envoy runs (xDS)
 
 
 def spec(gateway_dir: Path = GATEWAY) -> envoy_config.GatewaySpec:
     return envoy_config.GatewaySpec(
         http_port=18080,
-        upstream_host="server",
-        upstream_port=50052,
+        upstreams=("server:50052",),
         admin_port=0,
         gateway_dir=gateway_dir,
         listen_host="127.0.0.1",

@@ -32,8 +32,7 @@ def pair(tmp_path: Path) -> TlsFiles:
 def _spec(tls: TlsFiles | None) -> GatewaySpec:
     return GatewaySpec(
         http_port=8443,
-        upstream_host="127.0.0.1",
-        upstream_port=50051,
+        upstreams=("127.0.0.1:50051",),
         admin_port=0,
         gateway_dir=envoy_config.find_gateway_dir(),
         tls_cert=tls.cert if tls else None,
@@ -106,10 +105,14 @@ def test_tls_rendering_validates_and_the_spec_keeps_it(pair: TlsFiles, tmp_path:
     assert GatewaySpec.from_json(_spec(None).to_json()).tls is None
 
 
-def test_a_spec_written_before_tls_reads_as_plain_http() -> None:
+def test_a_spec_written_before_tls_reads_as_plain_http_with_one_upstream() -> None:
     old = '{"http_port": 8080, "upstream_host": "h", "upstream_port": 1, "admin_port": 0, '
     old += '"gateway_dir": "/g", "listen_host": null}'
-    assert GatewaySpec.from_json(old).tls is None
+    spec = GatewaySpec.from_json(old)
+    assert spec.tls is None
+    assert spec.upstreams == ("h:1",)
+    assert GatewaySpec.from_json(old.replace('"h"', '"[::1]"')).upstreams == ("[::1]:1",)
+    assert GatewaySpec.from_json(spec.to_json()) == spec
 
 
 def test_a_transport_socket_in_envoy_yaml_is_refused(pair: TlsFiles, tmp_path: Path) -> None:

@@ -15,6 +15,8 @@ from loyalty_grpc.runtime.settings import (
     checked_names,
     default_workers,
     documented_names,
+    join_target,
+    split_target,
 )
 
 SRC = Path(__file__).resolve().parents[2] / "src" / "loyalty_grpc"
@@ -113,6 +115,18 @@ def test_values_from_the_environment():
             "LOYALTY_GRPC_TARGET",
             "localhost",
             "LOYALTY_GRPC_TARGET must be HOST:PORT, got 'localhost'",
+        ),
+        (
+            "LOYALTY_GATEWAY_UPSTREAMS",
+            "a:1,a:1",
+            "LOYALTY_GATEWAY_UPSTREAMS must be HOST:PORT, or several separated by commas "
+            "(each once), got 'a:1,a:1'",
+        ),
+        (
+            "LOYALTY_GATEWAY_UPSTREAMS",
+            "a:1,,b:2",
+            "LOYALTY_GATEWAY_UPSTREAMS must be HOST:PORT, or several separated by commas "
+            "(each once), got 'a:1,,b:2'",
         ),
         (
             "LOYALTY_GRPC_HOST",
@@ -286,3 +300,27 @@ def test_client_commands_find_the_server_where_serve_listens(environ: dict[str, 
     """admin, status and gateway run read the same settings as serve: without
     LOYALTY_GRPC_TARGET they talk to where `serve` would listen on this host."""
     assert Settings.from_env(environ, wallet=False).server_target == target
+
+
+@pytest.mark.parametrize(
+    ("environ", "upstreams"),
+    [
+        ({}, ("127.0.0.1:50051",)),
+        ({"LOYALTY_GRPC_TARGET": "db1:7000"}, ("db1:7000",)),
+        (
+            {"LOYALTY_GATEWAY_UPSTREAMS": " s1:50051, [::1]:50052 ", "LOYALTY_GRPC_TARGET": "x:1"},
+            ("s1:50051", "[::1]:50052"),
+        ),
+    ],
+)
+def test_the_gateway_forwards_to_its_upstreams_else_to_the_server_target(
+    environ: dict[str, str], upstreams: tuple[str, ...]
+):
+    assert Settings.from_env(environ, wallet=False).upstreams == upstreams
+
+
+def test_a_target_splits_and_joins_back():
+    for target in ("s1:50051", "[::1]:50052", "10.0.0.1:1"):
+        host, port = split_target(target)
+        assert ":" not in host or not host.startswith("[")
+        assert join_target(host, port) == target

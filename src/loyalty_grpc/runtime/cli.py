@@ -35,6 +35,7 @@ _FLAGS = (
     "log_level",
     "log_format",
     "grpc_target",
+    "gateway_upstreams",
     "envoy_admin_port",
 )
 
@@ -110,6 +111,15 @@ def _gateway_dir_flag(parser: argparse.ArgumentParser, default: str) -> None:
     )
 
 
+def _upstream_flag(parser: argparse.ArgumentParser, default: str) -> None:
+    parser.add_argument(
+        "--upstream",
+        dest="gateway_upstreams",
+        metavar="HOST:PORT[,HOST:PORT...]",
+        help=f"the gRPC servers Envoy forwards to ({default})",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     from loyalty_grpc.runtime.admin import add_admin_commands
 
@@ -179,12 +189,10 @@ def build_parser() -> argparse.ArgumentParser:
     grun.add_argument("--http-port", metavar="PORT", help="env LOYALTY_HTTP_PORT, default 8080")
     _http_host_flag(grun)
     _tls_flags(grun)
-    grun.add_argument(
-        "--upstream",
-        dest="grpc_target",
-        metavar="HOST:PORT",
-        help="env LOYALTY_GRPC_TARGET, default: where serve listens on this host "
-        "(LOYALTY_GRPC_HOST:LOYALTY_GRPC_PORT)",
+    _upstream_flag(
+        grun,
+        "env LOYALTY_GATEWAY_UPSTREAMS, default: LOYALTY_GRPC_TARGET, else where serve "
+        "listens on this host (LOYALTY_GRPC_HOST:LOYALTY_GRPC_PORT)",
     )
     grun.add_argument(
         "--admin-port",
@@ -201,6 +209,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _work_dir_flag(greload)
     _gateway_dir_flag(greload, "the folder the gateway runs")
+    _upstream_flag(
+        greload,
+        "the new list of servers (env LOYALTY_GATEWAY_UPSTREAMS; default: "
+        "the servers the gateway runs with)",
+    )
 
     wallet = sub.add_parser("wallet", help="wallet pass: deliver pending balances")
     wsub = wallet.add_subparsers(dest="wallet_command", required=True)
@@ -290,17 +303,18 @@ def _gateway(args: argparse.Namespace, settings: Settings) -> int:
         from loyalty_grpc.runtime.envoy_reload import reload_command
 
         return reload_command(
-            work_dir, args.gateway_dir, settings.log_format_for(_command_name(args))
+            work_dir,
+            args.gateway_dir,
+            settings.log_format_for(_command_name(args)),
+            upstreams=settings.gateway_upstreams,
         )
     from loyalty_grpc.runtime.envoy import run_gateway
 
-    host, _, port = settings.server_target.rpartition(":")
     return run_gateway(
         http_port=settings.http_port,
         listen_host=settings.http_host,
         log_format=settings.log_format_for(GATEWAY_RUN),
-        upstream_host=host,
-        upstream_port=int(port),
+        upstreams=settings.upstreams,
         admin_port=settings.envoy_admin_port,
         work_dir=work_dir,
         gateway_dir=args.gateway_dir,

@@ -119,8 +119,7 @@ class EnvoyProcess:
         cls,
         *,
         http_port: int,
-        upstream_host: str,
-        upstream_port: int,
+        upstreams: tuple[str, ...],
         work_dir: Path,
         admin_port: int = 0,
         listen_host: str | None = None,
@@ -142,8 +141,7 @@ class EnvoyProcess:
             raise ValueError("http_port must be a real port (Envoy would pick one we never learn)")
         spec = _spec(
             http_port=http_port,
-            upstream_host=upstream_host,
-            upstream_port=upstream_port,
+            upstreams=upstreams,
             admin_port=admin_port,
             gateway_dir=gateway_dir,
             listen_host=listen_host,
@@ -357,8 +355,7 @@ def _first_line(exc: Exception) -> str:
 def _spec(
     *,
     http_port: int,
-    upstream_host: str,
-    upstream_port: int,
+    upstreams: tuple[str, ...],
     admin_port: int,
     gateway_dir: Path | None,
     listen_host: str | None,
@@ -366,12 +363,11 @@ def _spec(
     redirect_port: int | None,
 ) -> GatewaySpec:
     """What `start` and `run_gateway` install: the gateway folder (default the packaged
-    one) with these ports, upstream, listen address and TLS files."""
+    one) with these ports, upstream servers, listen address and TLS files."""
     directory = gateway_dir if gateway_dir is not None else find_gateway_dir()
     return GatewaySpec(
         http_port=http_port,
-        upstream_host=upstream_host,
-        upstream_port=upstream_port,
+        upstreams=upstreams,
         admin_port=admin_port,
         gateway_dir=directory.resolve(),
         listen_host=listen_host,
@@ -418,8 +414,7 @@ def run_gateway(
     http_port: int,
     listen_host: str | None = None,
     log_format: LogFormat = "text",
-    upstream_host: str,
-    upstream_port: int,
+    upstreams: tuple[str, ...],
     admin_port: int,
     work_dir: Path,
     gateway_dir: Path | None = None,
@@ -434,8 +429,7 @@ def run_gateway(
     stop = stop_event()
     spec = _spec(
         http_port=http_port,
-        upstream_host=upstream_host,
-        upstream_port=upstream_port,
+        upstreams=upstreams,
         admin_port=admin_port,
         gateway_dir=gateway_dir,
         listen_host=listen_host,
@@ -463,7 +457,7 @@ def run_gateway(
     announce(
         f"Envoy (pid {proxy.pid}) serving {proxy.listen_host}:{http_port} /api/v1 "
         f"({'HTTPS only' if tls else 'plain HTTP'}) -> gRPC "
-        f"{upstream_host}:{upstream_port} (config {work.static}; apply changes to "
+        f"{', '.join(upstreams)} (config {work.static}; apply changes to "
         f"{spec.gateway_dir} with `{command('gateway reload')} --work-dir {work.path}`)",
         log_format,
     )

@@ -1,6 +1,7 @@
 """Envoy's admin interface (local only): readiness, the xDS stats that say whether Envoy
-took, refused or is still warming its listeners and clusters, and why it refused an
-update (its config dump)."""
+took, refused or is still warming its listeners and clusters, why it refused an update
+(its config dump), and the upstream servers as its health checks and outlier detection
+see them."""
 
 from __future__ import annotations
 
@@ -41,6 +42,40 @@ LISTENERS = XdsKind("listeners", "listener_manager.lds", "listener_manager.total
 CLUSTERS = XdsKind("clusters", "cluster_manager.cds", "cluster_manager.warming_clusters")
 
 
+@dataclass(frozen=True)
+class UpstreamHost:
+    """One upstream server as Envoy sees it: `health` is "healthy" or why it is not."""
+
+    cluster: str
+    address: str
+    health: str
+
+    @property
+    def healthy(self) -> bool:
+        return self.health == HEALTHY
+
+
+HEALTHY = "healthy"
+
+
+def address_text(node: object) -> str:
+    """An Envoy address (`{"socket_address": ...}`) as an operator types it."""
+    socket = node.get("socket_address", {}) if isinstance(node, dict) else {}
+    host, port = str(socket.get("address", "?")), socket.get("port_value", "?")
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def host_health(status: object) -> str:
+    """Envoy's health flags of one upstream host: "healthy", or the reasons it is not
+    (failed_active_health_check, failed_outlier_check, ...)."""
+    flags = status if isinstance(status, dict) else {}
+    failed = sorted(name for name, value in flags.items() if name.startswith("failed") and value)
+    eds = str(flags.get("eds_health_status", "HEALTHY"))
+    if eds != "HEALTHY":
+        failed.insert(0, eds.lower())
+    return ", ".join(failed) if failed else HEALTHY
+
+
 class EnvoyAdmin:
     """Envoy's admin interface (local only): readiness, stats, the config dump."""
 
@@ -73,6 +108,30 @@ class EnvoyAdmin:
             return response.status, response.read().decode("utf-8", errors="replace")
         finally:
             connection.close()
+
+    def json(self, path: str) -> dict[str, Any]:
+        """The JSON an admin path answers; ValueError when it does not answer 200 with an
+        object, OSError when Envoy does not answer."""
+        status, body = self.get(path)
+        if status != 200:
+            raise ValueError(f"{path} answered {status}")
+        loaded = json.loads(body)
+        if not isinstance(loaded, dict):
+            raise ValueError(f"{path} answered {type(loaded).__name__}, not an object")
+        return loaded
+
+    def upstream_hosts(self) -> list[UpstreamHost]:
+        """Every host of every cluster, with its health."""
+        clusters = self.json("/clusters?format=json")
+        return [
+            UpstreamHost(
+                cluster=str(cluster.get("name", "?")),
+                address=address_text(host.get("address")),
+                health=host_health(host.get("health_status", {})),
+            )
+            for cluster in clusters.get("cluster_statuses", [])
+            for host in cluster.get("host_statuses", [])
+        ]
 
     def ready(self) -> bool:
         """/ready answers 200 once the server is LIVE."""
@@ -124,4 +183,13 @@ def _error_states(node: object) -> Iterator[dict[str, Any]]:
             yield from _error_states(item)
 
 
-__all__ = ["CLUSTERS", "LISTENERS", "EnvoyAdmin", "XdsKind"]
+__all__ = [
+    "CLUSTERS",
+    "HEALTHY",
+    "LISTENERS",
+    "EnvoyAdmin",
+    "UpstreamHost",
+    "XdsKind",
+    "address_text",
+    "host_health",
+]

@@ -1,5 +1,5 @@
 """The gateway's configuration: find the gateway folder and the Envoy binary, render
-`gateway/envoy.yaml` for given ports, upstream and paths, and validate a rendered file
+`gateway/envoy.yaml` for given ports, upstream servers and paths, and validate a rendered file
 with `envoy --mode validate`.
 
 The one configuration is `gateway/envoy.yaml` (with `envelope.lua`, the descriptor set
@@ -42,6 +42,7 @@ import yaml
 
 from loyalty_grpc.api.gateway_protocol import GATEWAY_MARK_KEY, GATEWAY_MARK_VALUE
 from loyalty_grpc.domain.errors import CATALOGO, Codigo
+from loyalty_grpc.runtime.settings import join_target, split_target
 
 CONFIG_NAME = "envoy.yaml"
 LISTENER_NAME = "pos_http"
@@ -51,8 +52,7 @@ TRANSCODER_FILTER = "envoy.filters.http.grpc_json_transcoder"
 
 # Defaults of the committed gateway/envoy.yaml (also what `loyalty gateway check` renders).
 DEFAULT_HTTP_PORT = 8080
-DEFAULT_UPSTREAM_HOST = "127.0.0.1"
-DEFAULT_UPSTREAM_PORT = 50051
+DEFAULT_UPSTREAM = "127.0.0.1:50051"
 DEFAULT_ADMIN_PORT = 9901
 
 VALIDATE_TIMEOUT = 60.0
@@ -371,19 +371,41 @@ def _beside(directory: Path, configured: str) -> str:
     return str(path)
 
 
+def _set_upstreams(cluster: dict[str, Any], upstreams: tuple[str, ...]) -> None:
+    """The cluster's one endpoint of envoy.yaml, once per upstream server (`HOST:PORT`)."""
+    if not upstreams:
+        raise EnvoyError("the gateway needs at least one upstream server")
+    groups = cluster["load_assignment"]["endpoints"]
+    template = [lb for group in groups for lb in group["lb_endpoints"]]
+    if len(groups) != 1 or len(template) != 1:
+        raise EnvoyError(
+            f"{CONFIG_NAME}: cluster {CLUSTER_NAME!r} must have one endpoint (rendered once "
+            "per upstream server, LOYALTY_GATEWAY_UPSTREAMS)"
+        )
+    endpoints = []
+    for target in upstreams:
+        endpoint = copy.deepcopy(template[0])
+        host, port = split_target(target)
+        address = endpoint["endpoint"]["address"]["socket_address"]
+        address["address"] = host
+        address["port_value"] = port
+        endpoints.append(endpoint)
+    groups[0]["lb_endpoints"] = endpoints
+
+
 def render_config(
     *,
     http_port: int,
-    upstream_host: str,
-    upstream_port: int,
+    upstreams: tuple[str, ...],
     admin_port: int,
     gateway_dir: Path | None = None,
     listen_host: str | None = None,
     tls_secret_path: Path | None = None,
     redirect_port: int | None = None,
 ) -> dict[str, Any]:
-    """gateway/envoy.yaml with the given ports and upstream, and absolute paths to the files
-    its listener reads (so Envoy can run from any working directory).
+    """gateway/envoy.yaml with the given ports and upstream servers (`HOST:PORT`, one
+    endpoint each), and absolute paths to the files its listener reads (so Envoy can run
+    from any working directory).
 
     Port 0 means "any free port" for Envoy (useful for the admin interface).
     `listen_host` changes the listener's address (default: as configured, 0.0.0.0).
@@ -418,13 +440,7 @@ def render_config(
             holder[key] = _beside(directory, holder[key])
 
         cluster = _named(config["static_resources"]["clusters"], CLUSTER_NAME, "cluster")
-        endpoints = cluster["load_assignment"]["endpoints"]
-        lb_endpoints = [lb for group in endpoints for lb in group["lb_endpoints"]]
-        if len(lb_endpoints) != 1:
-            raise EnvoyError(f"{CONFIG_NAME}: cluster {CLUSTER_NAME!r} must have one endpoint")
-        upstream = lb_endpoints[0]["endpoint"]["address"]["socket_address"]
-        upstream["address"] = upstream_host
-        upstream["port_value"] = upstream_port
+        _set_upstreams(cluster, upstreams)
     except (KeyError, TypeError, IndexError, AttributeError) as exc:
         raise EnvoyError(f"{CONFIG_NAME} does not have the expected shape: {exc!r}") from exc
     return config
@@ -434,8 +450,7 @@ def write_config(
     path: Path,
     *,
     http_port: int,
-    upstream_host: str,
-    upstream_port: int,
+    upstreams: tuple[str, ...],
     admin_port: int,
     gateway_dir: Path | None = None,
     listen_host: str | None = None,
@@ -443,8 +458,7 @@ def write_config(
     """Render (see `render_config`) into `path`; returns `path`."""
     config = render_config(
         http_port=http_port,
-        upstream_host=upstream_host,
-        upstream_port=upstream_port,
+        upstreams=upstreams,
         admin_port=admin_port,
         gateway_dir=gateway_dir,
         listen_host=listen_host,
@@ -461,12 +475,12 @@ def write_config(
 
 @dataclass(frozen=True)
 class GatewaySpec:
-    """What a gateway serves: its ports, its upstream and the gateway folder it renders.
-    Kept in the work directory (gateway.json), so that a reload renders the same way."""
+    """What a gateway serves: its ports, its upstream servers and the gateway folder it
+    renders. Kept in the work directory (gateway.json), so that a reload renders the same
+    way (or with new upstreams: `gateway reload --upstream`)."""
 
     http_port: int
-    upstream_host: str
-    upstream_port: int
+    upstreams: tuple[str, ...]  # HOST:PORT of each gRPC server
     admin_port: int
     gateway_dir: Path
     listen_host: str | None = None
@@ -489,8 +503,7 @@ class GatewaySpec:
             raise EnvoyError("a gateway with TLS renders with the path of its SDS file")
         return render_config(
             http_port=self.http_port,
-            upstream_host=self.upstream_host,
-            upstream_port=self.upstream_port,
+            upstreams=self.upstreams,
             admin_port=self.admin_port,
             gateway_dir=self.gateway_dir,
             listen_host=self.listen_host,
@@ -512,6 +525,10 @@ class GatewaySpec:
     @classmethod
     def from_json(cls, text: str) -> Self:
         fields = json.loads(text)
+        if "upstream_host" in fields:  # written by a version with one upstream server
+            host, port = fields.pop("upstream_host"), fields.pop("upstream_port")
+            fields["upstreams"] = [join_target(host.strip("[]"), port)]
+        fields["upstreams"] = tuple(fields["upstreams"])
         paths = {
             name: Path(fields[name])
             for name in ("gateway_dir", "tls_cert", "tls_key")
@@ -577,8 +594,7 @@ __all__ = [
     "CONFIG_NAME",
     "DEFAULT_ADMIN_PORT",
     "DEFAULT_HTTP_PORT",
-    "DEFAULT_UPSTREAM_HOST",
-    "DEFAULT_UPSTREAM_PORT",
+    "DEFAULT_UPSTREAM",
     "LISTENER_NAME",
     "REDIRECT_LISTENER_NAME",
     "TLS_ALPN",

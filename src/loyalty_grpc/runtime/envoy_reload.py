@@ -3,14 +3,20 @@
 A gateway started by `loyalty up` or `loyalty gateway run` runs the file-based xDS
 generation its work directory holds (runtime/envoy_xds.py: `install`). A reload renders the
 gateway folder again (envoy.yaml, envelope.lua, the descriptor set, openapi.json) with the
-ports and upstream the gateway was started with, validates it, then hands it to Envoy:
+ports and upstream servers the gateway was started with (or a new list of servers:
+`--upstream`, LOYALTY_GATEWAY_UPSTREAMS), validates it, then hands it to Envoy:
 
 1. the clusters' file (xds/cds.yaml) is replaced (written aside, renamed over it) and
-   Envoy's admin interface must report its new version, with nothing warming;
+   Envoy's admin interface must report its new version, with nothing warming (a changed
+   cluster warms until every server in it had its first health check; calls in flight on
+   the old one finish there, new calls go to the new one);
 2. then the listeners' file (xds/lds.yaml) likewise: Envoy builds the new listener on the
    same socket, new connections get it, open ones close after their next response.
 
-Either file unchanged is left alone. When Envoy refuses one (or does not take it in time),
+Either file unchanged is left alone. Before anything is swapped, a new list of upstream
+servers is checked from this host (`check_upstreams`): each server added must answer its
+health check SERVING (start a server before adding it), and at least one of the list must
+(otherwise every call would fail). When Envoy refuses a file (or does not take it in time),
 every file already swapped is put back, so Envoy and its work directory stay on the
 configuration it had, and the reload fails with Envoy's reason. A change outside
 listeners and clusters (admin, overload_manager, node) is refused before anything is
@@ -27,6 +33,7 @@ from pathlib import Path
 
 import yaml
 
+from loyalty_grpc.api.interceptors import POS_SERVICE
 from loyalty_grpc.runtime.console import announce
 from loyalty_grpc.runtime.envoy_admin import CLUSTERS, LISTENERS, EnvoyAdmin, XdsKind
 from loyalty_grpc.runtime.envoy_config import CONFIG_NAME, EnvoyError
@@ -39,6 +46,7 @@ from loyalty_grpc.runtime.envoy_xds import (
     prune_assets,
     write_atomic,
 )
+from loyalty_grpc.runtime.server_health import SERVING, health
 
 # How long Envoy may take to report a swapped file as taken.
 APPLY_TIMEOUT = 15.0
@@ -52,6 +60,7 @@ class PutBackError(EnvoyError):
 @dataclass(frozen=True)
 class Reloaded:
     gateway_dir: Path
+    upstreams: tuple[str, ...]
     changed: tuple[str, ...]  # "clusters", "listeners": what Envoy took (empty: no change)
     listeners_version: str
     clusters_version: str
@@ -67,10 +76,15 @@ class _Swap:
 
 
 def reload(
-    work_dir: Path, *, gateway_dir: Path | None = None, timeout: float = APPLY_TIMEOUT
+    work_dir: Path,
+    *,
+    gateway_dir: Path | None = None,
+    upstreams: tuple[str, ...] | None = None,
+    timeout: float = APPLY_TIMEOUT,
 ) -> Reloaded:
     """Apply the gateway folder (the one the gateway was started with, or `gateway_dir`,
-    which becomes the gateway's folder) to the Envoy running on `work_dir`.
+    which becomes the gateway's folder) to the Envoy running on `work_dir`, with its
+    upstream servers or `upstreams` (which become its servers).
 
     Raises EnvoyError when the new configuration is not valid, needs a restart, or Envoy
     refuses it; Envoy then still serves the configuration it had.
@@ -80,8 +94,12 @@ def reload(
         spec = work.load_spec()
         if gateway_dir is not None:
             spec = dataclasses.replace(spec, gateway_dir=gateway_dir.resolve())
+        if upstreams is not None:
+            spec = dataclasses.replace(spec, upstreams=upstreams)
         admin = _running_admin(work)
         try:
+            if upstreams is not None:
+                check_upstreams(upstreams, running=work.load_spec().upstreams)
             generation = prepare_generation(spec, work)
             _check_bootstrap_unchanged(generation, work)
             changed = _hand_over(generation, work, admin, timeout)
@@ -95,6 +113,7 @@ def reload(
         commit_generation(generation, spec, work)
     return Reloaded(
         gateway_dir=spec.gateway_dir,
+        upstreams=spec.upstreams,
         changed=changed,
         listeners_version=str(generation.listeners["version_info"]),
         clusters_version=str(generation.clusters["version_info"]),
@@ -179,6 +198,20 @@ def _apply(admin: EnvoyAdmin, kind: XdsKind, path: Path, data: bytes, timeout: f
         time.sleep(POLL_SECONDS)
 
 
+def check_upstreams(upstreams: tuple[str, ...], *, running: tuple[str, ...]) -> None:
+    """Raise EnvoyError unless every server added to the `running` ones answers its
+    health check SERVING, and at least one of `upstreams` does."""
+    answers = {target: health(target, service=POS_SERVICE) for target in upstreams}
+    failing = {target: answer for target, answer in answers.items() if answer != SERVING}
+    added = [target for target in failing if target not in running]
+    if added or len(failing) == len(upstreams):
+        found = "; ".join(f"{target}: {answer}" for target, answer in failing.items())
+        raise EnvoyError(
+            f"upstream servers that do not pass their health check ({found}): start a "
+            "server before adding it (or leave it out) and reload again"
+        )
+
+
 def _put_back(
     swapped: list[_Swap], admin: EnvoyAdmin, timeout: float, cause: BaseException
 ) -> None:
@@ -197,20 +230,25 @@ def _put_back(
 
 
 def reload_command(
-    work_dir: Path, gateway_dir: Path | None = None, log_format: str = "text"
+    work_dir: Path,
+    gateway_dir: Path | None = None,
+    log_format: str = "text",
+    upstreams: tuple[str, ...] | None = None,
 ) -> int:
     """Reload and say what changed (a log line when the logs are JSON: an operator's
     automation keeps a record of every reload); a refusal raises EnvoyError (`error: …`,
     exit 1)."""
-    result = reload(work_dir, gateway_dir=gateway_dir)
+    result = reload(work_dir, gateway_dir=gateway_dir, upstreams=upstreams)
     source = result.gateway_dir / CONFIG_NAME
+    servers = f"upstreams {', '.join(result.upstreams)}"
     if not result.changed:
-        announce(f"gateway configuration unchanged ({source})", log_format)
+        announce(f"gateway configuration unchanged ({source}; {servers})", log_format)
         return 0
     announce(
-        f"gateway reloaded from {source}: {' and '.join(result.changed)} updated "
-        f"(listeners {result.listeners_version}, clusters {result.clusters_version}); "
-        "new connections use it, open ones switch after their next response",
+        f"gateway reloaded from {source} ({servers}): {' and '.join(result.changed)} "
+        f"updated (listeners {result.listeners_version}, clusters "
+        f"{result.clusters_version}); new connections use it, open ones switch after "
+        "their next response",
         log_format,
     )
     return 0

@@ -33,8 +33,7 @@ from loyalty_grpc.runtime.envoy_config import (
     CONFIG_NAME,
     DEFAULT_ADMIN_PORT,
     DEFAULT_HTTP_PORT,
-    DEFAULT_UPSTREAM_HOST,
-    DEFAULT_UPSTREAM_PORT,
+    DEFAULT_UPSTREAM,
     EnvoyError,
     GatewaySpec,
     TlsFiles,
@@ -283,7 +282,7 @@ def check_command(
 
     The folder is the one `gateway reload` would apply: `gateway_dir` if given, else the
     one the gateway started in `work_dir` runs, else the packaged one. A running gateway's
-    settings (ports, upstream, listen address, TLS) are rendered too; otherwise the
+    settings (ports, upstreams, listen address, TLS) are rendered too; otherwise the
     defaults, with `tls` (LOYALTY_TLS_CERT / LOYALTY_TLS_KEY) when given."""
     running = _running_spec(work_dir)
     directory = (
@@ -298,8 +297,7 @@ def check_command(
         if running is not None
         else GatewaySpec(
             http_port=DEFAULT_HTTP_PORT,
-            upstream_host=DEFAULT_UPSTREAM_HOST,
-            upstream_port=DEFAULT_UPSTREAM_PORT,
+            upstreams=(DEFAULT_UPSTREAM,),
             admin_port=DEFAULT_ADMIN_PORT,
             gateway_dir=directory,
             tls_cert=tls.cert if tls is not None else None,

@@ -146,6 +146,13 @@ VARIABLES: tuple[Variable, ...] = (
         "the server `admin`, `status` and `gateway run` talk to (`HOST:PORT`)",
     ),
     Variable(
+        "LOYALTY_GATEWAY_UPSTREAMS",
+        "`LOYALTY_GRPC_TARGET` (one server)",
+        "`gateway run`: the gRPC servers Envoy forwards to, `HOST:PORT,HOST:PORT,...` "
+        "(`--upstream`), health-checked; `gateway reload` applies a new list without a "
+        "failed call",
+    ),
+    Variable(
         "LOYALTY_ENVOY_ADMIN_PORT",
         "`0` (any free port)",
         "`gateway run`: Envoy's admin interface port",
@@ -245,6 +252,28 @@ def _target(text: str) -> str:
     return text.strip()
 
 
+def join_target(host: str, port: int) -> str:
+    """`HOST:PORT` (`[v6]:PORT` for an IPv6 address): the form `split_target` reads."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def split_target(target: str) -> tuple[str, int]:
+    """A checked `HOST:PORT` (`[v6]:PORT` too) as (host without brackets, port)."""
+    host, _, port = target.rpartition(":")
+    return host.strip("[]"), int(port)
+
+
+def _targets(text: str) -> tuple[str, ...]:
+    """`HOST:PORT,HOST:PORT,...`: at least one, each checked, none twice."""
+    try:
+        targets = tuple(_target(part) for part in text.split(","))
+    except ValueError:
+        targets = ()
+    if not targets or len(set(targets)) != len(targets):
+        raise ValueError("HOST:PORT, or several separated by commas (each once)")
+    return targets
+
+
 def _path(text: str) -> Path:
     return Path(text.strip()).expanduser()
 
@@ -277,6 +306,7 @@ _RULES: dict[str, _Rule] = {
     "log_level": _Rule("LOYALTY_LOG_LEVEL", "--log-level", _choice(LOG_LEVELS, upper=True)),
     "log_format": _Rule("LOYALTY_LOG_FORMAT", "--log-format", _choice(LOG_FORMATS, upper=False)),
     "grpc_target": _Rule("LOYALTY_GRPC_TARGET", "--target", _target),
+    "gateway_upstreams": _Rule("LOYALTY_GATEWAY_UPSTREAMS", "--upstream", _targets),
     "envoy_admin_port": _Rule("LOYALTY_ENVOY_ADMIN_PORT", "--admin-port", _port),
 }
 
@@ -310,6 +340,8 @@ class Settings:
     log_format: str | None = None
     # None: where this host's `serve` listens (server_target).
     grpc_target: str | None = None
+    # None: the one server of server_target (`upstreams`).
+    gateway_upstreams: tuple[str, ...] | None = None
     envoy_admin_port: int = 0
     wallet: WalletSettings = field(default_factory=WalletSettings)
 
@@ -347,8 +379,15 @@ class Settings:
         LOYALTY_GRPC_TARGET / --target, else where `serve` with these settings listens."""
         if self.grpc_target is not None:
             return self.grpc_target
-        host = connect_host(self.listen_host)
-        return f"[{host}]:{self.grpc_port}" if ":" in host else f"{host}:{self.grpc_port}"
+        return join_target(connect_host(self.listen_host), self.grpc_port)
+
+    @property
+    def upstreams(self) -> tuple[str, ...]:
+        """The servers `gateway run` forwards to: LOYALTY_GATEWAY_UPSTREAMS / --upstream,
+        else the one server of `server_target`."""
+        if self.gateway_upstreams is not None:
+            return self.gateway_upstreams
+        return (self.server_target,)
 
     @property
     def listen_host(self) -> str:

@@ -15,12 +15,11 @@ just for this and stopped again.
 
 from __future__ import annotations
 
-import json
 import re
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from sqlalchemy import Engine, text
 
@@ -31,10 +30,8 @@ from loyalty_grpc.runtime.process_file import ago, summary
 from loyalty_grpc.runtime.settings import Settings
 
 if TYPE_CHECKING:
-    from loyalty_grpc.runtime.envoy_admin import EnvoyAdmin
     from loyalty_grpc.wallet.backlog import Backlog
 
-HEALTH_TIMEOUT = 3.0
 ENVOY_TIMEOUT = 10.0
 
 
@@ -45,23 +42,11 @@ class Line:
     ok: bool = True
 
 
-def grpc_health(target: str, timeout: float = HEALTH_TIMEOUT) -> Line:
-    import grpc
-    from grpc_health.v1 import health_pb2, health_pb2_grpc
+def grpc_health(target: str) -> Line:
+    from loyalty_grpc.runtime.server_health import SERVING, health
 
-    with grpc.insecure_channel(target) as channel:
-        try:
-            reply = health_pb2_grpc.HealthStub(channel).Check(
-                health_pb2.HealthCheckRequest(service=""), timeout=timeout
-            )
-        except grpc.RpcError as exc:
-            code = exc.code() if isinstance(exc, grpc.Call) else None
-            name = code.name if code is not None else "error"
-            return Line("health", f"{name} ({target} unreachable)", ok=False)
-    status = health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status)
-    return Line(
-        "health", f"{status} ({target})", ok=reply.status == health_pb2.HealthCheckResponse.SERVING
-    )
+    answer = health(target)
+    return Line("health", f"{answer} ({target})", ok=answer == SERVING)
 
 
 def process_lines(data_dir: Path, work_dir: Path) -> list[Line]:
@@ -89,7 +74,7 @@ def gateway_lines(work_dir: Path) -> list[Line]:
     interface: state and uptime, listeners, the configuration versions applied, and the
     upstream servers as Envoy sees them. No gateway there is information, not a fault
     (a server-only host has none)."""
-    from loyalty_grpc.runtime.envoy_admin import CLUSTERS, LISTENERS, EnvoyAdmin
+    from loyalty_grpc.runtime.envoy_admin import CLUSTERS, LISTENERS, EnvoyAdmin, address_text
     from loyalty_grpc.runtime.envoy_config import EnvoyError
     from loyalty_grpc.runtime.envoy_xds import WorkDir
 
@@ -97,18 +82,13 @@ def gateway_lines(work_dir: Path) -> list[Line]:
     if admin is None:
         return [Line("gateway", f"none running from {work_dir}")]
     try:
-        info = _admin_json(admin, "/server_info")
-        listeners = _admin_json(admin, "/listeners?format=json")
-        clusters = _admin_json(admin, "/clusters?format=json")
+        info = admin.json("/server_info")
+        listeners = admin.json("/listeners?format=json")
+        hosts = admin.upstream_hosts()
         stats = admin.xds_stats()
     except (OSError, ValueError, EnvoyError) as exc:
         return [Line("gateway", f"admin {admin} does not answer ({exc})", ok=False)]
     state = str(info.get("state", "?"))
-    hosts = [
-        (_address(host.get("address")), _host_health(host.get("health_status", {})))
-        for cluster in clusters.get("cluster_statuses", [])
-        for host in cluster.get("host_statuses", [])
-    ]
     return [
         Line(
             "gateway",
@@ -118,7 +98,7 @@ def gateway_lines(work_dir: Path) -> list[Line]:
         Line(
             "listeners",
             ", ".join(
-                f"{listener.get('name')} {_address(listener.get('local_address'))}"
+                f"{listener.get('name')} {address_text(listener.get('local_address'))}"
                 for listener in listeners.get("listener_statuses", [])
             )
             or "none",
@@ -131,34 +111,10 @@ def gateway_lines(work_dir: Path) -> list[Line]:
         ),
         Line(
             "upstreams",
-            ", ".join(f"{address} {health}" for address, health in hosts) or "none",
-            ok=any(health == "healthy" for _, health in hosts),
+            ", ".join(f"{host.address} {host.health}" for host in hosts) or "none",
+            ok=any(host.healthy for host in hosts),
         ),
     ]
-
-
-def _admin_json(admin: EnvoyAdmin, path: str) -> dict[str, Any]:
-    status, body = admin.get(path)
-    if status != 200:
-        raise ValueError(f"{path} answered {status}")
-    loaded: dict[str, Any] = json.loads(body)
-    return loaded
-
-
-def _address(node: object) -> str:
-    socket = node.get("socket_address", {}) if isinstance(node, dict) else {}
-    host, port = str(socket.get("address", "?")), socket.get("port_value", "?")
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-
-
-def _host_health(status: object) -> str:
-    """Envoy's view of one upstream host: healthy, or the reasons it is not."""
-    flags = status if isinstance(status, dict) else {}
-    failed = sorted(name for name, value in flags.items() if name.startswith("failed") and value)
-    eds = str(flags.get("eds_health_status", "HEALTHY"))
-    if eds != "HEALTHY":
-        failed.insert(0, eds.lower())
-    return ", ".join(failed) if failed else "healthy"
 
 
 def envoy_version() -> Line:

@@ -12,7 +12,7 @@ from loyalty_grpc.runtime.demo import demo_lines, load_demo
 from loyalty_grpc.runtime.envoy_config import TlsFiles
 from loyalty_grpc.runtime.postgres import Database, open_database
 from loyalty_grpc.runtime.serve import serve, server_settings, serving
-from loyalty_grpc.runtime.settings import UP, ConfigError, Settings, connect_host
+from loyalty_grpc.runtime.settings import UP, ConfigError, Settings, connect_host, join_target
 from loyalty_grpc.runtime.signals import stop_event
 from loyalty_grpc.store import migrate
 
@@ -76,8 +76,7 @@ def up(settings: Settings, *, demo: bool) -> int:
                 http_port=settings.http_port,
                 listen_host=settings.http_host,
                 log_format=settings.log_format_for(UP),
-                upstream_host=connect_host(server.host),
-                upstream_port=supervisor.pool.port,
+                upstreams=(join_target(connect_host(server.host), supervisor.pool.port),),
                 work_dir=data_dir / "envoy",
                 tls=TlsFiles(*tls_files) if tls_files is not None else None,
                 redirect_port=settings.http_redirect_port,

@@ -1,0 +1,29 @@
+"""Whether a gRPC server answers its health check (grpc.health.v1), as a client of this
+host sees it: `loyalty status` asks the server it talks to, `gateway reload` asks each
+server before the gateway forwards calls to it (Envoy's own checks ask for the POS
+service, gateway/envoy.yaml)."""
+
+from __future__ import annotations
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+HEALTH_TIMEOUT = 3.0
+SERVING = "SERVING"
+
+
+def health(target: str, service: str = "", timeout: float = HEALTH_TIMEOUT) -> str:
+    """ "SERVING", or what the server at `target` answered instead (NOT_SERVING, ...),
+    or why it did not answer (the gRPC status: UNAVAILABLE, DEADLINE_EXCEEDED, ...)."""
+    with grpc.insecure_channel(target) as channel:
+        try:
+            reply = health_pb2_grpc.HealthStub(channel).Check(
+                health_pb2.HealthCheckRequest(service=service), timeout=timeout
+            )
+        except grpc.RpcError as exc:
+            code = exc.code() if isinstance(exc, grpc.Call) else None
+            return f"{code.name if code is not None else 'error'}, unreachable"
+    return str(health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status))
+
+
+__all__ = ["HEALTH_TIMEOUT", "SERVING", "health"]
