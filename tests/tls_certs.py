@@ -68,8 +68,12 @@ class ServerCert:
     serial: int
 
 
-def make_server_cert(ca: Ca, names: tuple[str, ...] = ("localhost", "127.0.0.1")) -> ServerCert:
-    """A server certificate for `names` (DNS names or IP addresses), signed by `ca`."""
+def make_server_cert(
+    ca: Ca, names: tuple[str, ...] = ("localhost", "127.0.0.1"), *, client: bool = False
+) -> ServerCert:
+    """A server certificate for `names` (DNS names or IP addresses), signed by `ca`;
+    `client`: for clients too (mutual TLS: one certificate per process, either role)."""
+    usages = [x509.OID_SERVER_AUTH, *([x509.OID_CLIENT_AUTH] if client else [])]
     key = ec.generate_private_key(ec.SECP256R1())
     now = datetime.datetime.now(datetime.UTC)
     alt: list[x509.GeneralName] = []
@@ -89,7 +93,7 @@ def make_server_cert(ca: Ca, names: tuple[str, ...] = ("localhost", "127.0.0.1")
         .not_valid_after(now + datetime.timedelta(days=1))
         .add_extension(x509.SubjectAlternativeName(alt), critical=False)
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(x509.ExtendedKeyUsage([x509.OID_SERVER_AUTH]), critical=False)
+        .add_extension(x509.ExtendedKeyUsage(usages), critical=False)
         .sign(ca.key, hashes.SHA256())
     )
     key_pem = key.private_bytes(

@@ -89,7 +89,9 @@ class Sales:
                 self.failures.append(f"{time.strftime('%H:%M:%S')} {id_externo} {failure}")
 
 
-def serve(tmp_path: Path, name: str, url: str, port: int, *extra: str) -> Running:
+def serve(tmp_path: Path, name: str, url: str, port: int, *extra: str, **env: str) -> Running:
+    """`loyalty serve` with two workers on `port`, its own data dir `name` (and `env`),
+    once both workers serve."""
     serve = Running(
         [
             "serve",
@@ -109,6 +111,7 @@ def serve(tmp_path: Path, name: str, url: str, port: int, *extra: str) -> Runnin
             LOYALTY_ADMIN_TOKEN=TOKEN,
             LOYALTY_RATE_LIMIT_PER_MINUTE="0",
             LOYALTY_LOG_FORMAT="json",
+            **env,
         ),
     )
     serve.wait_for_workers(2)
@@ -125,10 +128,15 @@ def kill_whole(serve: Running) -> None:
     serve.stop(signal.SIGKILL)  # its output closed (psutil reaped it: no exit status left)
 
 
-def sales_key(port: int) -> str:
+def sales_key(port: int, credentials: grpc.ChannelCredentials | None = None) -> str:
     """A program with the fan FAN and a key that may sell, set up through the back office
-    of the server on `port`; returns the key."""
-    with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+    of the server on `port` (with these credentials: mutual TLS); returns the key."""
+    target = f"127.0.0.1:{port}"
+    with (
+        grpc.insecure_channel(target)
+        if credentials is None
+        else grpc.secure_channel(target, credentials)
+    ) as channel:
         admin = Admin(bo_grpc.BackofficeServiceStub(channel), TOKEN)
         admin.program("upgrade", "Club Upgrade")
         _, key = admin.key("upgrade", "Caja", ["tx:escribir"])

@@ -16,7 +16,7 @@ import yaml
 from loyalty_grpc.runtime import envoy_config, envoy_xds
 from loyalty_grpc.runtime.cli import main
 from loyalty_grpc.runtime.envoy_config import GatewaySpec, TlsFiles
-from loyalty_grpc.runtime.settings import EXIT_CONFIG, ConfigError, Settings
+from loyalty_grpc.runtime.settings import EXIT_CONFIG, ConfigError, GrpcTls, Settings
 from tests.tls_certs import install_pair, make_ca, make_server_cert
 
 
@@ -230,3 +230,69 @@ def test_tls_key_that_cannot_be_read_names_the_variable(pair: TlsFiles, tmp_path
     env = {"LOYALTY_TLS_CERT": str(pair.cert), "LOYALTY_TLS_KEY": str(tmp_path)}  # a folder
     with pytest.raises(ConfigError, match=r"^LOYALTY_TLS_KEY: cannot read .*: Is a directory"):
         Settings.from_env(env, wallet=False).tls_files()
+
+
+# ---------------------------------------------------------------- mutual TLS to the servers
+
+
+@pytest.fixture
+def grpc_tls(tmp_path: Path) -> GrpcTls:
+    folder = tmp_path / "grpc-tls"
+    folder.mkdir()
+    ca = make_ca("grpc CA")
+    tls = GrpcTls(
+        cert=folder / "envoy.pem", key=folder / "envoy.key", ca=ca.write(folder / "ca.pem")
+    )
+    install_pair(make_server_cert(ca, client=True), tls.cert, tls.key)
+    return tls
+
+
+def test_mutual_tls_to_the_servers_by_sds_validates_and_the_spec_keeps_it(
+    grpc_tls: GrpcTls, tmp_path: Path
+) -> None:
+    spec = _spec(None).with_upstream_tls(grpc_tls)
+    work = envoy_xds.install(spec, tmp_path / "work")
+    (cluster,) = yaml.safe_load(work.static.read_text())["static_resources"]["clusters"]
+    socket = cluster["transport_socket"]
+    assert socket == envoy_config.upstream_tls_transport_socket(*work.upstream_sds)
+    context = socket["typed_config"]["common_tls_context"]
+    assert context["alpn_protocols"] == ["h2"]
+    assert context["tls_params"] == {"tls_minimum_protocol_version": "TLSv1_2"}
+    certificate_file, ca_file = work.upstream_sds
+    (certificate,) = yaml.safe_load(certificate_file.read_text())["resources"]
+    assert certificate["tls_certificate"]["certificate_chain"] == {"filename": str(grpc_tls.cert)}
+    assert certificate["tls_certificate"]["watched_directory"] == {
+        "path": str(grpc_tls.cert.parent)
+    }
+    (ca,) = yaml.safe_load(ca_file.read_text())["resources"]
+    assert ca["validation_context"]["trusted_ca"] == {"filename": str(grpc_tls.ca)}
+    loaded = work.load_spec()  # what `gateway reload` renders again
+    assert loaded.upstream_tls == grpc_tls
+    assert _spec(None).upstream_tls is None
+    assert "transport_socket" not in str(envoy_config.load_config()["static_resources"]["clusters"])
+
+
+def test_grpc_tls_settings_are_all_or_none_and_checked(grpc_tls: GrpcTls, tmp_path: Path) -> None:
+    env = {
+        "LOYALTY_GRPC_TLS_CERT": str(grpc_tls.cert),
+        "LOYALTY_GRPC_TLS_KEY": str(grpc_tls.key),
+        "LOYALTY_GRPC_TLS_CA": str(grpc_tls.ca),
+    }
+    assert Settings.from_env(env, wallet=False).grpc_tls() == grpc_tls
+    assert Settings.from_env({}, wallet=False).grpc_tls() is None
+    without_ca = {k: v for k, v in env.items() if k != "LOYALTY_GRPC_TLS_CA"}
+    with pytest.raises(ConfigError) as missing:
+        Settings.from_env(without_ca, wallet=False).grpc_tls()
+    assert str(missing.value) == (
+        "LOYALTY_GRPC_TLS_CA must be set too when LOYALTY_GRPC_TLS_CERT and "
+        "LOYALTY_GRPC_TLS_KEY are (all or none)"
+    )
+    not_a_ca = tmp_path / "not-a-ca.pem"
+    not_a_ca.write_text("-----BEGIN NOTHING-----\n")
+    with pytest.raises(ConfigError, match=r"LOYALTY_GRPC_TLS_CA: .* holds no usable CA"):
+        Settings.from_env(env | {"LOYALTY_GRPC_TLS_CA": str(not_a_ca)}, wallet=False).grpc_tls()
+    other = make_server_cert(make_ca())
+    wrong_key = tmp_path / "wrong.key"
+    wrong_key.write_bytes(other.key_pem)
+    with pytest.raises(ConfigError, match=r"LOYALTY_GRPC_TLS_KEY: .* is not the private key"):
+        Settings.from_env(env | {"LOYALTY_GRPC_TLS_KEY": str(wrong_key)}, wallet=False).grpc_tls()

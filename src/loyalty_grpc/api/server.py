@@ -82,6 +82,12 @@ class ServerSettings:
     # shed all its connections within this time. Calls are never cut by it (no age grace
     # limit): a connection with calls running closes when they end.
     connection_age_seconds: float = 1.0
+    # Mutual TLS on the port (all three, PEM file paths, or none: plain): the server's
+    # certificate and key, and the CA a client's certificate must chain to (a client
+    # without one is refused in the handshake).
+    tls_cert: str | None = None
+    tls_key: str | None = None
+    tls_ca: str | None = None
 
 
 @dataclass
@@ -99,7 +105,12 @@ class GrpcServer:
         self.server.start()
         for name in ("", POS_SERVICE, BACKOFFICE_SERVICE):
             self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
-        log.info("gRPC server listening on %s:%d", self.settings.host, self.port)
+        log.info(
+            "gRPC server listening on %s:%d%s",
+            self.settings.host,
+            self.port,
+            " (mutual TLS)" if self.settings.tls_cert is not None else "",
+        )
 
     def stop(self) -> None:
         """Graceful stop: NOT_SERVING, drain, hand over (reuse_port: see the module doc),
@@ -194,10 +205,29 @@ def build_server(settings: ServerSettings, engine: Engine | None = None) -> Grpc
     enable_reflection([POS_SERVICE, BACKOFFICE_SERVICE, health.SERVICE_NAME], server)
     address = f"{settings.host}:{settings.port}"
     try:
-        port = server.add_insecure_port(address)
+        credentials = _credentials(settings)
+        port = (
+            server.add_insecure_port(address)
+            if credentials is None
+            else server.add_secure_port(address, credentials)
+        )
     except RuntimeError as exc:  # grpcio's way of saying the bind failed
         raise OSError(f"cannot listen on {address}: is the port in use?") from exc
     return GrpcServer(server, port, health_servicer, engine, settings, limiter)
+
+
+def _credentials(settings: ServerSettings) -> grpc.ServerCredentials | None:
+    """Mutual TLS when the settings name its files (read once, at start)."""
+    if settings.tls_cert is None or settings.tls_key is None or settings.tls_ca is None:
+        return None
+    with (
+        open(settings.tls_key, "rb") as key,
+        open(settings.tls_cert, "rb") as cert,
+        open(settings.tls_ca, "rb") as ca,
+    ):
+        return grpc.ssl_server_credentials(
+            [(key.read(), cert.read())], root_certificates=ca.read(), require_client_auth=True
+        )
 
 
 def _age_options(settings: ServerSettings) -> list[tuple[str, int]]:

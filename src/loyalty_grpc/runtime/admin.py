@@ -30,6 +30,7 @@ from loyalty_grpc.gen.loyalty.v1 import backoffice_service_pb2 as pb
 from loyalty_grpc.gen.loyalty.v1 import backoffice_service_pb2_grpc as pb_grpc
 from loyalty_grpc.runtime.admin_token import admin_token_path, read_admin_token
 from loyalty_grpc.runtime.console import command
+from loyalty_grpc.runtime.grpc_channel import open_channel
 from loyalty_grpc.runtime.settings import Settings
 
 DEFAULT_TIMEOUT_SECONDS = 60.0
@@ -268,7 +269,7 @@ def run_admin(args: argparse.Namespace, settings: Settings) -> int:
     call: Call = args.admin_call
     metadata = (("authorization", f"Bearer {token}"),)
     try:
-        with grpc.insecure_channel(args.target or settings.server_target) as channel:
+        with open_channel(args.target or settings.server_target, settings.grpc_tls()) as channel:
             response = call(pb_grpc.BackofficeServiceStub(channel), args, args.timeout, metadata)
     except grpc.RpcError as exc:
         return _fail(*error_of(exc))

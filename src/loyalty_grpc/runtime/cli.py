@@ -30,6 +30,9 @@ _FLAGS = (
     "tls_cert",
     "tls_key",
     "http_redirect_port",
+    "grpc_tls_cert",
+    "grpc_tls_key",
+    "grpc_tls_ca",
     "workers",
     "metrics_port",
     "log_level",
@@ -57,6 +60,7 @@ def _serving_flags(parser: argparse.ArgumentParser) -> None:
         metavar="PORT",
         help="Prometheus /metrics (env LOYALTY_METRICS_PORT, default 9464; 0 = off)",
     )
+    _grpc_tls_flags(parser)
     _data_dir_flag(parser)
 
 
@@ -85,6 +89,20 @@ def _tls_flags(parser: argparse.ArgumentParser) -> None:
         help="with HTTPS: a plain-HTTP port that only redirects GET/HEAD to https "
         "(env LOYALTY_HTTP_REDIRECT_PORT, default: no plain HTTP at all)",
     )
+
+
+def _grpc_tls_flags(parser: argparse.ArgumentParser) -> None:
+    for name, what in (
+        ("cert", "this process's PEM certificate"),
+        ("key", "its PEM private key"),
+        ("ca", "the PEM CA every certificate of the gRPC port chains to"),
+    ):
+        parser.add_argument(
+            f"--grpc-tls-{name}",
+            metavar="FILE",
+            help=f"mutual TLS on the gRPC port: {what} (env LOYALTY_GRPC_TLS_{name.upper()}; "
+            "all three or none)",
+        )
 
 
 def _data_dir_flag(parser: argparse.ArgumentParser) -> None:
@@ -189,6 +207,7 @@ def build_parser() -> argparse.ArgumentParser:
     grun.add_argument("--http-port", metavar="PORT", help="env LOYALTY_HTTP_PORT, default 8080")
     _http_host_flag(grun)
     _tls_flags(grun)
+    _grpc_tls_flags(grun)
     _upstream_flag(
         grun,
         "env LOYALTY_GATEWAY_UPSTREAMS, default: LOYALTY_GRPC_TARGET, else where serve "
@@ -298,7 +317,9 @@ def _gateway(args: argparse.Namespace, settings: Settings) -> int:
     if args.gateway_command == "check":
         from loyalty_grpc.runtime.envoy_xds import check_command
 
-        return check_command(args.gateway_dir, work_dir, tls=_tls(settings))
+        return check_command(
+            args.gateway_dir, work_dir, tls=_tls(settings), upstream_tls=settings.grpc_tls()
+        )
     if args.gateway_command == "reload":
         from loyalty_grpc.runtime.envoy_reload import reload_command
 
@@ -320,6 +341,7 @@ def _gateway(args: argparse.Namespace, settings: Settings) -> int:
         gateway_dir=args.gateway_dir,
         tls=_tls(settings),
         redirect_port=settings.http_redirect_port,
+        upstream_tls=settings.grpc_tls(),
     )
 
 

@@ -38,7 +38,7 @@ from loyalty_grpc.runtime.envoy_xds import WorkDir, install
 from loyalty_grpc.runtime.logs import LogFormat
 from loyalty_grpc.runtime.parent_death import die_with_parent
 from loyalty_grpc.runtime.process_file import ProcessFile
-from loyalty_grpc.runtime.settings import connect_host
+from loyalty_grpc.runtime.settings import GrpcTls, connect_host
 from loyalty_grpc.runtime.supervision import Child, StartFailed, supervise
 
 log = logging.getLogger(__name__)
@@ -131,6 +131,7 @@ class EnvoyProcess:
         gateway_dir: Path | None = None,
         tls: TlsFiles | None = None,
         redirect_port: int | None = None,
+        upstream_tls: GrpcTls | None = None,
     ) -> Self:
         """Install the config into `work_dir` (see `install`) and start Envoy on it.
 
@@ -147,6 +148,7 @@ class EnvoyProcess:
             listen_host=listen_host,
             tls=tls,
             redirect_port=redirect_port,
+            upstream_tls=upstream_tls,
         )
         work = install(spec, work_dir)
         proxy = cls(
@@ -361,6 +363,7 @@ def _spec(
     listen_host: str | None,
     tls: TlsFiles | None,
     redirect_port: int | None,
+    upstream_tls: GrpcTls | None,
 ) -> GatewaySpec:
     """What `start` and `run_gateway` install: the gateway folder (default the packaged
     one) with these ports, upstream servers, listen address and TLS files."""
@@ -374,7 +377,7 @@ def _spec(
         tls_cert=tls.cert if tls is not None else None,
         tls_key=tls.key if tls is not None else None,
         redirect_port=redirect_port,
-    )
+    ).with_upstream_tls(upstream_tls)
 
 
 def supervised(
@@ -420,6 +423,7 @@ def run_gateway(
     gateway_dir: Path | None = None,
     tls: TlsFiles | None = None,
     redirect_port: int | None = None,
+    upstream_tls: GrpcTls | None = None,
 ) -> int:
     """Render, validate and run Envoy in the foreground (its output on our stderr) until
     SIGTERM/SIGINT (Envoy is stopped; 0). An Envoy that dies is started again
@@ -435,6 +439,7 @@ def run_gateway(
         listen_host=listen_host,
         tls=tls,
         redirect_port=redirect_port,
+        upstream_tls=upstream_tls,
     )
     try:
         work = install(spec, work_dir)
@@ -456,7 +461,8 @@ def run_gateway(
         return 1
     announce(
         f"Envoy (pid {proxy.pid}) serving {proxy.listen_host}:{http_port} /api/v1 "
-        f"({'HTTPS only' if tls else 'plain HTTP'}) -> gRPC "
+        f"({'HTTPS only' if tls else 'plain HTTP'}) -> gRPC"
+        f"{' with mutual TLS' if upstream_tls else ''} "
         f"{', '.join(upstreams)} (config {work.static}; apply changes to "
         f"{spec.gateway_dir} with `{command('gateway reload')} --work-dir {work.path}`)",
         log_format,

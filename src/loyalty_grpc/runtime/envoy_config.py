@@ -23,6 +23,12 @@ restart; connections already open keep theirs. There is then no plain-HTTP API: 
 when asked for (`redirect_port`, LOYALTY_HTTP_REDIRECT_PORT), a second listener that
 answers GET/HEAD with a 301 to https and anything else with a 400 envelope, never
 forwarding a call.
+
+Mutual TLS to the servers (`GrpcTls`: LOYALTY_GRPC_TLS_*, optional) is rendered too: the
+cluster gets an UpstreamTlsContext (ALPN h2, TLS 1.2 or newer) presenting Envoy's client
+certificate and accepting only servers whose certificate chains to the CA, both by SDS from
+files in the work directory (`upstream_secrets`) that name the operator's PEM files, so
+replacing those rotates them as above. The health checks go through it too.
 """
 
 from __future__ import annotations
@@ -42,7 +48,7 @@ import yaml
 
 from loyalty_grpc.api.gateway_protocol import GATEWAY_MARK_KEY, GATEWAY_MARK_VALUE
 from loyalty_grpc.domain.errors import CATALOGO, Codigo
-from loyalty_grpc.runtime.settings import join_target, split_target
+from loyalty_grpc.runtime.settings import GrpcTls, join_target, split_target
 
 CONFIG_NAME = "envoy.yaml"
 LISTENER_NAME = "pos_http"
@@ -68,6 +74,12 @@ TLS_SECRET_NAME = "pos_tls_certificate"  # noqa: S105
 TLS_ALPN = ("h2", "http/1.1")
 TLS_MIN_VERSION = "TLSv1_2"
 REDIRECT_LISTENER_NAME = "pos_http_redirect"
+# Mutual TLS to the servers (rendered only when LOYALTY_GRPC_TLS_* are set).
+UPSTREAM_TLS_TYPE = (
+    "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext"
+)
+UPSTREAM_CERTIFICATE_NAME = "upstream_client_certificate"
+UPSTREAM_CA_NAME = "upstream_ca"
 REDIRECT_DETAIL = "Esta API solo se sirve por HTTPS; use https://."
 
 
@@ -216,21 +228,72 @@ class TlsFiles:
     key: Path
 
 
-def tls_secret(tls: TlsFiles) -> dict[str, Any]:
-    """The SDS file of the certificate: a DiscoveryResponse holding one Secret that names
-    the PEM files. When both are in one folder, Envoy watches that folder and reads the
-    pair again (checking it read a consistent pair) whenever a file is moved into it;
-    otherwise it watches the folder of each file."""
+def _certificate_secret(name: str, cert: Path, key: Path) -> dict[str, Any]:
+    """An SDS file holding one Secret that names a certificate's PEM files. When both are
+    in one folder, Envoy watches that folder and reads the pair again (checking it read a
+    consistent pair) whenever a file is moved into it; otherwise it watches the folder of
+    each file."""
     certificate: dict[str, Any] = {
-        "certificate_chain": {"filename": str(tls.cert)},
-        "private_key": {"filename": str(tls.key)},
+        "certificate_chain": {"filename": str(cert)},
+        "private_key": {"filename": str(key)},
     }
-    if tls.cert.parent == tls.key.parent:
-        certificate["watched_directory"] = {"path": str(tls.cert.parent)}
-    secret = {"name": TLS_SECRET_NAME, "tls_certificate": certificate}
+    if cert.parent == key.parent:
+        certificate["watched_directory"] = {"path": str(cert.parent)}
+    secret = {"name": name, "tls_certificate": certificate}
+    return {"version_info": f"{cert}:{key}", "resources": [{"@type": SECRET_TYPE, **secret}]}
+
+
+def tls_secret(tls: TlsFiles) -> dict[str, Any]:
+    """The SDS file of the listener's certificate (a DiscoveryResponse)."""
+    return _certificate_secret(TLS_SECRET_NAME, tls.cert, tls.key)
+
+
+def upstream_secrets(tls: GrpcTls) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The SDS files of mutual TLS to the servers: Envoy's client certificate, and the
+    CA a server's certificate must chain to (re-read when a file is renamed into its
+    folder)."""
+    ca = {
+        "name": UPSTREAM_CA_NAME,
+        "validation_context": {
+            "trusted_ca": {"filename": str(tls.ca)},
+            "watched_directory": {"path": str(tls.ca.parent)},
+        },
+    }
+    return (
+        _certificate_secret(UPSTREAM_CERTIFICATE_NAME, tls.cert, tls.key),
+        {"version_info": str(tls.ca), "resources": [{"@type": SECRET_TYPE, **ca}]},
+    )
+
+
+def _sds_config(path: Path) -> dict[str, Any]:
+    """An SDS source: the file `path`, re-read when a file is renamed into its folder."""
     return {
-        "version_info": f"{tls.cert}:{tls.key}",
-        "resources": [{"@type": SECRET_TYPE, **secret}],
+        "path_config_source": {"path": str(path), "watched_directory": {"path": str(path.parent)}},
+        "resource_api_version": "V3",
+    }
+
+
+def upstream_tls_transport_socket(certificate_path: Path, ca_path: Path) -> dict[str, Any]:
+    """The cluster's mutual TLS: ALPN h2 (gRPC), TLS 1.2 at least, Envoy's certificate
+    and the CA by SDS from the `upstream_secrets` files. The server's certificate must
+    chain to the CA (a CA of the service's own: no name is checked, every server it signed
+    is one of ours)."""
+    return {
+        "name": TLS_TRANSPORT_SOCKET,
+        "typed_config": {
+            "@type": UPSTREAM_TLS_TYPE,
+            "common_tls_context": {
+                "alpn_protocols": ["h2"],
+                "tls_params": {"tls_minimum_protocol_version": TLS_MIN_VERSION},
+                "tls_certificate_sds_secret_configs": [
+                    {"name": UPSTREAM_CERTIFICATE_NAME, "sds_config": _sds_config(certificate_path)}
+                ],
+                "validation_context_sds_secret_config": {
+                    "name": UPSTREAM_CA_NAME,
+                    "sds_config": _sds_config(ca_path),
+                },
+            },
+        },
     }
 
 
@@ -238,13 +301,7 @@ def tls_transport_socket(secret_path: Path) -> dict[str, Any]:
     """The listener's TLS: ALPN h2 then http/1.1, TLS 1.2 at least, the certificate by SDS
     from `secret_path` (a `tls_secret` file), re-read when a file is renamed into its
     folder."""
-    sds_config = {
-        "path_config_source": {
-            "path": str(secret_path),
-            "watched_directory": {"path": str(secret_path.parent)},
-        },
-        "resource_api_version": "V3",
-    }
+    sds_config = _sds_config(secret_path)
     return {
         "name": TLS_TRANSPORT_SOCKET,
         "typed_config": {
@@ -402,6 +459,7 @@ def render_config(
     listen_host: str | None = None,
     tls_secret_path: Path | None = None,
     redirect_port: int | None = None,
+    upstream_sds: tuple[Path, Path] | None = None,
 ) -> dict[str, Any]:
     """gateway/envoy.yaml with the given ports and upstream servers (`HOST:PORT`, one
     endpoint each), and absolute paths to the files its listener reads (so Envoy can run
@@ -412,6 +470,8 @@ def render_config(
     `tls_secret_path`: the listener serves HTTPS only, its certificate by SDS from that
     file (a `tls_secret`, written by the caller). `redirect_port` (with TLS only): a
     plain-HTTP listener there that only redirects (`redirect_listener`).
+    `upstream_sds` (the paths of the `upstream_secrets` files, written by the caller):
+    mutual TLS to the servers.
     """
     if redirect_port is not None and tls_secret_path is None:
         raise EnvoyError("a plain-HTTP redirect port needs TLS on the gateway's port")
@@ -441,6 +501,13 @@ def render_config(
 
         cluster = _named(config["static_resources"]["clusters"], CLUSTER_NAME, "cluster")
         _set_upstreams(cluster, upstreams)
+        if upstream_sds is not None:
+            if "transport_socket" in cluster:
+                raise EnvoyError(
+                    f"{CONFIG_NAME}: cluster {CLUSTER_NAME!r} already has a transport_socket; "
+                    "mutual TLS is added by rendering (LOYALTY_GRPC_TLS_*)"
+                )
+            cluster["transport_socket"] = upstream_tls_transport_socket(*upstream_sds)
     except (KeyError, TypeError, IndexError, AttributeError) as exc:
         raise EnvoyError(f"{CONFIG_NAME} does not have the expected shape: {exc!r}") from exc
     return config
@@ -473,6 +540,16 @@ def write_config(
     return path
 
 
+_PATH_FIELDS = (
+    "gateway_dir",
+    "tls_cert",
+    "tls_key",
+    "grpc_tls_cert",
+    "grpc_tls_key",
+    "grpc_tls_ca",
+)
+
+
 @dataclass(frozen=True)
 class GatewaySpec:
     """What a gateway serves: its ports, its upstream servers and the gateway folder it
@@ -489,6 +566,10 @@ class GatewaySpec:
     tls_key: Path | None = None
     # With TLS: a plain-HTTP listener on this port that only redirects (None: none).
     redirect_port: int | None = None
+    # Mutual TLS to the servers: all three or none.
+    grpc_tls_cert: Path | None = None
+    grpc_tls_key: Path | None = None
+    grpc_tls_ca: Path | None = None
 
     @property
     def tls(self) -> TlsFiles | None:
@@ -496,11 +577,33 @@ class GatewaySpec:
             return None
         return TlsFiles(cert=self.tls_cert, key=self.tls_key)
 
-    def render(self, *, tls_secret_path: Path | None = None) -> dict[str, Any]:
+    @property
+    def upstream_tls(self) -> GrpcTls | None:
+        if self.grpc_tls_cert is None or self.grpc_tls_key is None or self.grpc_tls_ca is None:
+            return None
+        return GrpcTls(cert=self.grpc_tls_cert, key=self.grpc_tls_key, ca=self.grpc_tls_ca)
+
+    def with_upstream_tls(self, tls: GrpcTls | None) -> GatewaySpec:
+        """This spec with mutual TLS to the servers (unchanged for None)."""
+        if tls is None:
+            return self
+        return dataclasses.replace(
+            self, grpc_tls_cert=tls.cert, grpc_tls_key=tls.key, grpc_tls_ca=tls.ca
+        )
+
+    def render(
+        self,
+        *,
+        tls_secret_path: Path | None = None,
+        upstream_sds: tuple[Path, Path] | None = None,
+    ) -> dict[str, Any]:
         """`render_config` of this spec; with TLS, `tls_secret_path` is where the caller
-        writes `tls_secret(self.tls)`."""
+        writes `tls_secret(self.tls)`; with mutual TLS to the servers, `upstream_sds` where
+        it writes `upstream_secrets(self.upstream_tls)`."""
         if self.tls is not None and tls_secret_path is None:
             raise EnvoyError("a gateway with TLS renders with the path of its SDS file")
+        if self.upstream_tls is not None and upstream_sds is None:
+            raise EnvoyError("a gateway with mutual TLS renders with the paths of its SDS files")
         return render_config(
             http_port=self.http_port,
             upstreams=self.upstreams,
@@ -509,16 +612,13 @@ class GatewaySpec:
             listen_host=self.listen_host,
             tls_secret_path=tls_secret_path if self.tls is not None else None,
             redirect_port=self.redirect_port,
+            upstream_sds=upstream_sds if self.upstream_tls is not None else None,
         )
 
     def to_json(self) -> str:
         paths = {
-            name: None if value is None else str(value)
-            for name, value in (
-                ("gateway_dir", self.gateway_dir),
-                ("tls_cert", self.tls_cert),
-                ("tls_key", self.tls_key),
-            )
+            name: None if (value := getattr(self, name)) is None else str(value)
+            for name in _PATH_FIELDS
         }
         return json.dumps(dataclasses.asdict(self) | paths, indent=2) + "\n"
 
@@ -529,11 +629,7 @@ class GatewaySpec:
             host, port = fields.pop("upstream_host"), fields.pop("upstream_port")
             fields["upstreams"] = [join_target(host.strip("[]"), port)]
         fields["upstreams"] = tuple(fields["upstreams"])
-        paths = {
-            name: Path(fields[name])
-            for name in ("gateway_dir", "tls_cert", "tls_key")
-            if fields.get(name) is not None
-        }
+        paths = {name: Path(fields[name]) for name in _PATH_FIELDS if fields.get(name) is not None}
         return cls(**(fields | paths))
 
 
@@ -614,6 +710,8 @@ __all__ = [
     "render_config",
     "tls_secret",
     "tls_transport_socket",
+    "upstream_secrets",
+    "upstream_tls_transport_socket",
     "validate",
     "write_config",
 ]

@@ -36,7 +36,7 @@ import yaml
 from loyalty_grpc.api.interceptors import POS_SERVICE
 from loyalty_grpc.runtime.console import announce
 from loyalty_grpc.runtime.envoy_admin import CLUSTERS, LISTENERS, EnvoyAdmin, XdsKind
-from loyalty_grpc.runtime.envoy_config import CONFIG_NAME, EnvoyError
+from loyalty_grpc.runtime.envoy_config import CONFIG_NAME, EnvoyError, GatewaySpec
 from loyalty_grpc.runtime.envoy_xds import (
     Generation,
     WorkDir,
@@ -99,7 +99,7 @@ def reload(
         admin = _running_admin(work)
         try:
             if upstreams is not None:
-                check_upstreams(upstreams, running=work.load_spec().upstreams)
+                check_upstreams(spec, running=work.load_spec().upstreams)
             generation = prepare_generation(spec, work)
             _check_bootstrap_unchanged(generation, work)
             changed = _hand_over(generation, work, admin, timeout)
@@ -198,13 +198,17 @@ def _apply(admin: EnvoyAdmin, kind: XdsKind, path: Path, data: bytes, timeout: f
         time.sleep(POLL_SECONDS)
 
 
-def check_upstreams(upstreams: tuple[str, ...], *, running: tuple[str, ...]) -> None:
-    """Raise EnvoyError unless every server added to the `running` ones answers its
-    health check SERVING, and at least one of `upstreams` does."""
-    answers = {target: health(target, service=POS_SERVICE) for target in upstreams}
+def check_upstreams(spec: GatewaySpec, *, running: tuple[str, ...]) -> None:
+    """Raise EnvoyError unless every server of `spec` added to the `running` ones answers
+    its health check SERVING from this host (with the gateway's mutual TLS, if any), and
+    at least one of them does."""
+    answers = {
+        target: health(target, tls=spec.upstream_tls, service=POS_SERVICE)
+        for target in spec.upstreams
+    }
     failing = {target: answer for target, answer in answers.items() if answer != SERVING}
     added = [target for target in failing if target not in running]
-    if added or len(failing) == len(upstreams):
+    if added or len(failing) == len(answers):
         found = "; ".join(f"{target}: {answer}" for target, answer in failing.items())
         raise EnvoyError(
             f"upstream servers that do not pass their health check ({found}): start a "

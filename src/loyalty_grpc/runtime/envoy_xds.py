@@ -9,7 +9,9 @@ file: the one `envoy --mode validate` checks. Every file Envoy reads is replaced
 (`write_atomic`). Rendering and validation: runtime/envoy_config.py.
 
 With TLS, `sds/tls_certificate.yaml` is the SDS file of the listener's certificate (a Secret
-naming the operator's PEM files, which Envoy watches itself: envoy_config.tls_secret).
+naming the operator's PEM files, which Envoy watches itself: envoy_config.tls_secret); with
+mutual TLS to the servers, `sds/upstream_certificate.yaml` and `sds/upstream_ca.yaml`
+likewise (envoy_config.upstream_secrets).
 """
 
 from __future__ import annotations
@@ -40,8 +42,10 @@ from loyalty_grpc.runtime.envoy_config import (
     file_references,
     find_gateway_dir,
     tls_secret,
+    upstream_secrets,
     validate,
 )
+from loyalty_grpc.runtime.settings import GrpcTls
 
 LISTENER_TYPE = "type.googleapis.com/envoy.config.listener.v3.Listener"
 CLUSTER_TYPE = "type.googleapis.com/envoy.config.cluster.v3.Cluster"
@@ -75,6 +79,14 @@ class WorkDir:
     def tls_secret(self) -> Path:
         """The SDS file of the listener's certificate (with TLS only)."""
         return self.path / "sds" / "tls_certificate.yaml"
+
+    @property
+    def upstream_sds(self) -> tuple[Path, Path]:
+        """The SDS files of mutual TLS to the servers: Envoy's certificate, the CA."""
+        return (
+            self.path / "sds" / "upstream_certificate.yaml",
+            self.path / "sds" / "upstream_ca.yaml",
+        )
 
     @property
     def assets(self) -> Path:
@@ -129,6 +141,8 @@ class Generation:
     listeners: dict[str, Any]  # a DiscoveryResponse: xds/lds.yaml
     clusters: dict[str, Any]  # a DiscoveryResponse: xds/cds.yaml
     secret: dict[str, Any] | None = None  # with TLS, a DiscoveryResponse: sds/...yaml
+    # With mutual TLS to the servers: each SDS file and what it holds.
+    upstream_secrets: dict[Path, dict[str, Any]] = dataclasses.field(default_factory=dict)
 
 
 def write_atomic(path: Path, data: bytes) -> None:
@@ -188,7 +202,11 @@ def render_generation(spec: GatewaySpec, work: WorkDir) -> Generation:
     under content-hashed names: Envoy reads them only when it builds a listener, so a
     changed descriptor set or Lua script must change the listener (its file names)."""
     tls = spec.tls
-    static = spec.render(tls_secret_path=work.tls_secret if tls is not None else None)
+    upstream_tls = spec.upstream_tls
+    static = spec.render(
+        tls_secret_path=work.tls_secret if tls is not None else None,
+        upstream_sds=work.upstream_sds if upstream_tls is not None else None,
+    )
     for holder, key in file_references(static):
         holder[key] = str(_hashed_copy(Path(holder[key]), work.assets))
     resources = static["static_resources"]
@@ -211,6 +229,11 @@ def render_generation(spec: GatewaySpec, work: WorkDir) -> Generation:
         listeners=_discovery_response(LISTENER_TYPE, resources["listeners"]),
         clusters=_discovery_response(CLUSTER_TYPE, resources["clusters"]),
         secret=tls_secret(tls) if tls is not None else None,
+        upstream_secrets=(
+            dict(zip(work.upstream_sds, upstream_secrets(upstream_tls), strict=True))
+            if upstream_tls is not None
+            else {}
+        ),
     )
 
 
@@ -221,12 +244,15 @@ def prepare_generation(spec: GatewaySpec, work: WorkDir) -> Generation:
     What is validated is the static form: `envoy --mode validate` does not load dynamic
     resources, and the bootstrap with the listeners and clusters is exactly that file."""
     generation = render_generation(spec, work)
+    # The SDS files name the same files for the life of a gateway (a reload keeps its TLS
+    # files): each is rewritten only when it is new.
+    secrets = dict(generation.upstream_secrets)
     if generation.secret is not None:
-        # Names the same files for the life of a gateway (a reload keeps its TLS files):
-        # rewritten only when it is new.
-        secret = dump_yaml(generation.secret)
-        if not work.tls_secret.is_file() or work.tls_secret.read_bytes() != secret:
-            write_atomic(work.tls_secret, secret)
+        secrets[work.tls_secret] = generation.secret
+    for path, document in secrets.items():
+        data = dump_yaml(document)
+        if not path.is_file() or path.read_bytes() != data:
+            write_atomic(path, data)
     candidate = work.candidate / CONFIG_NAME
     write_atomic(candidate, dump_yaml(generation.static))
     validate(candidate)
@@ -277,13 +303,15 @@ def check_command(
     work_dir: Path | None = None,
     *,
     tls: TlsFiles | None = None,
+    upstream_tls: GrpcTls | None = None,
 ) -> int:
     """`loyalty gateway check`: render a gateway folder as Envoy runs it and validate it.
 
     The folder is the one `gateway reload` would apply: `gateway_dir` if given, else the
     one the gateway started in `work_dir` runs, else the packaged one. A running gateway's
     settings (ports, upstreams, listen address, TLS) are rendered too; otherwise the
-    defaults, with `tls` (LOYALTY_TLS_CERT / LOYALTY_TLS_KEY) when given."""
+    defaults, with `tls` (LOYALTY_TLS_CERT / LOYALTY_TLS_KEY) and `upstream_tls`
+    (LOYALTY_GRPC_TLS_*) when given."""
     running = _running_spec(work_dir)
     directory = (
         gateway_dir
@@ -302,7 +330,7 @@ def check_command(
             gateway_dir=directory,
             tls_cert=tls.cert if tls is not None else None,
             tls_key=tls.key if tls is not None else None,
-        )
+        ).with_upstream_tls(upstream_tls)
     )
     with tempfile.TemporaryDirectory(prefix="loyalty-envoy-") as tmp:
         try:

@@ -26,7 +26,11 @@ log = logging.getLogger(__name__)
 
 
 def server_settings(settings: Settings, *, database_url: str, admin_token: str) -> ServerSettings:
+    tls = settings.grpc_tls()  # checked before anything starts
     return ServerSettings(
+        tls_cert=str(tls.cert) if tls is not None else None,
+        tls_key=str(tls.key) if tls is not None else None,
+        tls_ca=str(tls.ca) if tls is not None else None,
         database_url=database_url,
         admin_token=admin_token,
         host=settings.listen_host,

@@ -8,14 +8,24 @@ from __future__ import annotations
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from loyalty_grpc.runtime.grpc_channel import open_channel
+from loyalty_grpc.runtime.settings import GrpcTls
+
 HEALTH_TIMEOUT = 3.0
 SERVING = "SERVING"
 
 
-def health(target: str, service: str = "", timeout: float = HEALTH_TIMEOUT) -> str:
-    """ "SERVING", or what the server at `target` answered instead (NOT_SERVING, ...),
-    or why it did not answer (the gRPC status: UNAVAILABLE, DEADLINE_EXCEEDED, ...)."""
-    with grpc.insecure_channel(target) as channel:
+def health(
+    target: str,
+    *,
+    tls: GrpcTls | None,
+    service: str = "",
+    timeout: float = HEALTH_TIMEOUT,
+) -> str:
+    """`SERVING`, or what the server at `target` answered instead (NOT_SERVING, ...),
+    or why it did not answer (the gRPC status: UNAVAILABLE, DEADLINE_EXCEEDED, ...).
+    `tls`: mutual TLS (LOYALTY_GRPC_TLS_*)."""
+    with open_channel(target, tls) as channel:
         try:
             reply = health_pb2_grpc.HealthStub(channel).Check(
                 health_pb2.HealthCheckRequest(service=service), timeout=timeout

@@ -105,6 +105,26 @@ VARIABLES: tuple[Variable, ...] = (
         "https, other methods a 400 `solicitud_invalida` (`--http-redirect-port`)",
     ),
     Variable(
+        "LOYALTY_GRPC_TLS_CERT",
+        "none (plain gRPC)",
+        "mutual TLS on the gRPC port (`--grpc-tls-cert`; with `LOYALTY_GRPC_TLS_KEY` and "
+        "`LOYALTY_GRPC_TLS_CA`, all three or none): this process's PEM certificate, which "
+        "`serve` presents to its clients and `gateway run` (Envoy), `admin`, `status` and "
+        "`gateway reload` present to the server; see Mutual TLS",
+    ),
+    Variable(
+        "LOYALTY_GRPC_TLS_KEY",
+        "none",
+        "PEM private key of that certificate (`--grpc-tls-key`)",
+    ),
+    Variable(
+        "LOYALTY_GRPC_TLS_CA",
+        "none",
+        "PEM certificate(s) of the CA that signs every certificate of the gRPC port, and "
+        "nothing else (`--grpc-tls-ca`): the server accepts only clients it signed, "
+        "clients only servers it signed",
+    ),
+    Variable(
         "LOYALTY_WORKERS",
         "CPU count",
         f"gRPC worker processes sharing the port, 1 to {MAX_WORKERS} (`--workers`)",
@@ -298,6 +318,9 @@ _RULES: dict[str, _Rule] = {
     "tls_cert": _Rule("LOYALTY_TLS_CERT", "--tls-cert", _path),
     "tls_key": _Rule("LOYALTY_TLS_KEY", "--tls-key", _path),
     "http_redirect_port": _Rule("LOYALTY_HTTP_REDIRECT_PORT", "--http-redirect-port", _http_port),
+    "grpc_tls_cert": _Rule("LOYALTY_GRPC_TLS_CERT", "--grpc-tls-cert", _path),
+    "grpc_tls_key": _Rule("LOYALTY_GRPC_TLS_KEY", "--grpc-tls-key", _path),
+    "grpc_tls_ca": _Rule("LOYALTY_GRPC_TLS_CA", "--grpc-tls-ca", _path),
     "workers": _Rule("LOYALTY_WORKERS", "--workers", _integer(1, MAX_WORKERS)),
     "metrics_port": _Rule("LOYALTY_METRICS_PORT", "--metrics-port", _port),
     "rate_limit_per_minute": _Rule("LOYALTY_RATE_LIMIT_PER_MINUTE", None, _integer(0, 1_000_000)),
@@ -330,6 +353,10 @@ class Settings:
     tls_key: Path | None = None
     # With TLS: a plain-HTTP port that only redirects (None: no plain HTTP at all).
     http_redirect_port: int | None = None
+    # Mutual TLS on the gRPC port: all three or none (`grpc_tls`).
+    grpc_tls_cert: Path | None = None
+    grpc_tls_key: Path | None = None
+    grpc_tls_ca: Path | None = None
     workers: int = field(default_factory=default_workers)
     metrics_port: int = 9464
     rate_limit_per_minute: int = 600
@@ -434,26 +461,30 @@ class Settings:
             raise ConfigError(
                 f"LOYALTY_HTTP_REDIRECT_PORT must differ from LOYALTY_HTTP_PORT ({self.http_port})"
             )
-        for name, path in given.items():
-            if path is None:
-                other = next(n for n in given if n != name)
-                raise ConfigError(f"{name} must be set too when {other} is (both or neither)")
-        cert, key = (path.resolve() for path in given.values() if path is not None)
-        for name, path in (("LOYALTY_TLS_CERT", cert), ("LOYALTY_TLS_KEY", key)):
-            try:
-                text = path.read_bytes()
-            except OSError as exc:
-                raise ConfigError(f"{name}: cannot read {path}: {exc.strerror}") from None
-            if b"-----BEGIN " not in text:
-                raise ConfigError(f"{name}: {path} is not a PEM file")
+        cert, key = _pem_files(given)
+        _check_pair(given, cert, key)
+        return cert, key
+
+    def grpc_tls(self) -> GrpcTls | None:
+        """The gRPC port's mutual TLS files, absolute, or None (plain gRPC). Raises
+        ConfigError unless all three are set, readable, PEM, and the key is the
+        certificate's."""
+        given = {
+            "LOYALTY_GRPC_TLS_CERT": self.grpc_tls_cert,
+            "LOYALTY_GRPC_TLS_KEY": self.grpc_tls_key,
+            "LOYALTY_GRPC_TLS_CA": self.grpc_tls_ca,
+        }
+        if all(path is None for path in given.values()):
+            return None
+        cert, key, ca = _pem_files(given)
+        _check_pair(given, cert, key)
         try:
-            ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER).load_cert_chain(cert, key)
+            ssl.create_default_context(cafile=ca)
         except ssl.SSLError as exc:
             raise ConfigError(
-                f"LOYALTY_TLS_KEY: {key} is not the private key of the certificate "
-                f"LOYALTY_TLS_CERT {cert} (or one of them is damaged): {exc.reason}"
+                f"LOYALTY_GRPC_TLS_CA: {ca} holds no usable CA certificate: {exc.reason}"
             ) from None
-        return cert, key
+        return GrpcTls(cert=cert, key=key, ca=ca)
 
     def log_format_for(self, command: str) -> LogFormat:
         """LOYALTY_LOG_FORMAT / --log-format, else JSON for the commands a deployment runs
@@ -461,6 +492,48 @@ class Settings:
         if self.log_format is not None:
             return "json" if self.log_format == "json" else "text"
         return "json" if command in PRODUCTION_COMMANDS else "text"
+
+
+@dataclass(frozen=True)
+class GrpcTls:
+    """The gRPC port's mutual TLS (LOYALTY_GRPC_TLS_*): this process's certificate and
+    key, and the CA every certificate of the port must chain to (absolute paths)."""
+
+    cert: Path
+    key: Path
+    ca: Path
+
+
+def _pem_files(given: dict[str, Path | None]) -> list[Path]:
+    """The files named by these variables, absolute; ConfigError unless every one is set
+    (all or none), readable and PEM."""
+    for name, path in given.items():
+        if path is None:
+            others = [n for n in given if n != name and given[n] is not None]
+            rule = "both or neither" if len(given) == 2 else "all or none"
+            verb = "is" if len(others) == 1 else "are"
+            raise ConfigError(f"{name} must be set too when {' and '.join(others)} {verb} ({rule})")
+    paths = [path.resolve() for path in given.values() if path is not None]
+    for name, path in zip(given, paths, strict=True):
+        try:
+            text = path.read_bytes()
+        except OSError as exc:
+            raise ConfigError(f"{name}: cannot read {path}: {exc.strerror}") from None
+        if b"-----BEGIN " not in text:
+            raise ConfigError(f"{name}: {path} is not a PEM file")
+    return paths
+
+
+def _check_pair(given: dict[str, Path | None], cert: Path, key: Path) -> None:
+    """ConfigError unless `key` is the private key of the certificate `cert`."""
+    cert_name, key_name = list(given)[:2]
+    try:
+        ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER).load_cert_chain(cert, key)
+    except ssl.SSLError as exc:
+        raise ConfigError(
+            f"{key_name}: {key} is not the private key of the certificate "
+            f"{cert_name} {cert} (or one of them is damaged): {exc.reason}"
+        ) from None
 
 
 def _parse(rule: _Rule, name: str, text: str) -> object:

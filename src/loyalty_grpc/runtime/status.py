@@ -27,7 +27,7 @@ from loyalty_grpc import __version__
 from loyalty_grpc.runtime.console import command, say
 from loyalty_grpc.runtime.postgres import Database, start_embedded
 from loyalty_grpc.runtime.process_file import ago, summary
-from loyalty_grpc.runtime.settings import Settings
+from loyalty_grpc.runtime.settings import GrpcTls, Settings
 
 if TYPE_CHECKING:
     from loyalty_grpc.wallet.backlog import Backlog
@@ -42,10 +42,10 @@ class Line:
     ok: bool = True
 
 
-def grpc_health(target: str) -> Line:
+def grpc_health(target: str, tls: GrpcTls | None) -> Line:
     from loyalty_grpc.runtime.server_health import SERVING, health
 
-    answer = health(target)
+    answer = health(target, tls=tls)
     return Line("health", f"{answer} ({target})", ok=answer == SERVING)
 
 
@@ -208,7 +208,7 @@ def collect(settings: Settings, work_dir: Path | None = None) -> list[Line]:
 
     work_dir = work_dir if work_dir is not None else settings.data_dir / "envoy"
     lines = [
-        grpc_health(settings.server_target),
+        grpc_health(settings.server_target, settings.grpc_tls()),
         *process_lines(settings.data_dir, work_dir),
         *gateway_lines(work_dir),
         Line("service", f"loyalty {__version__}"),

@@ -80,6 +80,7 @@ def up(settings: Settings, *, demo: bool) -> int:
                 work_dir=data_dir / "envoy",
                 tls=TlsFiles(*tls_files) if tls_files is not None else None,
                 redirect_port=settings.http_redirect_port,
+                upstream_tls=settings.grpc_tls(),
             )
             try:
                 supervisor.add(
