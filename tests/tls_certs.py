@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime
 import ipaddress
 import os
+import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -114,3 +115,32 @@ def install_pair(server: ServerCert, cert_path: Path, key_path: Path) -> None:
         temporary.write_bytes(data)
         os.chmod(temporary, 0o600)
         os.replace(temporary, path)
+
+
+def curl_http2(
+    url: str, ca_file: Path, headers: dict[str, str], method: str = "GET"
+) -> tuple[str, str]:
+    """`curl --http2` verifying against `ca_file` (httpx speaks HTTP/2 only with the `h2`
+    package, not installed here): ("HTTP-VERSION STATUS", body), e.g. ("2 200", ...)."""
+    result = subprocess.run(
+        [
+            "curl",
+            "-sS",
+            "--http2",
+            "-X",
+            method,
+            "--cacert",
+            str(ca_file),
+            *(item for name, value in headers.items() for item in ("-H", f"{name}: {value}")),
+            "-w",
+            "\n%{http_version} %{http_code}",
+            url,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    body, _, status = result.stdout.rpartition("\n")
+    return status, body

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support import free_port
+
 LOYALTY = [sys.executable, "-m", "loyalty_grpc.runtime.cli"]
 DEMO_KEY = "lp_vivo_DemoCajaPrincipalTodos0000001"
 READY_LINE = "Ctrl-C stops everything."
@@ -85,3 +87,36 @@ class Running:
         if self.proc.stdout is not None:
             self.proc.stdout.close()
         return code
+
+
+def demo_up_args(data_dir: Path, http_port: int, *extra: str) -> list[str]:
+    """`loyalty up --demo` on `data_dir` and `http_port`, any free gRPC port, no metrics."""
+    return [
+        "up",
+        "--demo",
+        "--data-dir",
+        str(data_dir),
+        "--http-port",
+        str(http_port),
+        "--grpc-port",
+        str(free_port()),
+        "--metrics-port",
+        "0",
+        *extra,
+    ]
+
+
+def serve_args(port: int, workers: int, *extra: str) -> list[str]:
+    """`loyalty serve` on 127.0.0.1:`port` with `workers` workers and no metrics."""
+    return [
+        "serve",
+        "--grpc-host",
+        "127.0.0.1",
+        "--grpc-port",
+        str(port),
+        "--workers",
+        str(workers),
+        "--metrics-port",
+        "0",
+        *extra,
+    ]

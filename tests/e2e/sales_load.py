@@ -21,7 +21,7 @@ from loyalty_grpc.gen.loyalty.v1 import backoffice_service_pb2 as bo
 from loyalty_grpc.gen.loyalty.v1 import backoffice_service_pb2_grpc as bo_grpc
 from loyalty_grpc.store.db import sqlalchemy_url
 from loyalty_grpc.store.tables import fans, ventas
-from tests.e2e.processes import Running, loyalty_env
+from tests.e2e.processes import Running, loyalty_env, serve_args
 from tests.support import Admin
 
 TOKEN = "upgrade-admin-token-0123456789"
@@ -93,18 +93,7 @@ def serve(tmp_path: Path, name: str, url: str, port: int, *extra: str, **env: st
     """`loyalty serve` with two workers on `port`, its own data dir `name` (and `env`),
     once both workers serve."""
     serve = Running(
-        [
-            "serve",
-            "--grpc-port",
-            str(port),
-            "--workers",
-            "2",
-            "--metrics-port",
-            "0",
-            "--data-dir",
-            str(tmp_path / name),
-            *extra,
-        ],
+        serve_args(port, 2, "--data-dir", str(tmp_path / name), *extra),
         tmp_path,
         loyalty_env(
             LOYALTY_DATABASE_URL=url,

@@ -30,7 +30,7 @@ from loyalty_grpc.services.fixtures import apply_fixture
 from loyalty_grpc.store.db import make_engine
 from loyalty_grpc.store.migrate import upgrade
 from loyalty_grpc.store.tables import claves, limite_llamadas
-from tests.e2e.processes import Running, loyalty_env
+from tests.e2e.processes import Running, loyalty_env, serve_args
 from tests.support import free_port
 
 LIMIT = 600
@@ -110,17 +110,7 @@ def served(
     )
     port = free_port()
     serve = Running(
-        [
-            "serve",
-            "--grpc-host",
-            "127.0.0.1",
-            "--grpc-port",
-            str(port),
-            "--workers",
-            str(workers),
-            "--metrics-port",
-            "0",
-        ],
+        serve_args(port, workers),
         tmp_path_factory.mktemp("rlw"),
         loyalty_env(
             LOYALTY_DATABASE_URL=url,

@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.processes import READY_LINE, Running, loyalty_env
+from tests.e2e.processes import READY_LINE, Running, demo_up_args, loyalty_env
 from tests.support import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -175,18 +175,7 @@ def demo_address(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     data_dir = tmp_path_factory.mktemp("tour")
     http_port = free_port()
     up = Running(
-        [
-            "up",
-            "--demo",
-            "--data-dir",
-            str(data_dir),
-            "--http-port",
-            str(http_port),
-            "--grpc-port",
-            str(free_port()),
-            "--metrics-port",
-            "0",
-        ],
+        demo_up_args(data_dir, http_port),
         ROOT,
         loyalty_env(),
     )

@@ -29,7 +29,7 @@ from loyalty_grpc.services.fixtures import apply_fixture
 from loyalty_grpc.store import migrate
 from loyalty_grpc.store.db import make_engine
 from loyalty_grpc.store.migrate import upgrade
-from tests.e2e.processes import DEMO_KEY, LOYALTY, READY_LINE, Running, loyalty_env
+from tests.e2e.processes import DEMO_KEY, LOYALTY, READY_LINE, Running, loyalty_env, serve_args
 from tests.support import free_port
 
 KEY = "lp_vivo_" + "W" * 24
@@ -83,17 +83,7 @@ def served(create_database: Callable[[], str], tmp_path: Path) -> Iterator[Serve
         engine.dispose()
     port = free_port()
     serve = Timed(
-        [
-            "serve",
-            "--grpc-host",
-            "127.0.0.1",
-            "--grpc-port",
-            str(port),
-            "--workers",
-            "2",
-            "--metrics-port",
-            "0",
-        ],
+        serve_args(port, 2),
         tmp_path,
         loyalty_env(
             LOYALTY_DATABASE_URL=url,
@@ -422,18 +412,7 @@ def test_a_port_in_use_fails_before_any_worker_starts(
         busy.listen()
         port = busy.getsockname()[1]
         result = subprocess.run(
-            [
-                *LOYALTY,
-                "serve",
-                "--grpc-host",
-                "127.0.0.1",
-                "--grpc-port",
-                str(port),
-                "--workers",
-                "2",
-                "--metrics-port",
-                "0",
-            ],
+            [*LOYALTY, *serve_args(port, 2)],
             cwd=tmp_path,
             env=loyalty_env(LOYALTY_DATABASE_URL=url, LOYALTY_ADMIN_TOKEN=secrets.token_hex(8)),
             text=True,

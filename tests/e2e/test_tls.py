@@ -8,7 +8,6 @@ from __future__ import annotations
 import shutil
 import socket
 import ssl
-import subprocess
 import threading
 import time
 import warnings
@@ -25,7 +24,7 @@ from loyalty_grpc.runtime.envoy_config import TlsFiles, find_gateway_dir
 from loyalty_grpc.runtime.envoy_reload import reload
 from tests.e2e.conftest import Stack
 from tests.support import free_port
-from tests.tls_certs import Ca, install_pair, make_ca, make_server_cert
+from tests.tls_certs import Ca, curl_http2, install_pair, make_ca, make_server_cert
 
 HOST = "127.0.0.1"
 
@@ -107,27 +106,8 @@ def test_http11_over_tls_verified_against_the_test_ca(gateway: TlsGateway) -> No
 
 
 def test_h2_by_alpn(gateway: TlsGateway) -> None:
-    result = subprocess.run(
-        [
-            "curl",
-            "-sS",
-            "--http2",
-            "--cacert",
-            str(gateway.ca_file),
-            "-H",
-            f"Authorization: {gateway.key_header['Authorization']}",
-            "-w",
-            "\n%{http_version} %{http_code}",
-            gateway.url(),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=False,
-    )
-    assert result.returncode == 0, result.stderr
-    body, _, status = result.stdout.rpartition("\n")
-    assert status == "2 200", result.stdout
+    status, body = curl_http2(gateway.url(), gateway.ca_file, gateway.key_header)
+    assert status == "2 200", body
     assert '"ok":true' in body
 
 

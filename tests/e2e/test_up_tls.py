@@ -11,7 +11,6 @@ from __future__ import annotations
 import re
 import signal
 import ssl
-import subprocess
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -22,9 +21,9 @@ import httpx
 import psutil  # type: ignore[import-untyped]
 import pytest
 
-from tests.e2e.processes import DEMO_KEY, READY_LINE, Running, loyalty_env
+from tests.e2e.processes import DEMO_KEY, READY_LINE, Running, demo_up_args, loyalty_env
 from tests.support import free_port
-from tests.tls_certs import install_pair, make_ca, make_server_cert
+from tests.tls_certs import curl_http2, install_pair, make_ca, make_server_cert
 
 ROOT = Path(__file__).resolve().parents[2]
 BANNER = re.compile(r"^loyalty is up: HTTP API (\S+)/api/v1 ")
@@ -81,20 +80,7 @@ def certs(tmp_path_factory: pytest.TempPathFactory) -> Certs:
 def started(data_dir: Path, certs: Certs, *, by_env: bool) -> Iterator[UpTls]:
     http_port = free_port()
     redirect_port = free_port() if by_env else None
-    args = [
-        "up",
-        "--demo",
-        "--data-dir",
-        str(data_dir),
-        "--http-port",
-        str(http_port),
-        "--grpc-port",
-        str(free_port()),
-        "--metrics-port",
-        "0",
-        "--workers",
-        "1",
-    ]
+    args = demo_up_args(data_dir, http_port, "--workers", "1")
     if by_env:
         env = loyalty_env(
             LOYALTY_TLS_CERT=str(certs.cert),
@@ -163,29 +149,8 @@ def test_a_pos_call_over_http11(up: UpTls) -> None:
 
 def test_a_pos_call_over_h2(up: UpTls) -> None:
     # httpx speaks HTTP/2 only with the `h2` package, not installed here: curl does.
-    result = subprocess.run(
-        [
-            "curl",
-            "-sS",
-            "--http2",
-            "-X",
-            "POST",
-            "--cacert",
-            str(up.ca_file),
-            "-H",
-            f"Authorization: {up.key_header['Authorization']}",
-            "-w",
-            "\n%{http_version} %{http_code}",
-            f"{up.base}/api/v1/ping",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=False,
-    )
-    assert result.returncode == 0, result.stderr
-    body, _, status = result.stdout.rpartition("\n")
-    assert status == "2 200", result.stdout
+    status, body = curl_http2(f"{up.base}/api/v1/ping", up.ca_file, up.key_header, "POST")
+    assert status == "2 200", body
     assert '"ok":true' in body
     assert '"integracion":"Caja Principal"' in body
 

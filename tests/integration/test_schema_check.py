@@ -19,7 +19,7 @@ import pytest
 from loyalty_grpc.runtime.cli import main
 from loyalty_grpc.store import migrate
 from loyalty_grpc.store.migrate import Schema, SchemaState
-from tests.e2e.processes import LOYALTY, Running, loyalty_env
+from tests.e2e.processes import LOYALTY, Running, loyalty_env, serve_args
 from tests.support import free_port
 
 HEAD = migrate.head()
@@ -42,18 +42,7 @@ def _serve_env(url: str, **extra: str) -> dict[str, str]:
 def _serve_refused(url: str, data_dir: Path, **extra: str) -> subprocess.CompletedProcess[str]:
     port = free_port()
     done = subprocess.run(
-        [
-            *LOYALTY,
-            "serve",
-            "--grpc-host",
-            "127.0.0.1",
-            "--grpc-port",
-            str(port),
-            "--workers",
-            "1",
-            "--data-dir",
-            str(data_dir),
-        ],
+        [*LOYALTY, *serve_args(port, 1, "--data-dir", str(data_dir))],
         env=_serve_env(url, **extra),
         cwd=data_dir.parent,
         text=True,
@@ -139,19 +128,7 @@ def test_serve_runs_on_a_schema_a_later_version_migrated(
     _set_revision(url, FUTURE)
     port = free_port()
     serve = Running(
-        [
-            "serve",
-            "--grpc-host",
-            "127.0.0.1",
-            "--grpc-port",
-            str(port),
-            "--workers",
-            "1",
-            "--metrics-port",
-            "0",
-            "--data-dir",
-            str(tmp_path / "data"),
-        ],
+        serve_args(port, 1, "--data-dir", str(tmp_path / "data")),
         tmp_path,
         _serve_env(url),
     )
