@@ -34,13 +34,15 @@ from typing import Any
 from google.api import annotations_pb2
 from google.protobuf.descriptor import Descriptor, FieldDescriptor, MethodDescriptor
 
-from loyalty_grpc.api.requests import DEFAULT_MONEDA, MAX_ID_EXTERNO, MAX_LABEL
+from loyalty_grpc.api.requests import MAX_ID_EXTERNO, MAX_LABEL
 from loyalty_grpc.api.roster import LIMITE_DEFAULT, LIMITE_MAX
 from loyalty_grpc.domain.amounts import MAX_CENTAVOS
 from loyalty_grpc.domain.codes import MAX_CODE_LENGTH, MAX_CODES_PER_CALL
 from loyalty_grpc.domain.errors import CATALOGO, Codigo
 from loyalty_grpc.domain.fixture import FanFixture, ProgramaFixture, parse_fixture
+from loyalty_grpc.domain.integers import INT32_MAX
 from loyalty_grpc.domain.permissions import REQUIRED, Permiso
+from loyalty_grpc.domain.programs import MONEDA_POR_OMISION
 from loyalty_grpc.domain.promos import EstadoCodigo, EstadoFan, EstadoPromo
 from loyalty_grpc.domain.redeem import MAX_CODIGOS
 from loyalty_grpc.domain.timestamps import EPOCH_MS_DESDE, MIN_TS
@@ -59,7 +61,7 @@ Schema = dict[str, Any]
 DATE: Schema = {"type": "string", "format": "date"}
 DATE_TIME: Schema = {"type": "string", "format": "date-time"}
 # Promotion ids are int32 (like every number in a response).
-MAX_ID = 2**31 - 1
+MAX_ID = INT32_MAX
 # Error codes a batch `redeem` entry can carry (domain/redeem.py _ERRORES).
 REDEEM_ENTRY_ERRORS = [
     Codigo.CODIGO_LIBERADO,
@@ -162,7 +164,7 @@ def single_line_pattern(max_length: int, *, required: bool) -> str:
 
 ID_EXTERNO = single_line_pattern(MAX_ID_EXTERNO, required=True)
 LABEL = single_line_pattern(MAX_LABEL, required=False)
-MONEDA = rf"^[{SPACE}]*(?:{_any_case(DEFAULT_MONEDA)})?[{SPACE}]*$"
+MONEDA = rf"^[{SPACE}]*(?:{_any_case(MONEDA_POR_OMISION)})?[{SPACE}]*$"
 
 
 # Timestamps (domain/timestamps.py): from MIN_TS up to 24 h after the server's clock (the
@@ -409,8 +411,8 @@ FIELD_SCHEMAS: dict[str, Schema] = {
     "RegisterTxRequest.moneda": {
         "type": ["string", "null"],
         "pattern": MONEDA,
-        "description": f"The program's currency, {DEFAULT_MONEDA} (any case); blank or "
-        f"absent: {DEFAULT_MONEDA}.",
+        "description": f"The program's currency, {MONEDA_POR_OMISION} (any case); blank or "
+        f"absent: {MONEDA_POR_OMISION}.",
     },
     "RedeemRequest.codigo": {"type": ["string", "null"], "description": "Single form."},
     "RedeemRequest.codigos": _REDEEM_CODIGOS,

@@ -14,7 +14,6 @@ from loyalty_grpc.api.context import current_caller
 from loyalty_grpc.api.redeem import redeem_response
 from loyalty_grpc.api.requests import fan_ref, new_sale
 from loyalty_grpc.api.roster import query_of_get, query_of_post, roster_data
-from loyalty_grpc.domain.permissions import Permiso
 from loyalty_grpc.gen.loyalty.v1 import pos_service_pb2 as pb
 from loyalty_grpc.gen.loyalty.v1 import pos_service_pb2_grpc as pb_grpc
 from loyalty_grpc.services.ping import ping
@@ -71,7 +70,7 @@ class PosServicer(pb_grpc.PosServiceServicer):
         caller = current_caller()
         found = resolve_fan(self._engine, caller, fan_ref(request), datetime.now(UTC))
         fan = found.fan
-        sees_pii = Permiso.FAN_LEER in caller.permisos
+        sees_pii = caller.sees_personal_data
         return pb.ResolveFanResponse(
             ok=True,
             data=pb.ResolveFanData(
@@ -101,7 +100,7 @@ class PosServicer(pb_grpc.PosServiceServicer):
                 saldo=result.saldo,
                 fan=pb.TxFan(
                     id=result.fan_id,
-                    correo=result.correo if Permiso.FAN_LEER in caller.permisos else None,
+                    correo=result.correo if caller.sees_personal_data else None,
                 ),
             ),
         )

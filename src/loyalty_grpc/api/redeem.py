@@ -17,7 +17,6 @@ from loyalty_grpc.domain.caller import Caller
 from loyalty_grpc.domain.errors import CATALOGO
 from loyalty_grpc.domain.fan_ref import one_of
 from loyalty_grpc.domain.json_value import JsonValue
-from loyalty_grpc.domain.permissions import Permiso
 from loyalty_grpc.domain.timestamps import parse_ts
 from loyalty_grpc.gen.loyalty.v1 import pos_service_pb2 as pb
 from loyalty_grpc.services.redeem import (
@@ -72,7 +71,7 @@ def redeem_response(
     }
     picked = one_of(given)
     assert picked is not None
-    sees_pii = Permiso.FAN_LEER in caller.permisos
+    sees_pii = caller.sees_personal_data
     if isinstance(picked[1], str):
         result = redeem_code(engine, caller, picked[1], _burn(request, now))
         data = pb.RedeemData(

@@ -16,6 +16,7 @@ from loyalty_grpc.domain.amounts import parse_centavos, parse_importe
 from loyalty_grpc.domain.errors import Codigo, LoyaltyError
 from loyalty_grpc.domain.fan_ref import FAN_FIELDS, FanRef, one_of, parse_fan_ref
 from loyalty_grpc.domain.json_value import JsonValue
+from loyalty_grpc.domain.programs import MONEDA_POR_OMISION
 from loyalty_grpc.domain.text import single_line
 from loyalty_grpc.domain.timestamps import parse_ts
 from loyalty_grpc.gen.loyalty.v1 import pos_service_pb2 as pb
@@ -26,7 +27,6 @@ ID_EXTERNO_FIELDS = ("id_externo", "id", "tx_id")
 CENTAVOS_FIELDS = ("importe_centavos", "centavos", "amount_cents")
 MAX_ID_EXTERNO = 128
 MAX_LABEL = 100
-DEFAULT_MONEDA = "MXN"
 
 
 def reject_nul(request: Message) -> None:
@@ -131,7 +131,7 @@ def new_sale(request: pb.RegisterTxRequest, now: datetime) -> NewSale:
     assert picked is not None
     id_externo = single_line(picked[1], picked[0], max_length=MAX_ID_EXTERNO)
     ts_value = values(request, ("ts",))["ts"]
-    moneda = request.moneda.strip() or DEFAULT_MONEDA
+    moneda = request.moneda.strip() or MONEDA_POR_OMISION
     return NewSale(
         id_externo=id_externo,
         fan=fan_ref(request),

@@ -21,3 +21,14 @@ class Caller:
     # The program's points per peso (exact) and currency.
     tasa_puntos: Decimal
     moneda: str
+
+    @property
+    def earns_points(self) -> bool:
+        """Only a live key's sales and burns move points; a test key's (`prueba`) are
+        recorded with 0 points."""
+        return self.modo is Modo.VIVO
+
+    @property
+    def sees_personal_data(self) -> bool:
+        """A fan's name and e-mail are shown only to a key with `fan:leer`."""
+        return Permiso.FAN_LEER in self.permisos

@@ -21,6 +21,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 from loyalty_grpc.domain.errors import Codigo, LoyaltyError
+from loyalty_grpc.domain.integers import INT32_MAX
 from loyalty_grpc.domain.json_value import JsonValue, json_type_name
 from loyalty_grpc.domain.promos import EstadoPromo
 
@@ -86,7 +87,6 @@ class PromoRef:
 
 
 _DIGITS = re.compile(r"[0-9]+")
-_INT32_MAX = 2**31 - 1
 
 
 def parse_promo_ref(value: JsonValue, campo: str = "promo") -> PromoRef:
@@ -104,12 +104,12 @@ def parse_promo_ref(value: JsonValue, campo: str = "promo") -> PromoRef:
             raise LoyaltyError(Codigo.CAMPO_REQUERIDO, f"{campo}: vacío")
         if _DIGITS.fullmatch(text):
             number = int(text)
-            return PromoRef(number if number <= _INT32_MAX else None, text)
+            return PromoRef(number if number <= INT32_MAX else None, text)
         return PromoRef(None, text)
     if isinstance(value, float) and not value.is_integer():
         raise LoyaltyError(Codigo.SOLICITUD_INVALIDA, f"{campo}: el id debe ser un entero")
     number = int(value)
-    if not 1 <= number <= _INT32_MAX:
+    if not 1 <= number <= INT32_MAX:
         raise LoyaltyError(Codigo.PROMO_NO_ENCONTRADA, f"{campo}: no existe la promoción {number}")
     return PromoRef(number, None)
 

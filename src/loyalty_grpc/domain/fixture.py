@@ -50,6 +50,7 @@ from loyalty_grpc.domain.fans import (
     new_fan_id,
     normalize_email,
 )
+from loyalty_grpc.domain.integers import INT32_MAX, INT32_MIN
 from loyalty_grpc.domain.keys import Modo, mode_of, require_well_formed
 from loyalty_grpc.domain.permissions import Permiso, parse_permisos
 from loyalty_grpc.domain.programs import check_qr_url, parse_tasa, program_id
@@ -66,8 +67,6 @@ from loyalty_grpc.domain.promos import (
 from loyalty_grpc.domain.text import multi_line, single_line
 
 # The store's Integer/BigInteger columns are read as int32 by the API (DESIGN.md §3).
-_INT32_MIN = -2_147_483_648
-_INT32_MAX = 2_147_483_647
 _FIELD_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
@@ -420,7 +419,7 @@ class _Obj:
             return default
         if isinstance(raw, bool) or not isinstance(raw, int):
             _fail(self.at(name), f"debe ser un número entero, no {_type_name(raw)}")
-        if not _INT32_MIN <= raw <= _INT32_MAX:
+        if not INT32_MIN <= raw <= INT32_MAX:
             _fail(self.at(name), f"{raw} fuera de rango")
         return _domain(rule, raw, self.at(name), show=True)
 

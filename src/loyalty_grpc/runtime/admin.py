@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -53,9 +52,8 @@ def add_admin_commands(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--data-dir",
-        type=Path,
-        default=Path(os.environ.get("LOYALTY_DATA_DIR", ".loyalty")),
-        help=f"where `{command('up')}` keeps admin_token (when LOYALTY_ADMIN_TOKEN is unset)",
+        help=f"where `{command('up')}` keeps admin_token (when LOYALTY_ADMIN_TOKEN is unset; "
+        "env LOYALTY_DATA_DIR, default .loyalty)",
     )
     parser.add_argument(
         "--timeout",
@@ -259,12 +257,13 @@ def _programa(parser: argparse.ArgumentParser, *, fan: bool = False) -> None:
 
 def run_admin(args: argparse.Namespace, settings: Settings) -> int:
     """Run the parsed `admin` command; 0 on success, 1 on an error (printed as one line)."""
-    token = settings.configured_admin_token() or read_admin_token(args.data_dir)
+    settings = settings.with_flags(data_dir=args.data_dir)  # checked like LOYALTY_DATA_DIR
+    token = settings.configured_admin_token() or read_admin_token(settings.data_dir)
     if not token:
         return _fail(
             Codigo.NO_AUTENTICADO.value,
             "falta el token de administración: LOYALTY_ADMIN_TOKEN, LOYALTY_ADMIN_TOKEN_FILE o "
-            f"{admin_token_path(args.data_dir)}",
+            f"{admin_token_path(settings.data_dir)}",
         )
     call: Call = args.admin_call
     metadata = (("authorization", f"Bearer {token}"),)

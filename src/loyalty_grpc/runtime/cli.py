@@ -290,7 +290,7 @@ def _run(args: argparse.Namespace, settings: Settings) -> int:  # noqa: PLR0911 
     if args.command == "migrate":
         from loyalty_grpc.runtime.up import migrate_command
 
-        return migrate_command(settings.data_dir)
+        return migrate_command(settings.data_dir, settings.database_url)
     if args.command == "status":
         from loyalty_grpc.runtime.status import status_command
 
@@ -298,7 +298,7 @@ def _run(args: argparse.Namespace, settings: Settings) -> int:  # noqa: PLR0911 
     if args.command == "wallet":
         from loyalty_grpc.runtime.wallet import send_command
 
-        return send_command(settings.data_dir, batch=args.batch)
+        return send_command(settings.data_dir, settings.database_url, batch=args.batch)
     if args.command == "gateway":
         return _gateway(args, settings)
     from loyalty_grpc.runtime.admin import run_admin

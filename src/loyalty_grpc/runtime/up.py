@@ -37,8 +37,8 @@ def _serve_admin_token(settings: Settings) -> str:
     return token
 
 
-def migrate_command(data_dir: Path) -> int:
-    db = open_database(data_dir)
+def migrate_command(data_dir: Path, database_url: str | None) -> int:
+    db = open_database(data_dir, database_url)
     try:
         migrate.upgrade(db.url)
         say(f"database at revision {migrate.current(db.url)}")
@@ -66,7 +66,7 @@ def up(settings: Settings, *, demo: bool) -> int:
     data_dir.mkdir(parents=True, exist_ok=True)
     admin_token = _up_admin_token(settings)
     tls_files = settings.tls_files()  # checked before anything starts
-    db = open_database(data_dir)
+    db = open_database(data_dir, settings.database_url)
     try:
         migrate.upgrade(db.url)
         demo_banner = demo_lines(load_demo(db.url)) if demo else []

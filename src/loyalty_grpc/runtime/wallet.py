@@ -50,10 +50,10 @@ def start_sender(engine: Engine, settings: WalletSettings) -> WalletSender:
     return sender
 
 
-def send_command(data_dir: Path, *, batch: int | None = None) -> int:
+def send_command(data_dir: Path, database_url: str | None, *, batch: int | None = None) -> int:
     """`loyalty wallet send`: run the sender until nothing is due, print what it did."""
     settings = load_settings()
-    db = open_database(data_dir)
+    db = open_database(data_dir, database_url)
     try:
         require_usable_schema(db.url)  # the rule `loyalty serve` applies (runtime/schema.py)
     except BaseException:

@@ -38,6 +38,7 @@ from sqlalchemy import (
 
 from loyalty_grpc.domain.errors import Codigo, LoyaltyError
 from loyalty_grpc.domain.fans import canonical_fan_id
+from loyalty_grpc.domain.integers import INT32_MAX
 from loyalty_grpc.domain.keys import Modo
 from loyalty_grpc.domain.programs import program_id
 from loyalty_grpc.domain.text import single_line
@@ -50,7 +51,7 @@ from loyalty_grpc.store.uow import UnitOfWork
 # Largest manual adjustment, either way (keeps balances far from BIGINT overflow).
 AJUSTE_MAX = 1_000_000_000
 # ventas.id is an INTEGER.
-FOLIO_MAX = 2**31 - 1
+FOLIO_MAX = INT32_MAX
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,6 @@ from sqlalchemy.types import Text
 
 from loyalty_grpc.domain.caller import Caller
 from loyalty_grpc.domain.errors import Codigo, LoyaltyError
-from loyalty_grpc.domain.keys import Modo
 from loyalty_grpc.domain.promos import EstadoCodigo
 from loyalty_grpc.domain.redeem import (
     Copia,
@@ -104,7 +103,7 @@ def redeem_code(engine: Engine, caller: Caller, codigo: str, burn: Burn) -> Rede
             BurnValues(
                 programa=caller.programa_id,
                 codigo=texto,
-                vivo=caller.modo is Modo.VIVO,
+                vivo=caller.earns_points,
                 clave_id=caller.clave_id,
                 terminal=burn.terminal,
                 ts=burn.ts,
@@ -126,7 +125,7 @@ def redeem_code(engine: Engine, caller: Caller, codigo: str, burn: Burn) -> Rede
         duplicado=not nuevo,
         promo=row.promo,
         correo=row.correo,
-        puntos_otorgados=row.puntos_canje if nuevo and caller.modo is Modo.VIVO else 0,
+        puntos_otorgados=row.puntos_canje if nuevo and caller.earns_points else 0,
     )
 
 
@@ -219,7 +218,7 @@ def _redeem(
         )
         if sorted(done) != sorted(ids):  # the rows are locked: cannot happen
             raise LoyaltyError(Codigo.ERROR_INTERNO, "canje: el estado cambió bajo bloqueo")
-    live = caller.modo is Modo.VIVO
+    live = caller.earns_points
     if live:
         move_many(
             conn,

@@ -18,11 +18,11 @@ from loyalty_grpc.domain.amounts import points_for
 from loyalty_grpc.domain.caller import Caller
 from loyalty_grpc.domain.errors import Codigo, LoyaltyError
 from loyalty_grpc.domain.fan_ref import FanRef, not_found
-from loyalty_grpc.domain.keys import Modo
+from loyalty_grpc.domain.integers import INT32_MAX
 from loyalty_grpc.store.sale import SaleRow, SaleValues, insert_sale, original_sale
 
 # Responses carry points as int32 (DESIGN.md §3).
-MAX_PUNTOS = 2**31 - 1
+MAX_PUNTOS = INT32_MAX
 
 
 @dataclass(frozen=True)
@@ -47,7 +47,7 @@ class SaleResult:
 
 
 def _points(caller: Caller, centavos: int) -> int:
-    if caller.modo is not Modo.VIVO:
+    if not caller.earns_points:
         return 0
     puntos = points_for(centavos, caller.tasa_puntos)
     if puntos > MAX_PUNTOS:

@@ -28,6 +28,8 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects.postgresql import ARRAY
 
+from loyalty_grpc.domain.programs import MONEDA_POR_OMISION
+
 metadata = MetaData(
     naming_convention={
         "ix": "ix_%(table_name)s_%(column_0_N_name)s",
@@ -52,7 +54,7 @@ programas = Table(
     # Points per peso, exact decimal.
     Column("tasa_puntos", Numeric(12, 6), nullable=False),
     Column("qr_url", Text, nullable=False, server_default=""),
-    Column("moneda", Text, nullable=False, server_default="MXN"),
+    Column("moneda", Text, nullable=False, server_default=MONEDA_POR_OMISION),
     _now(),
     CheckConstraint("tasa_puntos >= 0", name="tasa_no_negativa"),
 )

@@ -33,12 +33,12 @@ from google.auth.credentials import TokenState
 from google.auth.transport.requests import Request
 from google.oauth2 import service_account
 
+from loyalty_grpc.domain.integers import INT32_MAX, INT32_MIN
 from loyalty_grpc.wallet.providers import FanPass, WalletDeliveryError
 
 SCOPE = "https://www.googleapis.com/auth/wallet_object.issuer"
 DEFAULT_API = "https://walletobjects.googleapis.com"
 # Google's loyaltyPoints.balance.int is a 32-bit integer.
-_INT32_MAX = 2**31 - 1
 # Answers that no retry of the same balance can fix: malformed (400), no such object:
 # the fan has no pass (404), gone (410). Everything else (401 after a refresh, 403, 408,
 # 429, 5xx, network errors) is retried: it is a configuration or service problem that
@@ -102,7 +102,7 @@ class GoogleWalletProvider:
         return f"{self.issuer_id}.{object_suffix(fan.programa_id, fan.fan_id)}"
 
     def deliver(self, fan: FanPass, saldo: int) -> None:
-        if not -_INT32_MAX - 1 <= saldo <= _INT32_MAX:
+        if not INT32_MIN <= saldo <= INT32_MAX:
             raise WalletDeliveryError(
                 f"balance {saldo} does not fit Google's 32-bit points", permanent=True
             )
