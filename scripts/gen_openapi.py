@@ -35,7 +35,6 @@ from google.api import annotations_pb2
 from google.protobuf.descriptor import Descriptor, FieldDescriptor, MethodDescriptor
 
 from loyalty_grpc.api.requests import MAX_ID_EXTERNO, MAX_LABEL
-from loyalty_grpc.api.roster import LIMITE_DEFAULT, LIMITE_MAX
 from loyalty_grpc.domain.amounts import MAX_CENTAVOS
 from loyalty_grpc.domain.codes import MAX_CODE_LENGTH, MAX_CODES_PER_CALL
 from loyalty_grpc.domain.errors import CATALOGO, Codigo
@@ -45,6 +44,7 @@ from loyalty_grpc.domain.permissions import REQUIRED, Permiso
 from loyalty_grpc.domain.programs import MONEDA_POR_OMISION
 from loyalty_grpc.domain.promos import EstadoCodigo, EstadoFan, EstadoPromo
 from loyalty_grpc.domain.redeem import MAX_CODIGOS
+from loyalty_grpc.domain.roster import LIMITE_DEFAULT, LIMITE_MAX
 from loyalty_grpc.domain.timestamps import EPOCH_MS_DESDE, MIN_TS
 from loyalty_grpc.gen.loyalty.v1 import pos_service_pb2
 

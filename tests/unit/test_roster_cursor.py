@@ -13,8 +13,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from loyalty_grpc.api.roster import LIMITE_DEFAULT, LIMITE_MAX, _desde, parse_limite
+from loyalty_grpc.api.roster import _desde
 from loyalty_grpc.domain.errors import Codigo, LoyaltyError
+from loyalty_grpc.domain.roster import LIMITE_DEFAULT, LIMITE_MAX, parse_limite
 from loyalty_grpc.domain.roster_cursor import (
     CURSOR_LENGTH,
     MAX_POSITION,

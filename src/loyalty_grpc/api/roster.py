@@ -5,65 +5,29 @@ GET carries `desde` and `limite` as query-string text (proto strings); the POST 
 carries them as JSON values with the contract's types (`desde` string or number, `limite`
 a number: a JSON text there is solicitud_invalida). Both end in the same rules: blank
 `desde` means a new snapshot; a number is never a cursor this service issued
-(cursor_invalido); `limite` defaults to 500, above 2000 is served as 2000, below 1 or not
-an integer is solicitud_invalida."""
+(cursor_invalido); `limite` as domain/roster.py rules (default 500, at most 2000)."""
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 
 from loyalty_grpc.api.requests import strings, values
 from loyalty_grpc.domain.errors import Codigo, LoyaltyError
 from loyalty_grpc.domain.json_value import JsonValue, json_type_name
 from loyalty_grpc.domain.promos import EstadoFan
+from loyalty_grpc.domain.roster import limite_invalido, parse_limite
 from loyalty_grpc.domain.timestamps import format_iso_utc
 from loyalty_grpc.gen.loyalty.v1 import pos_service_pb2 as pb
 from loyalty_grpc.services.roster import RosterPage
 
-LIMITE_DEFAULT = 500
-LIMITE_MAX = 2000
 _FIELDS = ("desde", "limite")
-_INTEGER = re.compile(r"[+-]?[0-9]+(?:\.0*)?")
 
 
 @dataclass(frozen=True)
 class RosterQuery:
     desde: str | None
     limite: int
-
-
-def _bad_limite(problema: str) -> LoyaltyError:
-    return LoyaltyError(
-        Codigo.SOLICITUD_INVALIDA,
-        f"limite: {problema}; debe ser un entero de 1 a {LIMITE_MAX} "
-        f"(por omisión {LIMITE_DEFAULT})",
-    )
-
-
-def parse_limite(value: JsonValue) -> int:
-    """The page size: None -> the default; over the maximum -> the maximum."""
-    if value is None:
-        return LIMITE_DEFAULT
-    if isinstance(value, bool) or not isinstance(value, int | float | str):
-        raise _bad_limite(f"llegó {json_type_name(value)}")
-    shown = str(value).strip()[:40]
-    if isinstance(value, str):
-        if not _INTEGER.fullmatch(value.strip()):
-            raise _bad_limite(f"{shown!r} no es un número entero")
-        number = int(Decimal(value.strip()))
-    else:
-        try:
-            exact = Decimal(value)
-        except InvalidOperation:
-            raise _bad_limite(f"{shown} no es un número entero") from None
-        if not exact.is_finite() or exact != exact.to_integral_value():
-            raise _bad_limite(f"{shown} no es un número entero")
-        number = int(exact)
-    if number < 1:
-        raise _bad_limite(f"{shown} es menor que 1")
-    return min(number, LIMITE_MAX)
 
 
 def _desde(value: JsonValue) -> str | None:
@@ -93,7 +57,7 @@ def query_of_post(request: pb.RosterPostRequest) -> RosterQuery:
     """POST /api/v1/roster with {"desde": …, "limite": …}."""
     given = values(request, _FIELDS)
     if isinstance(given["limite"], str):
-        raise _bad_limite("llegó un texto (en el cuerpo JSON es un número)")
+        raise limite_invalido("llegó un texto (en el cuerpo JSON es un número)")
     return RosterQuery(desde=_desde(given["desde"]), limite=parse_limite(given["limite"]))
 
 

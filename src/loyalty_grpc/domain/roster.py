@@ -1,0 +1,50 @@
+"""The roster's page size (`limite`), one rule for both bindings (GET query-string text,
+POST JSON values): absent -> 500; above 2000 -> served as 2000; below 1, or not an
+integer (a JSON number with an integral value, or its text), -> solicitud_invalida."""
+
+from __future__ import annotations
+
+import re
+from decimal import Decimal, InvalidOperation
+
+from loyalty_grpc.domain.errors import Codigo, LoyaltyError
+from loyalty_grpc.domain.json_value import JsonValue, json_type_name
+
+LIMITE_DEFAULT = 500
+LIMITE_MAX = 2000
+_INTEGER = re.compile(r"[+-]?[0-9]+(?:\.0*)?")
+
+
+def limite_invalido(problema: str) -> LoyaltyError:
+    return LoyaltyError(
+        Codigo.SOLICITUD_INVALIDA,
+        f"limite: {problema}; debe ser un entero de 1 a {LIMITE_MAX} "
+        f"(por omisión {LIMITE_DEFAULT})",
+    )
+
+
+def parse_limite(value: JsonValue) -> int:
+    """The page size: None -> the default; over the maximum -> the maximum."""
+    if value is None:
+        return LIMITE_DEFAULT
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        raise limite_invalido(f"llegó {json_type_name(value)}")
+    shown = str(value).strip()[:40]
+    if isinstance(value, str):
+        if not _INTEGER.fullmatch(value.strip()):
+            raise limite_invalido(f"{shown!r} no es un número entero")
+        number = int(Decimal(value.strip()))
+    else:
+        try:
+            exact = Decimal(value)
+        except InvalidOperation:
+            raise limite_invalido(f"{shown} no es un número entero") from None
+        if not exact.is_finite() or exact != exact.to_integral_value():
+            raise limite_invalido(f"{shown} no es un número entero")
+        number = int(exact)
+    if number < 1:
+        raise limite_invalido(f"{shown} es menor que 1")
+    return min(number, LIMITE_MAX)
+
+
+__all__ = ["LIMITE_DEFAULT", "LIMITE_MAX", "limite_invalido", "parse_limite"]
