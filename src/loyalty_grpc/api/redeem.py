@@ -17,6 +17,7 @@ from loyalty_grpc.domain.caller import Caller
 from loyalty_grpc.domain.errors import CATALOGO
 from loyalty_grpc.domain.fan_ref import one_of
 from loyalty_grpc.domain.json_value import JsonValue
+from loyalty_grpc.domain.promos import EstadoCodigo
 from loyalty_grpc.domain.timestamps import parse_ts
 from loyalty_grpc.gen.loyalty.v1 import pos_service_pb2 as pb
 from loyalty_grpc.services.redeem import (
@@ -27,7 +28,7 @@ from loyalty_grpc.services.redeem import (
     redeem_codes,
 )
 
-ESTADO = "canjeado"
+ESTADO = EstadoCodigo.CANJEADO.value
 
 
 def _burn(request: pb.RedeemRequest, now: datetime) -> Burn:

@@ -25,6 +25,7 @@ from grpc_status import rpc_status
 
 from loyalty_grpc.domain.codes import MAX_CODES_PER_CALL, code_batch, split_code_stream
 from loyalty_grpc.domain.errors import Codigo, LoyaltyError
+from loyalty_grpc.domain.promos import EstadoPromo
 from loyalty_grpc.gen.loyalty.v1 import backoffice_service_pb2 as pb
 from loyalty_grpc.gen.loyalty.v1 import backoffice_service_pb2_grpc as pb_grpc
 from loyalty_grpc.runtime.admin_token import admin_token_path, read_admin_token
@@ -157,7 +158,7 @@ def _fan_commands(sub: _Sub[argparse.ArgumentParser]) -> None:
 
 
 def _promo_commands(sub: _Sub[argparse.ArgumentParser]) -> None:
-    estados = ["activa", "pausada", "terminada"]
+    estados = [estado.value for estado in EstadoPromo]
     p = _command(sub, "create", _promo_create, "create a promotion")
     _programa(p)
     p.add_argument("nombre")

@@ -8,6 +8,8 @@ transaction.
 
 from __future__ import annotations
 
+from enum import StrEnum
+
 from sqlalchemy import (
     BigInteger,
     CheckConstraint,
@@ -28,7 +30,16 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects.postgresql import ARRAY
 
+from loyalty_grpc.domain.keys import Modo
 from loyalty_grpc.domain.programs import MONEDA_POR_OMISION
+from loyalty_grpc.domain.promos import EstadoCodigo, EstadoFan, EstadoPromo
+
+
+def _one_of(column: str, values: type[StrEnum]) -> str:
+    """A CHECK that `column` holds one of the enum's values (the domain's states)."""
+    quoted = ", ".join(f"'{value.value}'" for value in values)
+    return f"{column} IN ({quoted})"
+
 
 metadata = MetaData(
     naming_convention={
@@ -73,7 +84,7 @@ claves = Table(
     Column("sufijo", Text, nullable=False),
     _now(),
     Column("revocada", DateTime(timezone=True)),
-    CheckConstraint("modo IN ('vivo', 'prueba')", name="modo"),
+    CheckConstraint(_one_of("modo", Modo), name="modo"),
 )
 
 fans = Table(
@@ -90,7 +101,7 @@ fans = Table(
     Column("qr_token", Text, nullable=False),
     # Balance cache; always the sum of the fan's movimientos.
     Column("puntos", BigInteger, nullable=False, server_default="0"),
-    Column("estado", Text, nullable=False, server_default="activo"),
+    Column("estado", Text, nullable=False, server_default=EstadoFan.ACTIVO.value),
     Column("baja_en", DateTime(timezone=True)),
     Column("baja_motivo", Text),
     _now(),
@@ -109,7 +120,7 @@ fans = Table(
     Column(
         "cambio_seq", BigInteger, nullable=False, server_default=text("nextval('fans_cambio_seq')")
     ),
-    CheckConstraint("estado IN ('activo', 'baja')", name="estado"),
+    CheckConstraint(_one_of("estado", EstadoFan), name="estado"),
     CheckConstraint("(estado = 'baja') = (baja_en IS NOT NULL)", name="baja_en"),
     CheckConstraint(
         "fan_id = upper(fan_id) AND fan_id !~ '\\s' AND fan_id <> ''", name="fan_id_canonico"
@@ -129,12 +140,12 @@ promos = Table(
     Column("programa_id", Text, ForeignKey("programas.id"), nullable=False),
     Column("nombre", Text, nullable=False),
     Column("descripcion", Text, nullable=False, server_default=""),
-    Column("estado", Text, nullable=False, server_default="activa"),
+    Column("estado", Text, nullable=False, server_default=EstadoPromo.ACTIVA.value),
     Column("vigencia_fin", Date, nullable=False),
     # What a live burn of one of its codes credits to the code's fan.
     Column("puntos_canje", Integer, nullable=False, server_default="0"),
     _now(),
-    CheckConstraint("estado IN ('activa', 'pausada', 'terminada')", name="estado"),
+    CheckConstraint(_one_of("estado", EstadoPromo), name="estado"),
     CheckConstraint("puntos_canje >= 0", name="puntos_canje"),
     Index("uq_promos_programa_nombre", "programa_id", func.lower(text("nombre")), unique=True),
 )
@@ -148,7 +159,7 @@ codigos = Table(
     Column("programa_id", Text, ForeignKey("programas.id"), nullable=False),
     # Upper case, trimmed.
     Column("codigo", Text, nullable=False),
-    Column("estado", Text, nullable=False, server_default="disponible"),
+    Column("estado", Text, nullable=False, server_default=EstadoCodigo.DISPONIBLE.value),
     # The fan the code was delivered to (asignado, canjeado, and liberado after delivery).
     Column("fan_pk", BigInteger, ForeignKey("fans.pk")),
     Column("asignado_en", DateTime(timezone=True)),
@@ -160,7 +171,7 @@ codigos = Table(
     Column("canje_registrado", DateTime(timezone=True)),
     Column("liberado_en", DateTime(timezone=True)),
     _now(),
-    CheckConstraint("estado IN ('disponible', 'asignado', 'canjeado', 'liberado')", name="estado"),
+    CheckConstraint(_one_of("estado", EstadoCodigo), name="estado"),
     CheckConstraint(
         "estado NOT IN ('asignado', 'canjeado') OR fan_pk IS NOT NULL", name="fan_si_entregado"
     ),
@@ -190,7 +201,7 @@ ventas = Table(
     Column("clave_id", BigInteger, ForeignKey("claves.id"), nullable=False),
     _now(),
     Column("anulada_en", DateTime(timezone=True)),
-    CheckConstraint("modo IN ('vivo', 'prueba')", name="modo"),
+    CheckConstraint(_one_of("modo", Modo), name="modo"),
     CheckConstraint("importe_centavos >= 0", name="importe"),
     Index("uq_ventas_programa_modo_id_externo", "programa_id", "modo", "id_externo", unique=True),
 )
