@@ -1,79 +1,55 @@
-"""One interceptor at the edge of every RPC:
+"""The edge of every RPC: one gRPC interceptor that runs, per call, these steps in this
+order, each with one job and its own module:
 
-- POS calls: `Authorization: Bearer <key>` -> the key's program, mode and permissions
-  (domain/keys.py, the cached lookup), the permission table (domain/permissions.py);
-- back-office calls: the admin token;
-- POS calls, right after the key is known (before the permission check, so every
-  authenticated call counts): the per-key call limit (services/rate_limit.py). Over it:
-  demasiadas_llamadas with Retry-After/RetryInfo. The IETF RateLimit fields
-  (`ratelimit-policy`, `ratelimit`) go out as initial metadata on success and as trailing
-  metadata on errors: an error must stay trailers-only for the Lua envelope filter, so no
-  initial metadata is sent before the outcome is known;
-- every LoyaltyError -> gRPC status + ErrorInfo (api/errors.py); a lost database ->
-  servicio_no_disponible; anything else -> error_interno without internals. The HTTP
-  envelope metadata (`x-http-status`, `x-envelope`) goes only to calls that carry the
-  gateway mark `x-loyalty-gateway: 1` (api/gateway_protocol.py), which Envoy sets on every
-  request it forwards: native gRPC callers get the status and ErrorInfo alone. The mark is
-  looked up only when a call fails (successful calls do no extra work).
+1. failures (api/failures.py) wraps everything below: whatever a step or the method
+   raises becomes the call's answer (a status with ErrorInfo; the envelope metadata only
+   for calls through the gateway);
+2. authentication (api/authentication.py): a POS call's bearer key -> its Caller; a
+   back-office call's admin token;
+3. the caller is known from here on (api/context.py), so that even a 429 or a 403 is
+   logged with its key (api/observability.py listens);
+4. the call limit (api/call_limit.py), POS calls only: over it, demasiadas_llamadas; the
+   RateLimit metadata goes out with the answer, whatever it is;
+5. permissions (domain/permissions.py): the operation must be one the key may call;
+6. the method itself.
+
+One interceptor rather than one per step: a gRPC interceptor costs every call a
+handler lookup and a wrapper, and a cashier waits for every call. Handlers are built once
+per method.
 """
 
 from __future__ import annotations
 
-import hmac
-import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import grpc
-import psycopg
-from google.protobuf.message import Message
-from sqlalchemy import exc as sa_exc
 
+from loyalty_grpc.api.authentication import AdminToken, PosKeys
+from loyalty_grpc.api.call_limit import admit
+from loyalty_grpc.api.call_metadata import Metadata
 from loyalty_grpc.api.context import reset_caller, set_caller
-from loyalty_grpc.api.errors import to_grpc_status
-from loyalty_grpc.api.gateway_protocol import GATEWAY_MARK_KEY, GATEWAY_MARK_VALUE
+from loyalty_grpc.api.failures import abort, failure_of
 from loyalty_grpc.api.key_cache import KeyCache
-from loyalty_grpc.api.requests import reject_nul
-from loyalty_grpc.domain import keys, permissions
-from loyalty_grpc.domain.errors import Codigo, LoyaltyError
+from loyalty_grpc.domain import permissions
 from loyalty_grpc.services.rate_limit import RateLimiter
-
-log = logging.getLogger(__name__)
 
 POS_SERVICE = "loyalty.v1.PosService"
 BACKOFFICE_SERVICE = "loyalty.v1.BackofficeService"
 
 Behavior = Callable[[object, grpc.ServicerContext], object]
-Metadata = list[tuple[str, str]]
-# A guarded behaviour also gets the call's list of extra trailing metadata for errors.
+# A guarded behaviour also gets the call's list of extra metadata (sent with the answer).
 Guarded = Callable[[object, grpc.ServicerContext, Metadata], object]
-RATELIMIT_POLICY_KEY = "ratelimit-policy"
-RATELIMIT_KEY = "ratelimit"
 if TYPE_CHECKING:  # grpc-stubs make it generic; the runtime class is not subscriptable
     Handler = grpc.RpcMethodHandler[object, object]
-
-# Errors that mean "the database is not there right now": safe for the client to retry.
-# (The hot paths use the psycopg connection directly: store/autocommit.py.)
-_UNAVAILABLE = (
-    sa_exc.OperationalError,
-    sa_exc.InterfaceError,
-    sa_exc.DisconnectionError,
-    sa_exc.TimeoutError,
-    psycopg.OperationalError,
-    psycopg.InterfaceError,
-)
-# PostgreSQL (or psycopg) refused a value.
-_BAD_VALUE = (sa_exc.DataError, psycopg.DataError)
 
 
 class EdgeInterceptor(grpc.ServerInterceptor):  # type: ignore[type-arg]
     def __init__(
         self, keys_cache: KeyCache, admin_token: str, limiter: RateLimiter | None = None
     ) -> None:
-        if not admin_token:
-            raise ValueError("the admin token must not be empty")
-        self._keys = keys_cache
-        self._admin_token = admin_token.encode()
+        self._pos_keys = PosKeys(keys_cache)
+        self._admin = AdminToken(admin_token)
         self._limiter = limiter
         # grpc asks for every call's handler: ours are built once per method.
         self._handlers: dict[str, Handler] = {}
@@ -97,7 +73,7 @@ class EdgeInterceptor(grpc.ServerInterceptor):  # type: ignore[type-arg]
         else:
             return handler
         self._handlers[method] = grpc.unary_unary_rpc_method_handler(
-            _mapping_errors(guarded, method),
+            _answering_failures(guarded, method),
             request_deserializer=handler.request_deserializer,
             response_serializer=handler.response_serializer,
         )
@@ -105,26 +81,11 @@ class EdgeInterceptor(grpc.ServerInterceptor):  # type: ignore[type-arg]
 
     def _pos(self, operation: str, behavior: Behavior) -> Guarded:
         def guarded(request: object, context: grpc.ServicerContext, extra: Metadata) -> object:
-            token = keys.bearer_token(_metadata(context, "authorization"))
-            caller = self._keys.get(token) if keys.mode_of(token) else None
-            if caller is None:
-                raise LoyaltyError(Codigo.CLAVE_INVALIDA, "la clave no existe o fue revocada")
-            # Known from here on, so that even a 429 or a 403 is logged with its key.
+            caller = self._pos_keys.caller(context)
             reset = set_caller(caller)
             try:
                 if self._limiter is not None:
-                    cuota = self._limiter.take(caller.clave_id)
-                    extra += [
-                        (RATELIMIT_POLICY_KEY, cuota.policy_header()),
-                        (RATELIMIT_KEY, cuota.header()),
-                    ]
-                    if not cuota.admitida:
-                        raise LoyaltyError(
-                            Codigo.DEMASIADAS_LLAMADAS,
-                            f"más de {cuota.limit} llamadas en 60 s con esta clave; "
-                            f"reintente en {cuota.retry_after} s",
-                            retry_after=cuota.retry_after,
-                        )
+                    admit(self._limiter, caller, extra)
                 permissions.check(operation, caller.permisos)
                 response = behavior(request, context)
             finally:
@@ -138,57 +99,19 @@ class EdgeInterceptor(grpc.ServerInterceptor):  # type: ignore[type-arg]
 
     def _backoffice(self, behavior: Behavior) -> Guarded:
         def guarded(request: object, context: grpc.ServicerContext, _: Metadata) -> object:
-            token = keys.bearer_token(_metadata(context, "authorization"))
-            if not hmac.compare_digest(token.encode(), self._admin_token):
-                raise LoyaltyError(Codigo.CLAVE_INVALIDA, "el token de administración no es válido")
+            self._admin.check(context)
             return behavior(request, context)
 
         return guarded
 
 
-def _metadata(context: grpc.ServicerContext, name: str) -> str | None:
-    for key, value in context.invocation_metadata():
-        if key == name:
-            return value if isinstance(value, str) else value.decode("latin-1")
-    return None
-
-
-def _mapping_errors(behavior: Guarded, method: str) -> Behavior:
-    def mapped(request: object, context: grpc.ServicerContext) -> object:
+def _answering_failures(behavior: Guarded, method: str) -> Behavior:
+    def answered(request: object, context: grpc.ServicerContext) -> object:
         extra: Metadata = []
         try:
             return behavior(request, context, extra)
-        except LoyaltyError as error:
-            failure = error
-        except _BAD_VALUE:
-            # PostgreSQL refused a value; a NUL character is the one the rules of each
-            # field leave to it (api/requests.reject_nul names the field).
-            failure = _nul_error(request) or _internal(method)
-        except _UNAVAILABLE:
-            log.warning("database unavailable during %s", method, exc_info=True)
-            failure = LoyaltyError(
-                Codigo.SERVICIO_NO_DISPONIBLE, "la base de datos no responde; reintente"
-            )
-        except Exception:
-            failure = _internal(method)
-        for_gateway = _metadata(context, GATEWAY_MARK_KEY) == GATEWAY_MARK_VALUE
-        context.abort_with_status(to_grpc_status(failure, tuple(extra), for_gateway=for_gateway))
-        raise AssertionError("unreachable: abort_with_status raises")
+        except Exception as error:
+            failure = failure_of(error, request, method)
+        return abort(context, failure, extra)
 
-    return mapped
-
-
-def _internal(method: str) -> LoyaltyError:
-    """error_interno for the exception being handled, logged whole (not sent)."""
-    log.exception("unexpected error in %s", method)
-    return LoyaltyError(Codigo.ERROR_INTERNO, "")
-
-
-def _nul_error(request: object) -> LoyaltyError | None:
-    if not isinstance(request, Message):
-        return None
-    try:
-        reject_nul(request)
-    except LoyaltyError as error:
-        return error
-    return None
+    return answered
