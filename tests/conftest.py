@@ -14,8 +14,11 @@ import psycopg
 import pytest
 from sqlalchemy import Engine
 
+from loyalty_grpc.runtime.envoy_config import TlsFiles
 from loyalty_grpc.runtime.postgres import Database, start_embedded
+from loyalty_grpc.runtime.settings import GrpcTls
 from loyalty_grpc.store.db import make_engine
+from tests.tls_certs import install_pair, make_ca, make_server_cert
 
 _counter = itertools.count()
 
@@ -56,6 +59,29 @@ def engine(db_url: str) -> Iterator[Engine]:
     eng = make_engine(db_url, pool_size=5)
     yield eng
     eng.dispose()
+
+
+@pytest.fixture
+def pair(tmp_path: Path) -> TlsFiles:
+    """A server certificate and its key, signed by a new CA, as the gateway's HTTPS files."""
+    certs = tmp_path / "certs"
+    certs.mkdir()
+    tls = TlsFiles(cert=certs / "server.pem", key=certs / "server.key")
+    install_pair(make_server_cert(make_ca()), tls.cert, tls.key)
+    return tls
+
+
+@pytest.fixture
+def grpc_tls(tmp_path: Path) -> GrpcTls:
+    """Envoy's client certificate, its key and the CA of the servers (mutual TLS)."""
+    folder = tmp_path / "grpc-tls"
+    folder.mkdir()
+    ca = make_ca("grpc CA")
+    tls = GrpcTls(
+        cert=folder / "envoy.pem", key=folder / "envoy.key", ca=ca.write(folder / "ca.pem")
+    )
+    install_pair(make_server_cert(ca, client=True), tls.cert, tls.key)
+    return tls
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

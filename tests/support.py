@@ -1,7 +1,9 @@
-"""Helpers shared by the tests that talk to real servers."""
+"""Helpers shared by more than one test module (most of them for the tests that talk to real
+servers)."""
 
 from __future__ import annotations
 
+import bisect
 import socket
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -15,9 +17,13 @@ from grpc_status import rpc_status
 from sqlalchemy import Engine, insert, select
 
 from loyalty_grpc.domain.errors import Codigo, LoyaltyError
+from loyalty_grpc.domain.rate_limit import WINDOW_SECONDS
 from loyalty_grpc.gen.loyalty.v1 import backoffice_service_pb2 as bo
 from loyalty_grpc.gen.loyalty.v1 import backoffice_service_pb2_grpc as bo_grpc
 from loyalty_grpc.store.tables import fans, metadata
+
+ADMIN_TOKEN = "integration-admin-token-0123456789"
+"""The back-office token of the integration tests' `server` (tests/integration/conftest.py)."""
 
 
 def free_port() -> int:
@@ -122,24 +128,6 @@ def fails(engine: Engine, codigo: Codigo, *in_detalle: str) -> Iterator[None]:
     assert snapshot(engine) == before
 
 
-@contextmanager
-def grpc_server(db_url: str, admin_token: str, **settings: Any) -> Iterator[grpc.Channel]:
-    """A real server (build_server) on a free port with the integration tests' usual
-    settings (no key cache, 4 threads) or `settings`, and a channel to it; stopped after."""
-    from loyalty_grpc.api.server import ServerSettings, build_server
-
-    options: dict[str, Any] = {"key_cache_seconds": 0, "max_workers": 4, **settings}
-    server = build_server(
-        ServerSettings(database_url=db_url, admin_token=admin_token, port=0, **options)
-    )
-    server.start()
-    try:
-        with grpc.insecure_channel(f"127.0.0.1:{server.port}") as channel:
-            yield channel
-    finally:
-        server.stop()
-
-
 def insert_fan(engine: Engine, programa: str, prefix: str, n: int) -> int:
     """A fan row straight into the table (`{prefix}{n:04d}`, unique e-mail and QR token);
     its primary key."""
@@ -158,3 +146,12 @@ def insert_fan(engine: Engine, programa: str, prefix: str, n: int) -> int:
                 .returning(fans.c.pk)
             ).scalar_one()
         )
+
+
+def max_in_any_window(admitted: list[float]) -> int:
+    """The most admitted calls in any half-open interval [a, a + 60): it is enough to
+    start intervals at admitted calls."""
+    best = 0
+    for i, a in enumerate(admitted):
+        best = max(best, bisect.bisect_left(admitted, a + WINDOW_SECONDS) - i)
+    return best

@@ -15,8 +15,6 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator
 from concurrent import futures
-from types import SimpleNamespace
-from typing import cast
 
 import grpc
 import httpx
@@ -32,7 +30,7 @@ from loyalty_grpc.domain.errors import CATALOGO, Codigo
 from loyalty_grpc.gen.loyalty.v1 import pos_service_pb2, pos_service_pb2_grpc
 from loyalty_grpc.runtime.envoy import EnvoyProcess
 from tests.e2e.conftest import Stack
-from tests.e2e.test_header_fuzz import h2c
+from tests.e2e.support import h2c
 from tests.support import free_port
 
 PROGRAM = "marca"
@@ -141,9 +139,9 @@ def test_every_forwarded_http1_request_carries_exactly_the_mark(
 def test_every_forwarded_h2c_request_carries_exactly_the_mark(
     recorded_gateway: EnvoyProcess, recording: Recording, sent: list[tuple[bytes, bytes]]
 ) -> None:
-    # h2c() of the header fuzz test needs only the port of the stack it is given.
-    target = cast(Stack, SimpleNamespace(envoy_port=recorded_gateway.http_port))
-    answer = h2c(target, "lp_prueba_" + "x" * 24, [(n.lower(), v) for n, v in sent])
+    answer = h2c(
+        recorded_gateway.http_port, "lp_prueba_" + "x" * 24, [(n.lower(), v) for n, v in sent]
+    )
     assert answer["ok"] is True
     assert recording.last() == [GATEWAY_MARK_VALUE]
 

@@ -19,13 +19,13 @@ from __future__ import annotations
 
 import json
 import socket
-import struct
 
 import httpx
 import pytest
 
 from loyalty_grpc.domain.errors import CATALOGO, Codigo
 from tests.e2e.conftest import Stack
+from tests.e2e.support import TIMEOUT, h2c
 
 PROGRAM = "cabeceras"
 FAN = "CAB0001"
@@ -38,7 +38,6 @@ FANS: list[dict[str, object]] = [
         "qr_token": "CabQr01",
     },
 ]
-TIMEOUT = 10.0
 
 # (name, value) added to an authenticated GET /api/v1/ping, one request each.
 NASTY_HEADERS: list[tuple[bytes, bytes]] = [
@@ -155,93 +154,6 @@ def request(
     return b"\r\n".join(lines) + b"\r\n\r\n" + body
 
 
-# ---------------------------------------------------------------- h2c, raw
-
-_DATA, _HEADERS, _RST_STREAM, _SETTINGS, _GOAWAY = 0x0, 0x1, 0x3, 0x4, 0x7
-_END_STREAM, _END_HEADERS, _ACK = 0x1, 0x4, 0x1
-_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
-
-
-def _hpack_int(value: int) -> bytes:
-    """An HPACK integer with a 7-bit prefix (string lengths, no Huffman)."""
-    if value < 0x7F:
-        return bytes([value])
-    out, value = [0x7F], value - 0x7F
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    return bytes([*out, value])
-
-
-def _block(fields: list[tuple[bytes, bytes]]) -> bytes:
-    """Literal header fields without indexing: the client's HPACK table stays empty."""
-    return b"".join(b"\x00" + _hpack_int(len(n)) + n + _hpack_int(len(v)) + v for n, v in fields)
-
-
-def _frame(kind: int, flags: int, stream: int, payload: bytes) -> bytes:
-    return (
-        struct.pack(">I", len(payload))[1:]
-        + bytes([kind, flags])
-        + struct.pack(">I", stream)
-        + payload
-    )
-
-
-def h2c(
-    stack: Stack,
-    key: str,
-    headers: list[tuple[bytes, bytes]],
-    *,
-    path: bytes = b"/api/v1/ping",
-    body: bytes | None = None,
-    trailers: list[tuple[bytes, bytes]] | None = None,
-) -> dict[str, object]:
-    """One request on a new prior-knowledge HTTP/2 connection; the JSON it answered."""
-    fields = [
-        (b":method", b"GET" if body is None else b"POST"),
-        (b":scheme", b"http"),
-        (b":authority", b"pos.example"),
-        (b":path", path),
-        (b"authorization", b"Bearer " + key.encode()),
-        *headers,
-    ]
-    if body is not None:
-        fields.append((b"content-type", b"application/json"))
-    ends_with_headers = body is None and trailers is None
-    out = (
-        _PREFACE
-        + _frame(_SETTINGS, 0, 0, b"")
-        + _frame(
-            _HEADERS, _END_HEADERS | (_END_STREAM if ends_with_headers else 0), 1, _block(fields)
-        )
-    )
-    if body is not None:
-        out += _frame(_DATA, 0 if trailers else _END_STREAM, 1, body)
-    if trailers is not None:
-        out += _frame(_HEADERS, _END_HEADERS | _END_STREAM, 1, _block(trailers))
-    with socket.create_connection(("127.0.0.1", stack.envoy_port), timeout=TIMEOUT) as sock:
-        sock.sendall(out)
-        received, answer, done = b"", b"", False
-        while not done:
-            chunk = sock.recv(65536)
-            assert chunk, "Envoy closed the connection"
-            received += chunk
-            while len(received) >= 9 and len(received) >= 9 + int.from_bytes(received[:3]):
-                length = int.from_bytes(received[:3])
-                kind, flags = received[3], received[4]
-                stream = int.from_bytes(received[5:9]) & 0x7FFFFFFF
-                payload, received = received[9 : 9 + length], received[9 + length :]
-                assert kind not in (_RST_STREAM, _GOAWAY), (kind, payload)
-                if kind == _SETTINGS and not flags & _ACK:
-                    sock.sendall(_frame(_SETTINGS, _ACK, 0, b""))
-                if stream == 1 and kind == _DATA:
-                    answer += payload
-                if stream == 1 and kind in (_DATA, _HEADERS) and flags & _END_STREAM:
-                    done = True
-    decoded: dict[str, object] = json.loads(answer)
-    return decoded
-
-
 def server_side(answer: dict[str, object]) -> bool:
     """Whether an answer's envelope is a 5xx of the catalogue."""
     if answer.get("ok") is True:
@@ -284,7 +196,7 @@ def test_nasty_headers_never_get_a_5xx_and_ping_still_answers(
         (b"x|y", b"1"),
         (b"x-valor", b"\xff"),
     ]:
-        if server_side(answer := h2c(stack, key, [(name, value)])):
+        if server_side(answer := h2c(stack.envoy_port, key, [(name, value)])):
             failures.append(f"h2 {name!r}: {value!r} -> {answer}")
     for trailers in (
         [(b"x|y", b"1")],
@@ -293,7 +205,9 @@ def test_nasty_headers_never_get_a_5xx_and_ping_still_answers(
         [(b"grpc-encoding", b"zz")],
         [(b"x-normal", b"1")],
     ):
-        answer = h2c(stack, key, [], path=b"/api/v1/fan/resolve", body=BODY, trailers=trailers)
+        answer = h2c(
+            stack.envoy_port, key, [], path=b"/api/v1/fan/resolve", body=BODY, trailers=trailers
+        )
         if server_side(answer) or answer.get("ok") is not True:
             failures.append(f"h2 trailers {trailers!r} -> {answer}")
     assert failures == []
@@ -303,7 +217,7 @@ def test_nasty_headers_never_get_a_5xx_and_ping_still_answers(
     response = http.get("/api/v1/ping", headers={"Authorization": f"Bearer {key}"})
     assert response.status_code == 200, response.text
     assert response.json()["ok"] is True
-    assert h2c(stack, key, [])["ok"] is True
+    assert h2c(stack.envoy_port, key, [])["ok"] is True
     status, body = http1(stack, request(key, [(b"x-trazas-bin", b"QUJG")]))
     assert status == 200, body
 

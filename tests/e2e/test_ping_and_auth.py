@@ -11,34 +11,11 @@ import httpx
 import pytest
 
 from loyalty_grpc.api.errors import envelope
-from loyalty_grpc.domain.errors import CATALOGO, Codigo, LoyaltyError
+from loyalty_grpc.domain.errors import Codigo, LoyaltyError
 from loyalty_grpc.gen.loyalty.v1 import backoffice_service_pb2 as bo
 from loyalty_grpc.gen.loyalty.v1 import backoffice_service_pb2_grpc as bo_grpc
 from tests.e2e.conftest import ALL, Stack
-
-
-def auth(key: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {key}"}
-
-
-def assert_clean_headers(response: httpx.Response) -> None:
-    assert response.headers["content-type"] == "application/json"
-    leaked = [h for h in response.headers if h.startswith(("grpc-", "x-envelope", "x-http"))]
-    assert leaked == []
-
-
-def assert_error(response: httpx.Response, codigo: Codigo) -> dict[str, str]:
-    entrada = CATALOGO[codigo]
-    assert response.status_code == entrada.http, response.text
-    assert_clean_headers(response)
-    assert response.content.startswith(
-        b'{"ok":false,"error":{"codigo":"' + codigo.value.encode() + b'","mensaje":'
-    )
-    body = response.json()
-    assert list(body) == ["ok", "error"]
-    assert list(body["error"]) == ["codigo", "mensaje", "detalle"]
-    assert body["error"]["mensaje"] == entrada.mensaje
-    return dict(body["error"])
+from tests.e2e.support import assert_clean_headers, assert_error, auth
 
 
 def test_post_ping_live_key(stack: Stack, http: httpx.Client):

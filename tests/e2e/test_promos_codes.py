@@ -16,7 +16,7 @@ from loyalty_grpc.domain.errors import Codigo
 from loyalty_grpc.gen.loyalty.v1 import backoffice_service_pb2 as bo
 from loyalty_grpc.store.tables import codigos
 from tests.e2e.conftest import Stack
-from tests.e2e.test_ping_and_auth import assert_error, auth
+from tests.e2e.support import assert_error, auth
 
 PROGRAM = "pcod"
 OTHER = "pcod2"

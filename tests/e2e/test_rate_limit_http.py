@@ -21,7 +21,7 @@ from loyalty_grpc.runtime.envoy import EnvoyProcess
 from loyalty_grpc.services.fixtures import apply_fixture
 from loyalty_grpc.store.db import make_engine
 from loyalty_grpc.store.migrate import upgrade
-from tests.e2e.test_ping_and_auth import assert_error, auth
+from tests.e2e.support import assert_error, auth
 from tests.support import free_port
 
 LIMIT = 5

@@ -20,7 +20,7 @@ from loyalty_grpc.gen.loyalty.v1 import pos_service_pb2 as pb
 from loyalty_grpc.gen.loyalty.v1 import pos_service_pb2_grpc as pb_grpc
 from loyalty_grpc.store.tables import claves, codigos, fans, movimientos, promos
 from tests.e2e.conftest import Stack
-from tests.e2e.test_ping_and_auth import assert_error, auth
+from tests.e2e.support import assert_error, auth
 
 P = "red"
 OTRO = "red2"

@@ -8,7 +8,7 @@ import pytest
 
 from loyalty_grpc.domain.errors import Codigo
 from tests.e2e.conftest import Stack
-from tests.e2e.test_ping_and_auth import assert_error, auth
+from tests.e2e.support import assert_error, auth
 
 FANS: list[dict[str, object]] = [
     {

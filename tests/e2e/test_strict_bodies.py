@@ -22,7 +22,7 @@ from sqlalchemy import ColumnElement, Table, func, select
 from loyalty_grpc.domain.errors import Codigo
 from loyalty_grpc.store.tables import codigos, fans, movimientos, ventas
 from tests.e2e.conftest import Stack
-from tests.e2e.test_ping_and_auth import assert_error, auth
+from tests.e2e.support import assert_error, auth
 
 P = "estricto"
 _ids = itertools.count()

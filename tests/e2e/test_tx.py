@@ -16,7 +16,7 @@ from loyalty_grpc.domain.errors import Codigo
 from loyalty_grpc.store.tables import fans, movimientos, ventas, wallet_entregas
 from loyalty_grpc.wallet import LocalProvider, send_pending
 from tests.e2e.conftest import Stack
-from tests.e2e.test_ping_and_auth import assert_error, auth
+from tests.e2e.support import assert_error, auth
 
 # Rate 100 points per peso: puntos_otorgados == the amount in cents, so every amount
 # format can be checked through the response.

@@ -4,66 +4,30 @@ readable output, --json, one-line errors with the catalogue's codigo, exit codes
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
 from sqlalchemy import Engine, insert, select
 
-from loyalty_grpc.api.server import GrpcServer, ServerSettings, build_server
 from loyalty_grpc.runtime.admin_token import ensure_admin_token
-from loyalty_grpc.runtime.cli import build_parser
-from loyalty_grpc.runtime.settings import Settings
 from loyalty_grpc.store.tables import codigos
+from tests.support import ADMIN_TOKEN, free_port
 from tests.support import cli_failed as failed
 from tests.support import cli_ok as ok
-from tests.support import free_port
-
-TOKEN = "cli-admin-token-abcdefghijklmnopqrstuvwxyz"
 
 
-@pytest.fixture(scope="module")
-def server(db_url: str) -> Iterator[GrpcServer]:
-    srv = build_server(
-        ServerSettings(
-            database_url=db_url, admin_token=TOKEN, port=0, key_cache_seconds=0, max_workers=4
-        )
-    )
-    srv.start()
-    yield srv
-    srv.stop()
-
-
-@pytest.fixture
-def admin(server: GrpcServer, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]):
-    monkeypatch.setenv("LOYALTY_ADMIN_TOKEN", TOKEN)
-
-    def run(*argv: str, target: str | None = None) -> tuple[int, str, str]:
-        args = build_parser().parse_args(
-            ["admin", "--target", target or f"127.0.0.1:{server.port}", *argv]
-        )
-        from loyalty_grpc.runtime.admin import run_admin
-
-        code = run_admin(args, Settings.from_env(wallet=False))
-        out, err = capsys.readouterr()
-        return code, out, err
-
-    return run
-
-
-def test_program_key_fan_promo_code_flow(admin, engine: Engine):
-    out = ok(admin("programs", "upsert", "cli", "--nombre", "Club CLI", "--tasa", "0.1"))
+def test_program_key_fan_promo_code_flow(admin_cli, engine: Engine):
+    out = ok(admin_cli("programs", "upsert", "cli", "--nombre", "Club CLI", "--tasa", "0.1"))
     assert "creado: sí" in out
     assert "id=cli" in out
     assert "tasa_puntos=0.1" in out
     assert "creado: no" in ok(
-        admin("programs", "upsert", "cli", "--nombre", "Club CLI", "--tasa", "0.100")
+        admin_cli("programs", "upsert", "cli", "--nombre", "Club CLI", "--tasa", "0.100")
     )
-    assert 'nombre="Club CLI"' in ok(admin("programs", "list"))
+    assert 'nombre="Club CLI"' in ok(admin_cli("programs", "list"))
 
     issued = json.loads(
         ok(
-            admin(
+            admin_cli(
                 "keys",
                 "issue",
                 "-p",
@@ -79,14 +43,14 @@ def test_program_key_fan_promo_code_flow(admin, engine: Engine):
     )
     assert issued["clave"].startswith("lp_vivo_")
     assert issued["key"]["permisos"] == ["fan:leer", "tx:escribir", "roster:leer"]
-    listed = ok(admin("keys", "list", "-p", "cli"))
+    listed = ok(admin_cli("keys", "list", "-p", "cli"))
     assert issued["clave"] not in listed
     assert f"sufijo={issued['clave'][-4:]}" in listed
-    revoked = ok(admin("--json", "keys", "revoke", str(issued["key"]["id"])))
+    revoked = ok(admin_cli("--json", "keys", "revoke", str(issued["key"]["id"])))
     assert json.loads(revoked)["key"]["revocada"].endswith("Z")
 
     out = ok(
-        admin(
+        admin_cli(
             "fans",
             "register",
             "-p",
@@ -103,18 +67,18 @@ def test_program_key_fan_promo_code_flow(admin, engine: Engine):
     assert "id=CLI1" in out
     assert 'nombre="Ana Pérez"' in out
     assert "estado=activo" in out
-    out = ok(admin("fans", "update", "-p", "cli", "CLI1", "--temporadas", "3"))
+    out = ok(admin_cli("fans", "update", "-p", "cli", "CLI1", "--temporadas", "3"))
     assert "temporadas=3" in out
     assert "correo=ana@example.com" in out
-    assert "estado=baja" in ok(admin("fans", "baja", "-p", "cli", "CLI1", "--motivo", "pide"))
-    assert "estado=activo" in ok(admin("fans", "reactivate", "-p", "cli", "CLI1"))
-    fan = json.loads(ok(admin("fans", "get", "-p", "cli", "cli1", "--json")))["fan"]
+    assert "estado=baja" in ok(admin_cli("fans", "baja", "-p", "cli", "CLI1", "--motivo", "pide"))
+    assert "estado=activo" in ok(admin_cli("fans", "reactivate", "-p", "cli", "CLI1"))
+    fan = json.loads(ok(admin_cli("fans", "get", "-p", "cli", "cli1", "--json")))["fan"]
     assert (fan["id"], fan["temporadas"], fan["baja_en"]) == ("CLI1", 3, "")
-    assert "puntos=0" in ok(admin("fans", "get", "-p", "cli", "CLI1"))
+    assert "puntos=0" in ok(admin_cli("fans", "get", "-p", "cli", "CLI1"))
 
     promo = json.loads(
         ok(
-            admin(
+            admin_cli(
                 "--json",
                 "promos",
                 "create",
@@ -130,17 +94,19 @@ def test_program_key_fan_promo_code_flow(admin, engine: Engine):
     )
     promo_id = promo["promo"]["id"]
     assert "estado=pausada" in ok(
-        admin("promos", "update", "-p", "cli", str(promo_id), "--estado", "pausada")
+        admin_cli("promos", "update", "-p", "cli", str(promo_id), "--estado", "pausada")
     )
     with engine.begin() as conn:
         conn.execute(insert(codigos).values(promo_id=promo_id, programa_id="cli", codigo="CLI-1"))
     out = ok(
-        admin("codes", "assign", "-p", "cli", "--promo", str(promo_id), "cli-1", "--fan", "CLI1")
+        admin_cli(
+            "codes", "assign", "-p", "cli", "--promo", str(promo_id), "cli-1", "--fan", "CLI1"
+        )
     )
     assert "estado=asignado" in out
     assert "fan=CLI1" in out
     assert "estado=liberado" in ok(
-        admin("codes", "release", "-p", "cli", "--promo", str(promo_id), "CLI-1")
+        admin_cli("codes", "release", "-p", "cli", "--promo", str(promo_id), "CLI-1")
     )
     with engine.connect() as conn:
         assert (
@@ -148,13 +114,13 @@ def test_program_key_fan_promo_code_flow(admin, engine: Engine):
             == "liberado"
         )
     line = failed(
-        admin("codes", "release", "-p", "cli", "--promo", str(promo_id), "CLI-1"),
+        admin_cli("codes", "release", "-p", "cli", "--promo", str(promo_id), "CLI-1"),
         "transicion_invalida",
     )
     assert "liberado" in line
 
 
-def test_apply_fixture(admin, tmp_path: Path):
+def test_apply_fixture(admin_cli, tmp_path: Path):
     fixture = tmp_path / "f.json"
     fixture.write_text(
         json.dumps(
@@ -178,22 +144,22 @@ def test_apply_fixture(admin, tmp_path: Path):
             }
         )
     )
-    out = ok(admin("apply", str(fixture)))
+    out = ok(admin_cli("apply", str(fixture)))
     assert "entidad=programas" in out
-    again = json.loads(ok(admin("apply", str(fixture), "--json")))
+    again = json.loads(ok(admin_cli("apply", str(fixture), "--json")))
     assert all(c["creados"] == 0 and c["actualizados"] == 0 for c in again["counts"])
-    failed(admin("apply", str(tmp_path / "missing.json")), "solicitud_invalida")
+    failed(admin_cli("apply", str(tmp_path / "missing.json")), "solicitud_invalida")
     fixture.write_text("{")
-    failed(admin("apply", str(fixture)), "fixture_invalido")
+    failed(admin_cli("apply", str(fixture)), "fixture_invalido")
 
 
-def test_errors_are_one_line_with_the_codigo(admin, monkeypatch, tmp_path):
-    failed(admin("fans", "get", "-p", "nadie", "X"), "programa_no_encontrado")
-    ok(admin("programs", "upsert", "cli2", "--nombre", "Dos", "--tasa", "1"))
-    line = failed(admin("fans", "get", "-p", "cli2", "nope"), "fan_no_encontrado")
+def test_errors_are_one_line_with_the_codigo(admin_cli, monkeypatch, tmp_path):
+    failed(admin_cli("fans", "get", "-p", "nadie", "X"), "programa_no_encontrado")
+    ok(admin_cli("programs", "upsert", "cli2", "--nombre", "Dos", "--tasa", "1"))
+    line = failed(admin_cli("fans", "get", "-p", "cli2", "nope"), "fan_no_encontrado")
     assert "NOPE" in line
     failed(
-        admin(
+        admin_cli(
             "fans",
             "register",
             "-p",
@@ -209,20 +175,22 @@ def test_errors_are_one_line_with_the_codigo(admin, monkeypatch, tmp_path):
         "solicitud_invalida",
     )
     failed(
-        admin("keys", "issue", "-p", "cli2", "--integracion", "C", "--permisos", "x:y"),
+        admin_cli("keys", "issue", "-p", "cli2", "--integracion", "C", "--permisos", "x:y"),
         "permiso_desconocido",
     )
-    failed(admin("keys", "revoke", "987654"), "clave_no_encontrada")
-    failed(admin("programs", "list", target=f"127.0.0.1:{free_port()}"), "servicio_no_disponible")
+    failed(admin_cli("keys", "revoke", "987654"), "clave_no_encontrada")
+    failed(
+        admin_cli("programs", "list", target=f"127.0.0.1:{free_port()}"), "servicio_no_disponible"
+    )
     monkeypatch.setenv("LOYALTY_ADMIN_TOKEN", "wrong-token")
-    failed(admin("programs", "list"), "clave_invalida")
+    failed(admin_cli("programs", "list"), "clave_invalida")
 
 
-def test_token_from_the_data_dir(admin, monkeypatch, tmp_path):
+def test_token_from_the_data_dir(admin_cli, monkeypatch, tmp_path):
     monkeypatch.delenv("LOYALTY_ADMIN_TOKEN")
-    line = failed(admin("--data-dir", str(tmp_path), "programs", "list"), "no_autenticado")
+    line = failed(admin_cli("--data-dir", str(tmp_path), "programs", "list"), "no_autenticado")
     assert str(tmp_path / "admin_token") in line
     ensure_admin_token(tmp_path)  # a token the server does not know
-    failed(admin("--data-dir", str(tmp_path), "programs", "list"), "clave_invalida")
-    (tmp_path / "admin_token").write_text(TOKEN + "\n")
-    assert "id=" in ok(admin("--data-dir", str(tmp_path), "programs", "list"))
+    failed(admin_cli("--data-dir", str(tmp_path), "programs", "list"), "clave_invalida")
+    (tmp_path / "admin_token").write_text(ADMIN_TOKEN + "\n")
+    assert "id=" in ok(admin_cli("--data-dir", str(tmp_path), "programs", "list"))

@@ -6,51 +6,22 @@ from __future__ import annotations
 
 import io
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from sqlalchemy import Engine, func, select
 
-from loyalty_grpc.api.server import GrpcServer, ServerSettings, build_server
-from loyalty_grpc.runtime.cli import build_parser
-from loyalty_grpc.runtime.settings import Settings
 from loyalty_grpc.services import fans, programs, promos
 from loyalty_grpc.store.tables import codigos
 
-TOKEN = "cli-codes-admin-token-abcdefghijklmnopq"
 P = "clic"
 
 
-@pytest.fixture(scope="module")
-def server(db_url: str, engine: Engine) -> Iterator[GrpcServer]:
+@pytest.fixture(scope="module", autouse=True)
+def club(engine: Engine) -> None:
+    """The program and a fan, there before the module's server starts."""
     programs.upsert_program(engine, P, "Club Códigos", "0.1")
     fans.register_fan(engine, P, "CC01", nombre="Ana", correo="cc01@example.com", socio_desde=2020)
-    srv = build_server(
-        ServerSettings(
-            database_url=db_url, admin_token=TOKEN, port=0, key_cache_seconds=0, max_workers=4
-        )
-    )
-    srv.start()
-    yield srv
-    srv.stop()
-
-
-@pytest.fixture
-def admin(server: GrpcServer, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]):
-    monkeypatch.setenv("LOYALTY_ADMIN_TOKEN", TOKEN)
-
-    def run(*argv: str, tty: bool = False) -> tuple[int, str, str]:
-        args = build_parser().parse_args(["admin", "--target", f"127.0.0.1:{server.port}", *argv])
-        from loyalty_grpc.runtime.admin import run_admin
-
-        if tty:
-            monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
-        code = run_admin(args, Settings.from_env(wallet=False))
-        out, err = capsys.readouterr()
-        return code, out, err
-
-    return run
 
 
 _names = iter(range(1, 1000))
@@ -87,12 +58,12 @@ def write_codes(path: Path, codes: list[str]) -> None:
     path.write_bytes(("\ufeff" + "\r\n".join(lines) + "\r\n").encode())
 
 
-def test_import_twice_second_adds_nothing(admin, engine, tmp_path):
+def test_import_twice_second_adds_nothing(admin_cli, engine, tmp_path):
     promo_id = new_promo(engine)
     unique = [f"imp-{i:05d}" for i in range(12_000)]
     path = tmp_path / "codes.txt"
     write_codes(path, unique + [c.upper() for c in unique[:1500]])  # 13,500 entries
-    code, out, err = admin("codes", "import", "--programa", P, str(promo_id), str(path))
+    code, out, err = admin_cli("codes", "import", "--programa", P, str(promo_id), str(path))
     assert code == 0, err
     # 3 calls (5000 + 5000 + 3500): without a terminal one line at the end
     assert err.splitlines() == [err.strip()]
@@ -108,20 +79,20 @@ def test_import_twice_second_adds_nothing(admin, engine, tmp_path):
         )
     assert stored == {c.upper() for c in unique}
 
-    code, out, err = admin("codes", "import", "-p", P, str(promo_id), str(path))
+    code, out, err = admin_cli("codes", "import", "-p", P, str(promo_id), str(path))
     assert code == 0, err
     assert summary(out)[1] == 0
     assert summary(out)[2] == summary(out)[0]
     assert count(engine, promo_id) == 12_000
 
 
-def test_a_failing_chunk_stops_the_import_and_running_again_resumes(admin, engine, tmp_path):
+def test_a_failing_chunk_stops_the_import_and_running_again_resumes(admin_cli, engine, tmp_path):
     promo_id = new_promo(engine)
     codes = [f"R{i:05d}" for i in range(12_000)]
     broken = [*codes[:7000], "X" * 70, *codes[7000:]]
     path = tmp_path / "broken.txt"
     path.write_text("\n".join(broken), encoding="utf-8")
-    code, out, err = admin("codes", "import", "-p", P, str(promo_id), str(path))
+    code, out, err = admin_cli("codes", "import", "-p", P, str(promo_id), str(path))
     assert (code, out) == (1, "")
     *progress, error = err.splitlines()
     assert progress == ["leídos 5000  agregados 5000  duplicados 0  (" + progress[0].split("(")[1]]
@@ -132,33 +103,33 @@ def test_a_failing_chunk_stops_the_import_and_running_again_resumes(admin, engin
     assert count(engine, promo_id) == 5000
 
     path.write_text("\n".join(codes), encoding="utf-8")  # fixed: run it again
-    code, out, err = admin("codes", "import", "-p", P, str(promo_id), str(path))
+    code, out, err = admin_cli("codes", "import", "-p", P, str(promo_id), str(path))
     assert code == 0, err
     assert summary(out) == (12_000, 7000, 5000)
     assert count(engine, promo_id) == 12_000
 
 
-def test_server_errors_say_what_was_saved(admin, engine, tmp_path):
+def test_server_errors_say_what_was_saved(admin_cli, engine, tmp_path):
     path = tmp_path / "few.txt"
     path.write_text("A1 A2 A3", encoding="utf-8")
-    code, out, err = admin("codes", "import", "-p", P, "999999", str(path))
+    code, out, err = admin_cli("codes", "import", "-p", P, "999999", str(path))
     assert (code, out) == (1, "")
     assert err.startswith("error: promo_no_encontrada: ")
     assert "los 0 códigos leídos antes" in err
     ended = new_promo(engine, estado="terminada")
-    code, _, err = admin("codes", "import", "-p", P, str(ended), str(path))
+    code, _, err = admin_cli("codes", "import", "-p", P, str(ended), str(path))
     assert err.splitlines()[-1].startswith("error: promo_no_admite_codigos: ")
     path.write_bytes(b"A1 \xff\xfe A2")
-    code, _, err = admin("codes", "import", "-p", P, str(new_promo(engine)), str(path))
+    code, _, err = admin_cli("codes", "import", "-p", P, str(new_promo(engine)), str(path))
     assert err.splitlines()[-1].startswith("error: solicitud_invalida: el archivo no es UTF-8")
-    code, _, err = admin("codes", "import", "-p", P, "1", str(tmp_path / "missing.txt"))
+    code, _, err = admin_cli("codes", "import", "-p", P, "1", str(tmp_path / "missing.txt"))
     assert (code, err.splitlines()[-1].split(":")[:2]) == (1, ["error", " solicitud_invalida"])
 
 
-def test_import_from_stdin_with_progress_on_a_terminal(admin, engine, monkeypatch):
+def test_import_from_stdin_with_progress_on_a_terminal(admin_cli, engine, monkeypatch):
     promo_id = new_promo(engine)
     monkeypatch.setattr(sys, "stdin", io.StringIO(" ".join(f"s{i}" for i in range(11_000))))
-    code, out, err = admin("codes", "import", "-p", P, str(promo_id), "-", tty=True)
+    code, out, err = admin_cli("codes", "import", "-p", P, str(promo_id), "-", tty=True)
     assert code == 0, err
     assert summary(out) == (11_000, 11_000, 0)
     updates = err.split("\r")[1:]
@@ -168,24 +139,24 @@ def test_import_from_stdin_with_progress_on_a_terminal(admin, engine, monkeypatc
     assert err.count("\n") == 1
 
 
-def test_empty_file_imports_nothing(admin, engine, tmp_path):
+def test_empty_file_imports_nothing(admin_cli, engine, tmp_path):
     path = tmp_path / "empty.txt"
     path.write_text(" ,\n;", encoding="utf-8")
-    code, out, _ = admin("codes", "import", "-p", P, str(new_promo(engine)), str(path))
+    code, out, _ = admin_cli("codes", "import", "-p", P, str(new_promo(engine)), str(path))
     assert code == 0
     assert summary(out) == (0, 0, 0)
 
 
-def test_next_code(admin, engine, tmp_path):
+def test_next_code(admin_cli, engine, tmp_path):
     promo_id = new_promo(engine)
     path = tmp_path / "two.txt"
     path.write_text("N-2\nN-1\n", encoding="utf-8")
-    assert admin("codes", "import", "-p", P, str(promo_id), str(path))[0] == 0
-    code, out, err = admin("codes", "next", "-p", P, "--promo", str(promo_id), "--fan", "cc01")
+    assert admin_cli("codes", "import", "-p", P, str(promo_id), str(path))[0] == 0
+    code, out, err = admin_cli("codes", "next", "-p", P, "--promo", str(promo_id), "--fan", "cc01")
     assert (code, err) == (0, "")
     assert out == f"promo_id={promo_id}  codigo=N-1  estado=asignado  fan=CC01\n"
-    admin("codes", "next", "-p", P, "--promo", str(promo_id), "--fan", "CC01")
-    code, out, err = admin("codes", "next", "-p", P, "--promo", str(promo_id), "--fan", "CC01")
+    admin_cli("codes", "next", "-p", P, "--promo", str(promo_id), "--fan", "CC01")
+    code, out, err = admin_cli("codes", "next", "-p", P, "--promo", str(promo_id), "--fan", "CC01")
     assert (code, out) == (1, "")
     assert err.startswith("error: codigo_no_encontrado: ")
     assert "no tiene códigos disponibles" in err

@@ -4,48 +4,17 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 
 import pytest
 from sqlalchemy import Engine, func, insert, select
 
-from loyalty_grpc.api.server import GrpcServer, ServerSettings, build_server
-from loyalty_grpc.runtime.cli import build_parser
-from loyalty_grpc.runtime.settings import Settings
+from loyalty_grpc.api.server import GrpcServer
 from loyalty_grpc.store.ledger import Motivo, move_points
 from loyalty_grpc.store.tables import fans, ventas
 from tests.support import cli_failed as failed
 from tests.support import cli_ok as ok
 
-TOKEN = "cli-points-admin-token-abcdefghijklmnop"
 P = "clip"
-
-
-@pytest.fixture(scope="module")
-def server(db_url: str) -> Iterator[GrpcServer]:
-    srv = build_server(
-        ServerSettings(
-            database_url=db_url, admin_token=TOKEN, port=0, key_cache_seconds=0, max_workers=4
-        )
-    )
-    srv.start()
-    yield srv
-    srv.stop()
-
-
-@pytest.fixture
-def admin(server: GrpcServer, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]):
-    monkeypatch.setenv("LOYALTY_ADMIN_TOKEN", TOKEN)
-
-    def run(*argv: str) -> tuple[int, str, str]:
-        args = build_parser().parse_args(["admin", "--target", f"127.0.0.1:{server.port}", *argv])
-        from loyalty_grpc.runtime.admin import run_admin
-
-        code = run_admin(args, Settings.from_env(wallet=False))
-        out, err = capsys.readouterr()
-        return code, out, err
-
-    return run
 
 
 @pytest.fixture(scope="module")
@@ -87,11 +56,11 @@ def new_sale(engine: Engine, clave_id: int, fan_id: str, puntos: int, id_externo
     return folio
 
 
-def test_adjust_ledger_void_flow(admin, engine: Engine, clave_id: int):
+def test_adjust_ledger_void_flow(admin_cli, engine: Engine, clave_id: int):
     folio = new_sale(engine, clave_id, "CLIP1", 100, "T-1")
 
     out = ok(
-        admin(
+        admin_cli(
             "points",
             "adjust",
             "clip1",
@@ -109,7 +78,7 @@ def test_adjust_ledger_void_flow(admin, engine: Engine, clave_id: int):
     assert 'nota="regalo de cumpleaños"' in out
     entry = json.loads(
         ok(
-            admin(
+            admin_cli(
                 "points",
                 "adjust",
                 "CLIP1",
@@ -126,22 +95,22 @@ def test_adjust_ledger_void_flow(admin, engine: Engine, clave_id: int):
     assert (entry["puntos"], entry["saldo"], entry["motivo"]) == ("-50", "75", "ajuste")
     assert entry["creado"].endswith("Z")
     assert "saldo=70" in ok(
-        admin("points", "adjust", "CLIP1", "-p", P, "--puntos=-5", "--motivo", "x")
+        admin_cli("points", "adjust", "CLIP1", "-p", P, "--puntos=-5", "--motivo", "x")
     )
 
-    out = ok(admin("sales", "void", str(folio), "-p", P, "--motivo", "devolución"))
+    out = ok(admin_cli("sales", "void", str(folio), "-p", P, "--motivo", "devolución"))
     assert f"folio={folio}" in out
     assert "fan=CLIP1" in out
     assert "anulada=" in out
     assert "revertidos: 100" in out
     assert "ya_anulada: no" in out
     again = json.loads(
-        ok(admin("--json", "sales", "void", str(folio), "-p", P, "--motivo", "otra vez"))
+        ok(admin_cli("--json", "sales", "void", str(folio), "-p", P, "--motivo", "otra vez"))
     )
     assert (again["revertidos"], again["ya_anulada"]) == ("0", True)
     assert again["sale"]["id_externo"] == "T-1"
 
-    lines = ok(admin("fans", "ledger", "CLIP1", "-p", P)).splitlines()
+    lines = ok(admin_cli("fans", "ledger", "CLIP1", "-p", P)).splitlines()
     assert "id=CLIP1" in lines[0]
     assert "puntos=-30" in lines[0]
     assert lines[1].split() == [
@@ -163,44 +132,46 @@ def test_adjust_ledger_void_flow(admin, engine: Engine, clave_id: int):
         ["ajuste", "-5", "70", "x"],
         ["anulacion", "-100", str(folio), "-30", "devolución"],
     ]
-    ledger = json.loads(ok(admin("fans", "ledger", "CLIP1", "-p", P, "--json")))
+    ledger = json.loads(ok(admin_cli("fans", "ledger", "CLIP1", "-p", P, "--json")))
     assert [e["saldo"] for e in ledger["entries"]] == ["100", "125", "75", "70", "-30"]
     assert ledger["entries"][0]["venta"] == folio
 
 
-def test_ledger_of_a_fan_without_entries(admin, clave_id):
-    out = ok(admin("fans", "ledger", "CLIP2", "-p", P))
+def test_ledger_of_a_fan_without_entries(admin_cli, clave_id):
+    out = ok(admin_cli("fans", "ledger", "CLIP2", "-p", P))
     assert out.splitlines()[1:] == ["(sin movimientos)"]
 
 
-def test_errors_are_one_line(admin, engine, clave_id):
+def test_errors_are_one_line(admin_cli, engine, clave_id):
     line = failed(
-        admin("points", "adjust", "CLIP2", "-p", P, "--puntos", "-1", "--motivo", "x"),
+        admin_cli("points", "adjust", "CLIP2", "-p", P, "--puntos", "-1", "--motivo", "x"),
         "solicitud_invalida",
     )
     assert "saldo es 0" in line
     failed(
-        admin("points", "adjust", "CLIP2", "-p", P, "--puntos", "0", "--motivo", "x"),
+        admin_cli("points", "adjust", "CLIP2", "-p", P, "--puntos", "0", "--motivo", "x"),
         "solicitud_invalida",
     )
     failed(
-        admin("points", "adjust", "CLIP2", "-p", P, "--puntos", "5", "--motivo", " "),
+        admin_cli("points", "adjust", "CLIP2", "-p", P, "--puntos", "5", "--motivo", " "),
         "campo_requerido",
     )
     failed(
-        admin("points", "adjust", "NADIE", "-p", P, "--puntos", "5", "--motivo", "x"),
+        admin_cli("points", "adjust", "NADIE", "-p", P, "--puntos", "5", "--motivo", "x"),
         "fan_no_encontrado",
     )
-    failed(admin("fans", "ledger", "CLIP2", "-p", "nadie"), "programa_no_encontrado")
-    line = failed(admin("sales", "void", "987654", "-p", P, "--motivo", "x"), "venta_no_encontrada")
+    failed(admin_cli("fans", "ledger", "CLIP2", "-p", "nadie"), "programa_no_encontrado")
+    line = failed(
+        admin_cli("sales", "void", "987654", "-p", P, "--motivo", "x"), "venta_no_encontrada"
+    )
     assert "987654" in line
-    failed(admin("sales", "void", "0", "-p", P, "--motivo", "x"), "solicitud_invalida")
+    failed(admin_cli("sales", "void", "0", "-p", P, "--motivo", "x"), "solicitud_invalida")
     with engine.connect() as conn:
         assert conn.execute(select(fans.c.puntos).where(fans.c.fan_id == "CLIP2")).scalar_one() == 0
 
 
-def test_out_of_range_numbers_are_usage_errors(admin, capsys):
+def test_out_of_range_numbers_are_usage_errors(admin_cli, capsys):
     with pytest.raises(SystemExit) as exc:
-        admin("sales", "void", str(2**31), "-p", P, "--motivo", "x")
+        admin_cli("sales", "void", str(2**31), "-p", P, "--motivo", "x")
     assert exc.value.code == 2
     assert "fuera de rango" in capsys.readouterr().err

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import secrets
-from collections.abc import Iterator
 from typing import Any
 
 import grpc
@@ -26,17 +25,10 @@ from loyalty_grpc.gen.loyalty.v1 import backoffice_service_pb2 as bo
 from loyalty_grpc.gen.loyalty.v1 import backoffice_service_pb2_grpc as bo_grpc
 from loyalty_grpc.gen.loyalty.v1 import pos_service_pb2 as pos
 from loyalty_grpc.gen.loyalty.v1 import pos_service_pb2_grpc as pos_grpc
-from tests.support import Admin, error_info, grpc_server
+from tests.support import ADMIN_TOKEN, Admin, error_info
 
-ADMIN_TOKEN = "error-metadata-admin-token-0123456789"
 GATEWAY_ONLY = {HTTP_STATUS_KEY, ENVELOPE_KEY}
 MARK = ((GATEWAY_MARK_KEY, GATEWAY_MARK_VALUE),)
-
-
-@pytest.fixture(scope="module")
-def channel(db_url: str) -> Iterator[grpc.Channel]:
-    with grpc_server(db_url, ADMIN_TOKEN) as ch:
-        yield ch
 
 
 @pytest.fixture(scope="module")

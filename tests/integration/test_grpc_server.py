@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Iterator
+from typing import Any
 
 import grpc
 import pytest
@@ -21,16 +21,14 @@ from loyalty_grpc.gen.loyalty.v1 import backoffice_service_pb2 as bo
 from loyalty_grpc.gen.loyalty.v1 import backoffice_service_pb2_grpc as bo_grpc
 from loyalty_grpc.gen.loyalty.v1 import pos_service_pb2 as pos
 from loyalty_grpc.gen.loyalty.v1 import pos_service_pb2_grpc as pos_grpc
-from tests.support import Admin, error_info, grpc_server
+from tests.support import ADMIN_TOKEN, Admin, error_info
 
-ADMIN_TOKEN = "integration-admin-token-0123456789"
 ALL = ["fan:leer", "tx:escribir", "redeem:escribir", "codigos:escribir", "roster:leer"]
 
 
 @pytest.fixture(scope="module")
-def channel(db_url: str) -> Iterator[grpc.Channel]:
-    with grpc_server(db_url, ADMIN_TOKEN, max_workers=8, rate_limit_per_minute=1_000_000) as ch:
-        yield ch
+def server_settings() -> dict[str, Any]:
+    return {"max_workers": 8, "rate_limit_per_minute": 1_000_000}
 
 
 @pytest.fixture(scope="module")

@@ -40,9 +40,8 @@ from loyalty_grpc.gen.loyalty.v1 import pos_service_pb2 as pos
 from loyalty_grpc.gen.loyalty.v1 import pos_service_pb2_grpc as pos_grpc
 from loyalty_grpc.runtime import metrics
 from loyalty_grpc.runtime.logs import JsonFormatter
-from tests.support import Admin, error_info, free_port, grpc_server
+from tests.support import ADMIN_TOKEN, Admin, error_info, free_port
 
-ADMIN_TOKEN = "observability-admin-token-0123456789"
 PING = "loyalty.v1.PosService/Ping"
 TX = "loyalty.v1.PosService/RegisterTx"
 RESOLVE = "loyalty.v1.PosService/ResolveFan"
@@ -69,12 +68,6 @@ class Captured(logging.Handler):
 
     def calls(self) -> list[dict[str, object]]:
         return [line for line in map(json.loads, self.lines) if line["logger"] == CALLS_LOGGER]
-
-
-@pytest.fixture(scope="module")
-def channel(db_url: str) -> Iterator[grpc.Channel]:
-    with grpc_server(db_url, ADMIN_TOKEN) as ch:
-        yield ch
 
 
 @pytest.fixture(scope="module")

@@ -1,17 +1,11 @@
 """docker-compose.yml, Dockerfile and loyalty.env.example hang together (no Docker needed):
-the file is valid under the Compose specification's JSON schema (Compose v2: the copy
-vendored by check-jsonschema, offline) and under docker-compose 1.29.2's own schema (the
-version Debian 12 ships: tests/data/compose-spec-docker-compose-1.29.2.json, copied from
-its wheel), the services exist in the right order, each gets only the variables it needs,
-the files they use exist, and the ports agree with gateway/envoy.yaml."""
+the services exist in the right order, each gets only the variables it needs, the files
+they use exist, and the ports agree with gateway/envoy.yaml. The file's validity under both
+Compose schemas (check-jsonschema, a process): tests/integration/test_compose_schema.py."""
 
 from __future__ import annotations
 
-import os
-import re
 import shlex
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -20,12 +14,10 @@ import yaml
 
 from loyalty_grpc.runtime import envoy_config
 from loyalty_grpc.runtime.settings import VARIABLES
+from tests.compose_files import REFERENCE, env_file_keys, interpolate
 
 ROOT = Path(__file__).resolve().parents[2]
-COMPOSE_V1_SCHEMA = ROOT / "tests" / "data" / "compose-spec-docker-compose-1.29.2.json"
 SECRETS = ("POSTGRES_PASSWORD", "LOYALTY_ADMIN_TOKEN")
-# ${NAME}, ${NAME:-default}, ${NAME-default}, ${NAME:?message}, ${NAME?message}
-_REFERENCE = re.compile(r"\$\{([A-Z0-9_]+)(?:(:?[-?])([^}]*))?\}")
 
 
 @pytest.fixture(scope="module")
@@ -47,93 +39,6 @@ def command(service: dict[str, Any]) -> list[str]:
 
 def option(args: list[str], name: str) -> str:
     return args[args.index(name) + 1]
-
-
-def env_file_keys(path: Path) -> dict[str, str]:
-    pairs = {}
-    for line in path.read_text().splitlines():
-        if line.strip() and not line.lstrip().startswith("#"):
-            key, _, value = line.partition("=")
-            pairs[key.strip()] = value.strip()
-    return pairs
-
-
-def interpolate(text: str, values: dict[str, str]) -> str:
-    """Compose's variable substitution, as far as this file uses it."""
-
-    def one(match: re.Match[str]) -> str:
-        name, operator, argument = match.groups()
-        if values.get(name):
-            return values[name]
-        if operator and operator.endswith("?"):
-            raise AssertionError(f"{name} unset: {argument}")
-        return argument or ""
-
-    return _REFERENCE.sub(one, text.replace("$$", "\0")).replace("\0", "$")
-
-
-def check_compose_schema(path: Path, schema: str = "v2") -> subprocess.CompletedProcess[str]:
-    """check-jsonschema with the Compose v2 schema it vendors, or with docker-compose
-    1.29.2's. Offline: a proxy that refuses every connection makes any network access
-    fail."""
-    env = {
-        **os.environ,
-        "HTTP_PROXY": "http://127.0.0.1:9",
-        "HTTPS_PROXY": "http://127.0.0.1:9",
-        "NO_PROXY": "",
-    }
-    return subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "check_jsonschema",
-            *(
-                ["--builtin-schema", "vendor.compose-spec"]
-                if schema == "v2"
-                else ["--schemafile", str(COMPOSE_V1_SCHEMA)]
-            ),
-            str(path),
-        ],
-        capture_output=True,
-        text=True,
-        check=False,
-        env=env,
-        timeout=60,
-    )
-
-
-@pytest.mark.parametrize("schema", ["v2", "v1.29"])
-def test_valid_under_the_compose_specification(schema: str, tmp_path: Path) -> None:
-    result = check_compose_schema(ROOT / "docker-compose.yml", schema)
-    assert result.returncode == 0, result.stdout + result.stderr
-    # Compose validates after substituting the variables: with the example's values too.
-    example = env_file_keys(ROOT / "loyalty.env.example")
-    rendered = tmp_path / "docker-compose.yml"
-    rendered.write_text(interpolate((ROOT / "docker-compose.yml").read_text(), example))
-    result = check_compose_schema(rendered, schema)
-    assert result.returncode == 0, result.stdout + result.stderr
-
-
-@pytest.mark.parametrize("schema", ["v2", "v1.29"])
-def test_the_compose_schema_check_rejects_a_broken_file(schema: str, tmp_path: Path) -> None:
-    broken = tmp_path / "docker-compose.yml"
-    broken.write_text(
-        "services:\n  envoy:\n    image: x\n    ports: {http: 8080}\n"
-        "    depends_on: server\n    bogus: 1\n"
-    )
-    result = check_compose_schema(broken, schema)
-    assert result.returncode == 1, result.stdout + result.stderr
-    assert "bogus" in result.stdout
-
-
-def test_docker_compose_1_29_refuses_a_top_level_name(tmp_path: Path) -> None:
-    """Why the file has no `name:` (Compose v2 accepts it, 1.29 does not)."""
-    named = tmp_path / "docker-compose.yml"
-    named.write_text("name: loyalty\nservices:\n  db:\n    image: postgres:18\n")
-    assert check_compose_schema(named, "v2").returncode == 0
-    result = check_compose_schema(named, "v1.29")
-    assert result.returncode == 1
-    assert "'name' does not match any of the regexes" in result.stdout
 
 
 def test_services(services: dict[str, Any]) -> None:
@@ -197,7 +102,7 @@ def test_env_example_configures_every_service(services: dict[str, Any]) -> None:
     """Every variable the file requires (${NAME:?…}) is in the example, and the example
     names no variable the file does not use."""
     text = (ROOT / "docker-compose.yml").read_text()
-    references = _REFERENCE.findall(text)
+    references = REFERENCE.findall(text)
     required = {name for name, operator, _ in references if operator.endswith("?")}
     example = env_file_keys(ROOT / "loyalty.env.example")
     assert required == set(SECRETS)

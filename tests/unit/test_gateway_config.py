@@ -1,9 +1,10 @@
-"""gateway/envoy.yaml and gateway/envelope.lua: Envoy accepts them, the envelopes they
-produce use the error catalogue exactly, nothing routes to the back office, and every
-forwarded request carries the gateway mark of api/gateway_protocol.py; what Envoy runs (the
-file-based xDS split of the same configuration) is exactly that configuration.
+"""gateway/envoy.yaml and gateway/envelope.lua: the envelopes they produce use the error
+catalogue exactly, nothing routes to the back office, and every forwarded request carries
+the gateway mark of api/gateway_protocol.py; what Envoy runs (the file-based xDS split of
+the same configuration) is exactly that configuration.
 
-(The same behaviour over real HTTP: tests/e2e/test_gateway_errors.py; live reloads:
+(Envoy accepts them, `envoy --mode validate`: tests/integration/test_gateway_validate.py;
+the same behaviour over real HTTP: tests/e2e/test_gateway_errors.py; live reloads:
 tests/e2e/test_gateway_reload.py.)
 """
 
@@ -22,9 +23,8 @@ from google.protobuf import descriptor_pb2
 from loyalty_grpc.api.gateway_protocol import GATEWAY_MARK_KEY, GATEWAY_MARK_VALUE
 from loyalty_grpc.domain.errors import CATALOGO, Codigo
 from loyalty_grpc.runtime import envoy_config, envoy_xds
+from tests.gateway_specs import GATEWAY, gateway_copy, hcm, routes, spec
 
-ROOT = Path(__file__).resolve().parents[2]
-GATEWAY = ROOT / "gateway"
 CONFIG = GATEWAY / "envoy.yaml"
 LUA = GATEWAY / "envelope.lua"
 BACKOFFICE_PATH = "/loyalty.v1.BackofficeService/ListPrograms"
@@ -41,53 +41,12 @@ def lua() -> str:
     return LUA.read_text(encoding="utf-8")
 
 
-def hcm(config: dict[str, Any]) -> dict[str, Any]:
-    (listener,) = config["static_resources"]["listeners"]
-    (chain,) = listener["filter_chains"]
-    (network_filter,) = chain["filters"]
-    assert network_filter["name"] == "envoy.filters.network.http_connection_manager"
-    typed: dict[str, Any] = network_filter["typed_config"]
-    return typed
-
-
 def http_filter(config: dict[str, Any], name: str) -> dict[str, Any]:
     for item in hcm(config)["http_filters"]:
         if item["name"] == name:
             typed: dict[str, Any] = item["typed_config"]
             return typed
     raise AssertionError(f"no http filter {name}")
-
-
-def routes(config: dict[str, Any]) -> list[dict[str, Any]]:
-    (virtual_host,) = hcm(config)["route_config"]["virtual_hosts"]
-    found: list[dict[str, Any]] = virtual_host["routes"]
-    return found
-
-
-# ---------------------------------------------------------------- Envoy accepts it
-
-
-def test_committed_config_validates_from_the_repo_root() -> None:
-    envoy_config.validate(Path("gateway/envoy.yaml"), cwd=ROOT)
-
-
-def test_rendered_config_validates(tmp_path: Path) -> None:
-    path = envoy_config.write_config(
-        tmp_path / "envoy.yaml",
-        http_port=18080,
-        upstreams=("server:50052",),
-        admin_port=0,
-        gateway_dir=GATEWAY,
-        listen_host="127.0.0.1",
-    )
-    envoy_config.validate(path, cwd=tmp_path)  # absolute paths: any working directory works
-
-
-def test_invalid_config_raises_with_envoys_message(tmp_path: Path) -> None:
-    broken = tmp_path / "envoy.yaml"
-    broken.write_text("static_resources: {clusters: [{name: x, type: NOPE}]}\n")
-    with pytest.raises(envoy_config.EnvoyError, match="NOPE"):
-        envoy_config.validate(broken)
 
 
 def test_render_changes_only_ports_addresses_and_paths() -> None:
@@ -152,23 +111,6 @@ def test_invalid_yaml_is_an_envoy_error(tmp_path: Path) -> None:
         envoy_config.load_config(tmp_path)
 
 
-def test_every_upstream_server_is_an_endpoint_in_order(tmp_path: Path) -> None:
-    upstreams = ("10.0.0.1:50051", "server:50052", "[::1]:50053")
-    rendered = envoy_config.render_config(
-        http_port=18080, upstreams=upstreams, admin_port=0, gateway_dir=GATEWAY
-    )
-    (group,) = rendered["static_resources"]["clusters"][0]["load_assignment"]["endpoints"]
-    addresses = [lb["endpoint"]["address"]["socket_address"] for lb in group["lb_endpoints"]]
-    assert addresses == [
-        {"address": "10.0.0.1", "port_value": 50051},
-        {"address": "server", "port_value": 50052},
-        {"address": "::1", "port_value": 50053},
-    ]
-    path = tmp_path / "envoy.yaml"
-    path.write_text(yaml.safe_dump(rendered))
-    envoy_config.validate(path)
-
-
 def test_no_upstream_or_a_template_with_two_endpoints_is_refused(tmp_path: Path) -> None:
     with pytest.raises(envoy_config.EnvoyError, match="at least one upstream"):
         envoy_config.render_config(http_port=1, upstreams=(), admin_port=0, gateway_dir=GATEWAY)
@@ -208,23 +150,9 @@ def test_servers_are_health_checked_and_retries_try_another_one(
 # ---------------------------------------------------------------- what Envoy runs (xDS)
 
 
-def spec(gateway_dir: Path = GATEWAY) -> envoy_config.GatewaySpec:
-    return envoy_config.GatewaySpec(
-        http_port=18080,
-        upstreams=("server:50052",),
-        admin_port=0,
-        gateway_dir=gateway_dir,
-        listen_host="127.0.0.1",
-    )
-
-
 def without_types(resources: list[dict[str, Any]], type_url: str) -> list[dict[str, Any]]:
     assert {resource["@type"] for resource in resources} == {type_url}
     return [{k: v for k, v in resource.items() if k != "@type"} for resource in resources]
-
-
-def gateway_copy(tmp_path: Path) -> Path:
-    return Path(shutil.copytree(GATEWAY, tmp_path / "gateway"))
 
 
 def test_generation_is_the_static_config_split_for_xds(tmp_path: Path) -> None:
@@ -280,36 +208,6 @@ def test_a_changed_file_changes_the_listener_only(tmp_path: Path) -> None:
     assert len(list(work.assets.iterdir())) == 5  # both OpenAPI documents, until pruned
 
 
-def test_install_writes_what_envoy_runs(tmp_path: Path) -> None:
-    work = envoy_xds.install(spec(), tmp_path / "work")
-    generation = envoy_xds.render_generation(spec(), work)
-    assert yaml.safe_load(work.bootstrap.read_text()) == generation.bootstrap
-    assert yaml.safe_load(work.listeners.read_text()) == generation.listeners
-    assert yaml.safe_load(work.clusters.read_text()) == generation.clusters
-    assert yaml.safe_load(work.static.read_text()) == generation.static
-    envoy_config.validate(work.static)
-    assert work.load_spec() == spec()
-    assert sorted(path.name for path in work.assets.iterdir()) == sorted(
-        Path(holder[key]).name for holder, key in envoy_config.file_references(generation.static)
-    )
-    assert not [path for path in tmp_path.rglob(".*") if path.name != ".lock"]  # temp files
-
-
-def test_install_refuses_an_invalid_config_and_writes_nothing_envoy_reads(tmp_path: Path) -> None:
-    gateway = gateway_copy(tmp_path)
-    config = envoy_config.load_config(gateway)
-    routes(config)[0]["direct_response"]["status"] = 999
-    (gateway / "envoy.yaml").write_text(yaml.safe_dump(config))
-    with pytest.raises(envoy_config.EnvoyError, match=r"must be inside range") as error:
-        envoy_xds.install(spec(gateway), tmp_path / "work")
-    # Envoy prints the whole listener before the reason: the middle is left out.
-    assert "lines of the offending configuration" in str(error.value)
-    assert len(str(error.value).splitlines()) < 12
-    work = envoy_xds.WorkDir(tmp_path / "work")
-    assert not work.bootstrap.exists()
-    assert not work.listeners.exists()
-
-
 def test_bootstrap_level_dynamic_resources_are_refused(tmp_path: Path) -> None:
     gateway = gateway_copy(tmp_path)
     config = envoy_config.load_config(gateway)
@@ -317,34 +215,6 @@ def test_bootstrap_level_dynamic_resources_are_refused(tmp_path: Path) -> None:
     (gateway / "envoy.yaml").write_text(yaml.safe_dump(config))
     with pytest.raises(envoy_config.EnvoyError, match="dynamic_resources"):
         envoy_xds.render_generation(spec(gateway), envoy_xds.WorkDir(tmp_path / "work"))
-
-
-def test_check_command_validates_a_gateway_folder(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    gateway = gateway_copy(tmp_path)
-    assert envoy_xds.check_command(gateway) == 0
-    assert "OK" in capsys.readouterr().out
-    (gateway / "envelope.lua").unlink()
-    assert envoy_xds.check_command(gateway) == 1
-    assert "envelope.lua does not exist" in capsys.readouterr().out
-
-
-def test_check_command_checks_the_folder_the_running_gateway_runs(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    """Without --gateway-dir, `check` looks at what `reload` would apply: the folder of the
-    gateway started in the work dir; with no gateway there, the packaged folder."""
-    gateway = gateway_copy(tmp_path)
-    work = tmp_path / "work"
-    envoy_xds.install(spec(gateway), work)
-    assert envoy_xds.check_command(None, work) == 0
-    assert f"{gateway / 'envoy.yaml'} as the gateway in {work} runs it" in capsys.readouterr().out
-    (gateway / "envelope.lua").unlink()
-    assert envoy_xds.check_command(None, work) == 1
-    assert "envelope.lua does not exist" in capsys.readouterr().out
-    assert envoy_xds.check_command(None, tmp_path / "no-gateway") == 0
-    assert f"OK: {GATEWAY.resolve() / 'envoy.yaml'}\n" in capsys.readouterr().out
 
 
 def test_write_atomic_replaces_the_file_and_leaves_no_temporary(tmp_path: Path) -> None:

@@ -1,7 +1,7 @@
-"""gateway/openapi.json (scripts/gen_openapi.py; tests/unit/test_generated_fresh.py proves it
-is what the script writes): a valid OpenAPI 3.1 document, examples that name the demo
-program, request schemas that accept exactly what the server's parsers accept, and shapes
-client generators can type. tests/e2e/test_openapi_schemathesis.py runs it against the
+"""gateway/openapi.json (scripts/gen_openapi.py; tests/integration/test_generated_fresh.py
+proves it is what the script writes): a valid OpenAPI 3.1 document, examples that name the
+demo program, request schemas that accept exactly what the server's parsers accept, and
+shapes client generators can type. tests/e2e/test_openapi_schemathesis.py runs it against the
 stack."""
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from loyalty_grpc.domain.rate_limit import WINDOW_SECONDS, Devolucion, Ventana, settle, take
 from loyalty_grpc.services.rate_limit import SETTLE_DELAY, RateLimiter
 from loyalty_grpc.store.rate_limit import Reserva
-from tests.unit.test_rate_limit_window import max_in_any_window
+from tests.support import max_in_any_window
 
 KEY = 7
 

@@ -4,7 +4,6 @@ the spare calls outstanding are capped by the slack and settled."""
 
 from __future__ import annotations
 
-import bisect
 import math
 
 from hypothesis import given, settings
@@ -13,7 +12,6 @@ from hypothesis import strategies as st
 from loyalty_grpc.domain.rate_limit import (
     RESERVA_SLOTS,
     SLOTS,
-    WINDOW_SECONDS,
     Devolucion,
     Ventana,
     cuota,
@@ -24,6 +22,7 @@ from loyalty_grpc.domain.rate_limit import (
     slack,
     take,
 )
+from tests.support import max_in_any_window
 
 # Call times in seconds (fractions included), unsorted: sorted before replaying.
 _times = st.lists(st.floats(min_value=0, max_value=400, allow_nan=False), max_size=400)
@@ -37,15 +36,6 @@ def replay(times: list[float], limit: int) -> list[tuple[float, bool, Ventana]]:
         assert granted in (0, 1)
         out.append((t, granted == 1, ventana))
     return out
-
-
-def max_in_any_window(admitted: list[float]) -> int:
-    """The most admitted calls in any half-open interval [a, a + 60): it is enough to
-    start intervals at admitted calls."""
-    best = 0
-    for i, a in enumerate(admitted):
-        best = max(best, bisect.bisect_left(admitted, a + WINDOW_SECONDS) - i)
-    return best
 
 
 @settings(max_examples=300, deadline=None)
