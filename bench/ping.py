@@ -505,7 +505,7 @@ def running_stack(work: Path, *, server_process: bool) -> Iterator[Stack]:
     settings but the call limit raised (RATE_LIMIT), Envoy in front; all on loopback, all
     stopped on exit."""
     from loyalty_grpc.api.server import ServerSettings, build_server
-    from loyalty_grpc.runtime.envoy import EnvoyProcess
+    from loyalty_grpc.runtime.gateway.envoy import EnvoyProcess
     from loyalty_grpc.runtime.postgres import start_embedded
     from loyalty_grpc.services.fixtures import apply_fixture
     from loyalty_grpc.store.db import make_engine

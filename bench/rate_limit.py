@@ -67,7 +67,7 @@ def server_and_envoy(
 ) -> Iterator[tuple[int, int]]:
     """(gRPC port, HTTP port) of a server with `limit` and Envoy in front of it."""
     from loyalty_grpc.api.server import ServerSettings, build_server
-    from loyalty_grpc.runtime.envoy import EnvoyProcess
+    from loyalty_grpc.runtime.gateway.envoy import EnvoyProcess
 
     server = build_server(
         ServerSettings(

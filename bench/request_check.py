@@ -33,7 +33,7 @@ from _fullstack import cores_line, cpu_ns, free_port, run_wrk
 
 from loyalty_grpc.gen.loyalty.v1 import pos_service_pb2 as pb
 from loyalty_grpc.gen.loyalty.v1 import pos_service_pb2_grpc as pb_grpc
-from loyalty_grpc.runtime.envoy import EnvoyProcess
+from loyalty_grpc.runtime.gateway.envoy import EnvoyProcess
 
 GATEWAY = Path(__file__).resolve().parents[1] / "gateway"
 

@@ -91,7 +91,7 @@ UPSTREAM_STATS = (
 
 
 def envoy_upstream_stats(work: Path) -> str:
-    from loyalty_grpc.runtime.envoy_admin import EnvoyAdmin
+    from loyalty_grpc.runtime.gateway.admin import EnvoyAdmin
 
     admin = EnvoyAdmin.from_address_file(work / "data" / "envoy" / "admin_address")
     if admin is None:

@@ -111,7 +111,7 @@ def serve_workers(database_url: str, workers: int, work: Path) -> Iterator[int]:
 
 def cap_envoy_streams(limit: int) -> None:
     """Render Envoy's config with at most `limit` streams per upstream connection."""
-    from loyalty_grpc.runtime import envoy_config
+    from loyalty_grpc.runtime.gateway import config as envoy_config
 
     load = envoy_config.load_config
 
@@ -138,7 +138,7 @@ def measure(
     workers: int,
     wrk: str | None,
 ) -> Result:
-    from loyalty_grpc.runtime.envoy import EnvoyProcess
+    from loyalty_grpc.runtime.gateway.envoy import EnvoyProcess
 
     with (
         serve_workers(database_url, workers, work) as port,

@@ -14,7 +14,7 @@ import psycopg
 import pytest
 from sqlalchemy import Engine
 
-from loyalty_grpc.runtime.envoy_config import TlsFiles
+from loyalty_grpc.runtime.gateway.config import TlsFiles
 from loyalty_grpc.runtime.postgres import Database, start_embedded
 from loyalty_grpc.runtime.settings import GrpcTls
 from loyalty_grpc.store.db import make_engine

@@ -8,8 +8,8 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from loyalty_grpc.runtime import envoy_config
-from loyalty_grpc.runtime.envoy_config import GatewaySpec, TlsFiles
+from loyalty_grpc.runtime.gateway import config as envoy_config
+from loyalty_grpc.runtime.gateway.config import GatewaySpec, TlsFiles
 
 ROOT = Path(__file__).resolve().parents[1]
 GATEWAY = ROOT / "gateway"

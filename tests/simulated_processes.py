@@ -1,11 +1,11 @@
 """Simulated processes and clock for the supervision policy's tests
-(runtime/supervision.py): no process is started, no time passes."""
+(runtime/process/supervision.py): no process is started, no time passes."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from loyalty_grpc.runtime.supervision import StartFailed
+from loyalty_grpc.runtime.process.supervision import StartFailed
 
 
 @dataclass

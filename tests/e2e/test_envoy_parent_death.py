@@ -1,4 +1,4 @@
-"""Envoy dies with the process that started it (runtime/parent_death.py): a parent killed
+"""Envoy dies with the process that started it (runtime/process/parent_death.py): a parent killed
 with SIGKILL runs no cleanup at all, yet leaves no Envoy behind holding its port."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from pathlib import Path
 import psutil  # type: ignore[import-untyped]
 import pytest
 
-from loyalty_grpc.runtime.parent_death import ORPHANED_EXIT
+from loyalty_grpc.runtime.process.parent_death import ORPHANED_EXIT
 from tests.support import free_port
 
 pytestmark = pytest.mark.skipif(
@@ -25,7 +25,7 @@ pytestmark = pytest.mark.skipif(
 PARENT = textwrap.dedent("""
     import sys, time
     from pathlib import Path
-    from loyalty_grpc.runtime.envoy import EnvoyProcess
+    from loyalty_grpc.runtime.gateway.envoy import EnvoyProcess
 
     proxy = EnvoyProcess.start(http_port=int(sys.argv[1]), upstreams=("127.0.0.1:1",),
                                work_dir=Path(sys.argv[2]), listen_host="127.0.0.1")
@@ -38,7 +38,7 @@ PARENT = textwrap.dedent("""
 # from another one (a fork of it): to that child, its parent is "already gone".
 LATE_CHILD = textwrap.dedent("""
     import os, subprocess, sys
-    from loyalty_grpc.runtime.parent_death import die_with_parent
+    from loyalty_grpc.runtime.process.parent_death import die_with_parent
 
     command = die_with_parent([sys.executable, "-c", "print('ran')"])
     same = subprocess.run(command, capture_output=True, text=True)

@@ -33,7 +33,7 @@ from loyalty_grpc.gen.loyalty.v1 import (
     pos_service_pb2,
     pos_service_pb2_grpc,
 )
-from loyalty_grpc.runtime.envoy import EnvoyProcess
+from loyalty_grpc.runtime.gateway.envoy import EnvoyProcess
 
 ROOT = Path(__file__).resolve().parents[2]
 INTERNAL_DETAILS = "Traceback: psycopg.OperationalError at 10.0.0.7"

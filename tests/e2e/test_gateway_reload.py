@@ -1,4 +1,4 @@
-"""Changing the gateway's configuration without downtime (runtime/envoy_reload.py): a real
+"""Changing the gateway's configuration without downtime (runtime/gateway/reload.py): a real
 Envoy in front of the stack's gRPC server, client threads calling it without pause, and
 `loyalty gateway reload` swapping the descriptor set and the routes under them; not one
 call may fail. A broken configuration is refused loudly and the running one keeps serving.
@@ -25,9 +25,9 @@ import yaml
 from google.api import annotations_pb2
 from google.protobuf import descriptor_pb2
 
-from loyalty_grpc.runtime.envoy import EnvoyProcess
-from loyalty_grpc.runtime.envoy_admin import LISTENERS, EnvoyAdmin
-from loyalty_grpc.runtime.envoy_config import EnvoyError, find_gateway_dir
+from loyalty_grpc.runtime.gateway.admin import LISTENERS, EnvoyAdmin
+from loyalty_grpc.runtime.gateway.config import EnvoyError, find_gateway_dir
+from loyalty_grpc.runtime.gateway.envoy import EnvoyProcess
 from tests.e2e.conftest import Stack
 from tests.support import free_port
 

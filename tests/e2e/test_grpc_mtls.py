@@ -16,8 +16,8 @@ import httpx
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from loyalty_grpc.runtime.envoy_admin import EnvoyAdmin
-from loyalty_grpc.runtime.envoy_xds import WorkDir
+from loyalty_grpc.runtime.gateway.admin import EnvoyAdmin
+from loyalty_grpc.runtime.gateway.xds import WorkDir
 from tests.e2e.processes import LOYALTY, Running, loyalty_env
 from tests.e2e.sales_load import TOKEN, sales_key, serve
 from tests.support import free_port

@@ -17,7 +17,7 @@ import pytest
 from loyalty_grpc.api.server import ServerSettings, build_server
 from loyalty_grpc.domain.errors import Codigo
 from loyalty_grpc.domain.rate_limit import SLOTS
-from loyalty_grpc.runtime.envoy import EnvoyProcess
+from loyalty_grpc.runtime.gateway.envoy import EnvoyProcess
 from loyalty_grpc.services.fixtures import apply_fixture
 from loyalty_grpc.store.db import make_engine
 from loyalty_grpc.store.migrate import upgrade

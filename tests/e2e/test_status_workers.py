@@ -24,7 +24,7 @@ import pytest
 
 from loyalty_grpc.gen.loyalty.v1 import pos_service_pb2 as pos
 from loyalty_grpc.gen.loyalty.v1 import pos_service_pb2_grpc as pos_grpc
-from loyalty_grpc.runtime.envoy import EnvoyProcess
+from loyalty_grpc.runtime.gateway.envoy import EnvoyProcess
 from loyalty_grpc.services.fixtures import apply_fixture
 from loyalty_grpc.store import migrate
 from loyalty_grpc.store.db import make_engine
@@ -130,7 +130,7 @@ def _workers(parent_pid: int) -> list[psutil.Process]:
     found = []
     for child in psutil.Process(parent_pid).children():
         try:
-            if "loyalty_grpc.runtime.worker" in " ".join(child.cmdline()):
+            if "loyalty_grpc.runtime.process.worker" in " ".join(child.cmdline()):
                 found.append(child)
         except psutil.Error:  # exited (a zombie until the parent reaps it)
             continue

@@ -33,7 +33,7 @@ from loyalty_grpc.api.requests import json_of
 from loyalty_grpc.domain.errors import CATALOGO, Codigo
 from loyalty_grpc.gen.loyalty.v1 import pos_service_pb2 as pb
 from loyalty_grpc.gen.loyalty.v1 import pos_service_pb2_grpc as pb_grpc
-from loyalty_grpc.runtime.envoy import EnvoyProcess
+from loyalty_grpc.runtime.gateway.envoy import EnvoyProcess
 from tests.support import free_port
 
 ROOT = Path(__file__).resolve().parents[2]

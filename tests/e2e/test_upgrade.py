@@ -17,7 +17,7 @@ import signal
 import subprocess
 from pathlib import Path
 
-from loyalty_grpc.runtime.envoy import EnvoyProcess
+from loyalty_grpc.runtime.gateway.envoy import EnvoyProcess
 from tests.e2e.processes import LOYALTY, loyalty_env
 from tests.e2e.sales_load import (
     TOKEN,

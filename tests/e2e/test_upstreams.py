@@ -20,8 +20,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from loyalty_grpc.runtime.envoy_admin import EnvoyAdmin
-from loyalty_grpc.runtime.envoy_xds import WorkDir
+from loyalty_grpc.runtime.gateway.admin import EnvoyAdmin
+from loyalty_grpc.runtime.gateway.xds import WorkDir
 from tests.e2e.processes import LOYALTY, Running, loyalty_env
 from tests.e2e.sales_load import Sales, audit, kill_whole, sales_key, serve, warnings
 from tests.support import free_port

@@ -13,8 +13,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from loyalty_grpc.runtime import envoy_config, envoy_xds
-from loyalty_grpc.runtime.envoy_config import GatewaySpec, TlsFiles
+from loyalty_grpc.runtime.gateway import config as envoy_config
+from loyalty_grpc.runtime.gateway import xds as envoy_xds
+from loyalty_grpc.runtime.gateway.config import GatewaySpec, TlsFiles
 from loyalty_grpc.runtime.settings import GrpcTls
 from tests.gateway_specs import GATEWAY, ROOT, gateway_copy, routes, spec, tls_spec
 

@@ -1,4 +1,4 @@
-"""The processes file that `loyalty status` reads (runtime/process_file.py): written by the
+"""The processes file that `loyalty status` reads (runtime/process/process_file.py): written by the
 supervising process at every change, summarised for an operator."""
 
 from __future__ import annotations
@@ -10,14 +10,14 @@ import sys
 import time
 from pathlib import Path
 
-from loyalty_grpc.runtime.process_file import (
+from loyalty_grpc.runtime.process.process_file import (
     FILE_NAME,
     ProcessFile,
     Writer,
     live_writer,
     summary,
 )
-from loyalty_grpc.runtime.supervision import Child, State
+from loyalty_grpc.runtime.process.supervision import Child, State
 from tests.simulated_processes import Clock, Fake, Spawner
 
 

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from loyalty_grpc.api.server import connection_count, leave_port
+from loyalty_grpc.runtime.process.shared_port import connection_count, leave_port
 from tests.support import free_port
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux only")

@@ -1,5 +1,5 @@
 """A worker that cannot get to serving at start-up ends the pool with its one-line reason
-(runtime/supervision.py: the only case where supervision gives up)."""
+(runtime/process/supervision.py: the only case where supervision gives up)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import psutil  # type: ignore[import-untyped]
 import pytest
 
 from loyalty_grpc.api.server import ServerSettings
-from loyalty_grpc.runtime.workers import WorkerError, WorkerPool
+from loyalty_grpc.runtime.process.workers import WorkerError, WorkerPool
 
 
 def test_a_worker_that_cannot_build_its_server_ends_the_pool_with_the_reason():
@@ -26,5 +26,5 @@ def test_a_worker_that_cannot_build_its_server_ends_the_pool_with_the_reason():
     assert not [
         p
         for p in psutil.Process().children()
-        if "loyalty_grpc.runtime.worker" in " ".join(p.cmdline())
+        if "loyalty_grpc.runtime.process.worker" in " ".join(p.cmdline())
     ]

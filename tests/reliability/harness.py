@@ -50,7 +50,7 @@ PERMISSIONS = ["fan:leer", "tx:escribir", "redeem:escribir", "codigos:escribir",
 PROMO = "Rel Promo"
 PUNTOS_CANJE = 25  # what burning one of the promotion's codes credits to its fan
 ADMIN_TOKEN = "reliability-admin-token-0123456789"
-# A restarted child logs `<name> restarted (pid M, restart K)` (runtime/supervision.py).
+# A restarted child logs `<name> restarted (pid M, restart K)` (runtime/process/supervision.py).
 RESTARTED = " restarted (pid "
 RETRYABLE = frozenset({502, 503, 504})
 
@@ -162,8 +162,8 @@ class Stack:
     def envoy_retries(self) -> int:
         """Calls Envoy has retried to the server so far (its cluster's upstream_rq_retry;
         from 0 again after an Envoy restart)."""
-        from loyalty_grpc.runtime.envoy_admin import EnvoyAdmin
-        from loyalty_grpc.runtime.envoy_xds import WorkDir
+        from loyalty_grpc.runtime.gateway.admin import EnvoyAdmin
+        from loyalty_grpc.runtime.gateway.xds import WorkDir
 
         admin = EnvoyAdmin.from_address_file(WorkDir(self.data_dir / "envoy").admin_address)
         assert admin is not None, "Envoy wrote no admin address"
@@ -188,7 +188,9 @@ class Stack:
 
     def workers(self) -> list[psutil.Process]:
         """The live gRPC worker processes."""
-        return [child for child in self._children() if _is(child, "loyalty_grpc.runtime.worker")]
+        return [
+            child for child in self._children() if _is(child, "loyalty_grpc.runtime.process.worker")
+        ]
 
     def envoy(self) -> psutil.Process:
         found = [child for child in self._children() if _is(child, "envoy")]

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import yaml
 
-from loyalty_grpc.runtime import envoy_config
+from loyalty_grpc.runtime.gateway import config as envoy_config
 from loyalty_grpc.runtime.settings import VARIABLES
 from tests.compose_files import REFERENCE, env_file_keys, interpolate
 

@@ -22,7 +22,8 @@ from google.protobuf import descriptor_pb2
 
 from loyalty_grpc.api.gateway_protocol import GATEWAY_MARK_KEY, GATEWAY_MARK_VALUE
 from loyalty_grpc.domain.errors import CATALOGO, Codigo
-from loyalty_grpc.runtime import envoy_config, envoy_xds
+from loyalty_grpc.runtime.gateway import config as envoy_config
+from loyalty_grpc.runtime.gateway import xds as envoy_xds
 from tests.gateway_specs import GATEWAY, gateway_copy, hcm, routes, spec
 
 CONFIG = GATEWAY / "envoy.yaml"

@@ -12,9 +12,10 @@ from typing import Any
 
 import pytest
 
-from loyalty_grpc.runtime import envoy_config, envoy_xds
 from loyalty_grpc.runtime.cli import main
-from loyalty_grpc.runtime.envoy_config import GatewaySpec, TlsFiles
+from loyalty_grpc.runtime.gateway import config as envoy_config
+from loyalty_grpc.runtime.gateway import xds as envoy_xds
+from loyalty_grpc.runtime.gateway.config import GatewaySpec, TlsFiles
 from loyalty_grpc.runtime.settings import EXIT_CONFIG, ConfigError, GrpcTls, Settings
 from tests.gateway_specs import tls_spec
 from tests.tls_certs import make_ca, make_server_cert

@@ -1,10 +1,10 @@
 """How `loyalty status` and `gateway reload` word Envoy's view of the gateway
-(runtime/envoy_admin.py)."""
+(runtime/gateway/admin.py)."""
 
 from __future__ import annotations
 
-from loyalty_grpc.runtime.envoy_admin import address_text as _address
-from loyalty_grpc.runtime.envoy_admin import host_health as _host_health
+from loyalty_grpc.runtime.gateway.admin import address_text as _address
+from loyalty_grpc.runtime.gateway.admin import host_health as _host_health
 
 
 def test_an_upstream_host_is_healthy_or_says_why_not() -> None:

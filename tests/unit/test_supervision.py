@@ -1,4 +1,4 @@
-"""The restart policy (runtime/supervision.py) on a simulated clock and simulated processes:
+"""The restart policy (runtime/process/supervision.py) on a simulated clock and simulated processes:
 never gives up on a child that served, restarts at once, backs off only on a crash loop,
 gives up only when a child cannot get to serving at start-up."""
 
@@ -8,7 +8,7 @@ import signal
 
 import pytest
 
-from loyalty_grpc.runtime.supervision import (
+from loyalty_grpc.runtime.process.supervision import (
     Backoff,
     CannotStartError,
     Child,

@@ -7,22 +7,19 @@ CANCELLED (grpc core zombifies calls not yet handed to the application, and call
 arrive during its graceful GOAWAY on a connection that is still open; grpc/grpc#41785), and
 closing the listener resets the connections waiting in its accept queue. A client cannot
 tell such a call from one the server ran, so neither a client nor Envoy may retry it. So a
-worker first *hands over*: it leaves the port's SO_REUSEPORT group (new connections go to
-the other workers), its open connections leave by themselves (every connection gets a
-graceful GOAWAY from grpc after `connection_age_seconds`, grpc.max_connection_age_ms, and
-the calls racing that GOAWAY are still served), and only then does it stop, with no client
-left to race the shutdown.
+worker first *hands over* (`hand_over`, given by the process that runs the server:
+runtime/process/shared_port.py): it leaves the port's SO_REUSEPORT group (new connections
+go to the other workers), its open connections leave by themselves (every connection gets
+a graceful GOAWAY from grpc after `connection_age_seconds`, grpc.max_connection_age_ms,
+and the calls racing that GOAWAY are still served), and only then does it stop, with no
+client left to race the shutdown.
 """
 
 from __future__ import annotations
 
 import logging
-import os
-import socket
-import struct
 import threading
-import time
-from collections.abc import Iterator
+from collections.abc import Callable
 from concurrent import futures
 from dataclasses import dataclass, field
 from functools import partial
@@ -46,11 +43,6 @@ from loyalty_grpc.store.rate_limit import PgCounters
 log = logging.getLogger(__name__)
 
 MAX_METADATA_BYTES = 96 * 1024
-# grpc spreads each connection's max-age timer over +-10 % of connection_age_seconds.
-CONNECTION_AGE_JITTER = 0.1
-# After the last GOAWAY a hand-over may have caused, the time for clients to act on it.
-HANDOVER_MARGIN = 0.5
-HANDOVER_POLL = 0.05
 
 
 @dataclass(frozen=True)
@@ -99,6 +91,9 @@ class GrpcServer:
     settings: ServerSettings
     # The per-key call limiter (None: no limit); its batches are settled on stop.
     limiter: RateLimiter | None = None
+    # reuse_port: called with the port before the server stops, returns once no client is
+    # left to race the shutdown (module doc).
+    hand_over: Callable[[int], None] | None = None
     _stopped: threading.Event = field(default_factory=threading.Event)
 
     def start(self) -> None:
@@ -122,8 +117,8 @@ class GrpcServer:
         self.health.enter_graceful_shutdown()
         if self.settings.drain_seconds > 0:
             threading.Event().wait(self.settings.drain_seconds)
-        if self.settings.reuse_port:
-            self._hand_over()
+        if self.settings.reuse_port and self.hand_over is not None:
+            self.hand_over(self.port)
         self.server.stop(self.settings.grace_seconds).wait()
         if self.limiter is not None:
             self.limiter.close()  # give back the spare calls this process still holds
@@ -133,37 +128,13 @@ class GrpcServer:
     def wait(self) -> None:
         self.server.wait_for_termination()
 
-    def _hand_over(self) -> None:
-        """Leave the shared port, then wait until no client connection is left (each gets
-        its GOAWAY within connection_age_seconds + 10 %; a client closes it once its calls
-        are done), at most until every one has had its GOAWAY for HANDOVER_MARGIN."""
-        started = time.monotonic()
-        if not leave_port(self.port):
-            log.warning(
-                "found no listening socket of port %d to leave: calls that reach "
-                "this server while it stops can fail",
-                self.port,
-            )
-        age = max(self.settings.connection_age_seconds, 0.0)
-        deadline = started + age * (1 + CONNECTION_AGE_JITTER) + HANDOVER_MARGIN
-        remaining = connection_count(self.port)
-        log.info(
-            "left port %d (grpc may log 'Closing acceptor ... Invalid argument'); "
-            "%d client connections to hand over",
-            self.port,
-            remaining,
-        )
-        while remaining and time.monotonic() < deadline:
-            time.sleep(HANDOVER_POLL)
-            remaining = connection_count(self.port)
-        log.info(
-            "handed over in %.1f s (%d connections still finishing their calls)",
-            time.monotonic() - started,
-            remaining,
-        )
 
-
-def build_server(settings: ServerSettings, engine: Engine | None = None) -> GrpcServer:
+def build_server(
+    settings: ServerSettings,
+    engine: Engine | None = None,
+    *,
+    hand_over: Callable[[int], None] | None = None,
+) -> GrpcServer:
     engine = engine or make_engine(settings.database_url, pool_size=settings.max_workers)
 
     keys_cache = KeyCache(partial(authenticate, engine), ttl=settings.key_cache_seconds)
@@ -213,7 +184,7 @@ def build_server(settings: ServerSettings, engine: Engine | None = None) -> Grpc
         )
     except RuntimeError as exc:  # grpcio's way of saying the bind failed
         raise OSError(f"cannot listen on {address}: is the port in use?") from exc
-    return GrpcServer(server, port, health_servicer, engine, settings, limiter)
+    return GrpcServer(server, port, health_servicer, engine, settings, limiter, hand_over)
 
 
 def _credentials(settings: ServerSettings) -> grpc.ServerCredentials | None:
@@ -234,94 +205,3 @@ def _age_options(settings: ServerSettings) -> list[tuple[str, int]]:
     if not settings.reuse_port or settings.connection_age_seconds <= 0:
         return []
     return [("grpc.max_connection_age_ms", max(1, round(settings.connection_age_seconds * 1000)))]
-
-
-# ---------------------------------------------------------------- the shared port, seen
-# from the process: its TCP sockets on the port are grpc's, found among its descriptors.
-
-_FD_DIRS = ("/proc/self/fd", "/dev/fd")
-# struct tcp_info (Linux): for a listening socket, tcpi_unacked (the u32 at byte 24) is
-# the number of connections waiting in its accept queue.
-_TCP_INFO_ACCEPT_QUEUE = 24
-_ACCEPT_QUEUE_WAIT = 0.2
-
-
-def _sockets_on_port(port: int) -> Iterator[socket.socket]:
-    """This process's TCP sockets bound to `port`, each as a duplicate descriptor that is
-    closed after use (the socket itself stays open)."""
-    directory = next((d for d in _FD_DIRS if os.path.isdir(d)), None)
-    if directory is None:
-        return
-    for name in os.listdir(directory):
-        try:
-            duplicate = os.dup(int(name))
-        except (OSError, ValueError):  # closed since the listing (the listing's own fd)
-            continue
-        try:
-            sock = socket.socket(fileno=duplicate)
-        except OSError:  # not a socket
-            os.close(duplicate)
-            continue
-        with sock:
-            try:
-                bound = sock.getsockname()
-            except OSError:
-                continue
-            if (
-                sock.family in (socket.AF_INET, socket.AF_INET6)
-                and sock.type == socket.SOCK_STREAM
-                and bound[1] == port
-            ):
-                yield sock
-
-
-def _listening(sock: socket.socket) -> bool:
-    return bool(sock.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN))
-
-
-def _await_empty_accept_queue(sock: socket.socket) -> None:
-    """Until grpc has accepted the connections the kernel queued on `sock` (bounded). A
-    connection still queued when the socket leaves the port is reset, so this narrows that
-    race to the instant between the check and the shutdown; on Linux,
-    net.ipv4.tcp_migrate_req=1 closes it (the kernel moves those connections to another
-    worker's queue)."""
-    tcp_info = getattr(socket, "TCP_INFO", None)
-    if tcp_info is None:
-        return
-    deadline = time.monotonic() + _ACCEPT_QUEUE_WAIT
-    while time.monotonic() < deadline:
-        info = sock.getsockopt(socket.IPPROTO_TCP, tcp_info, _TCP_INFO_ACCEPT_QUEUE + 4)
-        if len(info) < _TCP_INFO_ACCEPT_QUEUE + 4:
-            return
-        (queued,) = struct.unpack_from("I", info, _TCP_INFO_ACCEPT_QUEUE)
-        if not queued:
-            return
-        time.sleep(0.001)
-
-
-def leave_port(port: int) -> int:
-    """Take this process's listening sockets on `port` out of the port (and so out of its
-    SO_REUSEPORT group): the kernel gives new connections to the other workers only, while
-    the connections this process accepted stay open and served. grpc's acceptor then sees
-    accept() fail, logs "Closing acceptor. Failed accept4: Invalid argument" and accepts no
-    more; `server.stop()` later closes the socket as usual. Returns how many it shut."""
-    left = 0
-    for sock in _sockets_on_port(port):
-        if _listening(sock):
-            _await_empty_accept_queue(sock)
-            sock.shutdown(socket.SHUT_RDWR)
-            left += 1
-    return left
-
-
-def _connected(sock: socket.socket) -> bool:
-    try:
-        sock.getpeername()
-    except OSError:  # a listening socket, also one that left the port
-        return False
-    return True
-
-
-def connection_count(port: int) -> int:
-    """Client connections this process has open on `port`."""
-    return sum(1 for sock in _sockets_on_port(port) if _connected(sock))

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from loyalty_grpc import __version__
 from loyalty_grpc.runtime.console import command, program
-from loyalty_grpc.runtime.envoy_config import EnvoyError, TlsFiles
+from loyalty_grpc.runtime.gateway.config import EnvoyError, TlsFiles
 from loyalty_grpc.runtime.logs import configure_logging
 from loyalty_grpc.runtime.settings import (
     EXIT_CONFIG,
@@ -315,13 +315,13 @@ def _command_name(args: argparse.Namespace) -> str:
 def _gateway(args: argparse.Namespace, settings: Settings) -> int:
     work_dir = args.work_dir or settings.data_dir / "envoy"
     if args.gateway_command == "check":
-        from loyalty_grpc.runtime.envoy_xds import check_command
+        from loyalty_grpc.runtime.gateway.xds import check_command
 
         return check_command(
             args.gateway_dir, work_dir, tls=_tls(settings), upstream_tls=settings.grpc_tls()
         )
     if args.gateway_command == "reload":
-        from loyalty_grpc.runtime.envoy_reload import reload_command
+        from loyalty_grpc.runtime.gateway.reload import reload_command
 
         return reload_command(
             work_dir,
@@ -329,7 +329,7 @@ def _gateway(args: argparse.Namespace, settings: Settings) -> int:
             settings.log_format_for(_command_name(args)),
             upstreams=settings.gateway_upstreams,
         )
-    from loyalty_grpc.runtime.envoy import run_gateway
+    from loyalty_grpc.runtime.gateway.envoy import run_gateway
 
     return run_gateway(
         http_port=settings.http_port,

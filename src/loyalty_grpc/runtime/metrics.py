@@ -10,7 +10,7 @@
   no worker owns. Returns the stop function (also telling the port it listens on).
 - `mark_worker_dead(pid)`: after a worker exited, so its live gauges stop counting.
 - `count_restart(kind)`: a child process ("worker", "envoy") was restarted after it died
-  (runtime/supervision.py); `loyalty_process_restarts_total{process}`, 0 from the start.
+  (runtime/process/supervision.py); `loyalty_process_restarts_total{process}`, 0 from the start.
 
 Every counter is on /metrics from the first scrape, at 0, with every label value the
 domain knows of: the restarts here (`prepare`), the call counters when a worker builds its

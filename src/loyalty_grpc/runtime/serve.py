@@ -1,7 +1,7 @@
 """`loyalty serve`: the gRPC workers alone (the database must exist and be migrated), and
 `serving()`, the parent's part that `loyalty up` shares: worker processes on one port, the
 wallet sender (exactly one per parent, whatever the worker count, and untouched by a
-worker restart) and the supervision loop (runtime/supervision.py)."""
+worker restart) and the supervision loop (runtime/process/supervision.py)."""
 
 from __future__ import annotations
 
@@ -14,12 +14,12 @@ from dataclasses import dataclass, field
 from loyalty_grpc.api.server import ServerSettings
 from loyalty_grpc.runtime import metrics, wallet
 from loyalty_grpc.runtime.console import announce
-from loyalty_grpc.runtime.process_file import ProcessFile, live_writer
+from loyalty_grpc.runtime.process.process_file import ProcessFile, live_writer
+from loyalty_grpc.runtime.process.signals import stop_event
+from loyalty_grpc.runtime.process.supervision import Child, supervise
+from loyalty_grpc.runtime.process.workers import WorkerPool
 from loyalty_grpc.runtime.schema import require_usable_schema
 from loyalty_grpc.runtime.settings import SERVE, ConfigError, Settings
-from loyalty_grpc.runtime.signals import stop_event
-from loyalty_grpc.runtime.supervision import Child, supervise
-from loyalty_grpc.runtime.workers import WorkerPool
 from loyalty_grpc.store.db import make_engine
 
 log = logging.getLogger(__name__)
@@ -56,7 +56,7 @@ class Supervisor:
         self.table.write()
 
     def run(self, stop: threading.Event) -> None:
-        """Until SIGINT/SIGTERM, restart what dies (runtime/supervision.py)."""
+        """Until SIGINT/SIGTERM, restart what dies (runtime/process/supervision.py)."""
         supervise(stop, [self.pool.check, *(child.tick for child in self.others)])
 
 
@@ -66,7 +66,7 @@ def serving(
 ) -> Iterator[Supervisor]:
     """The workers serving, /metrics (summed over the workers) and the wallet sender
     running; on exit the sender and /metrics stop, then the workers (a rolling stop: all
-    but one hand over to the last, then it stops; runtime/workers.py)."""
+    but one hand over to the last, then it stops; runtime/process/workers.py)."""
     running = live_writer(settings.data_dir)
     if running is not None:
         raise ConfigError(

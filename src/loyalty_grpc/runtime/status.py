@@ -2,7 +2,7 @@
 
 It checks the gRPC server's health (LOYALTY_GRPC_TARGET / `--target`), shows what the
 `loyalty up`/`serve` supervising from the data dir runs and how often each kind of child
-was restarted (runtime/process_file.py), prints the service,
+was restarted (runtime/process/process_file.py), prints the service,
 Envoy and PostgreSQL versions, the Alembic revision applied against the package's head, the
 wallet outbox backlog and the ledger consistency check, and exits 1 when anything that
 matters is wrong (server not SERVING, database unreachable or behind, a balance that
@@ -26,7 +26,7 @@ from sqlalchemy import Engine, text
 from loyalty_grpc import __version__
 from loyalty_grpc.runtime.console import command, say
 from loyalty_grpc.runtime.postgres import Database, start_embedded
-from loyalty_grpc.runtime.process_file import ago, summary
+from loyalty_grpc.runtime.process.process_file import ago, summary
 from loyalty_grpc.runtime.settings import GrpcTls, Settings
 
 if TYPE_CHECKING:
@@ -52,7 +52,7 @@ def grpc_health(target: str, tls: GrpcTls | None) -> Line:
 def process_lines(data_dir: Path, work_dir: Path) -> list[Line]:
     """What the `loyalty up`/`serve` supervising from this data dir and the `gateway run`
     from that work dir run: how many processes, and their restarts
-    (runtime/process_file.py)."""
+    (runtime/process/process_file.py)."""
     lines = []
     for folder in dict.fromkeys((data_dir, work_dir)):
         found = summary(folder)
@@ -74,9 +74,9 @@ def gateway_lines(work_dir: Path) -> list[Line]:
     interface: state and uptime, listeners, the configuration versions applied, and the
     upstream servers as Envoy sees them. No gateway there is information, not a fault
     (a server-only host has none)."""
-    from loyalty_grpc.runtime.envoy_admin import CLUSTERS, LISTENERS, EnvoyAdmin, address_text
-    from loyalty_grpc.runtime.envoy_config import EnvoyError
-    from loyalty_grpc.runtime.envoy_xds import WorkDir
+    from loyalty_grpc.runtime.gateway.admin import CLUSTERS, LISTENERS, EnvoyAdmin, address_text
+    from loyalty_grpc.runtime.gateway.config import EnvoyError
+    from loyalty_grpc.runtime.gateway.xds import WorkDir
 
     admin = EnvoyAdmin.from_address_file(WorkDir(work_dir).admin_address)
     if admin is None:
@@ -118,7 +118,7 @@ def gateway_lines(work_dir: Path) -> list[Line]:
 
 
 def envoy_version() -> Line:
-    from loyalty_grpc.runtime.envoy_config import EnvoyError, envoy_binary
+    from loyalty_grpc.runtime.gateway.config import EnvoyError, envoy_binary
 
     try:
         done = subprocess.run(  # noqa: S603

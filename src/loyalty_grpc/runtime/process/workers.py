@@ -7,9 +7,9 @@
   group of the `serve` already there (same user: the kernel shares a port only between
   sockets of one user); new connections then go to both, and when the old one stops
   (rolling stop) its clients move to the new one. Then it starts the workers
-  (`python -m loyalty_grpc.runtime.worker`, fresh interpreters: nothing is forked, so
+  (`python -m loyalty_grpc.runtime.process.worker`, fresh interpreters: nothing is forked, so
   grpc never sees a fork) and waits until each says it is serving.
-- `check()`: a worker that died is replaced, by the rules of runtime/supervision.py (one
+- `check()`: a worker that died is replaced, by the rules of runtime/process/supervision.py (one
   slot per worker, `supervision.Child`): never given up on once it served, immediately,
   with back-off only when it crash-loops. Only a worker that cannot get to serving at
   start-up ends the pool (`WorkerError` with the worker's one-line reason).
@@ -44,7 +44,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 
 from loyalty_grpc.api.server import ServerSettings
-from loyalty_grpc.runtime.supervision import (
+from loyalty_grpc.runtime.process.supervision import (
     Backoff,
     CannotStartError,
     Child,
@@ -226,7 +226,7 @@ class WorkerPool:
                 [
                     sys.executable,
                     "-m",
-                    "loyalty_grpc.runtime.worker",
+                    "loyalty_grpc.runtime.process.worker",
                     "--index",
                     str(index),
                     "--ready-fd",
@@ -259,7 +259,7 @@ class WorkerPool:
         return worker
 
     def check(self) -> None:
-        """Restart workers that died (runtime/supervision.py: never gives up on a worker
+        """Restart workers that died (runtime/process/supervision.py: never gives up on a worker
         that served)."""
         for child in self.children:
             child.tick()

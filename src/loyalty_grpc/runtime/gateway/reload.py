@@ -1,7 +1,7 @@
 """`loyalty gateway reload`: change a running gateway's configuration without a restart.
 
 A gateway started by `loyalty up` or `loyalty gateway run` runs the file-based xDS
-generation its work directory holds (runtime/envoy_xds.py: `install`). A reload renders the
+generation its work directory holds (runtime/gateway/xds.py: `install`). A reload renders the
 gateway folder again (envoy.yaml, envelope.lua, the descriptor set, openapi.json) with the
 ports and upstream servers the gateway was started with (or a new list of servers:
 `--upstream`, LOYALTY_GATEWAY_UPSTREAMS), validates it, then hands it to Envoy:
@@ -35,9 +35,9 @@ import yaml
 
 from loyalty_grpc.api.interceptors import POS_SERVICE
 from loyalty_grpc.runtime.console import announce
-from loyalty_grpc.runtime.envoy_admin import CLUSTERS, LISTENERS, EnvoyAdmin, XdsKind
-from loyalty_grpc.runtime.envoy_config import CONFIG_NAME, EnvoyError, GatewaySpec
-from loyalty_grpc.runtime.envoy_xds import (
+from loyalty_grpc.runtime.gateway.admin import CLUSTERS, LISTENERS, EnvoyAdmin, XdsKind
+from loyalty_grpc.runtime.gateway.config import CONFIG_NAME, EnvoyError, GatewaySpec
+from loyalty_grpc.runtime.gateway.xds import (
     Generation,
     WorkDir,
     commit_generation,

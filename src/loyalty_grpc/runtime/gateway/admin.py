@@ -14,7 +14,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Self
 
-from loyalty_grpc.runtime.envoy_config import EnvoyError
+from loyalty_grpc.runtime.gateway.config import EnvoyError
 
 
 @dataclass(frozen=True)

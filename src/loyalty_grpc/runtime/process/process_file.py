@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from loyalty_grpc.runtime.supervision import Child, State
+from loyalty_grpc.runtime.process.supervision import Child, State
 
 FILE_NAME = "processes.json"
 

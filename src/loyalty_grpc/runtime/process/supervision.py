@@ -16,7 +16,7 @@ admin endpoint answer). The rules, the same for `loyalty up`, `loyalty serve` an
 - Each death is logged at ERROR with its cause (exit code or signal) and how long the child
   served; each restart is counted (`on_restart`, the metric
   `loyalty_process_restarts_total{process}`) and each change reported (`on_change`, the
-  processes file `loyalty status` reads: runtime/process_file.py).
+  processes file `loyalty status` reads: runtime/process/process_file.py).
 
 Nothing here blocks: the supervisor's loop calls `Child.tick()` every half second, so a
 slow or waiting restart of one child never delays another's.

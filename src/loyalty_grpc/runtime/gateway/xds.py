@@ -1,12 +1,12 @@
 """What Envoy runs: the gateway configuration split for file-based xDS in a work
-directory, so that it can change without a restart (runtime/envoy_reload.py).
+directory, so that it can change without a restart (runtime/gateway/reload.py).
 
 In the work directory (`WorkDir`), `bootstrap.yaml` is envoy.yaml without
 `static_resources` plus `dynamic_resources` naming `xds/lds.yaml` (the listeners) and
 `xds/cds.yaml` (the clusters), and the files the listener reads are copied to `assets/`
 under content-hashed names. `envoy.yaml` there is the same configuration as one static
 file: the one `envoy --mode validate` checks. Every file Envoy reads is replaced whole
-(`write_atomic`). Rendering and validation: runtime/envoy_config.py.
+(`write_atomic`). Rendering and validation: runtime/gateway/config.py.
 
 With TLS, `sds/tls_certificate.yaml` is the SDS file of the listener's certificate (a Secret
 naming the operator's PEM files, which Envoy watches itself: envoy_config.tls_secret); with
@@ -31,7 +31,7 @@ from typing import Any
 import yaml
 
 from loyalty_grpc.runtime.console import say
-from loyalty_grpc.runtime.envoy_config import (
+from loyalty_grpc.runtime.gateway.config import (
     CONFIG_NAME,
     DEFAULT_ADMIN_PORT,
     DEFAULT_HTTP_PORT,
@@ -261,7 +261,7 @@ def prepare_generation(spec: GatewaySpec, work: WorkDir) -> Generation:
 
 def _static_header(spec: GatewaySpec) -> str:
     return (
-        f"# Rendered from {spec.gateway_dir / CONFIG_NAME} by loyalty_grpc.runtime.envoy_xds;"
+        f"# Rendered from {spec.gateway_dir / CONFIG_NAME} by loyalty_grpc.runtime.gateway.xds;"
         " do not edit.\n"
         "# Envoy runs it split as bootstrap.yaml + xds/lds.yaml + xds/cds.yaml (beside this"
         " file),\n# so that `loyalty gateway reload` can change it live; this one-file form"

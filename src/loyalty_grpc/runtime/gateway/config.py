@@ -5,7 +5,7 @@ with `envoy --mode validate`.
 The one configuration is `gateway/envoy.yaml` (with `envelope.lua`, the descriptor set
 `loyalty_pos.pb` and `openapi.json` beside it). It is read with PyYAML and rewritten as
 data (ports, addresses, absolute file paths), never by string templating, so what runs is
-what the tests validate. How Envoy runs it (split for file-based xDS): runtime/envoy_xds.py.
+what the tests validate. How Envoy runs it (split for file-based xDS): runtime/gateway/xds.py.
 
 Every rendering (and so every configuration Envoy runs: `loyalty up`, `loyalty gateway
 run`/`reload`/`check`, the xDS listeners) is checked for the gateway mark
@@ -16,7 +16,7 @@ api/gateway_protocol.py. The server sends the envelope metadata only to such cal
 HTTPS (`TlsFiles`: LOYALTY_TLS_CERT / LOYALTY_TLS_KEY) is added by rendering too, never in
 envoy.yaml: the listener gets a DownstreamTlsContext (ALPN h2 and http/1.1, TLS 1.2 or
 newer) whose certificate comes by SDS from a file (`tls_secret`, a Secret naming the PEM
-files, written into the work directory by runtime/envoy_xds.py). Envoy watches the
+files, written into the work directory by runtime/gateway/xds.py). Envoy watches the
 folder of the PEM files and reads the pair again whenever a file is renamed into it, so
 replacing them (written aside, renamed into place) rotates the certificate without a
 restart; connections already open keep theirs. There is then no plain-HTTP API: only,
@@ -96,7 +96,7 @@ def find_gateway_dir() -> Path:
     packaged = resources.files("loyalty_grpc") / "gateway"
     if isinstance(packaged, Path) and (packaged / CONFIG_NAME).is_file():
         return packaged
-    checkout = Path(__file__).resolve().parents[3] / "gateway"  # src/loyalty_grpc/runtime/
+    checkout = Path(__file__).resolve().parents[4] / "gateway"  # src/loyalty_grpc/runtime/gateway/
     if (checkout / CONFIG_NAME).is_file():
         return checkout
     raise EnvoyError(f"gateway configuration not found (looked in {packaged} and {checkout})")
@@ -532,7 +532,7 @@ def write_config(
     )
     source = (gateway_dir if gateway_dir is not None else find_gateway_dir()) / CONFIG_NAME
     header = (
-        f"# Rendered from {source} by loyalty_grpc.runtime.envoy_config; do not edit.\n"
+        f"# Rendered from {source} by loyalty_grpc.runtime.gateway.config; do not edit.\n"
         "# The comments explaining each option are in that file.\n"
     )
     path.parent.mkdir(parents=True, exist_ok=True)
