@@ -272,7 +272,7 @@ def _settings(args: argparse.Namespace) -> Settings:
     """The environment (the wallet's too, for the commands that run the sender), then the
     flags this command has."""
     env = Settings.from_env(wallet=args.command in ("up", "serve"))
-    if args.command == "admin":  # it reads its own flags (runtime/admin.py)
+    if args.command == "admin":  # it reads its own flags (runtime/admin/parser.py)
         return env.with_flags(log_level=args.log_level, log_format=args.log_format)
     return env.with_flags(**{name: getattr(args, name, None) for name in _FLAGS})
 
