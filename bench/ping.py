@@ -507,7 +507,7 @@ def running_stack(work: Path, *, server_process: bool) -> Iterator[Stack]:
     from loyalty_grpc.api.server import ServerSettings, build_server
     from loyalty_grpc.runtime.gateway.envoy import EnvoyProcess
     from loyalty_grpc.runtime.postgres import start_embedded
-    from loyalty_grpc.services.fixtures import apply_fixture
+    from loyalty_grpc.services.backoffice.fixtures import apply_fixture
     from loyalty_grpc.store.db import make_engine
     from loyalty_grpc.store.migrate import upgrade
 

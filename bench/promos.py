@@ -51,7 +51,7 @@ MAX_RUNS = 200
 MAX_SECONDS = 90.0
 OTHER_CODES = 10_000
 BIG = "Un millón"
-# The other way to write the counts, timed for comparison (services/promo_inventory.py).
+# The other way to write the counts, timed for comparison (services/pos/promos.py).
 FILTER_ALTERNATIVE = """
 SELECT p.id, p.nombre, p.estado, p.vigencia_fin, i.*
 FROM promos p CROSS JOIN LATERAL (
@@ -100,7 +100,7 @@ def expected_inventory(count: int) -> dict[str, int]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from loyalty_grpc.services.promo_inventory import listing_query
+    from loyalty_grpc.services.pos.promos import listing_query
 
     began = time.monotonic()
     others = [f"Otra {i:03d}" for i in range(args.others)]

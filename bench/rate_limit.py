@@ -189,7 +189,7 @@ def limiter_alone(
 
 def run(args: argparse.Namespace) -> int:
     from loyalty_grpc.runtime.postgres import start_embedded
-    from loyalty_grpc.services.fixtures import apply_fixture
+    from loyalty_grpc.services.backoffice.fixtures import apply_fixture
     from loyalty_grpc.store.db import make_engine
     from loyalty_grpc.store.migrate import upgrade
 

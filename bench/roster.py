@@ -51,8 +51,8 @@ from loyalty_grpc.api.server import ServerSettings, build_server
 from loyalty_grpc.domain.roster_cursor import Fase, decode_cursor
 from loyalty_grpc.runtime.gateway.envoy import EnvoyProcess
 from loyalty_grpc.runtime.postgres import start_embedded
-from loyalty_grpc.services.fixtures import apply_fixture
-from loyalty_grpc.services.roster import changes_query, read_roster, snapshot_query
+from loyalty_grpc.services.backoffice.fixtures import apply_fixture
+from loyalty_grpc.services.pos.roster import changes_query, read_roster, snapshot_query
 from loyalty_grpc.store.db import make_engine
 from loyalty_grpc.store.migrate import upgrade
 

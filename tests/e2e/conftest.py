@@ -18,7 +18,7 @@ from loyalty_grpc.api.server import GrpcServer, ServerSettings, build_server
 from loyalty_grpc.gen.loyalty.v1 import backoffice_service_pb2 as bo
 from loyalty_grpc.gen.loyalty.v1 import backoffice_service_pb2_grpc as bo_grpc
 from loyalty_grpc.runtime.gateway.envoy import EnvoyProcess
-from loyalty_grpc.services.fixtures import apply_fixture
+from loyalty_grpc.services.backoffice.fixtures import apply_fixture
 from loyalty_grpc.store.db import make_engine
 from loyalty_grpc.store.migrate import upgrade
 from loyalty_grpc.wallet import LocalProvider, WalletSender

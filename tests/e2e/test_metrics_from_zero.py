@@ -33,7 +33,7 @@ from prometheus_client.samples import Sample
 import loyalty_grpc
 from loyalty_grpc.api import observability
 from loyalty_grpc.api.interceptors import POS_SERVICE
-from loyalty_grpc.services.fixtures import apply_fixture
+from loyalty_grpc.services.backoffice.fixtures import apply_fixture
 from loyalty_grpc.store.db import make_engine
 from loyalty_grpc.store.migrate import upgrade
 from tests.e2e.processes import Running, loyalty_env

@@ -18,7 +18,7 @@ from loyalty_grpc.api.server import ServerSettings, build_server
 from loyalty_grpc.domain.errors import Codigo
 from loyalty_grpc.domain.rate_limit import SLOTS
 from loyalty_grpc.runtime.gateway.envoy import EnvoyProcess
-from loyalty_grpc.services.fixtures import apply_fixture
+from loyalty_grpc.services.backoffice.fixtures import apply_fixture
 from loyalty_grpc.store.db import make_engine
 from loyalty_grpc.store.migrate import upgrade
 from tests.e2e.support import assert_error, auth

@@ -25,7 +25,7 @@ import pytest
 from loyalty_grpc.gen.loyalty.v1 import pos_service_pb2 as pos
 from loyalty_grpc.gen.loyalty.v1 import pos_service_pb2_grpc as pos_grpc
 from loyalty_grpc.runtime.gateway.envoy import EnvoyProcess
-from loyalty_grpc.services.fixtures import apply_fixture
+from loyalty_grpc.services.backoffice.fixtures import apply_fixture
 from loyalty_grpc.store import migrate
 from loyalty_grpc.store.db import make_engine
 from loyalty_grpc.store.migrate import upgrade

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import Engine, func, select
 
-from loyalty_grpc.services import fans, programs, promos
+from loyalty_grpc.services.backoffice import fans, programs, promos
 from loyalty_grpc.store.tables import codigos
 
 P = "clic"

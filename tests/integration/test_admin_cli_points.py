@@ -19,8 +19,8 @@ P = "clip"
 
 @pytest.fixture(scope="module")
 def clave_id(server: GrpcServer, engine: Engine) -> int:
-    from loyalty_grpc.services import fans as fans_service
-    from loyalty_grpc.services import keys, programs
+    from loyalty_grpc.services.backoffice import fans as fans_service
+    from loyalty_grpc.services.backoffice import keys, programs
 
     programs.upsert_program(engine, P, "Club CLI", "0.1")
     for fid in ("CLIP1", "CLIP2"):

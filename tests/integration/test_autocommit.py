@@ -17,7 +17,7 @@ from loyalty_grpc.api.gateway_protocol import GATEWAY_MARK_KEY, GATEWAY_MARK_VAL
 from loyalty_grpc.api.server import ServerSettings, build_server
 from loyalty_grpc.gen.loyalty.v1 import pos_service_pb2 as pos
 from loyalty_grpc.gen.loyalty.v1 import pos_service_pb2_grpc as pos_grpc
-from loyalty_grpc.services.fixtures import apply_fixture
+from loyalty_grpc.services.backoffice.fixtures import apply_fixture
 from loyalty_grpc.store.autocommit import autocommit, fetch_one
 from loyalty_grpc.store.db import make_engine
 from loyalty_grpc.store.uow import UnitOfWork

@@ -18,7 +18,7 @@ from loyalty_grpc.domain.errors import Codigo, LoyaltyError
 from loyalty_grpc.domain.keys import Modo
 from loyalty_grpc.domain.permissions import Permiso
 from loyalty_grpc.domain.promos import EstadoCodigo, EstadoFan, EstadoPromo
-from loyalty_grpc.services import codes, fans, keys, programs, promos
+from loyalty_grpc.services.backoffice import codes, fans, keys, programs, promos
 from loyalty_grpc.store.tables import LEDGER_MISMATCH_SQL, claves, codigos
 from loyalty_grpc.store.tables import fans as fans_table
 from tests.support import fails

@@ -17,9 +17,9 @@ from sqlalchemy import Engine, event, func, select
 from loyalty_grpc.domain.codes import CodeBatch, PromoRef, code_batch_of_list
 from loyalty_grpc.domain.errors import Codigo, LoyaltyError
 from loyalty_grpc.domain.promos import EstadoCodigo, EstadoPromo
-from loyalty_grpc.services import codes, fans, programs, promos
-from loyalty_grpc.services.code_deposit import deposit_codes
-from loyalty_grpc.services.promo_inventory import Inventario, list_promos
+from loyalty_grpc.services.backoffice import codes, fans, programs, promos
+from loyalty_grpc.services.pos.codes import deposit_codes
+from loyalty_grpc.services.pos.promos import Inventario, list_promos
 from loyalty_grpc.store.tables import codigos
 from loyalty_grpc.store.tables import promos as promos_table
 from loyalty_grpc.store.uow import UnitOfWork

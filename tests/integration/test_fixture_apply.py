@@ -18,7 +18,7 @@ from sqlalchemy import Engine, select, text
 import loyalty_grpc.runtime
 from loyalty_grpc.domain.errors import Codigo, LoyaltyError
 from loyalty_grpc.domain.keys import key_hash
-from loyalty_grpc.services.fixtures import ENTIDADES, ApplyCount, apply_fixture
+from loyalty_grpc.services.backoffice.fixtures import ENTIDADES, ApplyCount, apply_fixture
 from loyalty_grpc.store.tables import (
     LEDGER_MISMATCH_SQL,
     claves,

@@ -18,8 +18,9 @@ from sqlalchemy.exc import IntegrityError
 
 from loyalty_grpc.domain.errors import Codigo, LoyaltyError
 from loyalty_grpc.domain.keys import Modo
-from loyalty_grpc.services import fans, keys, points_admin, programs, promos
-from loyalty_grpc.services.points_admin import AJUSTE_MAX, LedgerEntryInfo
+from loyalty_grpc.services.backoffice import fans, keys, programs, promos
+from loyalty_grpc.services.backoffice import points as points_admin
+from loyalty_grpc.services.backoffice.points import AJUSTE_MAX, LedgerEntryInfo
 from loyalty_grpc.store.ledger import Motivo, move_points
 from loyalty_grpc.store.tables import (
     LEDGER_MISMATCH_SQL,

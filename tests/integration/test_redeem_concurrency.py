@@ -23,9 +23,9 @@ from loyalty_grpc.domain.caller import Caller
 from loyalty_grpc.domain.fan_ref import parse_fan_ref
 from loyalty_grpc.domain.keys import Modo
 from loyalty_grpc.domain.permissions import Permiso
-from loyalty_grpc.services.fixtures import apply_fixture
-from loyalty_grpc.services.redeem import Burn, redeem_code, redeem_codes
-from loyalty_grpc.services.sales import NewSale, register_sale
+from loyalty_grpc.services.backoffice.fixtures import apply_fixture
+from loyalty_grpc.services.pos.redeem import Burn, redeem_code, redeem_codes
+from loyalty_grpc.services.pos.sales import NewSale, register_sale
 from loyalty_grpc.store.db import make_engine
 from loyalty_grpc.store.ledger import move_many
 from loyalty_grpc.store.tables import LEDGER_MISMATCH_SQL, claves, codigos, fans, movimientos
@@ -256,7 +256,7 @@ def test_a_batch_that_fails_half_way_leaves_nothing(engine, caller, monkeypatch)
         real(*args, **kwargs)  # the burns and their credits are written, then:
         raise RuntimeError("la base se cayó")
 
-    monkeypatch.setattr("loyalty_grpc.services.redeem.move_many", failing)
+    monkeypatch.setattr("loyalty_grpc.services.pos.redeem.move_many", failing)
     with pytest.raises(RuntimeError):
         redeem_codes(engine, caller, texts, burn())
     monkeypatch.undo()

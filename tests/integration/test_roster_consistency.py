@@ -1,6 +1,6 @@
 """The roster feed's guarantee, proved on real PostgreSQL: a reader that follows the feed
 from a snapshot, while writers commit out of order, ends with a mirror equal to the
-database (every fan, every field). services/roster.py explains why it holds.
+database (every fan, every field). services/pos/roster.py explains why it holds.
 
 The workload (`_run`): WRITERS threads change the fans of one program through the real use
 cases (live sales, voids, adjustments, profile edits, `baja`, reactivations, new
@@ -54,12 +54,17 @@ from loyalty_grpc.domain.errors import Codigo, LoyaltyError
 from loyalty_grpc.domain.fan_ref import parse_fan_ref
 from loyalty_grpc.domain.promos import EstadoFan
 from loyalty_grpc.domain.roster_cursor import Fase, decode_cursor
-from loyalty_grpc.services.fans import deactivate_fan, reactivate_fan, register_fan, update_fan
-from loyalty_grpc.services.fixtures import apply_fixture
-from loyalty_grpc.services.keys import authenticate
-from loyalty_grpc.services.points_admin import adjust_points, void_sale
-from loyalty_grpc.services.roster import RosterEntry, read_roster
-from loyalty_grpc.services.sales import NewSale, register_sale
+from loyalty_grpc.services.backoffice.fans import (
+    deactivate_fan,
+    reactivate_fan,
+    register_fan,
+    update_fan,
+)
+from loyalty_grpc.services.backoffice.fixtures import apply_fixture
+from loyalty_grpc.services.backoffice.keys import authenticate
+from loyalty_grpc.services.backoffice.points import adjust_points, void_sale
+from loyalty_grpc.services.pos.roster import RosterEntry, read_roster
+from loyalty_grpc.services.pos.sales import NewSale, register_sale
 from loyalty_grpc.store.db import make_engine
 from loyalty_grpc.store.ledger import Motivo, move_points
 from loyalty_grpc.store.tables import LEDGER_MISMATCH_SQL, fans

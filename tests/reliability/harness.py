@@ -37,7 +37,7 @@ import httpx
 import psutil  # type: ignore[import-untyped]
 from sqlalchemy import Engine, text
 
-from loyalty_grpc.services.fixtures import apply_fixture
+from loyalty_grpc.services.backoffice.fixtures import apply_fixture
 from loyalty_grpc.store.db import make_engine
 from loyalty_grpc.store.migrate import upgrade
 from tests.e2e.processes import LOYALTY, READY_LINE, Running, loyalty_env

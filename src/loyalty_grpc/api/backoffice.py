@@ -18,16 +18,10 @@ from loyalty_grpc.domain.programs import format_tasa
 from loyalty_grpc.domain.timestamps import format_iso_utc
 from loyalty_grpc.gen.loyalty.v1 import backoffice_service_pb2 as pb
 from loyalty_grpc.gen.loyalty.v1 import backoffice_service_pb2_grpc as pb_grpc
-from loyalty_grpc.services import (
-    code_deposit,
-    codes,
-    fans,
-    keys,
-    points_admin,
-    programs,
-    promos,
-)
-from loyalty_grpc.services.fixtures import apply_fixture
+from loyalty_grpc.services.backoffice import codes, fans, keys, programs, promos
+from loyalty_grpc.services.backoffice import points as points_admin
+from loyalty_grpc.services.backoffice.fixtures import apply_fixture
+from loyalty_grpc.services.pos import codes as code_deposit
 
 
 def _ts(moment: datetime | None) -> str:

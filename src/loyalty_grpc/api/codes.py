@@ -16,8 +16,8 @@ from loyalty_grpc.domain.codes import code_batch_of_json, parse_promo_ref
 from loyalty_grpc.domain.fan_ref import one_of
 from loyalty_grpc.domain.json_value import JsonValue
 from loyalty_grpc.gen.loyalty.v1 import pos_service_pb2 as pb
-from loyalty_grpc.services.code_deposit import deposit_codes
-from loyalty_grpc.services.promo_inventory import Inventario, list_promos
+from loyalty_grpc.services.pos.codes import deposit_codes
+from loyalty_grpc.services.pos.promos import Inventario, list_promos
 
 PROMO_FIELDS = ("promo", "promo_id")
 CODIGOS_FIELDS = ("codigos", "codes")

@@ -16,10 +16,10 @@ from loyalty_grpc.api.requests import fan_ref, new_sale
 from loyalty_grpc.api.roster import query_of_get, query_of_post, roster_data
 from loyalty_grpc.gen.loyalty.v1 import pos_service_pb2 as pb
 from loyalty_grpc.gen.loyalty.v1 import pos_service_pb2_grpc as pb_grpc
-from loyalty_grpc.services.ping import ping
-from loyalty_grpc.services.resolve import CurrentPromo, resolve_fan
-from loyalty_grpc.services.roster import read_roster
-from loyalty_grpc.services.sales import register_sale
+from loyalty_grpc.services.pos.ping import ping
+from loyalty_grpc.services.pos.resolve import CurrentPromo, resolve_fan
+from loyalty_grpc.services.pos.roster import read_roster
+from loyalty_grpc.services.pos.sales import register_sale
 
 
 def _promo_value(promo: CurrentPromo | None) -> struct_pb2.Value:

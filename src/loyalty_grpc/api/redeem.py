@@ -20,7 +20,7 @@ from loyalty_grpc.domain.json_value import JsonValue
 from loyalty_grpc.domain.promos import EstadoCodigo
 from loyalty_grpc.domain.timestamps import parse_ts
 from loyalty_grpc.gen.loyalty.v1 import pos_service_pb2 as pb
-from loyalty_grpc.services.redeem import (
+from loyalty_grpc.services.pos.redeem import (
     Burn,
     CodeResult,
     RedeemResult,

@@ -20,7 +20,7 @@ from loyalty_grpc.domain.programs import MONEDA_POR_OMISION
 from loyalty_grpc.domain.text import single_line
 from loyalty_grpc.domain.timestamps import parse_ts
 from loyalty_grpc.gen.loyalty.v1 import pos_service_pb2 as pb
-from loyalty_grpc.services.sales import NewSale
+from loyalty_grpc.services.pos.sales import NewSale
 
 NUL = "\x00"
 ID_EXTERNO_FIELDS = ("id_externo", "id", "tx_id")

@@ -19,7 +19,7 @@ from loyalty_grpc.domain.promos import EstadoFan
 from loyalty_grpc.domain.roster import limite_invalido, parse_limite
 from loyalty_grpc.domain.timestamps import format_iso_utc
 from loyalty_grpc.gen.loyalty.v1 import pos_service_pb2 as pb
-from loyalty_grpc.services.roster import RosterPage
+from loyalty_grpc.services.pos.roster import RosterPage
 
 _FIELDS = ("desde", "limite")
 

@@ -35,7 +35,7 @@ from loyalty_grpc.api.observability import ObservabilityInterceptor
 from loyalty_grpc.api.pos import PosServicer
 from loyalty_grpc.api.reflection import enable_reflection
 from loyalty_grpc.gen.loyalty.v1 import backoffice_service_pb2_grpc, pos_service_pb2_grpc
-from loyalty_grpc.services.keys import authenticate
+from loyalty_grpc.services.backoffice.keys import authenticate
 from loyalty_grpc.services.rate_limit import RateLimiter
 from loyalty_grpc.store.db import make_engine
 from loyalty_grpc.store.rate_limit import PgCounters

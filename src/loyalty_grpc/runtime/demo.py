@@ -24,7 +24,7 @@ def demo_document() -> str:
 
 def load_demo(database_url: str) -> Fixture:
     """Apply the demo fixture (the same rows every time) and return it, parsed."""
-    from loyalty_grpc.services.fixtures import apply_fixture
+    from loyalty_grpc.services.backoffice.fixtures import apply_fixture
 
     text = demo_document()
     engine = make_engine(database_url, pool_size=1)

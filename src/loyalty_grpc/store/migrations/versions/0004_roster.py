@@ -5,7 +5,7 @@ Revises: 0003
 Create Date: 2026-11-22
 
 - ix_fans_programa_cambio_xid (programa_id, cambio_xid, pk): a page of changes is one
-  range scan of it, `(cambio_xid, pk) > cursor AND cambio_xid < horizon` (services/roster.py).
+  range scan of it, `(cambio_xid, pk) > cursor AND cambio_xid < horizon` (services/pos/roster.py).
 - ix_fans_programa_pk (programa_id, pk): a snapshot page is one range scan of it.
 - ix_fans_programa_cambio (programa_id, cambio_seq) goes: no reader orders by the change
   counter (a sequence-number cursor skips changes committed out of order; see

@@ -20,8 +20,8 @@ from loyalty_grpc.domain.promos import (
     parse_fecha,
 )
 from loyalty_grpc.domain.text import multi_line, single_line
-from loyalty_grpc.services.integrity import translate
-from loyalty_grpc.services.lookups import require_program, require_promo
+from loyalty_grpc.services.backoffice.integrity import translate
+from loyalty_grpc.services.backoffice.lookups import require_program, require_promo
 from loyalty_grpc.store.tables import promos
 from loyalty_grpc.store.uow import UnitOfWork
 

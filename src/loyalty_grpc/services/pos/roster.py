@@ -171,7 +171,7 @@ def _read(engine: Engine, programa_id: str, desde: Posicion | None, limite: int)
         horizon, newest, newest_change = conn.execute(_HORIZON, {"programa": programa_id}).one()
         if newest_change is not None and newest_change >= newest:
             # Stamped by transactions this database never ran: restored from a logical
-            # dump into a cluster whose transaction counter is behind (services/roster.py
+            # dump into a cluster whose transaction counter is behind (services/pos/roster.py
             # docstring). Serving would skip changes; refuse until an operator fixes it.
             log.error(
                 "roster %s: change position %s is ahead of the transaction counter "

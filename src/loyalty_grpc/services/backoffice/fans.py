@@ -27,8 +27,8 @@ from loyalty_grpc.domain.fans import (
 from loyalty_grpc.domain.programs import program_id
 from loyalty_grpc.domain.promos import EstadoFan, check_transicion_fan
 from loyalty_grpc.domain.text import single_line
-from loyalty_grpc.services.integrity import translate
-from loyalty_grpc.services.lookups import require_fan, require_program
+from loyalty_grpc.services.backoffice.integrity import translate
+from loyalty_grpc.services.backoffice.lookups import require_fan, require_program
 from loyalty_grpc.store.tables import fans
 from loyalty_grpc.store.uow import UnitOfWork
 

@@ -42,8 +42,8 @@ from loyalty_grpc.domain.integers import INT32_MAX
 from loyalty_grpc.domain.keys import Modo
 from loyalty_grpc.domain.programs import program_id
 from loyalty_grpc.domain.text import single_line
-from loyalty_grpc.services.fans import FanInfo, fan_info
-from loyalty_grpc.services.lookups import require_fan, require_program
+from loyalty_grpc.services.backoffice.fans import FanInfo, fan_info
+from loyalty_grpc.services.backoffice.lookups import require_fan, require_program
 from loyalty_grpc.store.ledger import Motivo, move_points
 from loyalty_grpc.store.tables import codigos, fans, movimientos, ventas
 from loyalty_grpc.store.uow import UnitOfWork

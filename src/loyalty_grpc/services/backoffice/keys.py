@@ -19,7 +19,7 @@ from loyalty_grpc.domain.keys import Modo, key_hash, mode_of, new_key, suffix
 from loyalty_grpc.domain.permissions import parse_permisos, sorted_names
 from loyalty_grpc.domain.programs import program_id
 from loyalty_grpc.domain.text import single_line
-from loyalty_grpc.services.lookups import require_program
+from loyalty_grpc.services.backoffice.lookups import require_program
 from loyalty_grpc.store.autocommit import fetch_one
 from loyalty_grpc.store.tables import claves
 from loyalty_grpc.store.uow import UnitOfWork

@@ -16,7 +16,7 @@ from loyalty_grpc.domain.errors import Codigo, LoyaltyError
 from loyalty_grpc.domain.fans import canonical_fan_id
 from loyalty_grpc.domain.programs import program_id
 from loyalty_grpc.domain.promos import EstadoCodigo, EstadoFan, check_transicion_codigo
-from loyalty_grpc.services.lookups import require_fan, require_promo
+from loyalty_grpc.services.backoffice.lookups import require_fan, require_promo
 from loyalty_grpc.store.tables import codigos, fans
 from loyalty_grpc.store.uow import UnitOfWork
 

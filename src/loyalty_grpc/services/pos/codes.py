@@ -24,8 +24,8 @@ from loyalty_grpc.domain.codes import CodeBatch, PromoRef, check_admite_codigos
 from loyalty_grpc.domain.errors import Codigo, LoyaltyError
 from loyalty_grpc.domain.programs import program_id
 from loyalty_grpc.domain.promos import EstadoCodigo, EstadoPromo
-from loyalty_grpc.services.lookups import require_program
-from loyalty_grpc.services.promo_inventory import Inventario, promo_inventory
+from loyalty_grpc.services.backoffice.lookups import require_program
+from loyalty_grpc.services.pos.promos import Inventario, promo_inventory
 from loyalty_grpc.store.tables import codigos, promos
 from loyalty_grpc.store.uow import UnitOfWork
 
