@@ -4,6 +4,13 @@ isort:skip_file
 What the contract says is "done by other means": programs, API keys, fans, promotions,
 code delivery and fixtures. Internal gRPC only: Envoy never routes to this service.
 Every call needs `authorization: Bearer <admin token>` metadata (LOYALTY_ADMIN_TOKEN).
+
+Conventions of the comments below: `programa` in a request is the program's id
+(lower-case letters, digits, `-`, `_`; programa_no_encontrado when unknown); a Fan ID is
+matched canonically (upper case, no whitespace); times are ISO 8601 UTC text ending in
+`Z`, empty when there is none; dates are `YYYY-MM-DD`. Failures are gRPC statuses with
+google.rpc.ErrorInfo(reason=<codigo>) from the error catalogue (DESIGN.md §2 and
+domain/errors.py). The `loyalty admin` CLI is the client.
 """
 
 from collections import abc as _abc
@@ -23,7 +30,10 @@ DESCRIPTOR: _descriptor.FileDescriptor
 
 @_typing.final
 class ApplyFixtureRequest(_message.Message):
-    """---------------------------------------------------------------- fixtures"""
+    """---------------------------------------------------------------- fixtures
+
+    Request of ApplyFixture.
+    """
 
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -45,6 +55,8 @@ Global___ApplyFixtureRequest: _TypeAlias = ApplyFixtureRequest  # noqa: Y015
 
 @_typing.final
 class ApplyFixtureResponse(_message.Message):
+    """Response of ApplyFixture."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     COUNTS_FIELD_NUMBER: _builtins.int
@@ -67,6 +79,8 @@ Global___ApplyFixtureResponse: _TypeAlias = ApplyFixtureResponse  # noqa: Y015
 
 @_typing.final
 class ApplyCount(_message.Message):
+    """The tally of one kind of fixture entry."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     ENTIDAD_FIELD_NUMBER: _builtins.int
@@ -74,10 +88,13 @@ class ApplyCount(_message.Message):
     ACTUALIZADOS_FIELD_NUMBER: _builtins.int
     SIN_CAMBIOS_FIELD_NUMBER: _builtins.int
     entidad: _builtins.str
-    """"programas", "claves", "fans", "promos", "codigos", "ajustes"."""
+    """"programas", "claves", "fans", "promos", "codigos" or "ajustes", in that order."""
     creados: _builtins.int
+    """Entries that did not exist and were created."""
     actualizados: _builtins.int
+    """Entries that existed and were changed."""
     sin_cambios: _builtins.int
+    """Entries that already matched the fixture."""
     def __init__(
         self,
         *,
@@ -96,7 +113,10 @@ Global___ApplyCount: _TypeAlias = ApplyCount  # noqa: Y015
 
 @_typing.final
 class Program(_message.Message):
-    """---------------------------------------------------------------- programs"""
+    """---------------------------------------------------------------- programs
+
+    A loyalty program: the terms every key of it works under.
+    """
 
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -106,11 +126,17 @@ class Program(_message.Message):
     QR_URL_FIELD_NUMBER: _builtins.int
     MONEDA_FIELD_NUMBER: _builtins.int
     id: _builtins.str
+    """Natural key: lower-case letters, digits, `-` and `_`, e.g. "halcones"."""
     nombre: _builtins.str
+    """Display name (what ping shows as `programa`)."""
     tasa_puntos: _builtins.str
-    """Points per peso as an exact decimal string, e.g. "0.1"."""
+    """Points per peso as an exact decimal string, e.g. "0.1": 0 or more, below 1,000,000,
+    at most 6 decimals.
+    """
     qr_url: _builtins.str
+    """Base of the fans' QR URLs ({qr_url}/v/<qr_token>): empty or an http(s) URL."""
     moneda: _builtins.str
+    """Three-letter currency code; empty in a request -> MXN."""
     def __init__(
         self,
         *,
@@ -130,11 +156,15 @@ Global___Program: _TypeAlias = Program  # noqa: Y015
 
 @_typing.final
 class UpsertProgramRequest(_message.Message):
+    """Request of UpsertProgram."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     PROGRAM_FIELD_NUMBER: _builtins.int
     @_builtins.property
-    def program(self) -> Global___Program: ...
+    def program(self) -> Global___Program:
+        """The program, all fields (an existing one takes these values)."""
+
     def __init__(
         self,
         *,
@@ -150,13 +180,18 @@ Global___UpsertProgramRequest: _TypeAlias = UpsertProgramRequest  # noqa: Y015
 
 @_typing.final
 class UpsertProgramResponse(_message.Message):
+    """Response of UpsertProgram."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     PROGRAM_FIELD_NUMBER: _builtins.int
     CREADO_FIELD_NUMBER: _builtins.int
     creado: _builtins.bool
+    """True when the program was created, false when it existed."""
     @_builtins.property
-    def program(self) -> Global___Program: ...
+    def program(self) -> Global___Program:
+        """The program as stored."""
+
     def __init__(
         self,
         *,
@@ -173,6 +208,8 @@ Global___UpsertProgramResponse: _TypeAlias = UpsertProgramResponse  # noqa: Y015
 
 @_typing.final
 class ListProgramsRequest(_message.Message):
+    """Request of ListPrograms: no parameters."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     def __init__(
@@ -188,11 +225,15 @@ Global___ListProgramsRequest: _TypeAlias = ListProgramsRequest  # noqa: Y015
 
 @_typing.final
 class ListProgramsResponse(_message.Message):
+    """Response of ListPrograms."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     PROGRAMS_FIELD_NUMBER: _builtins.int
     @_builtins.property
-    def programs(self) -> _containers.RepeatedCompositeFieldContainer[Global___Program]: ...
+    def programs(self) -> _containers.RepeatedCompositeFieldContainer[Global___Program]:
+        """Every program."""
+
     def __init__(
         self,
         *,
@@ -208,7 +249,10 @@ Global___ListProgramsResponse: _TypeAlias = ListProgramsResponse  # noqa: Y015
 
 @_typing.final
 class ApiKey(_message.Message):
-    """---------------------------------------------------------------- keys"""
+    """---------------------------------------------------------------- keys
+
+    An API key as listed: never its secret.
+    """
 
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -221,17 +265,23 @@ class ApiKey(_message.Message):
     CREADA_FIELD_NUMBER: _builtins.int
     REVOCADA_FIELD_NUMBER: _builtins.int
     id: _builtins.int
+    """Key id (what RevokeKey takes)."""
     programa: _builtins.str
+    """Id of the program the key points to."""
     integracion: _builtins.str
+    """Integration name (what ping shows as `integracion`)."""
     modo: _builtins.str
     """"vivo" or "prueba"."""
     sufijo: _builtins.str
     """The last four characters of the secret, to tell keys apart."""
     creada: _builtins.str
+    """When the key was issued, ISO 8601 UTC."""
     revocada: _builtins.str
-    """Empty while the key is in force."""
+    """When the key was revoked, ISO 8601 UTC; empty while the key is in force."""
     @_builtins.property
-    def permisos(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    def permisos(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Permission names, e.g. "fan:leer"."""
+
     def __init__(
         self,
         *,
@@ -254,6 +304,8 @@ Global___ApiKey: _TypeAlias = ApiKey  # noqa: Y015
 
 @_typing.final
 class IssueKeyRequest(_message.Message):
+    """Request of IssueKey."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     PROGRAMA_FIELD_NUMBER: _builtins.int
@@ -261,11 +313,17 @@ class IssueKeyRequest(_message.Message):
     MODO_FIELD_NUMBER: _builtins.int
     PERMISOS_FIELD_NUMBER: _builtins.int
     programa: _builtins.str
+    """Program id."""
     integracion: _builtins.str
+    """Integration name, one line."""
     modo: _builtins.str
-    """"vivo" or "prueba"."""
+    """"vivo" or "prueba": the secret's prefix lp_vivo_ or lp_prueba_."""
     @_builtins.property
-    def permisos(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    def permisos(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Permission names of the contract (fan:leer, tx:escribir, redeem:escribir,
+        codigos:escribir, roster:leer); any other is permiso_desconocido.
+        """
+
     def __init__(
         self,
         *,
@@ -284,6 +342,8 @@ Global___IssueKeyRequest: _TypeAlias = IssueKeyRequest  # noqa: Y015
 
 @_typing.final
 class IssueKeyResponse(_message.Message):
+    """Response of IssueKey."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     KEY_FIELD_NUMBER: _builtins.int
@@ -291,7 +351,9 @@ class IssueKeyResponse(_message.Message):
     clave: _builtins.str
     """The secret, shown this once."""
     @_builtins.property
-    def key(self) -> Global___ApiKey: ...
+    def key(self) -> Global___ApiKey:
+        """The new key."""
+
     def __init__(
         self,
         *,
@@ -308,10 +370,13 @@ Global___IssueKeyResponse: _TypeAlias = IssueKeyResponse  # noqa: Y015
 
 @_typing.final
 class ListKeysRequest(_message.Message):
+    """Request of ListKeys."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     PROGRAMA_FIELD_NUMBER: _builtins.int
     programa: _builtins.str
+    """Program id."""
     def __init__(
         self,
         *,
@@ -327,11 +392,15 @@ Global___ListKeysRequest: _TypeAlias = ListKeysRequest  # noqa: Y015
 
 @_typing.final
 class ListKeysResponse(_message.Message):
+    """Response of ListKeys."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     KEYS_FIELD_NUMBER: _builtins.int
     @_builtins.property
-    def keys(self) -> _containers.RepeatedCompositeFieldContainer[Global___ApiKey]: ...
+    def keys(self) -> _containers.RepeatedCompositeFieldContainer[Global___ApiKey]:
+        """The program's keys, revoked ones included, oldest first."""
+
     def __init__(
         self,
         *,
@@ -347,10 +416,13 @@ Global___ListKeysResponse: _TypeAlias = ListKeysResponse  # noqa: Y015
 
 @_typing.final
 class RevokeKeyRequest(_message.Message):
+    """Request of RevokeKey."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     ID_FIELD_NUMBER: _builtins.int
     id: _builtins.int
+    """Key id (ApiKey.id)."""
     def __init__(
         self,
         *,
@@ -366,11 +438,15 @@ Global___RevokeKeyRequest: _TypeAlias = RevokeKeyRequest  # noqa: Y015
 
 @_typing.final
 class RevokeKeyResponse(_message.Message):
+    """Response of RevokeKey."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     KEY_FIELD_NUMBER: _builtins.int
     @_builtins.property
-    def key(self) -> Global___ApiKey: ...
+    def key(self) -> Global___ApiKey:
+        """The key, with `revocada` set."""
+
     def __init__(
         self,
         *,
@@ -386,7 +462,10 @@ Global___RevokeKeyResponse: _TypeAlias = RevokeKeyResponse  # noqa: Y015
 
 @_typing.final
 class FanRecord(_message.Message):
-    """---------------------------------------------------------------- fans"""
+    """---------------------------------------------------------------- fans
+
+    A fan as the back office sees it: every field, in any state.
+    """
 
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -403,18 +482,29 @@ class FanRecord(_message.Message):
     BAJA_MOTIVO_FIELD_NUMBER: _builtins.int
     ACTUALIZADO_FIELD_NUMBER: _builtins.int
     programa: _builtins.str
+    """Program id."""
     id: _builtins.str
+    """Canonical Fan ID."""
     nombre: _builtins.str
+    """Full name."""
     correo: _builtins.str
+    """E-mail, unique in the program (case-insensitive)."""
     socio_desde: _builtins.int
+    """Year of registration."""
     temporadas: _builtins.int
+    """Number of active seasons."""
     qr_token: _builtins.str
+    """Token of the fan's QR code, unique in the program."""
     puntos: _builtins.int
+    """Points balance (equal to the ledger's last `saldo`)."""
     estado: _builtins.str
     """"activo" or "baja"."""
     baja_en: _builtins.str
+    """When the fan went to baja, ISO 8601 UTC; empty while activo."""
     baja_motivo: _builtins.str
+    """Why the fan went to baja; empty while activo."""
     actualizado: _builtins.str
+    """Last change of the fan's roster fields, ISO 8601 UTC (the roster's actualizado)."""
     def __init__(
         self,
         *,
@@ -441,6 +531,8 @@ Global___FanRecord: _TypeAlias = FanRecord  # noqa: Y015
 
 @_typing.final
 class RegisterFanRequest(_message.Message):
+    """Request of RegisterFan."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     PROGRAMA_FIELD_NUMBER: _builtins.int
@@ -451,11 +543,17 @@ class RegisterFanRequest(_message.Message):
     TEMPORADAS_FIELD_NUMBER: _builtins.int
     QR_TOKEN_FIELD_NUMBER: _builtins.int
     programa: _builtins.str
+    """Program id."""
     id: _builtins.str
+    """Fan ID (canonicalised)."""
     nombre: _builtins.str
+    """Full name."""
     correo: _builtins.str
+    """E-mail."""
     socio_desde: _builtins.int
+    """Year of registration."""
     temporadas: _builtins.int
+    """Number of active seasons."""
     qr_token: _builtins.str
     """Generated when empty."""
     def __init__(
@@ -479,11 +577,15 @@ Global___RegisterFanRequest: _TypeAlias = RegisterFanRequest  # noqa: Y015
 
 @_typing.final
 class RegisterFanResponse(_message.Message):
+    """Response of RegisterFan."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     FAN_FIELD_NUMBER: _builtins.int
     @_builtins.property
-    def fan(self) -> Global___FanRecord: ...
+    def fan(self) -> Global___FanRecord:
+        """The new fan."""
+
     def __init__(
         self,
         *,
@@ -499,6 +601,8 @@ Global___RegisterFanResponse: _TypeAlias = RegisterFanResponse  # noqa: Y015
 
 @_typing.final
 class UpdateFanRequest(_message.Message):
+    """Request of UpdateFan."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     PROGRAMA_FIELD_NUMBER: _builtins.int
@@ -509,13 +613,19 @@ class UpdateFanRequest(_message.Message):
     TEMPORADAS_FIELD_NUMBER: _builtins.int
     QR_TOKEN_FIELD_NUMBER: _builtins.int
     programa: _builtins.str
+    """Program id."""
     id: _builtins.str
+    """Fan ID of the fan to change."""
     nombre: _builtins.str
-    """Only the fields that are set change."""
+    """New full name; only the fields that are set change."""
     correo: _builtins.str
+    """New e-mail (correo_duplicado when another fan has it)."""
     socio_desde: _builtins.int
+    """New year of registration."""
     temporadas: _builtins.int
+    """New number of active seasons."""
     qr_token: _builtins.str
+    """New QR token (qr_duplicado when another fan has it)."""
     def __init__(
         self,
         *,
@@ -556,11 +666,15 @@ Global___UpdateFanRequest: _TypeAlias = UpdateFanRequest  # noqa: Y015
 
 @_typing.final
 class UpdateFanResponse(_message.Message):
+    """Response of UpdateFan."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     FAN_FIELD_NUMBER: _builtins.int
     @_builtins.property
-    def fan(self) -> Global___FanRecord: ...
+    def fan(self) -> Global___FanRecord:
+        """The fan after the change."""
+
     def __init__(
         self,
         *,
@@ -576,12 +690,16 @@ Global___UpdateFanResponse: _TypeAlias = UpdateFanResponse  # noqa: Y015
 
 @_typing.final
 class GetFanRequest(_message.Message):
+    """Request of GetFan."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     PROGRAMA_FIELD_NUMBER: _builtins.int
     ID_FIELD_NUMBER: _builtins.int
     programa: _builtins.str
+    """Program id."""
     id: _builtins.str
+    """Fan ID."""
     def __init__(
         self,
         *,
@@ -598,11 +716,15 @@ Global___GetFanRequest: _TypeAlias = GetFanRequest  # noqa: Y015
 
 @_typing.final
 class GetFanResponse(_message.Message):
+    """Response of GetFan."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     FAN_FIELD_NUMBER: _builtins.int
     @_builtins.property
-    def fan(self) -> Global___FanRecord: ...
+    def fan(self) -> Global___FanRecord:
+        """The fan, in any state."""
+
     def __init__(
         self,
         *,
@@ -618,14 +740,19 @@ Global___GetFanResponse: _TypeAlias = GetFanResponse  # noqa: Y015
 
 @_typing.final
 class DeactivateFanRequest(_message.Message):
+    """Request of DeactivateFan."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     PROGRAMA_FIELD_NUMBER: _builtins.int
     ID_FIELD_NUMBER: _builtins.int
     MOTIVO_FIELD_NUMBER: _builtins.int
     programa: _builtins.str
+    """Program id."""
     id: _builtins.str
+    """Fan ID."""
     motivo: _builtins.str
+    """Why (FanRecord.baja_motivo, the roster's baja.motivo)."""
     def __init__(
         self,
         *,
@@ -643,11 +770,15 @@ Global___DeactivateFanRequest: _TypeAlias = DeactivateFanRequest  # noqa: Y015
 
 @_typing.final
 class DeactivateFanResponse(_message.Message):
+    """Response of DeactivateFan."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     FAN_FIELD_NUMBER: _builtins.int
     @_builtins.property
-    def fan(self) -> Global___FanRecord: ...
+    def fan(self) -> Global___FanRecord:
+        """The fan, now in baja."""
+
     def __init__(
         self,
         *,
@@ -663,12 +794,16 @@ Global___DeactivateFanResponse: _TypeAlias = DeactivateFanResponse  # noqa: Y015
 
 @_typing.final
 class ReactivateFanRequest(_message.Message):
+    """Request of ReactivateFan."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     PROGRAMA_FIELD_NUMBER: _builtins.int
     ID_FIELD_NUMBER: _builtins.int
     programa: _builtins.str
+    """Program id."""
     id: _builtins.str
+    """Fan ID."""
     def __init__(
         self,
         *,
@@ -685,11 +820,15 @@ Global___ReactivateFanRequest: _TypeAlias = ReactivateFanRequest  # noqa: Y015
 
 @_typing.final
 class ReactivateFanResponse(_message.Message):
+    """Response of ReactivateFan."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     FAN_FIELD_NUMBER: _builtins.int
     @_builtins.property
-    def fan(self) -> Global___FanRecord: ...
+    def fan(self) -> Global___FanRecord:
+        """The fan, now activo."""
+
     def __init__(
         self,
         *,
@@ -705,7 +844,10 @@ Global___ReactivateFanResponse: _TypeAlias = ReactivateFanResponse  # noqa: Y015
 
 @_typing.final
 class PromoRecord(_message.Message):
-    """---------------------------------------------------------------- promotions"""
+    """---------------------------------------------------------------- promotions
+
+    A promotion as the back office sees it.
+    """
 
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -717,14 +859,19 @@ class PromoRecord(_message.Message):
     VIGENCIA_FIN_FIELD_NUMBER: _builtins.int
     PUNTOS_CANJE_FIELD_NUMBER: _builtins.int
     programa: _builtins.str
+    """Program id."""
     id: _builtins.int
+    """Promotion id (what POST /api/v1/codes and the code rpcs take as promo_id)."""
     nombre: _builtins.str
+    """Name, unique in the program (case-insensitive)."""
     descripcion: _builtins.str
+    """Text offered to the fan (fan/resolve's promo.descripcion)."""
     estado: _builtins.str
     """"activa", "pausada" or "terminada"."""
     vigencia_fin: _builtins.str
-    """YYYY-MM-DD."""
+    """Last day in force, YYYY-MM-DD."""
     puntos_canje: _builtins.int
+    """Points a live burn of one of its codes credits to the code's fan; 0 or more."""
     def __init__(
         self,
         *,
@@ -746,6 +893,8 @@ Global___PromoRecord: _TypeAlias = PromoRecord  # noqa: Y015
 
 @_typing.final
 class CreatePromoRequest(_message.Message):
+    """Request of CreatePromo."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     PROGRAMA_FIELD_NUMBER: _builtins.int
@@ -755,11 +904,17 @@ class CreatePromoRequest(_message.Message):
     VIGENCIA_FIN_FIELD_NUMBER: _builtins.int
     PUNTOS_CANJE_FIELD_NUMBER: _builtins.int
     programa: _builtins.str
+    """Program id."""
     nombre: _builtins.str
+    """Name, unique in the program (case-insensitive)."""
     descripcion: _builtins.str
+    """Text offered to the fan."""
     estado: _builtins.str
+    """"activa", "pausada" or "terminada"; empty -> activa."""
     vigencia_fin: _builtins.str
+    """Last day in force, YYYY-MM-DD (required)."""
     puntos_canje: _builtins.int
+    """Points a live burn credits; 0 or more."""
     def __init__(
         self,
         *,
@@ -780,11 +935,15 @@ Global___CreatePromoRequest: _TypeAlias = CreatePromoRequest  # noqa: Y015
 
 @_typing.final
 class CreatePromoResponse(_message.Message):
+    """Response of CreatePromo."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     PROMO_FIELD_NUMBER: _builtins.int
     @_builtins.property
-    def promo(self) -> Global___PromoRecord: ...
+    def promo(self) -> Global___PromoRecord:
+        """The new promotion."""
+
     def __init__(
         self,
         *,
@@ -800,6 +959,8 @@ Global___CreatePromoResponse: _TypeAlias = CreatePromoResponse  # noqa: Y015
 
 @_typing.final
 class UpdatePromoRequest(_message.Message):
+    """Request of UpdatePromo: only the fields that are set change."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     PROGRAMA_FIELD_NUMBER: _builtins.int
@@ -809,11 +970,17 @@ class UpdatePromoRequest(_message.Message):
     PUNTOS_CANJE_FIELD_NUMBER: _builtins.int
     DESCRIPCION_FIELD_NUMBER: _builtins.int
     programa: _builtins.str
+    """Program id."""
     id: _builtins.int
+    """Promotion id."""
     estado: _builtins.str
+    """New state: "activa", "pausada" or "terminada" (final)."""
     vigencia_fin: _builtins.str
+    """New last day in force, YYYY-MM-DD."""
     puntos_canje: _builtins.int
+    """New points per live burn; 0 or more."""
     descripcion: _builtins.str
+    """New text offered to the fan."""
     def __init__(
         self,
         *,
@@ -849,11 +1016,15 @@ Global___UpdatePromoRequest: _TypeAlias = UpdatePromoRequest  # noqa: Y015
 
 @_typing.final
 class UpdatePromoResponse(_message.Message):
+    """Response of UpdatePromo."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     PROMO_FIELD_NUMBER: _builtins.int
     @_builtins.property
-    def promo(self) -> Global___PromoRecord: ...
+    def promo(self) -> Global___PromoRecord:
+        """The promotion after the change."""
+
     def __init__(
         self,
         *,
@@ -869,7 +1040,10 @@ Global___UpdatePromoResponse: _TypeAlias = UpdatePromoResponse  # noqa: Y015
 
 @_typing.final
 class CodeRecord(_message.Message):
-    """---------------------------------------------------------------- codes"""
+    """---------------------------------------------------------------- codes
+
+    A coupon code of a promotion.
+    """
 
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -878,7 +1052,9 @@ class CodeRecord(_message.Message):
     ESTADO_FIELD_NUMBER: _builtins.int
     FAN_FIELD_NUMBER: _builtins.int
     promo_id: _builtins.int
+    """Id of the promotion the code belongs to."""
     codigo: _builtins.str
+    """The code, upper case."""
     estado: _builtins.str
     """"disponible", "asignado", "canjeado" or "liberado"."""
     fan: _builtins.str
@@ -901,6 +1077,8 @@ Global___CodeRecord: _TypeAlias = CodeRecord  # noqa: Y015
 
 @_typing.final
 class AssignCodeRequest(_message.Message):
+    """Request of AssignCode."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     PROGRAMA_FIELD_NUMBER: _builtins.int
@@ -908,10 +1086,13 @@ class AssignCodeRequest(_message.Message):
     CODIGO_FIELD_NUMBER: _builtins.int
     FAN_FIELD_NUMBER: _builtins.int
     programa: _builtins.str
+    """Program id."""
     promo_id: _builtins.int
+    """Promotion id (promo_no_encontrada when the program has none with it)."""
     codigo: _builtins.str
+    """The code (trimmed, upper-cased; codigo_no_encontrado when the promotion lacks it)."""
     fan: _builtins.str
-    """Fan ID."""
+    """Fan ID of an `activo` fan (fan_no_encontrado otherwise)."""
     def __init__(
         self,
         *,
@@ -930,11 +1111,15 @@ Global___AssignCodeRequest: _TypeAlias = AssignCodeRequest  # noqa: Y015
 
 @_typing.final
 class AssignCodeResponse(_message.Message):
+    """Response of AssignCode."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     CODE_FIELD_NUMBER: _builtins.int
     @_builtins.property
-    def code(self) -> Global___CodeRecord: ...
+    def code(self) -> Global___CodeRecord:
+        """The code, now asignado."""
+
     def __init__(
         self,
         *,
@@ -950,14 +1135,19 @@ Global___AssignCodeResponse: _TypeAlias = AssignCodeResponse  # noqa: Y015
 
 @_typing.final
 class ReleaseCodeRequest(_message.Message):
+    """Request of ReleaseCode."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     PROGRAMA_FIELD_NUMBER: _builtins.int
     PROMO_ID_FIELD_NUMBER: _builtins.int
     CODIGO_FIELD_NUMBER: _builtins.int
     programa: _builtins.str
+    """Program id."""
     promo_id: _builtins.int
+    """Promotion id."""
     codigo: _builtins.str
+    """The code (trimmed, upper-cased)."""
     def __init__(
         self,
         *,
@@ -975,11 +1165,15 @@ Global___ReleaseCodeRequest: _TypeAlias = ReleaseCodeRequest  # noqa: Y015
 
 @_typing.final
 class ReleaseCodeResponse(_message.Message):
+    """Response of ReleaseCode."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     CODE_FIELD_NUMBER: _builtins.int
     @_builtins.property
-    def code(self) -> Global___CodeRecord: ...
+    def code(self) -> Global___CodeRecord:
+        """The code, now liberado (a delivered code keeps its fan)."""
+
     def __init__(
         self,
         *,
@@ -995,7 +1189,10 @@ Global___ReleaseCodeResponse: _TypeAlias = ReleaseCodeResponse  # noqa: Y015
 
 @_typing.final
 class LedgerEntry(_message.Message):
-    """---------------------------------------------------------------- ledger"""
+    """---------------------------------------------------------------- ledger
+
+    One movement of a fan's points ledger.
+    """
 
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -1008,7 +1205,9 @@ class LedgerEntry(_message.Message):
     CREADO_FIELD_NUMBER: _builtins.int
     SALDO_FIELD_NUMBER: _builtins.int
     id: _builtins.int
+    """Entry id, increasing."""
     puntos: _builtins.int
+    """Points moved: positive credits, negative debits."""
     motivo: _builtins.str
     """"venta", "canje", "ajuste" or "anulacion"."""
     venta: _builtins.int
@@ -1016,6 +1215,7 @@ class LedgerEntry(_message.Message):
     codigo: _builtins.str
     """The coupon code burned (canje); empty otherwise."""
     nota: _builtins.str
+    """Free text: the reason of an ajuste or anulacion; empty otherwise."""
     creado: _builtins.str
     """ISO 8601 UTC."""
     saldo: _builtins.int
@@ -1042,11 +1242,14 @@ Global___LedgerEntry: _TypeAlias = LedgerEntry  # noqa: Y015
 
 @_typing.final
 class GetLedgerRequest(_message.Message):
+    """Request of GetLedger."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     PROGRAMA_FIELD_NUMBER: _builtins.int
     FAN_FIELD_NUMBER: _builtins.int
     programa: _builtins.str
+    """Program id."""
     fan: _builtins.str
     """Fan ID."""
     def __init__(
@@ -1065,14 +1268,20 @@ Global___GetLedgerRequest: _TypeAlias = GetLedgerRequest  # noqa: Y015
 
 @_typing.final
 class GetLedgerResponse(_message.Message):
+    """Response of GetLedger."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     FAN_FIELD_NUMBER: _builtins.int
     ENTRIES_FIELD_NUMBER: _builtins.int
     @_builtins.property
-    def fan(self) -> Global___FanRecord: ...
+    def fan(self) -> Global___FanRecord:
+        """The fan, in any state; its `puntos` equals the last entry's `saldo`."""
+
     @_builtins.property
-    def entries(self) -> _containers.RepeatedCompositeFieldContainer[Global___LedgerEntry]: ...
+    def entries(self) -> _containers.RepeatedCompositeFieldContainer[Global___LedgerEntry]:
+        """The ledger, oldest first."""
+
     def __init__(
         self,
         *,
@@ -1089,6 +1298,8 @@ Global___GetLedgerResponse: _TypeAlias = GetLedgerResponse  # noqa: Y015
 
 @_typing.final
 class AdjustPointsRequest(_message.Message):
+    """Request of AdjustPoints."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     PROGRAMA_FIELD_NUMBER: _builtins.int
@@ -1096,10 +1307,13 @@ class AdjustPointsRequest(_message.Message):
     PUNTOS_FIELD_NUMBER: _builtins.int
     MOTIVO_FIELD_NUMBER: _builtins.int
     programa: _builtins.str
+    """Program id."""
     fan: _builtins.str
-    """Fan ID."""
+    """Fan ID (a fan in baja can be adjusted)."""
     puntos: _builtins.int
-    """Positive credits, negative debits; never 0."""
+    """Positive credits, negative debits; never 0, at most 1,000,000,000 either way; a debit
+    may not take the balance below 0 (solicitud_invalida).
+    """
     motivo: _builtins.str
     """Why (required): kept in the ledger entry's nota."""
     def __init__(
@@ -1120,11 +1334,15 @@ Global___AdjustPointsRequest: _TypeAlias = AdjustPointsRequest  # noqa: Y015
 
 @_typing.final
 class AdjustPointsResponse(_message.Message):
+    """Response of AdjustPoints."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     ENTRY_FIELD_NUMBER: _builtins.int
     @_builtins.property
-    def entry(self) -> Global___LedgerEntry: ...
+    def entry(self) -> Global___LedgerEntry:
+        """The new `ajuste` entry."""
+
     def __init__(
         self,
         *,
@@ -1140,6 +1358,8 @@ Global___AdjustPointsResponse: _TypeAlias = AdjustPointsResponse  # noqa: Y015
 
 @_typing.final
 class Sale(_message.Message):
+    """A sale registered by POST /api/v1/tx."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     FOLIO_FIELD_NUMBER: _builtins.int
@@ -1154,18 +1374,25 @@ class Sale(_message.Message):
     PUNTOS_FIELD_NUMBER: _builtins.int
     ANULADA_FIELD_NUMBER: _builtins.int
     folio: _builtins.int
+    """Internal folio (`tx` in the POS response)."""
     id_externo: _builtins.str
+    """The caller's sale id (idempotency key)."""
     modo: _builtins.str
     """"vivo" or "prueba"."""
     fan: _builtins.str
     """Fan ID."""
     importe_centavos: _builtins.int
+    """Amount in integer cents."""
     moneda: _builtins.str
+    """Three-letter currency code."""
     terminal: _builtins.str
+    """Point of sale; empty when not sent."""
     sitio: _builtins.str
+    """Venue; empty when not sent."""
     ts: _builtins.str
-    """ISO 8601 UTC."""
+    """Time of the sale, ISO 8601 UTC."""
     puntos: _builtins.int
+    """Points the sale credited (0 for a test key)."""
     anulada: _builtins.str
     """ISO 8601 UTC; empty while the sale stands."""
     def __init__(
@@ -1193,12 +1420,15 @@ Global___Sale: _TypeAlias = Sale  # noqa: Y015
 
 @_typing.final
 class VoidSaleRequest(_message.Message):
+    """Request of VoidSale."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     PROGRAMA_FIELD_NUMBER: _builtins.int
     FOLIO_FIELD_NUMBER: _builtins.int
     MOTIVO_FIELD_NUMBER: _builtins.int
     programa: _builtins.str
+    """Program id."""
     folio: _builtins.int
     """The sale's folio (`tx` in the POS response)."""
     motivo: _builtins.str
@@ -1220,6 +1450,8 @@ Global___VoidSaleRequest: _TypeAlias = VoidSaleRequest  # noqa: Y015
 
 @_typing.final
 class VoidSaleResponse(_message.Message):
+    """Response of VoidSale."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     SALE_FIELD_NUMBER: _builtins.int
@@ -1230,7 +1462,9 @@ class VoidSaleResponse(_message.Message):
     ya_anulada: _builtins.bool
     """True when the sale had already been voided: nothing changed."""
     @_builtins.property
-    def sale(self) -> Global___Sale: ...
+    def sale(self) -> Global___Sale:
+        """The sale, with `anulada` set."""
+
     def __init__(
         self,
         *,
@@ -1248,15 +1482,21 @@ Global___VoidSaleResponse: _TypeAlias = VoidSaleResponse  # noqa: Y015
 
 @_typing.final
 class AssignNextCodeRequest(_message.Message):
+    """Request of AssignNextCode."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     PROGRAMA_FIELD_NUMBER: _builtins.int
     PROMO_ID_FIELD_NUMBER: _builtins.int
     FAN_FIELD_NUMBER: _builtins.int
     programa: _builtins.str
+    """Program id."""
     promo_id: _builtins.int
+    """Promotion id; its oldest `disponible` code is delivered (codigo_no_encontrado when it
+    has none left).
+    """
     fan: _builtins.str
-    """Fan ID."""
+    """Fan ID of an `activo` fan."""
     def __init__(
         self,
         *,
@@ -1274,11 +1514,15 @@ Global___AssignNextCodeRequest: _TypeAlias = AssignNextCodeRequest  # noqa: Y015
 
 @_typing.final
 class AssignNextCodeResponse(_message.Message):
+    """Response of AssignNextCode."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     CODE_FIELD_NUMBER: _builtins.int
     @_builtins.property
-    def code(self) -> Global___CodeRecord: ...
+    def code(self) -> Global___CodeRecord:
+        """The code delivered, now asignado."""
+
     def __init__(
         self,
         *,
@@ -1294,13 +1538,17 @@ Global___AssignNextCodeResponse: _TypeAlias = AssignNextCodeResponse  # noqa: Y0
 
 @_typing.final
 class ImportCodesRequest(_message.Message):
+    """Request of ImportCodes."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     PROGRAMA_FIELD_NUMBER: _builtins.int
     PROMO_ID_FIELD_NUMBER: _builtins.int
     CODIGOS_FIELD_NUMBER: _builtins.int
     programa: _builtins.str
+    """Program id."""
     promo_id: _builtins.int
+    """Promotion id (promo_no_encontrada, promo_no_admite_codigos)."""
     @_builtins.property
     def codigos(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """At most 5000 codes per call, normalised as POST /api/v1/codes does."""
@@ -1322,14 +1570,19 @@ Global___ImportCodesRequest: _TypeAlias = ImportCodesRequest  # noqa: Y015
 
 @_typing.final
 class ImportCodesResponse(_message.Message):
+    """Response of ImportCodes: as POST /api/v1/codes, recibidos = agregados + duplicados."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     RECIBIDOS_FIELD_NUMBER: _builtins.int
     AGREGADOS_FIELD_NUMBER: _builtins.int
     DUPLICADOS_FIELD_NUMBER: _builtins.int
     recibidos: _builtins.int
+    """Unique codes in the chunk."""
     agregados: _builtins.int
+    """Codes that entered the inventory (as `disponible`)."""
     duplicados: _builtins.int
+    """Codes already in the promotion; not an error."""
     def __init__(
         self,
         *,

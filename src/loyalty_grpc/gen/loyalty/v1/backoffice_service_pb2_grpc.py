@@ -26,7 +26,8 @@ if _version_not_supported:
 
 
 class BackofficeServiceStub:
-    """Missing associated documentation comment in .proto file."""
+    """The back office: everything the POS API does not create or change.
+    """
 
     def __init__(self, channel):
         """Constructor.
@@ -137,86 +138,98 @@ class BackofficeServiceStub:
 
 
 class BackofficeServiceServicer:
-    """Missing associated documentation comment in .proto file."""
+    """The back office: everything the POS API does not create or change.
+    """
 
     def ApplyFixture(self, request, context):
         """Upserts a whole fixture (DESIGN.md §4) by natural keys; applying twice changes nothing.
+        Errors: fixture_invalido (detalle names the entry), correo_duplicado, qr_duplicado.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def UpsertProgram(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """Creates a program or sets all its fields (keyed by Program.id).
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def ListPrograms(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """Every program.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def IssueKey(self, request, context):
-        """Returns the secret once; only its SHA-256 is stored.
+        """Returns the secret once; only its SHA-256 is stored. Errors: permiso_desconocido.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def ListKeys(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """A program's keys, revoked ones included, oldest first; never their secrets.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def RevokeKey(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """Revokes a key from now on; revoking it again keeps the first time.
+        Errors: clave_no_encontrada.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def RegisterFan(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """A new `activo` fan with 0 points. Errors: fan_duplicado, correo_duplicado, qr_duplicado.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def UpdateFan(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """Changes only the fields that are set; neither the Fan ID nor estado.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def GetFan(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """A fan in any state. Errors: fan_no_encontrado.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def DeactivateFan(self, request, context):
-        """estado activo -> baja, with a reason.
+        """estado activo -> baja, with a reason. A fan in baja is not found by the POS API.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def ReactivateFan(self, request, context):
-        """estado baja -> activo.
+        """estado baja -> activo; the baja time and reason are cleared.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def CreatePromo(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """A new promotion of a program. Errors: promo_duplicada (same name, case-insensitive).
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def UpdatePromo(self, request, context):
-        """Changes estado, vigencia_fin, puntos_canje or descripcion.
+        """Changes estado, vigencia_fin, puntos_canje or descripcion; `terminada` is final
+        (transicion_invalida).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -238,21 +251,22 @@ class BackofficeServiceServicer:
 
     def VoidSale(self, request, context):
         """Voids a sale: reverses exactly the points it credited, once. The sale stays on
-        record and its id_externo still answers `duplicado`.
+        record and its id_externo still answers `duplicado`. Errors: venta_no_encontrada.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def AssignCode(self, request, context):
-        """Delivers a code to a fan: disponible -> asignado.
+        """Delivers a code to a fan: disponible -> asignado (transicion_invalida otherwise).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def ReleaseCode(self, request, context):
-        """Takes a code out of circulation: disponible or asignado -> liberado.
+        """Takes a code out of circulation: disponible or asignado -> liberado
+        (transicion_invalida otherwise).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -385,7 +399,8 @@ def add_BackofficeServiceServicer_to_server(servicer, server):
 
  # This class is part of an EXPERIMENTAL API.
 class BackofficeService:
-    """Missing associated documentation comment in .proto file."""
+    """The back office: everything the POS API does not create or change.
+    """
 
     @staticmethod
     def ApplyFixture(request,

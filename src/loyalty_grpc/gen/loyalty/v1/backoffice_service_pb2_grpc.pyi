@@ -4,6 +4,13 @@ isort:skip_file
 What the contract says is "done by other means": programs, API keys, fans, promotions,
 code delivery and fixtures. Internal gRPC only: Envoy never routes to this service.
 Every call needs `authorization: Bearer <admin token>` metadata (LOYALTY_ADMIN_TOKEN).
+
+Conventions of the comments below: `programa` in a request is the program's id
+(lower-case letters, digits, `-`, `_`; programa_no_encontrado when unknown); a Fan ID is
+matched canonically (upper case, no whitespace); times are ISO 8601 UTC text ending in
+`Z`, empty when there is none; dates are `YYYY-MM-DD`. Failures are gRPC statuses with
+google.rpc.ErrorInfo(reason=<codigo>) from the error catalogue (DESIGN.md §2 and
+domain/errors.py). The `loyalty admin` CLI is the client.
 """
 
 from collections import abc as _abc
@@ -30,40 +37,58 @@ GRPC_GENERATED_VERSION: str
 GRPC_VERSION: str
 
 class BackofficeServiceStub:
+    """The back office: everything the POS API does not create or change."""
+
     @_typing.overload
     def __new__(cls, channel: _grpc.Channel) -> _Self: ...
     @_typing.overload
     def __new__(cls, channel: _aio.Channel) -> BackofficeServiceAsyncStub: ...
     ApplyFixture: _grpc.UnaryUnaryMultiCallable[_backoffice_service_pb2.ApplyFixtureRequest, _backoffice_service_pb2.ApplyFixtureResponse]
-    """Upserts a whole fixture (DESIGN.md §4) by natural keys; applying twice changes nothing."""
+    """Upserts a whole fixture (DESIGN.md §4) by natural keys; applying twice changes nothing.
+    Errors: fixture_invalido (detalle names the entry), correo_duplicado, qr_duplicado.
+    """
     UpsertProgram: _grpc.UnaryUnaryMultiCallable[_backoffice_service_pb2.UpsertProgramRequest, _backoffice_service_pb2.UpsertProgramResponse]
+    """Creates a program or sets all its fields (keyed by Program.id)."""
     ListPrograms: _grpc.UnaryUnaryMultiCallable[_backoffice_service_pb2.ListProgramsRequest, _backoffice_service_pb2.ListProgramsResponse]
+    """Every program."""
     IssueKey: _grpc.UnaryUnaryMultiCallable[_backoffice_service_pb2.IssueKeyRequest, _backoffice_service_pb2.IssueKeyResponse]
-    """Returns the secret once; only its SHA-256 is stored."""
+    """Returns the secret once; only its SHA-256 is stored. Errors: permiso_desconocido."""
     ListKeys: _grpc.UnaryUnaryMultiCallable[_backoffice_service_pb2.ListKeysRequest, _backoffice_service_pb2.ListKeysResponse]
+    """A program's keys, revoked ones included, oldest first; never their secrets."""
     RevokeKey: _grpc.UnaryUnaryMultiCallable[_backoffice_service_pb2.RevokeKeyRequest, _backoffice_service_pb2.RevokeKeyResponse]
+    """Revokes a key from now on; revoking it again keeps the first time.
+    Errors: clave_no_encontrada.
+    """
     RegisterFan: _grpc.UnaryUnaryMultiCallable[_backoffice_service_pb2.RegisterFanRequest, _backoffice_service_pb2.RegisterFanResponse]
+    """A new `activo` fan with 0 points. Errors: fan_duplicado, correo_duplicado, qr_duplicado."""
     UpdateFan: _grpc.UnaryUnaryMultiCallable[_backoffice_service_pb2.UpdateFanRequest, _backoffice_service_pb2.UpdateFanResponse]
+    """Changes only the fields that are set; neither the Fan ID nor estado."""
     GetFan: _grpc.UnaryUnaryMultiCallable[_backoffice_service_pb2.GetFanRequest, _backoffice_service_pb2.GetFanResponse]
+    """A fan in any state. Errors: fan_no_encontrado."""
     DeactivateFan: _grpc.UnaryUnaryMultiCallable[_backoffice_service_pb2.DeactivateFanRequest, _backoffice_service_pb2.DeactivateFanResponse]
-    """estado activo -> baja, with a reason."""
+    """estado activo -> baja, with a reason. A fan in baja is not found by the POS API."""
     ReactivateFan: _grpc.UnaryUnaryMultiCallable[_backoffice_service_pb2.ReactivateFanRequest, _backoffice_service_pb2.ReactivateFanResponse]
-    """estado baja -> activo."""
+    """estado baja -> activo; the baja time and reason are cleared."""
     CreatePromo: _grpc.UnaryUnaryMultiCallable[_backoffice_service_pb2.CreatePromoRequest, _backoffice_service_pb2.CreatePromoResponse]
+    """A new promotion of a program. Errors: promo_duplicada (same name, case-insensitive)."""
     UpdatePromo: _grpc.UnaryUnaryMultiCallable[_backoffice_service_pb2.UpdatePromoRequest, _backoffice_service_pb2.UpdatePromoResponse]
-    """Changes estado, vigencia_fin, puntos_canje or descripcion."""
+    """Changes estado, vigencia_fin, puntos_canje or descripcion; `terminada` is final
+    (transicion_invalida).
+    """
     GetLedger: _grpc.UnaryUnaryMultiCallable[_backoffice_service_pb2.GetLedgerRequest, _backoffice_service_pb2.GetLedgerResponse]
     """A fan's points ledger, oldest first, with the running balance."""
     AdjustPoints: _grpc.UnaryUnaryMultiCallable[_backoffice_service_pb2.AdjustPointsRequest, _backoffice_service_pb2.AdjustPointsResponse]
     """A manual points adjustment with a reason (support desk)."""
     VoidSale: _grpc.UnaryUnaryMultiCallable[_backoffice_service_pb2.VoidSaleRequest, _backoffice_service_pb2.VoidSaleResponse]
     """Voids a sale: reverses exactly the points it credited, once. The sale stays on
-    record and its id_externo still answers `duplicado`.
+    record and its id_externo still answers `duplicado`. Errors: venta_no_encontrada.
     """
     AssignCode: _grpc.UnaryUnaryMultiCallable[_backoffice_service_pb2.AssignCodeRequest, _backoffice_service_pb2.AssignCodeResponse]
-    """Delivers a code to a fan: disponible -> asignado."""
+    """Delivers a code to a fan: disponible -> asignado (transicion_invalida otherwise)."""
     ReleaseCode: _grpc.UnaryUnaryMultiCallable[_backoffice_service_pb2.ReleaseCodeRequest, _backoffice_service_pb2.ReleaseCodeResponse]
-    """Takes a code out of circulation: disponible or asignado -> liberado."""
+    """Takes a code out of circulation: disponible or asignado -> liberado
+    (transicion_invalida otherwise).
+    """
     AssignNextCode: _grpc.UnaryUnaryMultiCallable[_backoffice_service_pb2.AssignNextCodeRequest, _backoffice_service_pb2.AssignNextCodeResponse]
     """Delivers the next available code of a promotion to a fan (disponible -> asignado)."""
     ImportCodes: _grpc.UnaryUnaryMultiCallable[_backoffice_service_pb2.ImportCodesRequest, _backoffice_service_pb2.ImportCodesResponse]
@@ -73,37 +98,55 @@ class BackofficeServiceStub:
 
 @_typing.type_check_only
 class BackofficeServiceAsyncStub(BackofficeServiceStub):
+    """The back office: everything the POS API does not create or change."""
+
     def __init__(self, channel: _aio.Channel) -> None: ...
     ApplyFixture: _aio.UnaryUnaryMultiCallable[_backoffice_service_pb2.ApplyFixtureRequest, _backoffice_service_pb2.ApplyFixtureResponse]  # type: ignore[assignment]
-    """Upserts a whole fixture (DESIGN.md §4) by natural keys; applying twice changes nothing."""
+    """Upserts a whole fixture (DESIGN.md §4) by natural keys; applying twice changes nothing.
+    Errors: fixture_invalido (detalle names the entry), correo_duplicado, qr_duplicado.
+    """
     UpsertProgram: _aio.UnaryUnaryMultiCallable[_backoffice_service_pb2.UpsertProgramRequest, _backoffice_service_pb2.UpsertProgramResponse]  # type: ignore[assignment]
+    """Creates a program or sets all its fields (keyed by Program.id)."""
     ListPrograms: _aio.UnaryUnaryMultiCallable[_backoffice_service_pb2.ListProgramsRequest, _backoffice_service_pb2.ListProgramsResponse]  # type: ignore[assignment]
+    """Every program."""
     IssueKey: _aio.UnaryUnaryMultiCallable[_backoffice_service_pb2.IssueKeyRequest, _backoffice_service_pb2.IssueKeyResponse]  # type: ignore[assignment]
-    """Returns the secret once; only its SHA-256 is stored."""
+    """Returns the secret once; only its SHA-256 is stored. Errors: permiso_desconocido."""
     ListKeys: _aio.UnaryUnaryMultiCallable[_backoffice_service_pb2.ListKeysRequest, _backoffice_service_pb2.ListKeysResponse]  # type: ignore[assignment]
+    """A program's keys, revoked ones included, oldest first; never their secrets."""
     RevokeKey: _aio.UnaryUnaryMultiCallable[_backoffice_service_pb2.RevokeKeyRequest, _backoffice_service_pb2.RevokeKeyResponse]  # type: ignore[assignment]
+    """Revokes a key from now on; revoking it again keeps the first time.
+    Errors: clave_no_encontrada.
+    """
     RegisterFan: _aio.UnaryUnaryMultiCallable[_backoffice_service_pb2.RegisterFanRequest, _backoffice_service_pb2.RegisterFanResponse]  # type: ignore[assignment]
+    """A new `activo` fan with 0 points. Errors: fan_duplicado, correo_duplicado, qr_duplicado."""
     UpdateFan: _aio.UnaryUnaryMultiCallable[_backoffice_service_pb2.UpdateFanRequest, _backoffice_service_pb2.UpdateFanResponse]  # type: ignore[assignment]
+    """Changes only the fields that are set; neither the Fan ID nor estado."""
     GetFan: _aio.UnaryUnaryMultiCallable[_backoffice_service_pb2.GetFanRequest, _backoffice_service_pb2.GetFanResponse]  # type: ignore[assignment]
+    """A fan in any state. Errors: fan_no_encontrado."""
     DeactivateFan: _aio.UnaryUnaryMultiCallable[_backoffice_service_pb2.DeactivateFanRequest, _backoffice_service_pb2.DeactivateFanResponse]  # type: ignore[assignment]
-    """estado activo -> baja, with a reason."""
+    """estado activo -> baja, with a reason. A fan in baja is not found by the POS API."""
     ReactivateFan: _aio.UnaryUnaryMultiCallable[_backoffice_service_pb2.ReactivateFanRequest, _backoffice_service_pb2.ReactivateFanResponse]  # type: ignore[assignment]
-    """estado baja -> activo."""
+    """estado baja -> activo; the baja time and reason are cleared."""
     CreatePromo: _aio.UnaryUnaryMultiCallable[_backoffice_service_pb2.CreatePromoRequest, _backoffice_service_pb2.CreatePromoResponse]  # type: ignore[assignment]
+    """A new promotion of a program. Errors: promo_duplicada (same name, case-insensitive)."""
     UpdatePromo: _aio.UnaryUnaryMultiCallable[_backoffice_service_pb2.UpdatePromoRequest, _backoffice_service_pb2.UpdatePromoResponse]  # type: ignore[assignment]
-    """Changes estado, vigencia_fin, puntos_canje or descripcion."""
+    """Changes estado, vigencia_fin, puntos_canje or descripcion; `terminada` is final
+    (transicion_invalida).
+    """
     GetLedger: _aio.UnaryUnaryMultiCallable[_backoffice_service_pb2.GetLedgerRequest, _backoffice_service_pb2.GetLedgerResponse]  # type: ignore[assignment]
     """A fan's points ledger, oldest first, with the running balance."""
     AdjustPoints: _aio.UnaryUnaryMultiCallable[_backoffice_service_pb2.AdjustPointsRequest, _backoffice_service_pb2.AdjustPointsResponse]  # type: ignore[assignment]
     """A manual points adjustment with a reason (support desk)."""
     VoidSale: _aio.UnaryUnaryMultiCallable[_backoffice_service_pb2.VoidSaleRequest, _backoffice_service_pb2.VoidSaleResponse]  # type: ignore[assignment]
     """Voids a sale: reverses exactly the points it credited, once. The sale stays on
-    record and its id_externo still answers `duplicado`.
+    record and its id_externo still answers `duplicado`. Errors: venta_no_encontrada.
     """
     AssignCode: _aio.UnaryUnaryMultiCallable[_backoffice_service_pb2.AssignCodeRequest, _backoffice_service_pb2.AssignCodeResponse]  # type: ignore[assignment]
-    """Delivers a code to a fan: disponible -> asignado."""
+    """Delivers a code to a fan: disponible -> asignado (transicion_invalida otherwise)."""
     ReleaseCode: _aio.UnaryUnaryMultiCallable[_backoffice_service_pb2.ReleaseCodeRequest, _backoffice_service_pb2.ReleaseCodeResponse]  # type: ignore[assignment]
-    """Takes a code out of circulation: disponible or asignado -> liberado."""
+    """Takes a code out of circulation: disponible or asignado -> liberado
+    (transicion_invalida otherwise).
+    """
     AssignNextCode: _aio.UnaryUnaryMultiCallable[_backoffice_service_pb2.AssignNextCodeRequest, _backoffice_service_pb2.AssignNextCodeResponse]  # type: ignore[assignment]
     """Delivers the next available code of a promotion to a fan (disponible -> asignado)."""
     ImportCodes: _aio.UnaryUnaryMultiCallable[_backoffice_service_pb2.ImportCodesRequest, _backoffice_service_pb2.ImportCodesResponse]  # type: ignore[assignment]
@@ -112,27 +155,33 @@ class BackofficeServiceAsyncStub(BackofficeServiceStub):
     """
 
 class BackofficeServiceServicer(metaclass=_abc_1.ABCMeta):
+    """The back office: everything the POS API does not create or change."""
+
     @_abc_1.abstractmethod
     def ApplyFixture(
         self,
         request: _backoffice_service_pb2.ApplyFixtureRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_backoffice_service_pb2.ApplyFixtureResponse, _abc.Awaitable[_backoffice_service_pb2.ApplyFixtureResponse]]:
-        """Upserts a whole fixture (DESIGN.md §4) by natural keys; applying twice changes nothing."""
+        """Upserts a whole fixture (DESIGN.md §4) by natural keys; applying twice changes nothing.
+        Errors: fixture_invalido (detalle names the entry), correo_duplicado, qr_duplicado.
+        """
 
     @_abc_1.abstractmethod
     def UpsertProgram(
         self,
         request: _backoffice_service_pb2.UpsertProgramRequest,
         context: _ServicerContext,
-    ) -> _typing.Union[_backoffice_service_pb2.UpsertProgramResponse, _abc.Awaitable[_backoffice_service_pb2.UpsertProgramResponse]]: ...
+    ) -> _typing.Union[_backoffice_service_pb2.UpsertProgramResponse, _abc.Awaitable[_backoffice_service_pb2.UpsertProgramResponse]]:
+        """Creates a program or sets all its fields (keyed by Program.id)."""
 
     @_abc_1.abstractmethod
     def ListPrograms(
         self,
         request: _backoffice_service_pb2.ListProgramsRequest,
         context: _ServicerContext,
-    ) -> _typing.Union[_backoffice_service_pb2.ListProgramsResponse, _abc.Awaitable[_backoffice_service_pb2.ListProgramsResponse]]: ...
+    ) -> _typing.Union[_backoffice_service_pb2.ListProgramsResponse, _abc.Awaitable[_backoffice_service_pb2.ListProgramsResponse]]:
+        """Every program."""
 
     @_abc_1.abstractmethod
     def IssueKey(
@@ -140,42 +189,49 @@ class BackofficeServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _backoffice_service_pb2.IssueKeyRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_backoffice_service_pb2.IssueKeyResponse, _abc.Awaitable[_backoffice_service_pb2.IssueKeyResponse]]:
-        """Returns the secret once; only its SHA-256 is stored."""
+        """Returns the secret once; only its SHA-256 is stored. Errors: permiso_desconocido."""
 
     @_abc_1.abstractmethod
     def ListKeys(
         self,
         request: _backoffice_service_pb2.ListKeysRequest,
         context: _ServicerContext,
-    ) -> _typing.Union[_backoffice_service_pb2.ListKeysResponse, _abc.Awaitable[_backoffice_service_pb2.ListKeysResponse]]: ...
+    ) -> _typing.Union[_backoffice_service_pb2.ListKeysResponse, _abc.Awaitable[_backoffice_service_pb2.ListKeysResponse]]:
+        """A program's keys, revoked ones included, oldest first; never their secrets."""
 
     @_abc_1.abstractmethod
     def RevokeKey(
         self,
         request: _backoffice_service_pb2.RevokeKeyRequest,
         context: _ServicerContext,
-    ) -> _typing.Union[_backoffice_service_pb2.RevokeKeyResponse, _abc.Awaitable[_backoffice_service_pb2.RevokeKeyResponse]]: ...
+    ) -> _typing.Union[_backoffice_service_pb2.RevokeKeyResponse, _abc.Awaitable[_backoffice_service_pb2.RevokeKeyResponse]]:
+        """Revokes a key from now on; revoking it again keeps the first time.
+        Errors: clave_no_encontrada.
+        """
 
     @_abc_1.abstractmethod
     def RegisterFan(
         self,
         request: _backoffice_service_pb2.RegisterFanRequest,
         context: _ServicerContext,
-    ) -> _typing.Union[_backoffice_service_pb2.RegisterFanResponse, _abc.Awaitable[_backoffice_service_pb2.RegisterFanResponse]]: ...
+    ) -> _typing.Union[_backoffice_service_pb2.RegisterFanResponse, _abc.Awaitable[_backoffice_service_pb2.RegisterFanResponse]]:
+        """A new `activo` fan with 0 points. Errors: fan_duplicado, correo_duplicado, qr_duplicado."""
 
     @_abc_1.abstractmethod
     def UpdateFan(
         self,
         request: _backoffice_service_pb2.UpdateFanRequest,
         context: _ServicerContext,
-    ) -> _typing.Union[_backoffice_service_pb2.UpdateFanResponse, _abc.Awaitable[_backoffice_service_pb2.UpdateFanResponse]]: ...
+    ) -> _typing.Union[_backoffice_service_pb2.UpdateFanResponse, _abc.Awaitable[_backoffice_service_pb2.UpdateFanResponse]]:
+        """Changes only the fields that are set; neither the Fan ID nor estado."""
 
     @_abc_1.abstractmethod
     def GetFan(
         self,
         request: _backoffice_service_pb2.GetFanRequest,
         context: _ServicerContext,
-    ) -> _typing.Union[_backoffice_service_pb2.GetFanResponse, _abc.Awaitable[_backoffice_service_pb2.GetFanResponse]]: ...
+    ) -> _typing.Union[_backoffice_service_pb2.GetFanResponse, _abc.Awaitable[_backoffice_service_pb2.GetFanResponse]]:
+        """A fan in any state. Errors: fan_no_encontrado."""
 
     @_abc_1.abstractmethod
     def DeactivateFan(
@@ -183,7 +239,7 @@ class BackofficeServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _backoffice_service_pb2.DeactivateFanRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_backoffice_service_pb2.DeactivateFanResponse, _abc.Awaitable[_backoffice_service_pb2.DeactivateFanResponse]]:
-        """estado activo -> baja, with a reason."""
+        """estado activo -> baja, with a reason. A fan in baja is not found by the POS API."""
 
     @_abc_1.abstractmethod
     def ReactivateFan(
@@ -191,14 +247,15 @@ class BackofficeServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _backoffice_service_pb2.ReactivateFanRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_backoffice_service_pb2.ReactivateFanResponse, _abc.Awaitable[_backoffice_service_pb2.ReactivateFanResponse]]:
-        """estado baja -> activo."""
+        """estado baja -> activo; the baja time and reason are cleared."""
 
     @_abc_1.abstractmethod
     def CreatePromo(
         self,
         request: _backoffice_service_pb2.CreatePromoRequest,
         context: _ServicerContext,
-    ) -> _typing.Union[_backoffice_service_pb2.CreatePromoResponse, _abc.Awaitable[_backoffice_service_pb2.CreatePromoResponse]]: ...
+    ) -> _typing.Union[_backoffice_service_pb2.CreatePromoResponse, _abc.Awaitable[_backoffice_service_pb2.CreatePromoResponse]]:
+        """A new promotion of a program. Errors: promo_duplicada (same name, case-insensitive)."""
 
     @_abc_1.abstractmethod
     def UpdatePromo(
@@ -206,7 +263,9 @@ class BackofficeServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _backoffice_service_pb2.UpdatePromoRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_backoffice_service_pb2.UpdatePromoResponse, _abc.Awaitable[_backoffice_service_pb2.UpdatePromoResponse]]:
-        """Changes estado, vigencia_fin, puntos_canje or descripcion."""
+        """Changes estado, vigencia_fin, puntos_canje or descripcion; `terminada` is final
+        (transicion_invalida).
+        """
 
     @_abc_1.abstractmethod
     def GetLedger(
@@ -231,7 +290,7 @@ class BackofficeServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_backoffice_service_pb2.VoidSaleResponse, _abc.Awaitable[_backoffice_service_pb2.VoidSaleResponse]]:
         """Voids a sale: reverses exactly the points it credited, once. The sale stays on
-        record and its id_externo still answers `duplicado`.
+        record and its id_externo still answers `duplicado`. Errors: venta_no_encontrada.
         """
 
     @_abc_1.abstractmethod
@@ -240,7 +299,7 @@ class BackofficeServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _backoffice_service_pb2.AssignCodeRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_backoffice_service_pb2.AssignCodeResponse, _abc.Awaitable[_backoffice_service_pb2.AssignCodeResponse]]:
-        """Delivers a code to a fan: disponible -> asignado."""
+        """Delivers a code to a fan: disponible -> asignado (transicion_invalida otherwise)."""
 
     @_abc_1.abstractmethod
     def ReleaseCode(
@@ -248,7 +307,9 @@ class BackofficeServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _backoffice_service_pb2.ReleaseCodeRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_backoffice_service_pb2.ReleaseCodeResponse, _abc.Awaitable[_backoffice_service_pb2.ReleaseCodeResponse]]:
-        """Takes a code out of circulation: disponible or asignado -> liberado."""
+        """Takes a code out of circulation: disponible or asignado -> liberado
+        (transicion_invalida otherwise).
+        """
 
     @_abc_1.abstractmethod
     def AssignNextCode(

@@ -10,6 +10,13 @@ Transcoding rules that shape these messages (DESIGN.md §3):
 - fields shown only with a permission are proto3 `optional` (unset -> absent);
 - request fields that are "string or number" are google.protobuf.Value;
 - each alias of the contract is a field of its own; the server takes whichever is set.
+
+Conventions of the comments below: "alias of X" means the contract's alias for field X
+(send one of them: none -> campo_requerido when X is required, two ->
+solicitud_invalida); times are ISO 8601 UTC text ending in `Z`; dates are `YYYY-MM-DD`;
+a Fan ID is canonical (upper case, no whitespace). Failures are the error envelope
+(DESIGN.md §2), never these messages; native gRPC callers get the gRPC status with
+google.rpc.ErrorInfo(reason=<codigo>).
 """
 
 from collections import abc as _abc
@@ -30,7 +37,10 @@ DESCRIPTOR: _descriptor.FileDescriptor
 
 @_typing.final
 class PingRequest(_message.Message):
-    """---------------------------------------------------------------- ping"""
+    """---------------------------------------------------------------- ping
+
+    POST /api/v1/ping takes no body.
+    """
 
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -47,13 +57,18 @@ Global___PingRequest: _TypeAlias = PingRequest  # noqa: Y015
 
 @_typing.final
 class PingResponse(_message.Message):
+    """Envelope of POST /api/v1/ping."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     OK_FIELD_NUMBER: _builtins.int
     DATA_FIELD_NUMBER: _builtins.int
     ok: _builtins.bool
+    """Always true (failures are the error envelope)."""
     @_builtins.property
-    def data(self) -> Global___PingData: ...
+    def data(self) -> Global___PingData:
+        """The key's identity."""
+
     def __init__(
         self,
         *,
@@ -70,6 +85,8 @@ Global___PingResponse: _TypeAlias = PingResponse  # noqa: Y015
 
 @_typing.final
 class PingData(_message.Message):
+    """`data` of POST /api/v1/ping: who the key is."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     INTEGRACION_FIELD_NUMBER: _builtins.int
@@ -82,11 +99,13 @@ class PingData(_message.Message):
     programa: _builtins.str
     """Name of the loyalty program the key points to."""
     modo: _builtins.str
-    """"vivo" or "prueba", from the key's prefix."""
+    """"vivo" or "prueba", from the key's prefix (lp_vivo_ / lp_prueba_)."""
     hora: _builtins.str
     """Server time, ISO 8601 UTC."""
     @_builtins.property
-    def permisos(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    def permisos(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """The key's permissions, e.g. "fan:leer", "tx:escribir"; empty when it has none."""
+
     def __init__(
         self,
         *,
@@ -106,6 +125,8 @@ Global___PingData: _TypeAlias = PingData  # noqa: Y015
 
 @_typing.final
 class PingGetRequest(_message.Message):
+    """GET /api/v1/ping has no parameters."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     def __init__(
@@ -121,13 +142,18 @@ Global___PingGetRequest: _TypeAlias = PingGetRequest  # noqa: Y015
 
 @_typing.final
 class PingGetResponse(_message.Message):
+    """Envelope of GET /api/v1/ping."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     OK_FIELD_NUMBER: _builtins.int
     DATA_FIELD_NUMBER: _builtins.int
     ok: _builtins.bool
+    """Always true (failures are the error envelope)."""
     @_builtins.property
-    def data(self) -> Global___PingGetData: ...
+    def data(self) -> Global___PingGetData:
+        """The three fields GET returns."""
+
     def __init__(
         self,
         *,
@@ -144,14 +170,19 @@ Global___PingGetResponse: _TypeAlias = PingGetResponse  # noqa: Y015
 
 @_typing.final
 class PingGetData(_message.Message):
+    """`data` of GET /api/v1/ping: fewer fields than the POST (DESIGN.md §2, ping)."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     PROGRAMA_FIELD_NUMBER: _builtins.int
     MODO_FIELD_NUMBER: _builtins.int
     HORA_FIELD_NUMBER: _builtins.int
     programa: _builtins.str
+    """Name of the loyalty program the key points to."""
     modo: _builtins.str
+    """"vivo" or "prueba", from the key's prefix."""
     hora: _builtins.str
+    """Server time, ISO 8601 UTC."""
     def __init__(
         self,
         *,
@@ -169,7 +200,10 @@ Global___PingGetData: _TypeAlias = PingGetData  # noqa: Y015
 
 @_typing.final
 class ResolveFanRequest(_message.Message):
-    """---------------------------------------------------------------- fan/resolve"""
+    """---------------------------------------------------------------- fan/resolve
+
+    Body of POST /api/v1/fan/resolve: exactly one of fan / fan_id / qr / codigo.
+    """
 
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -178,10 +212,13 @@ class ResolveFanRequest(_message.Message):
     QR_FIELD_NUMBER: _builtins.int
     CODIGO_FIELD_NUMBER: _builtins.int
     fan: _builtins.str
-    """Any of the five forms; exactly one of fan / fan_id / qr / codigo."""
+    """Any of the five forms (Fan ID, coupon code, QR token, QR URL, e-mail)."""
     fan_id: _builtins.str
+    """Alias of `fan`."""
     qr: _builtins.str
+    """Alias of `fan`."""
     codigo: _builtins.str
+    """Alias of `fan`."""
     def __init__(
         self,
         *,
@@ -200,13 +237,18 @@ Global___ResolveFanRequest: _TypeAlias = ResolveFanRequest  # noqa: Y015
 
 @_typing.final
 class ResolveFanResponse(_message.Message):
+    """Envelope of POST /api/v1/fan/resolve."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     OK_FIELD_NUMBER: _builtins.int
     DATA_FIELD_NUMBER: _builtins.int
     ok: _builtins.bool
+    """Always true (failures are the error envelope)."""
     @_builtins.property
-    def data(self) -> Global___ResolveFanData: ...
+    def data(self) -> Global___ResolveFanData:
+        """The fan and its current promotion."""
+
     def __init__(
         self,
         *,
@@ -223,15 +265,22 @@ Global___ResolveFanResponse: _TypeAlias = ResolveFanResponse  # noqa: Y015
 
 @_typing.final
 class ResolveFanData(_message.Message):
+    """`data` of POST /api/v1/fan/resolve."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     FAN_FIELD_NUMBER: _builtins.int
     PROMO_FIELD_NUMBER: _builtins.int
     @_builtins.property
-    def fan(self) -> Global___FanView: ...
+    def fan(self) -> Global___FanView:
+        """The fan that matched."""
+
     @_builtins.property
     def promo(self) -> _struct_pb2.Value:
-        """The current promotion {nombre, descripcion, vigencia_fin, codigo}, or JSON null."""
+        """The current promotion {nombre, descripcion, vigencia_fin, codigo}, or JSON null (not
+        an error): the fan's `asignado` code in an `activa` promotion still in force, earliest
+        vigencia_fin first, or the code the fan was identified by.
+        """
 
     def __init__(
         self,
@@ -249,6 +298,8 @@ Global___ResolveFanData: _TypeAlias = ResolveFanData  # noqa: Y015
 
 @_typing.final
 class FanView(_message.Message):
+    """The contract's Fan object (`data.fan` of fan/resolve)."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     ID_FIELD_NUMBER: _builtins.int
@@ -258,12 +309,17 @@ class FanView(_message.Message):
     TEMPORADAS_FIELD_NUMBER: _builtins.int
     PUNTOS_FIELD_NUMBER: _builtins.int
     id: _builtins.str
+    """Canonical Fan ID."""
     nombre: _builtins.str
     """Present only when the key has fan:leer."""
     correo: _builtins.str
+    """E-mail; present only when the key has fan:leer."""
     socio_desde: _builtins.int
+    """Year of registration, e.g. 2018."""
     temporadas: _builtins.int
+    """Number of active seasons."""
     puntos: _builtins.int
+    """Current points balance of the ledger."""
     def __init__(
         self,
         *,
@@ -291,7 +347,11 @@ Global___FanView: _TypeAlias = FanView  # noqa: Y015
 
 @_typing.final
 class RegisterTxRequest(_message.Message):
-    """---------------------------------------------------------------- tx"""
+    """---------------------------------------------------------------- tx
+
+    Body of POST /api/v1/tx. Required: one of id_externo / id / tx_id, one of
+    fan / fan_id / qr / codigo, and `importe` or one of its cents fields.
+    """
 
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -313,37 +373,54 @@ class RegisterTxRequest(_message.Message):
     TS_FIELD_NUMBER: _builtins.int
     MONEDA_FIELD_NUMBER: _builtins.int
     id_externo: _builtins.str
-    """Idempotency key; aliases id, tx_id."""
+    """The caller's sale id: the idempotency key (per program and mode), at most 128 chars."""
     id: _builtins.str
+    """Alias of `id_externo`."""
     tx_id: _builtins.str
+    """Alias of `id_externo`."""
     fan: _builtins.str
-    """Any of the five forms; aliases fan_id, qr, codigo."""
+    """Any of the five forms (Fan ID, coupon code, QR token, QR URL, e-mail)."""
     fan_id: _builtins.str
+    """Alias of `fan`."""
     qr: _builtins.str
+    """Alias of `fan`."""
     codigo: _builtins.str
+    """Alias of `fan`."""
     terminal: _builtins.str
-    """Point of sale; alias caja."""
+    """Point of sale the sale came from, at most 100 chars."""
     caja: _builtins.str
+    """Alias of `terminal`."""
     sitio: _builtins.str
-    """Venue; alias sucursal."""
+    """Venue, at most 100 chars."""
     sucursal: _builtins.str
+    """Alias of `sitio`."""
     moneda: _builtins.str
-    """Default MXN."""
+    """Currency code; empty -> MXN; other than the program's -> moneda_no_soportada."""
     @_builtins.property
     def importe(self) -> _struct_pb2.Value:
-        """Pesos: JSON number or string in either separator convention."""
+        """Amount in pesos: JSON number or string in either separator convention, optional
+        currency prefix ($, MX$, MXN); at most 2 decimals (importe_invalido otherwise).
+        """
 
     @_builtins.property
     def importe_centavos(self) -> _struct_pb2.Value:
-        """Integer cents; aliases centavos, amount_cents."""
+        """Exact alternative to `importe`: integer cents (a JSON number). When both are sent
+        they must agree (importe_invalido otherwise).
+        """
 
     @_builtins.property
-    def centavos(self) -> _struct_pb2.Value: ...
+    def centavos(self) -> _struct_pb2.Value:
+        """Alias of `importe_centavos`."""
+
     @_builtins.property
-    def amount_cents(self) -> _struct_pb2.Value: ...
+    def amount_cents(self) -> _struct_pb2.Value:
+        """Alias of `importe_centavos`."""
+
     @_builtins.property
     def ts(self) -> _struct_pb2.Value:
-        """ISO 8601, epoch seconds, epoch milliseconds or "YYYY-MM-DD hh:mm:ss"."""
+        """Time of the sale: ISO 8601 (no offset -> UTC), epoch seconds, epoch milliseconds
+        (>= 10^11) or "YYYY-MM-DD hh:mm:ss" (UTC). Absent -> now; over 24 h ahead -> ts_invalido.
+        """
 
     def __init__(
         self,
@@ -376,13 +453,18 @@ Global___RegisterTxRequest: _TypeAlias = RegisterTxRequest  # noqa: Y015
 
 @_typing.final
 class RegisterTxResponse(_message.Message):
+    """Envelope of POST /api/v1/tx."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     OK_FIELD_NUMBER: _builtins.int
     DATA_FIELD_NUMBER: _builtins.int
     ok: _builtins.bool
+    """Always true (failures are the error envelope)."""
     @_builtins.property
-    def data(self) -> Global___RegisterTxData: ...
+    def data(self) -> Global___RegisterTxData:
+        """What the sale credited."""
+
     def __init__(
         self,
         *,
@@ -399,6 +481,8 @@ Global___RegisterTxResponse: _TypeAlias = RegisterTxResponse  # noqa: Y015
 
 @_typing.final
 class RegisterTxData(_message.Message):
+    """`data` of POST /api/v1/tx."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     DUPLICADO_FIELD_NUMBER: _builtins.int
@@ -407,12 +491,21 @@ class RegisterTxData(_message.Message):
     SALDO_FIELD_NUMBER: _builtins.int
     FAN_FIELD_NUMBER: _builtins.int
     duplicado: _builtins.bool
+    """True when this id_externo was already registered (same fan and amount): nothing new
+    is credited and `tx` is the original folio.
+    """
     tx: _builtins.int
-    """Internal folio of the sale."""
+    """Internal folio of the sale (`folio` in the back office's VoidSale)."""
     puntos_otorgados: _builtins.int
+    """Points credited by this call: floor(cents x program rate / 100); 0 when duplicado or
+    with a test key.
+    """
     saldo: _builtins.int
+    """The fan's points balance after this sale."""
     @_builtins.property
-    def fan(self) -> Global___TxFan: ...
+    def fan(self) -> Global___TxFan:
+        """The fan the sale was credited to."""
+
     def __init__(
         self,
         *,
@@ -432,13 +525,16 @@ Global___RegisterTxData: _TypeAlias = RegisterTxData  # noqa: Y015
 
 @_typing.final
 class TxFan(_message.Message):
+    """`data.fan` of POST /api/v1/tx."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     ID_FIELD_NUMBER: _builtins.int
     CORREO_FIELD_NUMBER: _builtins.int
     id: _builtins.str
+    """Canonical Fan ID."""
     correo: _builtins.str
-    """Present only when the key has fan:leer."""
+    """E-mail; present only when the key has fan:leer."""
     def __init__(
         self,
         *,
@@ -457,7 +553,11 @@ Global___TxFan: _TypeAlias = TxFan  # noqa: Y015
 
 @_typing.final
 class RedeemRequest(_message.Message):
-    """---------------------------------------------------------------- redeem"""
+    """---------------------------------------------------------------- redeem
+
+    Body of POST /api/v1/redeem: exactly one of `codigo` (single form) and `codigos`
+    (batch form).
+    """
 
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -467,16 +567,21 @@ class RedeemRequest(_message.Message):
     CAJA_FIELD_NUMBER: _builtins.int
     TS_FIELD_NUMBER: _builtins.int
     codigo: _builtins.str
-    """Single form."""
+    """Single form: the coupon code (trimmed and upper-cased)."""
     terminal: _builtins.str
-    """Point of sale; alias caja."""
+    """Point of sale, at most 100 chars."""
     caja: _builtins.str
+    """Alias of `terminal`."""
     @_builtins.property
     def codigos(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
-        """Batch form, up to 500 codes."""
+        """Batch form: up to 500 codes (demasiados_codigos beyond); the response has `resumen`
+        and `resultados`.
+        """
 
     @_builtins.property
-    def ts(self) -> _struct_pb2.Value: ...
+    def ts(self) -> _struct_pb2.Value:
+        """Time of the burn, in the formats of RegisterTxRequest.ts; absent -> now."""
+
     def __init__(
         self,
         *,
@@ -496,13 +601,18 @@ Global___RedeemRequest: _TypeAlias = RedeemRequest  # noqa: Y015
 
 @_typing.final
 class RedeemResponse(_message.Message):
+    """Envelope of POST /api/v1/redeem."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     OK_FIELD_NUMBER: _builtins.int
     DATA_FIELD_NUMBER: _builtins.int
     ok: _builtins.bool
+    """Always true (failures are the error envelope)."""
     @_builtins.property
-    def data(self) -> Global___RedeemData: ...
+    def data(self) -> Global___RedeemData:
+        """The outcome, single or batch form."""
+
     def __init__(
         self,
         *,
@@ -519,8 +629,9 @@ Global___RedeemResponse: _TypeAlias = RedeemResponse  # noqa: Y015
 
 @_typing.final
 class RedeemData(_message.Message):
-    """The single form sets the first six fields; the batch form sets `resumen` and
-    `resultados` only. Every field has presence so that the other form's fields are absent.
+    """`data` of POST /api/v1/redeem. The single form sets the first six fields; the batch
+    form sets `resumen` and `resultados` only. Every field has presence so that the other
+    form's fields are absent.
     """
 
     DESCRIPTOR: _descriptor.Descriptor
@@ -534,15 +645,23 @@ class RedeemData(_message.Message):
     RESUMEN_FIELD_NUMBER: _builtins.int
     RESULTADOS_FIELD_NUMBER: _builtins.int
     codigo: _builtins.str
+    """The code, normalised to upper case."""
     estado: _builtins.str
+    """Always "canjeado" on success."""
     duplicado: _builtins.bool
+    """True when the code had already been burned (nothing credited)."""
     promo: _builtins.str
     """Name of the promotion the code belongs to."""
     puntos_otorgados: _builtins.int
+    """The promotion's puntos_canje credited to the fan; 0 when duplicado or with a test key."""
     @_builtins.property
-    def fan(self) -> Global___RedeemFan: ...
+    def fan(self) -> Global___RedeemFan:
+        """The fan the code had been delivered to; {} without fan:leer."""
+
     @_builtins.property
-    def resumen(self) -> Global___RedeemResumen: ...
+    def resumen(self) -> Global___RedeemResumen:
+        """Batch form: the counts."""
+
     @_builtins.property
     def resultados(self) -> _struct_pb2.ListValue:
         """One object per input code, in input order: {codigo, ok, and either the single-form
@@ -590,11 +709,13 @@ Global___RedeemData: _TypeAlias = RedeemData  # noqa: Y015
 
 @_typing.final
 class RedeemFan(_message.Message):
+    """`data.fan` of a single-form redeem."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     CORREO_FIELD_NUMBER: _builtins.int
     correo: _builtins.str
-    """Present only when the key has fan:leer."""
+    """E-mail; present only when the key has fan:leer."""
     def __init__(
         self,
         *,
@@ -612,6 +733,8 @@ Global___RedeemFan: _TypeAlias = RedeemFan  # noqa: Y015
 
 @_typing.final
 class RedeemResumen(_message.Message):
+    """`data.resumen` of a batch redeem: recibidos = canjeados + duplicados + rechazados."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     RECIBIDOS_FIELD_NUMBER: _builtins.int
@@ -619,9 +742,13 @@ class RedeemResumen(_message.Message):
     DUPLICADOS_FIELD_NUMBER: _builtins.int
     RECHAZADOS_FIELD_NUMBER: _builtins.int
     recibidos: _builtins.int
+    """Entries in `codigos`, repeats included."""
     canjeados: _builtins.int
+    """Codes burned by this call."""
     duplicados: _builtins.int
+    """Codes that had already been burned."""
     rechazados: _builtins.int
+    """Codes refused (their `resultados` entry carries the error)."""
     def __init__(
         self,
         *,
@@ -640,7 +767,10 @@ Global___RedeemResumen: _TypeAlias = RedeemResumen  # noqa: Y015
 
 @_typing.final
 class ListPromosRequest(_message.Message):
-    """---------------------------------------------------------------- promos"""
+    """---------------------------------------------------------------- promos
+
+    GET /api/v1/promos has no parameters.
+    """
 
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -657,13 +787,18 @@ Global___ListPromosRequest: _TypeAlias = ListPromosRequest  # noqa: Y015
 
 @_typing.final
 class ListPromosResponse(_message.Message):
+    """Envelope of GET /api/v1/promos."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     OK_FIELD_NUMBER: _builtins.int
     DATA_FIELD_NUMBER: _builtins.int
     ok: _builtins.bool
+    """Always true (failures are the error envelope)."""
     @_builtins.property
-    def data(self) -> Global___ListPromosData: ...
+    def data(self) -> Global___ListPromosData:
+        """The program's promotions."""
+
     def __init__(
         self,
         *,
@@ -680,11 +815,15 @@ Global___ListPromosResponse: _TypeAlias = ListPromosResponse  # noqa: Y015
 
 @_typing.final
 class ListPromosData(_message.Message):
+    """`data` of GET /api/v1/promos."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     PROMOS_FIELD_NUMBER: _builtins.int
     @_builtins.property
-    def promos(self) -> _containers.RepeatedCompositeFieldContainer[Global___Promo]: ...
+    def promos(self) -> _containers.RepeatedCompositeFieldContainer[Global___Promo]:
+        """Every promotion of the key's program."""
+
     def __init__(
         self,
         *,
@@ -700,6 +839,8 @@ Global___ListPromosData: _TypeAlias = ListPromosData  # noqa: Y015
 
 @_typing.final
 class Promo(_message.Message):
+    """The contract's Promotion object, as listed by `promos`."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     ID_FIELD_NUMBER: _builtins.int
@@ -709,14 +850,19 @@ class Promo(_message.Message):
     ADMITE_CODIGOS_FIELD_NUMBER: _builtins.int
     INVENTARIO_FIELD_NUMBER: _builtins.int
     id: _builtins.int
+    """The id that POST /api/v1/codes expects in `promo`."""
     nombre: _builtins.str
+    """Name, unique in the program (case-insensitive); also accepted by `codes`."""
     estado: _builtins.str
     """"activa", "pausada" or "terminada"."""
     vigencia_fin: _builtins.str
-    """YYYY-MM-DD."""
+    """Last day in force, YYYY-MM-DD."""
     admite_codigos: _builtins.bool
+    """False when the promotion is `terminada` (`codes` answers promo_no_admite_codigos)."""
     @_builtins.property
-    def inventario(self) -> Global___Inventario: ...
+    def inventario(self) -> Global___Inventario:
+        """Its codes counted by state."""
+
     def __init__(
         self,
         *,
@@ -737,6 +883,8 @@ Global___Promo: _TypeAlias = Promo  # noqa: Y015
 
 @_typing.final
 class Inventario(_message.Message):
+    """The contract's Inventory object: a promotion's codes counted by state."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     DISPONIBLES_FIELD_NUMBER: _builtins.int
@@ -744,9 +892,13 @@ class Inventario(_message.Message):
     CANJEADOS_FIELD_NUMBER: _builtins.int
     LIBERADOS_FIELD_NUMBER: _builtins.int
     disponibles: _builtins.int
+    """Codes in state `disponible` (never delivered)."""
     asignados: _builtins.int
+    """Codes in state `asignado` (delivered to a fan)."""
     canjeados: _builtins.int
+    """Codes in state `canjeado` (burned)."""
     liberados: _builtins.int
+    """Codes in state `liberado` (out of circulation)."""
     def __init__(
         self,
         *,
@@ -765,7 +917,10 @@ Global___Inventario: _TypeAlias = Inventario  # noqa: Y015
 
 @_typing.final
 class DepositCodesRequest(_message.Message):
-    """---------------------------------------------------------------- codes"""
+    """---------------------------------------------------------------- codes
+
+    Body of POST /api/v1/codes: one of promo / promo_id and one of codigos / codes.
+    """
 
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -775,16 +930,22 @@ class DepositCodesRequest(_message.Message):
     CODES_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def promo(self) -> _struct_pb2.Value:
-        """Promotion id (number or numeric string) or exact name; alias promo_id."""
+        """Promotion id (number or numeric string) or its exact name (case-insensitive)."""
 
     @_builtins.property
-    def promo_id(self) -> _struct_pb2.Value: ...
+    def promo_id(self) -> _struct_pb2.Value:
+        """Alias of `promo`."""
+
     @_builtins.property
     def codigos(self) -> _struct_pb2.Value:
-        """Array of codes or pasted text; alias codes."""
+        """An array of code strings, or the codes as pasted text (split on whitespace, commas
+        and semicolons); at most 5000 per call. Each code at most 64 chars, no control chars.
+        """
 
     @_builtins.property
-    def codes(self) -> _struct_pb2.Value: ...
+    def codes(self) -> _struct_pb2.Value:
+        """Alias of `codigos`."""
+
     def __init__(
         self,
         *,
@@ -803,13 +964,18 @@ Global___DepositCodesRequest: _TypeAlias = DepositCodesRequest  # noqa: Y015
 
 @_typing.final
 class DepositCodesResponse(_message.Message):
+    """Envelope of POST /api/v1/codes."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     OK_FIELD_NUMBER: _builtins.int
     DATA_FIELD_NUMBER: _builtins.int
     ok: _builtins.bool
+    """Always true (failures are the error envelope)."""
     @_builtins.property
-    def data(self) -> Global___DepositCodesData: ...
+    def data(self) -> Global___DepositCodesData:
+        """What the deposit added."""
+
     def __init__(
         self,
         *,
@@ -826,6 +992,8 @@ Global___DepositCodesResponse: _TypeAlias = DepositCodesResponse  # noqa: Y015
 
 @_typing.final
 class DepositCodesData(_message.Message):
+    """`data` of POST /api/v1/codes: recibidos = agregados + duplicados."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     PROMO_FIELD_NUMBER: _builtins.int
@@ -834,12 +1002,19 @@ class DepositCodesData(_message.Message):
     DUPLICADOS_FIELD_NUMBER: _builtins.int
     INVENTARIO_FIELD_NUMBER: _builtins.int
     recibidos: _builtins.int
+    """Unique codes read from the batch."""
     agregados: _builtins.int
+    """Codes that entered the inventory (as `disponible`)."""
     duplicados: _builtins.int
+    """Codes already in the promotion; not an error."""
     @_builtins.property
-    def promo(self) -> Global___PromoRef: ...
+    def promo(self) -> Global___PromoRef:
+        """The promotion the codes went into."""
+
     @_builtins.property
-    def inventario(self) -> Global___Inventario: ...
+    def inventario(self) -> Global___Inventario:
+        """The promotion's inventory after the call."""
+
     def __init__(
         self,
         *,
@@ -859,14 +1034,19 @@ Global___DepositCodesData: _TypeAlias = DepositCodesData  # noqa: Y015
 
 @_typing.final
 class PromoRef(_message.Message):
+    """`data.promo` of POST /api/v1/codes."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     ID_FIELD_NUMBER: _builtins.int
     NOMBRE_FIELD_NUMBER: _builtins.int
     ESTADO_FIELD_NUMBER: _builtins.int
     id: _builtins.int
+    """Promotion id."""
     nombre: _builtins.str
+    """Promotion name."""
     estado: _builtins.str
+    """"activa" or "pausada" (a `terminada` one admits no codes)."""
     def __init__(
         self,
         *,
@@ -884,15 +1064,22 @@ Global___PromoRef: _TypeAlias = PromoRef  # noqa: Y015
 
 @_typing.final
 class RosterRequest(_message.Message):
-    """---------------------------------------------------------------- roster"""
+    """---------------------------------------------------------------- roster
+
+    Query string of GET /api/v1/roster. Proto strings, parsed by the server so that errors
+    name the parameter; empty means not sent.
+    """
 
     DESCRIPTOR: _descriptor.Descriptor
 
     DESDE_FIELD_NUMBER: _builtins.int
     LIMITE_FIELD_NUMBER: _builtins.int
     desde: _builtins.str
-    """Query string parameters; parsed by the server so that errors name the parameter."""
+    """The `siguiente` of the previous call; empty -> a new snapshot of every fan."""
     limite: _builtins.str
+    """Page size: a whole number, default 500, values over 2000 served as 2000, below 1
+    solicitud_invalida.
+    """
     def __init__(
         self,
         *,
@@ -909,13 +1096,18 @@ Global___RosterRequest: _TypeAlias = RosterRequest  # noqa: Y015
 
 @_typing.final
 class RosterResponse(_message.Message):
+    """Envelope of GET /api/v1/roster."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     OK_FIELD_NUMBER: _builtins.int
     DATA_FIELD_NUMBER: _builtins.int
     ok: _builtins.bool
+    """Always true (failures are the error envelope)."""
     @_builtins.property
-    def data(self) -> Global___RosterData: ...
+    def data(self) -> Global___RosterData:
+        """One page of the feed."""
+
     def __init__(
         self,
         *,
@@ -932,16 +1124,22 @@ Global___RosterResponse: _TypeAlias = RosterResponse  # noqa: Y015
 
 @_typing.final
 class RosterPostRequest(_message.Message):
+    """JSON body of POST /api/v1/roster."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     DESDE_FIELD_NUMBER: _builtins.int
     LIMITE_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def desde(self) -> _struct_pb2.Value:
-        """JSON body: `desde` string or number, `limite` number."""
+        """String or number: the `siguiente` of the previous call; null or absent -> a new
+        snapshot (a number is never a cursor: cursor_invalido).
+        """
 
     @_builtins.property
-    def limite(self) -> _struct_pb2.Value: ...
+    def limite(self) -> _struct_pb2.Value:
+        """A JSON number (text is solicitud_invalida): as RosterRequest.limite."""
+
     def __init__(
         self,
         *,
@@ -958,13 +1156,18 @@ Global___RosterPostRequest: _TypeAlias = RosterPostRequest  # noqa: Y015
 
 @_typing.final
 class RosterPostResponse(_message.Message):
+    """Envelope of POST /api/v1/roster."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     OK_FIELD_NUMBER: _builtins.int
     DATA_FIELD_NUMBER: _builtins.int
     ok: _builtins.bool
+    """Always true (failures are the error envelope)."""
     @_builtins.property
-    def data(self) -> Global___RosterData: ...
+    def data(self) -> Global___RosterData:
+        """One page of the feed."""
+
     def __init__(
         self,
         *,
@@ -981,6 +1184,8 @@ Global___RosterPostResponse: _TypeAlias = RosterPostResponse  # noqa: Y015
 
 @_typing.final
 class RosterData(_message.Message):
+    """`data` of GET and POST /api/v1/roster: one page of the change feed."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     DESDE_FIELD_NUMBER: _builtins.int
@@ -988,10 +1193,15 @@ class RosterData(_message.Message):
     HAY_MAS_FIELD_NUMBER: _builtins.int
     SIGUIENTE_FIELD_NUMBER: _builtins.int
     desde: _builtins.str
+    """The cursor this call read from, echoed; empty for a new snapshot."""
     hay_mas: _builtins.bool
+    """True when more pages remain: call again at once with `siguiente`."""
     siguiente: _builtins.str
+    """Opaque cursor, bound to the program: send it as `desde` next time."""
     @_builtins.property
-    def fans(self) -> _containers.RepeatedCompositeFieldContainer[Global___RosterFan]: ...
+    def fans(self) -> _containers.RepeatedCompositeFieldContainer[Global___RosterFan]:
+        """Roster entries; a fan's absence is not a removal (removal is estado `baja`)."""
+
     def __init__(
         self,
         *,
@@ -1010,6 +1220,8 @@ Global___RosterData: _TypeAlias = RosterData  # noqa: Y015
 
 @_typing.final
 class RosterFan(_message.Message):
+    """The contract's Roster entry; `nombre` and `correo` are always present (roster:leer)."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     ID_FIELD_NUMBER: _builtins.int
@@ -1021,14 +1233,19 @@ class RosterFan(_message.Message):
     BAJA_FIELD_NUMBER: _builtins.int
     ACTUALIZADO_FIELD_NUMBER: _builtins.int
     id: _builtins.str
+    """Canonical Fan ID."""
     nombre: _builtins.str
+    """Full name."""
     correo: _builtins.str
+    """E-mail."""
     socio_desde: _builtins.int
+    """Year of registration."""
     puntos: _builtins.int
+    """Points balance."""
     estado: _builtins.str
     """"activo" or "baja"."""
     actualizado: _builtins.str
-    """ISO 8601 UTC of the last change."""
+    """ISO 8601 UTC of the last change visible to the integration."""
     @_builtins.property
     def baja(self) -> Global___Baja:
         """Present only when estado is "baja"."""
@@ -1055,13 +1272,16 @@ Global___RosterFan: _TypeAlias = RosterFan  # noqa: Y015
 
 @_typing.final
 class Baja(_message.Message):
+    """When and why a fan left the program (`baja` of a roster entry)."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     EN_FIELD_NUMBER: _builtins.int
     MOTIVO_FIELD_NUMBER: _builtins.int
     en: _builtins.str
-    """ISO 8601 UTC."""
+    """ISO 8601 UTC of the removal."""
     motivo: _builtins.str
+    """The reason given by the back office."""
     def __init__(
         self,
         *,

@@ -26,7 +26,11 @@ if _version_not_supported:
 
 
 class PosServiceStub:
-    """Missing associated documentation comment in .proto file."""
+    """The contract's seven endpoints (nine bindings) for POS terminals and integrations.
+    Every call carries `authorization: Bearer <API key>` (no_autenticado, clave_invalida);
+    a call without the rpc's permission is permiso_denegado; over 600 calls a minute per key
+    is demasiadas_llamadas.
+    """
 
     def __init__(self, channel):
         """Constructor.
@@ -82,66 +86,81 @@ class PosServiceStub:
 
 
 class PosServiceServicer:
-    """Missing associated documentation comment in .proto file."""
+    """The contract's seven endpoints (nine bindings) for POS terminals and integrations.
+    Every call carries `authorization: Bearer <API key>` (no_autenticado, clave_invalida);
+    a call without the rpc's permission is permiso_denegado; over 600 calls a minute per key
+    is demasiadas_llamadas.
+    """
 
     def Ping(self, request, context):
-        """POST /api/v1/ping: all five fields.
+        """POST /api/v1/ping: all five fields. Permission: none.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def PingGet(self, request, context):
-        """GET /api/v1/ping: `programa`, `modo` and `hora` only.
+        """GET /api/v1/ping: `programa`, `modo` and `hora` only. Permission: none.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def ResolveFan(self, request, context):
-        """Permission fan:leer.
+        """POST /api/v1/fan/resolve: the fan and its current promotion. Permission fan:leer.
+        Changes nothing. Errors: fan_no_encontrado (also for a fan in `baja`).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def RegisterTx(self, request, context):
-        """Permission tx:escribir. Idempotent by id_externo.
+        """POST /api/v1/tx: registers a closed sale and credits points. Permission tx:escribir.
+        Idempotent by id_externo. Errors: importe_invalido, ts_invalido, moneda_no_soportada,
+        fan_no_encontrado, id_externo_en_conflicto (422), operacion_en_curso.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def Redeem(self, request, context):
-        """Permission redeem:escribir. Single form (`codigo`) or batch form (`codigos`).
+        """POST /api/v1/redeem: burns one coupon code (`codigo`) or a batch (`codigos`).
+        Permission redeem:escribir. Idempotent by code. Errors of the single form:
+        codigo_no_encontrado (404), codigo_liberado and codigo_no_asignado (409); batch
+        over 500 codes: demasiados_codigos.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def ListPromos(self, request, context):
-        """Permission codigos:escribir.
+        """GET /api/v1/promos: the program's promotions with their code inventory.
+        Permission codigos:escribir.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def DepositCodes(self, request, context):
-        """Permission codigos:escribir.
+        """POST /api/v1/codes: deposits coupon codes into a promotion's inventory; idempotent by
+        (promotion, code). Permission codigos:escribir. Errors: promo_no_encontrada,
+        promo_no_admite_codigos, codigo_invalido, demasiados_codigos.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def Roster(self, request, context):
-        """Permission roster:leer. Parameters in the query string.
+        """GET /api/v1/roster: one page of the roster change feed, parameters in the query
+        string. Permission roster:leer. Errors: cursor_invalido, solicitud_invalida (limite).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def RosterPost(self, request, context):
-        """Permission roster:leer. The same feed with the parameters in a JSON body.
+        """POST /api/v1/roster: the same feed with the parameters in a JSON body.
+        Permission roster:leer.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -204,7 +223,11 @@ def add_PosServiceServicer_to_server(servicer, server):
 
  # This class is part of an EXPERIMENTAL API.
 class PosService:
-    """Missing associated documentation comment in .proto file."""
+    """The contract's seven endpoints (nine bindings) for POS terminals and integrations.
+    Every call carries `authorization: Bearer <API key>` (no_autenticado, clave_invalida);
+    a call without the rpc's permission is permiso_denegado; over 600 calls a minute per key
+    is demasiadas_llamadas.
+    """
 
     @staticmethod
     def Ping(request,

@@ -10,6 +10,13 @@ Transcoding rules that shape these messages (DESIGN.md §3):
 - fields shown only with a permission are proto3 `optional` (unset -> absent);
 - request fields that are "string or number" are google.protobuf.Value;
 - each alias of the contract is a field of its own; the server takes whichever is set.
+
+Conventions of the comments below: "alias of X" means the contract's alias for field X
+(send one of them: none -> campo_requerido when X is required, two ->
+solicitud_invalida); times are ISO 8601 UTC text ending in `Z`; dates are `YYYY-MM-DD`;
+a Fan ID is canonical (upper case, no whitespace). Failures are the error envelope
+(DESIGN.md §2), never these messages; native gRPC callers get the gRPC status with
+google.rpc.ErrorInfo(reason=<codigo>).
 """
 
 from collections import abc as _abc
@@ -36,59 +43,113 @@ GRPC_GENERATED_VERSION: str
 GRPC_VERSION: str
 
 class PosServiceStub:
+    """The contract's seven endpoints (nine bindings) for POS terminals and integrations.
+    Every call carries `authorization: Bearer <API key>` (no_autenticado, clave_invalida);
+    a call without the rpc's permission is permiso_denegado; over 600 calls a minute per key
+    is demasiadas_llamadas.
+    """
+
     @_typing.overload
     def __new__(cls, channel: _grpc.Channel) -> _Self: ...
     @_typing.overload
     def __new__(cls, channel: _aio.Channel) -> PosServiceAsyncStub: ...
     Ping: _grpc.UnaryUnaryMultiCallable[_pos_service_pb2.PingRequest, _pos_service_pb2.PingResponse]
-    """POST /api/v1/ping: all five fields."""
+    """POST /api/v1/ping: all five fields. Permission: none."""
     PingGet: _grpc.UnaryUnaryMultiCallable[_pos_service_pb2.PingGetRequest, _pos_service_pb2.PingGetResponse]
-    """GET /api/v1/ping: `programa`, `modo` and `hora` only."""
+    """GET /api/v1/ping: `programa`, `modo` and `hora` only. Permission: none."""
     ResolveFan: _grpc.UnaryUnaryMultiCallable[_pos_service_pb2.ResolveFanRequest, _pos_service_pb2.ResolveFanResponse]
-    """Permission fan:leer."""
+    """POST /api/v1/fan/resolve: the fan and its current promotion. Permission fan:leer.
+    Changes nothing. Errors: fan_no_encontrado (also for a fan in `baja`).
+    """
     RegisterTx: _grpc.UnaryUnaryMultiCallable[_pos_service_pb2.RegisterTxRequest, _pos_service_pb2.RegisterTxResponse]
-    """Permission tx:escribir. Idempotent by id_externo."""
+    """POST /api/v1/tx: registers a closed sale and credits points. Permission tx:escribir.
+    Idempotent by id_externo. Errors: importe_invalido, ts_invalido, moneda_no_soportada,
+    fan_no_encontrado, id_externo_en_conflicto (422), operacion_en_curso.
+    """
     Redeem: _grpc.UnaryUnaryMultiCallable[_pos_service_pb2.RedeemRequest, _pos_service_pb2.RedeemResponse]
-    """Permission redeem:escribir. Single form (`codigo`) or batch form (`codigos`)."""
+    """POST /api/v1/redeem: burns one coupon code (`codigo`) or a batch (`codigos`).
+    Permission redeem:escribir. Idempotent by code. Errors of the single form:
+    codigo_no_encontrado (404), codigo_liberado and codigo_no_asignado (409); batch
+    over 500 codes: demasiados_codigos.
+    """
     ListPromos: _grpc.UnaryUnaryMultiCallable[_pos_service_pb2.ListPromosRequest, _pos_service_pb2.ListPromosResponse]
-    """Permission codigos:escribir."""
+    """GET /api/v1/promos: the program's promotions with their code inventory.
+    Permission codigos:escribir.
+    """
     DepositCodes: _grpc.UnaryUnaryMultiCallable[_pos_service_pb2.DepositCodesRequest, _pos_service_pb2.DepositCodesResponse]
-    """Permission codigos:escribir."""
+    """POST /api/v1/codes: deposits coupon codes into a promotion's inventory; idempotent by
+    (promotion, code). Permission codigos:escribir. Errors: promo_no_encontrada,
+    promo_no_admite_codigos, codigo_invalido, demasiados_codigos.
+    """
     Roster: _grpc.UnaryUnaryMultiCallable[_pos_service_pb2.RosterRequest, _pos_service_pb2.RosterResponse]
-    """Permission roster:leer. Parameters in the query string."""
+    """GET /api/v1/roster: one page of the roster change feed, parameters in the query
+    string. Permission roster:leer. Errors: cursor_invalido, solicitud_invalida (limite).
+    """
     RosterPost: _grpc.UnaryUnaryMultiCallable[_pos_service_pb2.RosterPostRequest, _pos_service_pb2.RosterPostResponse]
-    """Permission roster:leer. The same feed with the parameters in a JSON body."""
+    """POST /api/v1/roster: the same feed with the parameters in a JSON body.
+    Permission roster:leer.
+    """
 
 @_typing.type_check_only
 class PosServiceAsyncStub(PosServiceStub):
+    """The contract's seven endpoints (nine bindings) for POS terminals and integrations.
+    Every call carries `authorization: Bearer <API key>` (no_autenticado, clave_invalida);
+    a call without the rpc's permission is permiso_denegado; over 600 calls a minute per key
+    is demasiadas_llamadas.
+    """
+
     def __init__(self, channel: _aio.Channel) -> None: ...
     Ping: _aio.UnaryUnaryMultiCallable[_pos_service_pb2.PingRequest, _pos_service_pb2.PingResponse]  # type: ignore[assignment]
-    """POST /api/v1/ping: all five fields."""
+    """POST /api/v1/ping: all five fields. Permission: none."""
     PingGet: _aio.UnaryUnaryMultiCallable[_pos_service_pb2.PingGetRequest, _pos_service_pb2.PingGetResponse]  # type: ignore[assignment]
-    """GET /api/v1/ping: `programa`, `modo` and `hora` only."""
+    """GET /api/v1/ping: `programa`, `modo` and `hora` only. Permission: none."""
     ResolveFan: _aio.UnaryUnaryMultiCallable[_pos_service_pb2.ResolveFanRequest, _pos_service_pb2.ResolveFanResponse]  # type: ignore[assignment]
-    """Permission fan:leer."""
+    """POST /api/v1/fan/resolve: the fan and its current promotion. Permission fan:leer.
+    Changes nothing. Errors: fan_no_encontrado (also for a fan in `baja`).
+    """
     RegisterTx: _aio.UnaryUnaryMultiCallable[_pos_service_pb2.RegisterTxRequest, _pos_service_pb2.RegisterTxResponse]  # type: ignore[assignment]
-    """Permission tx:escribir. Idempotent by id_externo."""
+    """POST /api/v1/tx: registers a closed sale and credits points. Permission tx:escribir.
+    Idempotent by id_externo. Errors: importe_invalido, ts_invalido, moneda_no_soportada,
+    fan_no_encontrado, id_externo_en_conflicto (422), operacion_en_curso.
+    """
     Redeem: _aio.UnaryUnaryMultiCallable[_pos_service_pb2.RedeemRequest, _pos_service_pb2.RedeemResponse]  # type: ignore[assignment]
-    """Permission redeem:escribir. Single form (`codigo`) or batch form (`codigos`)."""
+    """POST /api/v1/redeem: burns one coupon code (`codigo`) or a batch (`codigos`).
+    Permission redeem:escribir. Idempotent by code. Errors of the single form:
+    codigo_no_encontrado (404), codigo_liberado and codigo_no_asignado (409); batch
+    over 500 codes: demasiados_codigos.
+    """
     ListPromos: _aio.UnaryUnaryMultiCallable[_pos_service_pb2.ListPromosRequest, _pos_service_pb2.ListPromosResponse]  # type: ignore[assignment]
-    """Permission codigos:escribir."""
+    """GET /api/v1/promos: the program's promotions with their code inventory.
+    Permission codigos:escribir.
+    """
     DepositCodes: _aio.UnaryUnaryMultiCallable[_pos_service_pb2.DepositCodesRequest, _pos_service_pb2.DepositCodesResponse]  # type: ignore[assignment]
-    """Permission codigos:escribir."""
+    """POST /api/v1/codes: deposits coupon codes into a promotion's inventory; idempotent by
+    (promotion, code). Permission codigos:escribir. Errors: promo_no_encontrada,
+    promo_no_admite_codigos, codigo_invalido, demasiados_codigos.
+    """
     Roster: _aio.UnaryUnaryMultiCallable[_pos_service_pb2.RosterRequest, _pos_service_pb2.RosterResponse]  # type: ignore[assignment]
-    """Permission roster:leer. Parameters in the query string."""
+    """GET /api/v1/roster: one page of the roster change feed, parameters in the query
+    string. Permission roster:leer. Errors: cursor_invalido, solicitud_invalida (limite).
+    """
     RosterPost: _aio.UnaryUnaryMultiCallable[_pos_service_pb2.RosterPostRequest, _pos_service_pb2.RosterPostResponse]  # type: ignore[assignment]
-    """Permission roster:leer. The same feed with the parameters in a JSON body."""
+    """POST /api/v1/roster: the same feed with the parameters in a JSON body.
+    Permission roster:leer.
+    """
 
 class PosServiceServicer(metaclass=_abc_1.ABCMeta):
+    """The contract's seven endpoints (nine bindings) for POS terminals and integrations.
+    Every call carries `authorization: Bearer <API key>` (no_autenticado, clave_invalida);
+    a call without the rpc's permission is permiso_denegado; over 600 calls a minute per key
+    is demasiadas_llamadas.
+    """
+
     @_abc_1.abstractmethod
     def Ping(
         self,
         request: _pos_service_pb2.PingRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_pos_service_pb2.PingResponse, _abc.Awaitable[_pos_service_pb2.PingResponse]]:
-        """POST /api/v1/ping: all five fields."""
+        """POST /api/v1/ping: all five fields. Permission: none."""
 
     @_abc_1.abstractmethod
     def PingGet(
@@ -96,7 +157,7 @@ class PosServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _pos_service_pb2.PingGetRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_pos_service_pb2.PingGetResponse, _abc.Awaitable[_pos_service_pb2.PingGetResponse]]:
-        """GET /api/v1/ping: `programa`, `modo` and `hora` only."""
+        """GET /api/v1/ping: `programa`, `modo` and `hora` only. Permission: none."""
 
     @_abc_1.abstractmethod
     def ResolveFan(
@@ -104,7 +165,9 @@ class PosServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _pos_service_pb2.ResolveFanRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_pos_service_pb2.ResolveFanResponse, _abc.Awaitable[_pos_service_pb2.ResolveFanResponse]]:
-        """Permission fan:leer."""
+        """POST /api/v1/fan/resolve: the fan and its current promotion. Permission fan:leer.
+        Changes nothing. Errors: fan_no_encontrado (also for a fan in `baja`).
+        """
 
     @_abc_1.abstractmethod
     def RegisterTx(
@@ -112,7 +175,10 @@ class PosServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _pos_service_pb2.RegisterTxRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_pos_service_pb2.RegisterTxResponse, _abc.Awaitable[_pos_service_pb2.RegisterTxResponse]]:
-        """Permission tx:escribir. Idempotent by id_externo."""
+        """POST /api/v1/tx: registers a closed sale and credits points. Permission tx:escribir.
+        Idempotent by id_externo. Errors: importe_invalido, ts_invalido, moneda_no_soportada,
+        fan_no_encontrado, id_externo_en_conflicto (422), operacion_en_curso.
+        """
 
     @_abc_1.abstractmethod
     def Redeem(
@@ -120,7 +186,11 @@ class PosServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _pos_service_pb2.RedeemRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_pos_service_pb2.RedeemResponse, _abc.Awaitable[_pos_service_pb2.RedeemResponse]]:
-        """Permission redeem:escribir. Single form (`codigo`) or batch form (`codigos`)."""
+        """POST /api/v1/redeem: burns one coupon code (`codigo`) or a batch (`codigos`).
+        Permission redeem:escribir. Idempotent by code. Errors of the single form:
+        codigo_no_encontrado (404), codigo_liberado and codigo_no_asignado (409); batch
+        over 500 codes: demasiados_codigos.
+        """
 
     @_abc_1.abstractmethod
     def ListPromos(
@@ -128,7 +198,9 @@ class PosServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _pos_service_pb2.ListPromosRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_pos_service_pb2.ListPromosResponse, _abc.Awaitable[_pos_service_pb2.ListPromosResponse]]:
-        """Permission codigos:escribir."""
+        """GET /api/v1/promos: the program's promotions with their code inventory.
+        Permission codigos:escribir.
+        """
 
     @_abc_1.abstractmethod
     def DepositCodes(
@@ -136,7 +208,10 @@ class PosServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _pos_service_pb2.DepositCodesRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_pos_service_pb2.DepositCodesResponse, _abc.Awaitable[_pos_service_pb2.DepositCodesResponse]]:
-        """Permission codigos:escribir."""
+        """POST /api/v1/codes: deposits coupon codes into a promotion's inventory; idempotent by
+        (promotion, code). Permission codigos:escribir. Errors: promo_no_encontrada,
+        promo_no_admite_codigos, codigo_invalido, demasiados_codigos.
+        """
 
     @_abc_1.abstractmethod
     def Roster(
@@ -144,7 +219,9 @@ class PosServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _pos_service_pb2.RosterRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_pos_service_pb2.RosterResponse, _abc.Awaitable[_pos_service_pb2.RosterResponse]]:
-        """Permission roster:leer. Parameters in the query string."""
+        """GET /api/v1/roster: one page of the roster change feed, parameters in the query
+        string. Permission roster:leer. Errors: cursor_invalido, solicitud_invalida (limite).
+        """
 
     @_abc_1.abstractmethod
     def RosterPost(
@@ -152,6 +229,8 @@ class PosServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _pos_service_pb2.RosterPostRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_pos_service_pb2.RosterPostResponse, _abc.Awaitable[_pos_service_pb2.RosterPostResponse]]:
-        """Permission roster:leer. The same feed with the parameters in a JSON body."""
+        """POST /api/v1/roster: the same feed with the parameters in a JSON body.
+        Permission roster:leer.
+        """
 
 def add_PosServiceServicer_to_server(servicer: PosServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
