@@ -630,7 +630,7 @@ SUMMARIES = {
     "PingGet": "Check that the key works (programa, modo and hora only).",
     "ResolveFan": "Identify a fan and any current promotion; changes no business state.",
     "RegisterTx": "Register a closed sale and credit points; idempotent by id_externo.",
-    "Redeem": "Burn one coupon code (codigo) or a batch (codigos); idempotent by code.",
+    "Redeem": "Redeem one coupon code (codigo) or a batch (codigos); idempotent by code.",
     "ListPromos": "List the program's promotions with their coupon inventory.",
     "DepositCodes": "Deposit coupon codes into a promotion's inventory.",
     "Roster": "Change feed of the fan roster (parameters in the query string).",

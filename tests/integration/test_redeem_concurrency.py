@@ -24,7 +24,7 @@ from loyalty_grpc.domain.fan_ref import parse_fan_ref
 from loyalty_grpc.domain.keys import Modo
 from loyalty_grpc.domain.permissions import Permiso
 from loyalty_grpc.services.backoffice.fixtures import apply_fixture
-from loyalty_grpc.services.pos.redeem import Burn, redeem_code, redeem_codes
+from loyalty_grpc.services.pos.redeem import Redemption, redeem_code, redeem_codes
 from loyalty_grpc.services.pos.sales import NewSale, register_sale
 from loyalty_grpc.store.db import make_engine
 from loyalty_grpc.store.ledger import move_many
@@ -38,9 +38,9 @@ CLAVE = "lp_vivo_" + secrets.token_hex(16)
 _ids = itertools.count()
 
 
-def burn() -> Burn:
+def burn() -> Redemption:
     now = datetime.now(UTC)
-    return Burn(terminal="Caja 1", ts=now, now=now)
+    return Redemption(terminal="Caja 1", ts=now, now=now)
 
 
 @pytest.fixture(scope="module")

@@ -21,9 +21,9 @@ from loyalty_grpc.domain.promos import EstadoCodigo
 from loyalty_grpc.domain.timestamps import parse_ts
 from loyalty_grpc.gen.loyalty.v1 import pos_service_pb2 as pb
 from loyalty_grpc.services.pos.redeem import (
-    Burn,
     CodeResult,
     RedeemResult,
+    Redemption,
     redeem_code,
     redeem_codes,
 )
@@ -31,9 +31,9 @@ from loyalty_grpc.services.pos.redeem import (
 ESTADO = EstadoCodigo.CANJEADO.value
 
 
-def _burn(request: pb.RedeemRequest, now: datetime) -> Burn:
+def _redemption(request: pb.RedeemRequest, now: datetime) -> Redemption:
     ts = values(request, ("ts",))["ts"]
-    return Burn(
+    return Redemption(
         terminal=_label(request, ("terminal", "caja")),
         ts=now if ts is None else parse_ts(ts, now, "ts"),
         now=now,
@@ -74,7 +74,7 @@ def redeem_response(
     assert picked is not None
     sees_pii = caller.sees_personal_data
     if isinstance(picked[1], str):
-        result = redeem_code(engine, caller, picked[1], _burn(request, now))
+        result = redeem_code(engine, caller, picked[1], _redemption(request, now))
         data = pb.RedeemData(
             codigo=result.codigo,
             estado=ESTADO,
@@ -87,7 +87,7 @@ def redeem_response(
             data.fan.correo = result.correo
         return pb.RedeemResponse(ok=True, data=data)
     texts = picked[1]
-    batch = redeem_codes(engine, caller, texts, _burn(request, now))
+    batch = redeem_codes(engine, caller, texts, _redemption(request, now))
     resultados = struct_pb2.ListValue()
     for entry in batch.resultados:
         resultados.add_struct().update(_entry(entry, sees_pii))

@@ -39,7 +39,7 @@ RANGO: dict[EstadoCodigo, int] = {
     EstadoCodigo.LIBERADO: 2,
     EstadoCodigo.DISPONIBLE: 3,
 }
-# RANGO as the states in order of preference (store/burn.py's SQL sorts copies by it).
+# RANGO as the states in order of preference (store/redeem.py's SQL sorts copies by it).
 PREFERENCIA: tuple[str, ...] = tuple(e.value for e in sorted(RANGO, key=RANGO.__getitem__))
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")

@@ -4,7 +4,7 @@ outbox change together, in the caller's statement and transaction.
 `move_ctes` is that rule as SQL: CTEs that credit each row of a source relation (columns
 fan_pk, puntos, venta_id, codigo_id) to its fan. `move_points` runs it for one fan inside a
 unit of work (back office, fixtures), `move_many` for a set (a batch of burns); the hot
-paths' single statements (store/sale.py, store/burn.py) put the same CTEs after their own
+paths' single statements (store/sale.py, store/redeem.py) put the same CTEs after their own
 source, so a sale or a burn is one round trip and the rule is still written once.
 """
 

@@ -1,6 +1,6 @@
 """`redeem`: burn one coupon code or a batch, in the calling key's program.
 
-The single form is one statement (store/burn.py), the cashier's hot path. A batch is one
+The single form is one statement (store/redeem.py), the cashier's hot path. A batch is one
 transaction: the burns and their points commit together or not at all. Three steps,
 concurrency left to PostgreSQL's row locks:
 
@@ -10,7 +10,7 @@ concurrency left to PostgreSQL's row locks:
    is `duplicado: false` and one credits.
 2. Decide every outcome with the pure rules of domain/redeem.py (state table, choice among
    copies, repeats in a batch) on the locked, current states.
-3. Burn the chosen `asignado` copies (one UPDATE) and credit the burns through
+3. Redeem the chosen `asignado` copies (one UPDATE) and credit their points through
    store/ledger.move_many (`Motivo.CANJE`, `codigo_id`; one statement, fans locked in pk
    order).
 
@@ -43,14 +43,14 @@ from loyalty_grpc.domain.redeem import (
     plan,
     summarize,
 )
-from loyalty_grpc.store.burn import BurnValues, burn_one
 from loyalty_grpc.store.ledger import Motivo, Move, move_many
+from loyalty_grpc.store.redeem import RedeemValues, redeem_one
 from loyalty_grpc.store.tables import codigos, fans, promos
 from loyalty_grpc.store.uow import UnitOfWork
 
 
 @dataclass(frozen=True)
-class Burn:
+class Redemption:
     """What the POS says about the burn: its terminal, its time (`ts`, or the server's
     when absent) and the server's time (recorded as `canje_registrado`)."""
 
@@ -94,20 +94,22 @@ class _Row:
     correo: str
 
 
-def redeem_code(engine: Engine, caller: Caller, codigo: str, burn: Burn) -> RedeemResult:
+def redeem_code(
+    engine: Engine, caller: Caller, codigo: str, redemption: Redemption
+) -> RedeemResult:
     """The single form: the result, or the code's error raised (404/409)."""
     texto = code_text(codigo)
     row = (
-        burn_one(
+        redeem_one(
             engine,
-            BurnValues(
+            RedeemValues(
                 programa=caller.programa_id,
                 codigo=texto,
                 vivo=caller.earns_points,
                 clave_id=caller.clave_id,
-                terminal=burn.terminal,
-                ts=burn.ts,
-                ahora=burn.now,
+                terminal=redemption.terminal,
+                ts=redemption.ts,
+                ahora=redemption.now,
             ),
         )
         if could_exist(texto)
@@ -129,12 +131,14 @@ def redeem_code(engine: Engine, caller: Caller, codigo: str, burn: Burn) -> Rede
     )
 
 
-def redeem_codes(engine: Engine, caller: Caller, texts: Sequence[str], burn: Burn) -> BatchResult:
+def redeem_codes(
+    engine: Engine, caller: Caller, texts: Sequence[str], redemption: Redemption
+) -> BatchResult:
     """The batch form: every code handled as the single form would, in input order, in one
     transaction. Over MAX_CODIGOS → demasiados_codigos and nothing is burned."""
     check_batch_size(len(texts))
     with UnitOfWork(engine) as uow:
-        outcomes = _redeem(uow.conn, caller, [code_text(t) for t in texts], burn)
+        outcomes = _redeem(uow.conn, caller, [code_text(t) for t in texts], redemption)
         uow.commit()
     return BatchResult(
         resumen=summarize([paso for paso, _ in outcomes]),
@@ -187,7 +191,7 @@ def _lock(
 
 
 def _redeem(
-    conn: Connection, caller: Caller, texts: list[str], burn: Burn
+    conn: Connection, caller: Caller, texts: list[str], redemption: Redemption
 ) -> list[tuple[Paso, RedeemResult | None]]:
     wanted = sorted({t for t in texts if could_exist(t)})
     copias, rows = _lock(conn, caller.programa_id, wanted)
@@ -206,10 +210,10 @@ def _redeem(
                 )
                 .values(
                     estado=EstadoCodigo.CANJEADO.value,
-                    canjeado_en=burn.ts,
-                    canje_terminal=burn.terminal,
+                    canjeado_en=redemption.ts,
+                    canje_terminal=redemption.terminal,
                     canje_clave_id=caller.clave_id,
-                    canje_registrado=burn.now,
+                    canje_registrado=redemption.now,
                 )
                 .returning(codigos.c.id)
             )

@@ -52,7 +52,7 @@ LEFT JOIN fans f ON f.pk = elegida.fan_pk
 
 
 @dataclass(frozen=True)
-class BurnRow:
+class RedeemRow:
     """The copy the burn acted on, as it was before: its id, state, promotion's name and
     points per burn, and its fan's e-mail ("" when it has no fan)."""
 
@@ -64,7 +64,7 @@ class BurnRow:
 
 
 @dataclass(frozen=True)
-class BurnValues:
+class RedeemValues:
     programa: str
     codigo: str  # normalised (domain/redeem.code_text)
     vivo: bool  # a live key: the burn credits the promotion's points
@@ -74,8 +74,8 @@ class BurnValues:
     ahora: datetime  # when the server recorded it
 
 
-def burn_one(engine: Engine, burn: BurnValues) -> BurnRow | None:
-    """Burn the text's preferred copy if it is `asignado`; None when the program has no
+def redeem_one(engine: Engine, burn: RedeemValues) -> RedeemRow | None:
+    """Redeem the text's preferred copy if it is `asignado`; None when the program has no
     copy of it."""
     row = fetch_one(
         engine,
@@ -96,7 +96,7 @@ def burn_one(engine: Engine, burn: BurnValues) -> BurnRow | None:
     if row is None:
         return None
     copia, estado, promo, puntos_canje, correo = row
-    return BurnRow(
+    return RedeemRow(
         copia=copia,
         estado=EstadoCodigo(estado),
         promo=promo,
