@@ -21,7 +21,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 from loyalty_grpc.domain.errors import Codigo, LoyaltyError
-from loyalty_grpc.domain.integers import INT32_MAX
+from loyalty_grpc.domain.integers import INT32_MAX, integral
 from loyalty_grpc.domain.json_value import JsonValue, json_type_name
 from loyalty_grpc.domain.promos import EstadoPromo
 
@@ -106,12 +106,14 @@ def parse_promo_ref(value: JsonValue, campo: str = "promo") -> PromoRef:
             number = int(text)
             return PromoRef(number if number <= INT32_MAX else None, text)
         return PromoRef(None, text)
-    if isinstance(value, float) and not value.is_integer():
+    promo_id = integral(value)
+    if promo_id is None:
         raise LoyaltyError(Codigo.SOLICITUD_INVALIDA, f"{campo}: el id debe ser un entero")
-    number = int(value)
-    if not 1 <= number <= INT32_MAX:
-        raise LoyaltyError(Codigo.PROMO_NO_ENCONTRADA, f"{campo}: no existe la promoción {number}")
-    return PromoRef(number, None)
+    if not 1 <= promo_id <= INT32_MAX:
+        raise LoyaltyError(
+            Codigo.PROMO_NO_ENCONTRADA, f"{campo}: no existe la promoción {promo_id}"
+        )
+    return PromoRef(promo_id, None)
 
 
 def admite_codigos(estado: EstadoPromo) -> bool:

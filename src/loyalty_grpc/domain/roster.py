@@ -5,9 +5,10 @@ integer (a JSON number with an integral value, or its text), -> solicitud_invali
 from __future__ import annotations
 
 import re
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 
 from loyalty_grpc.domain.errors import Codigo, LoyaltyError
+from loyalty_grpc.domain.integers import integral
 from loyalty_grpc.domain.json_value import JsonValue, json_type_name
 
 LIMITE_DEFAULT = 500
@@ -35,13 +36,10 @@ def parse_limite(value: JsonValue) -> int:
             raise limite_invalido(f"{shown!r} no es un número entero")
         number = int(Decimal(value.strip()))
     else:
-        try:
-            exact = Decimal(value)
-        except InvalidOperation:
-            raise limite_invalido(f"{shown} no es un número entero") from None
-        if not exact.is_finite() or exact != exact.to_integral_value():
+        whole = integral(value)
+        if whole is None:
             raise limite_invalido(f"{shown} no es un número entero")
-        number = int(exact)
+        number = whole
     if number < 1:
         raise limite_invalido(f"{shown} es menor que 1")
     return min(number, LIMITE_MAX)
