@@ -98,24 +98,26 @@ def statement_cost(database_url: str) -> tuple[float, float]:
     (PgCounters.settle, what the settler sends); sequential, one thread, warm pool."""
     from sqlalchemy import select
 
-    from loyalty_grpc.domain.rate_limit import Devolucion, slack
+    from loyalty_grpc.domain.rate_limit import Refund, slack
     from loyalty_grpc.store.db import make_engine
     from loyalty_grpc.store.rate_limit import PgCounters
     from loyalty_grpc.store.tables import claves
 
     engine = make_engine(database_url, pool_size=1)
-    holgura = slack(ON_LIMIT)
+    slack_calls = slack(ON_LIMIT)
     try:
         with engine.connect() as conn:
             clave_id = conn.execute(select(claves.c.id).limit(1)).scalar_one()
         counters = PgCounters(engine)
 
         def reserve() -> None:
-            reserva = counters.reserve(clave_id, 2, ON_LIMIT, Devolucion(0, 0, 0), holgura=holgura)
-            assert reserva.concedidas == 2
+            reservation = counters.reserve(
+                clave_id, 2, ON_LIMIT, Refund(0, 0, 0), slack_calls=slack_calls
+            )
+            assert reservation.granted == 2
 
         def settle() -> None:
-            counters.settle([(clave_id, Devolucion(0, 0, 1))])
+            counters.settle([(clave_id, Refund(0, 0, 1))])
 
         costs = []
         for statement in (reserve, settle):
@@ -139,10 +141,10 @@ def limiter_alone(
 
     from sqlalchemy import select
 
-    from loyalty_grpc.domain.rate_limit import Devolucion
+    from loyalty_grpc.domain.rate_limit import Refund
     from loyalty_grpc.services.rate_limit import RateLimiter
     from loyalty_grpc.store.db import make_engine
-    from loyalty_grpc.store.rate_limit import PgCounters, Reserva
+    from loyalty_grpc.store.rate_limit import PgCounters, Reservation
     from loyalty_grpc.store.tables import claves
 
     requests = [0]
@@ -151,16 +153,16 @@ def limiter_alone(
         def reserve(
             self,
             clave_id: int,
-            pedidas: int,
-            limite: int,
-            devolucion: Devolucion | None = None,
+            wanted: int,
+            limit: int,
+            refund: Refund | None = None,
             *,
-            holgura: int,
-            segundo: int | None = None,
-        ) -> Reserva:
+            slack_calls: int,
+            second: int | None = None,
+        ) -> Reservation:
             requests[0] += 1
             return super().reserve(
-                clave_id, pedidas, limite, devolucion, holgura=holgura, segundo=segundo
+                clave_id, wanted, limit, refund, slack_calls=slack_calls, second=second
             )
 
     engine = make_engine(database_url, pool_size=threads)

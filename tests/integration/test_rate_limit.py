@@ -32,7 +32,7 @@ from loyalty_grpc.gen.loyalty.v1 import backoffice_service_pb2_grpc as bo_grpc
 from loyalty_grpc.gen.loyalty.v1 import pos_service_pb2 as pos
 from loyalty_grpc.gen.loyalty.v1 import pos_service_pb2_grpc as pos_grpc
 from loyalty_grpc.services.rate_limit import RateLimiter
-from loyalty_grpc.store.rate_limit import PgCounters, Reserva
+from loyalty_grpc.store.rate_limit import PgCounters, Reservation
 from loyalty_grpc.store.tables import claves, limite_llamadas, programas
 from tests.support import Admin, error_info, free_port
 
@@ -92,13 +92,13 @@ def test_the_statement_equals_the_model(engine: Engine, key_ids: list[int], seed
     counters = PgCounters(engine)
     clave_id = key_ids[seed]
     second = 1_000_000 + seed
-    ventana: model.Ventana | None = None
+    window: model.Window | None = None
     for _ in range(300):
         second += rng.choice([0, 0, 0, 1, 2, 3, 4, 5, 7, 30, 61, 62, 500])
-        pedidas = rng.choice([1, 1, 2, 5, 50])
-        holgura = rng.choice([0, 1, 3, 100])
-        devolucion = (
-            model.Devolucion(
+        wanted = rng.choice([1, 1, 2, 5, 50])
+        slack_calls = rng.choice([0, 1, 3, 100])
+        refund = (
+            model.Refund(
                 second - rng.choice([0, 1, 3, 4, 5, 60, 61]),
                 rng.choice([0, 1, 3, 100]),
                 rng.choice([0, 1, 2, 100]),
@@ -106,50 +106,50 @@ def test_the_statement_equals_the_model(engine: Engine, key_ids: list[int], seed
             if rng.random() < 0.4
             else None
         )
-        if ventana is not None and devolucion is not None and rng.random() < 0.3:
-            ventana = model.settle(ventana, devolucion)
-            counters.settle([(clave_id, devolucion)])
-            assert _row(engine, clave_id) == (ventana.segundo, ventana.cuentas, ventana.reservas)
+        if window is not None and refund is not None and rng.random() < 0.3:
+            window = model.settle(window, refund)
+            counters.settle([(clave_id, refund)])
+            assert _row(engine, clave_id) == (window.second, window.counts, window.reservations)
             continue
-        ventana, granted = model.take(
-            ventana, second, limit, pedidas=pedidas, devolucion=devolucion, holgura=holgura
+        window, granted = model.take(
+            window, second, limit, wanted=wanted, refund=refund, slack_calls=slack_calls
         )
         got = counters.reserve(
-            clave_id, pedidas, limit, devolucion, holgura=holgura, segundo=second
+            clave_id, wanted, limit, refund, slack_calls=slack_calls, second=second
         )
-        assert (got.segundo, got.cuentas, got.reservas, got.concedidas) == (
-            ventana.segundo,
-            ventana.cuentas,
-            ventana.reservas,
+        assert (got.second, got.counts, got.reservations, got.granted) == (
+            window.second,
+            window.counts,
+            window.reservations,
             granted,
         )
-        assert got.ahora == second
-        assert _row(engine, clave_id) == (ventana.segundo, ventana.cuentas, ventana.reservas)
+        assert got.db_now == second
+        assert _row(engine, clave_id) == (window.second, window.counts, window.reservations)
 
 
 def test_one_statement_settles_many_keys(engine: Engine, key_ids: list[int]) -> None:
     """Each key's settlement applies to its own row only; keys without a row are skipped."""
     _no_counters(engine)
     counters = PgCounters(engine)
-    ventanas = {}
+    windows = {}
     for i, clave_id in enumerate(key_ids[:3]):
-        ventana, granted = model.take(None, 5000 + i, 100, pedidas=10, holgura=8)
-        got = counters.reserve(clave_id, 10, 100, holgura=8, segundo=5000 + i)
-        assert granted == got.concedidas == 9
-        ventanas[clave_id] = ventana
+        window, granted = model.take(None, 5000 + i, 100, wanted=10, slack_calls=8)
+        got = counters.reserve(clave_id, 10, 100, slack_calls=8, second=5000 + i)
+        assert granted == got.granted == 9
+        windows[clave_id] = window
     settled = [
-        (key_ids[2], model.Devolucion(5002, 4, 8)),
-        (key_ids[0], model.Devolucion(5000, 2, 8)),
-        (key_ids[3], model.Devolucion(5000, 2, 8)),
+        (key_ids[2], model.Refund(5002, 4, 8)),
+        (key_ids[0], model.Refund(5000, 2, 8)),
+        (key_ids[3], model.Refund(5000, 2, 8)),
     ]  # no row: nothing happens
     counters.settle(settled)
-    for clave_id, devolucion in settled[:2]:
-        expected = model.settle(ventanas[clave_id], devolucion)
-        assert _row(engine, clave_id) == (expected.segundo, expected.cuentas, expected.reservas)
+    for clave_id, refund in settled[:2]:
+        expected = model.settle(windows[clave_id], refund)
+        assert _row(engine, clave_id) == (expected.second, expected.counts, expected.reservations)
     assert _row(engine, key_ids[1]) == (
-        ventanas[key_ids[1]].segundo,
-        ventanas[key_ids[1]].cuentas,
-        ventanas[key_ids[1]].reservas,
+        windows[key_ids[1]].second,
+        windows[key_ids[1]].counts,
+        windows[key_ids[1]].reservations,
     )
     assert _row(engine, key_ids[0])[1][-1] == 7
     assert _row(engine, key_ids[0])[2][-1] == 0
@@ -164,16 +164,16 @@ def test_settlements_in_opposite_key_orders_never_deadlock(
     _no_counters(engine)
     counters = PgCounters(engine)
     for clave_id in key_ids:
-        counters.reserve(clave_id, 1, 1_000_000, holgura=0)
+        counters.reserve(clave_id, 1, 1_000_000, slack_calls=0)
     orders = [key_ids, key_ids[::-1]]
 
     def settle(i: int) -> None:
         for _ in range(150):
-            counters.settle([(k, model.Devolucion(0, 0, 0)) for k in orders[i % 2]])
+            counters.settle([(k, model.Refund(0, 0, 0)) for k in orders[i % 2]])
 
     def reserve(i: int) -> None:
         for _ in range(150):
-            counters.reserve(key_ids[i % len(key_ids)], 1, 1_000_000, holgura=0)
+            counters.reserve(key_ids[i % len(key_ids)], 1, 1_000_000, slack_calls=0)
 
     began = time.monotonic()
     with ThreadPoolExecutor(max_workers=4) as pool:
@@ -193,20 +193,20 @@ def _no_counters(engine: Engine) -> None:
         conn.execute(delete(limite_llamadas))
 
 
-def test_ahora_is_the_database_clock_within_the_second(engine: Engine, key_ids: list[int]) -> None:
+def test_db_now_is_the_database_clock_within_the_second(engine: Engine, key_ids: list[int]) -> None:
     _no_counters(engine)
-    got = PgCounters(engine).reserve(key_ids[0], 3, 10, holgura=2)
-    assert got.concedidas == 3
-    assert got.segundo <= got.ahora < got.segundo + 1 + 0.5  # read just after, same clock
-    assert abs(got.ahora - time.time()) < 5
+    got = PgCounters(engine).reserve(key_ids[0], 3, 10, slack_calls=2)
+    assert got.granted == 3
+    assert got.second <= got.db_now < got.second + 1 + 0.5  # read just after, same clock
+    assert abs(got.db_now - time.time()) < 5
 
 
 def test_idle_rows_are_purged(engine: Engine, key_ids: list[int]) -> None:
     _no_counters(engine)
     stale, live = key_ids[0], key_ids[1]
     counters = PgCounters(engine)
-    counters.reserve(stale, 1, 5, holgura=0, segundo=1000)  # long ago
-    counters.reserve(live, 1, 5, holgura=0)  # now
+    counters.reserve(stale, 1, 5, slack_calls=0, second=1000)  # long ago
+    counters.reserve(live, 1, 5, slack_calls=0)  # now
     counters.purge()  # what is idle for more than a window goes
     with engine.connect() as conn:
         left = set(conn.execute(select(limite_llamadas.c.clave_id)).scalars())
@@ -221,7 +221,7 @@ def test_two_limiters_in_threads_never_pass_the_limit(engine: Engine, key_ids: l
     class Counting(PgCounters):
         requests = 0
 
-        def reserve(self, *args: Any, **kwargs: Any) -> Reserva:
+        def reserve(self, *args: Any, **kwargs: Any) -> Reservation:
             Counting.requests += 1
             return super().reserve(*args, **kwargs)
 
@@ -230,7 +230,7 @@ def test_two_limiters_in_threads_never_pass_the_limit(engine: Engine, key_ids: l
     limiters = [RateLimiter(Counting(engine), limit) for _ in range(2)]
 
     def call(i: int) -> bool:
-        return limiters[i % 2].take(clave_id).admitida
+        return limiters[i % 2].take(clave_id).admitted
 
     try:
         with ThreadPoolExecutor(max_workers=16) as pool:
@@ -244,10 +244,10 @@ def test_two_limiters_in_threads_never_pass_the_limit(engine: Engine, key_ids: l
     # processes' spare calls at 4 together (a limit of a million: tests/unit, bench/).
     assert Counting.requests < limit * 3 // 4
     with engine.connect() as conn:
-        reservas = conn.execute(
+        reservations = conn.execute(
             select(limite_llamadas.c.reservas).where(limite_llamadas.c.clave_id == clave_id)
         ).scalar_one()
-    assert sum(reservas) == 0  # every batch settled (close settles what is left)
+    assert sum(reservations) == 0  # every batch settled (close settles what is left)
 
 
 # ---------------------------------------------------------------- two server processes

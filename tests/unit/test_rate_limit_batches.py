@@ -1,7 +1,7 @@
 """Calls reserved in batches (services/rate_limit.py), replayed on a simulated clock with
 several processes sharing the pure model of the counters (domain/rate_limit.py) as their
 database: never more than the limit in any 60 s, whenever batches are settled; never a
-refusal before `limit - holgura` calls are admitted when every process settles its
+refusal before `limit - slack_calls` calls are admitted when every process settles its
 expired batches; few round trips for a busy key. The settler thread on the real clock.
 tests/integration/test_rate_limit.py runs the same limiter on PostgreSQL."""
 
@@ -19,9 +19,9 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from loyalty_grpc.domain.rate_limit import WINDOW_SECONDS, Devolucion, Ventana, settle, take
+from loyalty_grpc.domain.rate_limit import WINDOW_SECONDS, Refund, Window, settle, take
 from loyalty_grpc.services.rate_limit import SETTLE_DELAY, RateLimiter
-from loyalty_grpc.store.rate_limit import Reserva
+from loyalty_grpc.store.rate_limit import Reservation
 from tests.support import max_in_any_window
 
 KEY = 7
@@ -38,12 +38,12 @@ class Clock:
 @dataclass
 class ModelCounters:
     """The database, as the pure model: a request travels `lags[0]`, is decided on the
-    database clock, which is read again `lags[1]` later for `ahora`, and the answer
+    database clock, which is read again `lags[1]` later for `db_now`, and the answer
     travels `lags[2]` back (all of it advancing the shared clock)."""
 
     clock: Clock
     lags: tuple[float, float, float] = (0.0, 0.0, 0.0)
-    ventanas: dict[int, Ventana] = field(default_factory=dict)
+    windows: dict[int, Window] = field(default_factory=dict)
     requests: int = 0
     decided_at: float = 0.0
 
@@ -52,34 +52,34 @@ class ModelCounters:
     def reserve(
         self,
         clave_id: int,
-        pedidas: int,
-        limite: int,
-        devolucion: Devolucion | None = None,
+        wanted: int,
+        limit: int,
+        refund: Refund | None = None,
         *,
-        holgura: int,
-    ) -> Reserva:
+        slack_calls: int,
+    ) -> Reservation:
         self.requests += 1
         self.clock.t += self.lags[0]
         self.decided_at = self.clock.t
-        ventana, granted = take(
-            self.ventanas.get(clave_id),
+        window, granted = take(
+            self.windows.get(clave_id),
             math.floor(self.clock.t),
-            limite,
-            pedidas=pedidas,
-            devolucion=devolucion,
-            holgura=holgura,
+            limit,
+            wanted=wanted,
+            refund=refund,
+            slack_calls=slack_calls,
         )
-        self.ventanas[clave_id] = ventana
+        self.windows[clave_id] = window
         self.clock.t += self.lags[1]
-        ahora = self.clock.t
+        db_now = self.clock.t
         self.clock.t += self.lags[2]
-        return Reserva(ventana.segundo, ventana.cuentas, granted, ahora, ventana.reservas)
+        return Reservation(window.second, window.counts, granted, db_now, window.reservations)
 
-    def settle(self, devoluciones: Sequence[tuple[int, Devolucion]]) -> None:
+    def settle(self, refunds: Sequence[tuple[int, Refund]]) -> None:
         self.settlements += 1
-        for clave_id, devolucion in devoluciones:
-            if clave_id in self.ventanas:
-                self.ventanas[clave_id] = settle(self.ventanas[clave_id], devolucion)
+        for clave_id, refund in refunds:
+            if clave_id in self.windows:
+                self.windows[clave_id] = settle(self.windows[clave_id], refund)
 
     def purge(self) -> None:
         pass
@@ -93,7 +93,7 @@ def limiter(counters: ModelCounters, limit: int, **kwargs: int) -> RateLimiter:
 @dataclass
 class Call:
     at: float  # when it was decided: a spare call when taken, else by the database
-    admitida: bool
+    admitted: bool
 
 
 def replay(
@@ -103,7 +103,7 @@ def replay(
     max_batch: int,
     lags: tuple[float, float, float] = (0.0, 0.0, 0.0),
     *,
-    holgura: int | None = None,
+    slack_calls: int | None = None,
     settling: float = 0.0,
     seed: int = 0,
 ) -> list[Call]:
@@ -111,7 +111,7 @@ def replay(
     expired batches with probability `settling` (1: a settler always on time)."""
     clock = Clock()
     counters = ModelCounters(clock, lags)
-    extra = {} if holgura is None else {"holgura": holgura}
+    extra = {} if slack_calls is None else {"slack_calls": slack_calls}
     limiters = [limiter(counters, limit, max_batch=max_batch, **extra) for _ in range(processes)]
     rng = random.Random(seed)
     out = []
@@ -123,7 +123,7 @@ def replay(
         started, before = clock.t, counters.requests
         view = limiters[process % processes].take(KEY)
         out.append(
-            Call(counters.decided_at if counters.requests > before else started, view.admitida)
+            Call(counters.decided_at if counters.requests > before else started, view.admitted)
         )
         assert 0 <= view.remaining <= limit
     return out
@@ -144,21 +144,21 @@ def admitted_times(
     return sorted(
         c.at
         for c in replay(calls, processes, limit, max_batch, lags, settling=settling, seed=seed)
-        if c.admitida
+        if c.admitted
     )
 
 
-def first_refusals_are_late(calls: list[Call], limit: int, holgura: int) -> None:
-    """Every refusal comes with at least `limit - holgura` calls admitted in the 61 whole
+def first_refusals_are_late(calls: list[Call], limit: int, slack_calls: int) -> None:
+    """Every refusal comes with at least `limit - slack_calls` calls admitted in the 61 whole
     seconds the database counts (domain/rate_limit.py: "Never stricter")."""
     admitted: list[int] = []  # the seconds of the calls admitted so far (non-decreasing)
     for i, call in enumerate(calls):
         second = math.floor(call.at)
-        if call.admitida:
+        if call.admitted:
             admitted.append(second)
             continue
         in_window = len(admitted) - bisect.bisect_left(admitted, second - WINDOW_SECONDS)
-        assert in_window >= limit - holgura, (i, in_window, len(admitted))
+        assert in_window >= limit - slack_calls, (i, in_window, len(admitted))
 
 
 # (time, process) calls: anywhere, or a minute's worth at second 0, some just after second
@@ -288,7 +288,7 @@ _runs = st.builds(
     processes=st.integers(min_value=1, max_value=4),
     limit=st.integers(min_value=1, max_value=60) | st.integers(min_value=100, max_value=250),
     max_batch=st.integers(1, 16),
-    holgura=st.integers(0, 10),
+    slack_calls=st.integers(0, 10),
     lags=st.tuples(_lag, _lag, _lag),
 )
 # Process 0 goes quiet holding 10 spare calls; 6 s later (its outstanding count forgotten,
@@ -299,7 +299,7 @@ _runs = st.builds(
     processes=3,
     limit=200,
     max_batch=16,
-    holgura=10,
+    slack_calls=10,
     lags=(0, 0, 0),
 )
 def test_no_refusal_before_the_limit_less_the_slack(
@@ -307,14 +307,16 @@ def test_no_refusal_before_the_limit_less_the_slack(
     processes: int,
     limit: int,
     max_batch: int,
-    holgura: int,
+    slack_calls: int,
     lags: tuple[float, float, float],
 ) -> None:
     """Processes that settle their expired batches on time: a call is refused only when
-    at least `limit - holgura` calls are admitted in the database's window."""
-    replayed = replay(calls, processes, limit, max_batch, lags, holgura=holgura, settling=1.0)
-    first_refusals_are_late(replayed, limit, holgura)
-    assert max_in_any_window(sorted(c.at for c in replayed if c.admitida)) <= limit
+    at least `limit - slack_calls` calls are admitted in the database's window."""
+    replayed = replay(
+        calls, processes, limit, max_batch, lags, slack_calls=slack_calls, settling=1.0
+    )
+    first_refusals_are_late(replayed, limit, slack_calls)
+    assert max_in_any_window(sorted(c.at for c in replayed if c.admitted)) <= limit
 
 
 @settings(max_examples=50, deadline=None)
@@ -324,7 +326,7 @@ def test_no_refusal_before_the_limit_less_the_slack(
 def test_bursts_of_600_in_one_second_from_two_processes(starts: list[float]) -> None:
     calls = [(start + i / 2000, i % 2) for start in starts for i in range(900)]
     replayed = replay(calls, 2, 600, 60, lags=(0.0005, 0.0001, 0.0005), settling=1.0)
-    assert max_in_any_window(sorted(c.at for c in replayed if c.admitida)) <= 600
+    assert max_in_any_window(sorted(c.at for c in replayed if c.admitted)) <= 600
     first_refusals_are_late(replayed, 600, 8)
 
 
@@ -343,7 +345,7 @@ def test_a_burst_then_one_at_a_time_is_refused_at_592_at_the_earliest(
     calls += [(1.0 + i / 1000, pattern[i % len(pattern)]) for i in range(700)]
     calls += [(3.0 + i / 100, pattern[i % len(pattern)]) for i in range(50)]
     replayed = replay(calls, processes, 600, 60, lags=(0.0002, 0.0001, 0.0002), settling=1.0)
-    outcomes = [c.admitida for c in replayed]
+    outcomes = [c.admitted for c in replayed]
     assert outcomes.index(False) >= 592
     assert sum(outcomes) == 600
     assert not any(outcomes[-10:])
@@ -357,22 +359,22 @@ def test_spare_calls_of_a_process_gone_quiet_come_back_to_the_other() -> None:
     first, second = limiter(counters, 600), limiter(counters, 600)
     for i in range(100):
         clock.t = 1000.0 + i / 1000
-        assert first.take(KEY).admitida
-    held = sum(counters.ventanas[KEY].reservas)
+        assert first.take(KEY).admitted
+    held = sum(counters.windows[KEY].reservations)
     assert 0 < held <= 8
-    assert sum(counters.ventanas[KEY].cuentas) > 100  # unused spare calls counted
+    assert sum(counters.windows[KEY].counts) > 100  # unused spare calls counted
     clock.t = 1001.0 + SETTLE_DELAY
     assert first.settle_expired() == 1
-    assert sum(counters.ventanas[KEY].reservas) == 0
-    assert sum(counters.ventanas[KEY].cuentas) == 100
+    assert sum(counters.windows[KEY].reservations) == 0
+    assert sum(counters.windows[KEY].counts) == 100
     assert first.settle_expired() == 0  # settled once
     clock.t = 1003.0
     admitted = 0
     for i in range(600):
         clock.t = 1003.0 + i / 1000
-        admitted += second.take(KEY).admitida
+        admitted += second.take(KEY).admitted
     assert admitted == 500
-    assert not second.take(KEY).admitida
+    assert not second.take(KEY).admitted
 
 
 def test_without_settling_a_quiet_process_would_hold_its_calls() -> None:
@@ -384,12 +386,12 @@ def test_without_settling_a_quiet_process_would_hold_its_calls() -> None:
     for i in range(100):
         clock.t = 1000.0 + i / 1000
         first.take(KEY)
-    unused = sum(counters.ventanas[KEY].cuentas) - 100
+    unused = sum(counters.windows[KEY].counts) - 100
     assert unused > 0
     admitted = 0
     for i in range(600):
         clock.t = 1010.0 + i / 1000
-        admitted += second.take(KEY).admitida
+        admitted += second.take(KEY).admitted
     assert admitted == 500 - unused
 
 
@@ -402,12 +404,12 @@ def test_a_batch_in_use_is_not_settled_before_its_second_ends() -> None:
     assert process.settle_expired() == 0
     clock.t += 0.999
     assert process.settle_expired() == 0
-    assert process.take(KEY).admitida  # a spare one, no round trip
+    assert process.take(KEY).admitted  # a spare one, no round trip
     assert counters.requests == 3
     clock.t += 0.001 + SETTLE_DELAY
     assert process.settle_expired() == 1
-    assert counters.ventanas[KEY].reservas[-1] == 0
-    assert counters.ventanas[KEY].cuentas[-1] == 5
+    assert counters.windows[KEY].reservations[-1] == 0
+    assert counters.windows[KEY].counts[-1] == 5
 
 
 def test_the_next_request_settles_a_batch_the_settler_has_not() -> None:
@@ -419,13 +421,13 @@ def test_the_next_request_settles_a_batch_the_settler_has_not() -> None:
     clock.t += 1.01
     process.take(KEY)  # settles the batch of second 1000 with its request (a batch of 4)
     assert counters.settlements == 0
-    assert counters.ventanas[KEY].cuentas[-2:] == (4, 4)
-    assert counters.ventanas[KEY].reservas[-2:] == (0, 3)
+    assert counters.windows[KEY].counts[-2:] == (4, 4)
+    assert counters.windows[KEY].reservations[-2:] == (0, 3)
     assert process.settle_expired() == 0  # the new batch is in use
     clock.t += 1 + SETTLE_DELAY
     assert process.settle_expired() == 1
-    assert counters.ventanas[KEY].cuentas[-2:] == (4, 1)  # 3 unused calls back
-    assert counters.ventanas[KEY].reservas[-1] == 0
+    assert counters.windows[KEY].counts[-2:] == (4, 1)  # 3 unused calls back
+    assert counters.windows[KEY].reservations[-1] == 0
     assert counters.settlements == 1
 
 
@@ -436,8 +438,8 @@ def test_close_settles_every_batch_left() -> None:
     for _ in range(4):
         process.take(KEY)
     process.close()
-    assert counters.ventanas[KEY].reservas == (0,) * 5
-    assert sum(counters.ventanas[KEY].cuentas) == 4
+    assert counters.windows[KEY].reservations == (0,) * 5
+    assert sum(counters.windows[KEY].counts) == 4
 
 
 @dataclass
@@ -447,28 +449,28 @@ class FailingCounters(ModelCounters):
 
     fail_settle: bool = False
     fail_reserve: bool = False
-    carried: list[Devolucion | None] = field(default_factory=list)
+    carried: list[Refund | None] = field(default_factory=list)
 
     def reserve(
         self,
         clave_id: int,
-        pedidas: int,
-        limite: int,
-        devolucion: Devolucion | None = None,
+        wanted: int,
+        limit: int,
+        refund: Refund | None = None,
         *,
-        holgura: int,
-    ) -> Reserva:
-        self.carried.append(devolucion)
+        slack_calls: int,
+    ) -> Reservation:
+        self.carried.append(refund)
         if self.fail_reserve:
             self.fail_reserve = False
             raise ConnectionError("the database went away")
-        return super().reserve(clave_id, pedidas, limite, devolucion, holgura=holgura)
+        return super().reserve(clave_id, wanted, limit, refund, slack_calls=slack_calls)
 
-    def settle(self, devoluciones: Sequence[tuple[int, Devolucion]]) -> None:
+    def settle(self, refunds: Sequence[tuple[int, Refund]]) -> None:
         if self.fail_settle:
             self.fail_settle = False
             raise ConnectionError("the database went away")
-        super().settle(devoluciones)
+        super().settle(refunds)
 
 
 def test_a_failed_settlement_is_never_sent_again(caplog: pytest.LogCaptureFixture) -> None:
@@ -484,7 +486,7 @@ def test_a_failed_settlement_is_never_sent_again(caplog: pytest.LogCaptureFixtur
     assert process.settle_expired() == 1
     assert "could not settle 1 rate-limit batches (ConnectionError)" in caplog.text
     assert process.settle_expired() == 0
-    assert sum(counters.ventanas[KEY].cuentas) == 7  # the 3 unused still counted
+    assert sum(counters.windows[KEY].counts) == 7  # the 3 unused still counted
     process.close()  # the last settlement failed: close sends nothing
     assert counters.settlements == 0
 
@@ -499,8 +501,8 @@ def test_a_failed_request_never_sends_its_settlement_again() -> None:
     counters.fail_reserve = True
     with pytest.raises(ConnectionError):
         process.take(KEY)
-    assert counters.carried[-1] == Devolucion(1000, 3, 3)  # the batch of 4, 1 used
-    assert process.take(KEY).admitida
+    assert counters.carried[-1] == Refund(1000, 3, 3)  # the batch of 4, 1 used
+    assert process.take(KEY).admitted
     assert counters.carried[-1] is None
     assert process.settle_expired() == 0
 
@@ -509,38 +511,38 @@ class WallCounters:
     """The pure model on the real clock (time.time()), for the settler thread."""
 
     def __init__(self) -> None:
-        self.ventana: Ventana | None = None
+        self.window: Window | None = None
         self.settled = threading.Event()
         self.lock = threading.Lock()
 
     def reserve(
         self,
         clave_id: int,
-        pedidas: int,
-        limite: int,
-        devolucion: Devolucion | None = None,
+        wanted: int,
+        limit: int,
+        refund: Refund | None = None,
         *,
-        holgura: int,
-    ) -> Reserva:
+        slack_calls: int,
+    ) -> Reservation:
         with self.lock:
             now = time.time()
-            self.ventana, granted = take(
-                self.ventana,
+            self.window, granted = take(
+                self.window,
                 math.floor(now),
-                limite,
-                pedidas=pedidas,
-                devolucion=devolucion,
-                holgura=holgura,
+                limit,
+                wanted=wanted,
+                refund=refund,
+                slack_calls=slack_calls,
             )
-            return Reserva(
-                self.ventana.segundo, self.ventana.cuentas, granted, now, self.ventana.reservas
+            return Reservation(
+                self.window.second, self.window.counts, granted, now, self.window.reservations
             )
 
-    def settle(self, devoluciones: Sequence[tuple[int, Devolucion]]) -> None:
+    def settle(self, refunds: Sequence[tuple[int, Refund]]) -> None:
         with self.lock:
-            for _, devolucion in devoluciones:
-                assert self.ventana is not None
-                self.ventana = settle(self.ventana, devolucion)
+            for _, refund in refunds:
+                assert self.window is not None
+                self.window = settle(self.window, refund)
         self.settled.set()
 
     def purge(self) -> None:
@@ -552,20 +554,20 @@ def test_the_settler_thread_settles_after_the_second_ends() -> None:
     process = RateLimiter(counters, 600)
     try:
         for _ in range(4):  # 1 + 2 + 4 reserved: 3 spare ones left
-            assert process.take(KEY).admitida
-        assert counters.ventana is not None
-        assert sum(counters.ventana.reservas) > 0
+            assert process.take(KEY).admitted
+        assert counters.window is not None
+        assert sum(counters.window.reservations) > 0
         assert counters.settled.wait(3)
         with counters.lock:
-            assert sum(counters.ventana.reservas) == 0
-            assert sum(counters.ventana.cuentas) == 4
+            assert sum(counters.window.reservations) == 0
+            assert sum(counters.window.counts) == 4
         # A later batch wakes the settler again.
         counters.settled.clear()
         for _ in range(4):
-            assert process.take(KEY).admitida
+            assert process.take(KEY).admitted
         assert counters.settled.wait(3)
         with counters.lock:
-            assert sum(counters.ventana.cuentas) == 8
+            assert sum(counters.window.counts) == 8
     finally:
         process.close()
 
@@ -576,10 +578,10 @@ def test_a_busy_key_costs_a_few_round_trips_a_second() -> None:
     process = limiter(counters, 1_000_000)
     for i in range(10_000):  # 1000 calls a second for 10 s
         clock.t = 1000.0 + i / 1000
-        assert process.take(KEY).admitida
+        assert process.take(KEY).admitted
     # Doubling to 64 in the first second, then one batch per 64 calls.
     assert counters.requests < 10_000 / 64 + 20
-    assert sum(counters.ventanas[KEY].cuentas) >= 10_000
+    assert sum(counters.windows[KEY].counts) >= 10_000
 
 
 def test_a_key_at_one_call_a_second_asks_every_time() -> None:
@@ -588,16 +590,16 @@ def test_a_key_at_one_call_a_second_asks_every_time() -> None:
     process = limiter(counters, 600)
     for i in range(30):
         clock.t = 1000.5 + i
-        assert process.take(KEY).admitida
+        assert process.take(KEY).admitted
     assert counters.requests == 30
-    assert sum(counters.ventanas[KEY].cuentas) == 30  # nothing reserved and left unused
+    assert sum(counters.windows[KEY].counts) == 30  # nothing reserved and left unused
 
 
 def test_batches_of_one_ask_the_database_for_every_call() -> None:
     clock = Clock()
     counters = ModelCounters(clock)
     process = limiter(counters, 600, max_batch=1)
-    assert all(process.take(KEY).admitida for _ in range(50))
+    assert all(process.take(KEY).admitted for _ in range(50))
     assert counters.requests == 50
     assert limiter(counters, 9).max_batch == 1  # a tenth of a small limit
 
@@ -607,35 +609,35 @@ def test_a_rejection_is_remembered_until_its_second_ends() -> None:
     counters = ModelCounters(clock)
     process = limiter(counters, 5, max_batch=4)
     views = [process.take(KEY) for _ in range(5)]  # batches of 1: near the limit
-    assert [v.admitida for v in views] == [True] * 5
+    assert [v.admitted for v in views] == [True] * 5
     assert [v.remaining for v in views] == [4, 3, 2, 1, 0]
     asked = counters.requests
     for _ in range(100):
         view = process.take(KEY)
-        assert not view.admitida
+        assert not view.admitted
         assert view.retry_after == 61
     assert counters.requests == asked + 1
     clock.t += 1
-    assert not process.take(KEY).admitida
+    assert not process.take(KEY).admitted
     assert counters.requests == asked + 2
 
 
 def test_unused_calls_go_back_with_the_next_request() -> None:
     clock = Clock()
     counters = ModelCounters(clock)
-    process = limiter(counters, 600, holgura=40)
+    process = limiter(counters, 600, slack_calls=40)
     for _ in range(40):  # batches 1, 2, 4, 8, 16, 32: 63 reserved, 40 used
         process.take(KEY)
-    assert sum(counters.ventanas[KEY].cuentas) == 63
-    assert counters.ventanas[KEY].reservas[-1] == 31
+    assert sum(counters.windows[KEY].counts) == 63
+    assert counters.windows[KEY].reservations[-1] == 31
     view = process.take(KEY)  # a spare one: 22 left
-    assert view.admitida
+    assert view.admitted
     assert view.remaining == 600 - 63 + 22
     clock.t += 1
     process.take(KEY)  # the next second: the 22 go back with the new request
-    ventana = counters.ventanas[KEY]
-    assert ventana.cuentas[-2] == 41  # second 1000: the 41 calls made in it
-    assert ventana.reservas[-2:] == (0, 40)  # settled; the new batch: 41 calls
+    window = counters.windows[KEY]
+    assert window.counts[-2] == 41  # second 1000: the 41 calls made in it
+    assert window.reservations[-2:] == (0, 40)  # settled; the new batch: 41 calls
 
 
 def test_the_slack_caps_the_spare_calls_of_all_processes() -> None:
@@ -646,17 +648,17 @@ def test_the_slack_caps_the_spare_calls_of_all_processes() -> None:
     for _ in range(20):
         first.take(KEY)
         second.take(KEY)
-        assert sum(counters.ventanas[KEY].reservas) <= 8
-    assert counters.ventanas[KEY].reservas[-1] == 8
-    assert first.holgura == 8
-    assert limiter(counters, 100).holgura == 0  # 100 // 60 - 2 < 0: no spare calls
+        assert sum(counters.windows[KEY].reservations) <= 8
+    assert counters.windows[KEY].reservations[-1] == 8
+    assert first.slack_calls == 8
+    assert limiter(counters, 100).slack_calls == 0  # 100 // 60 - 2 < 0: no spare calls
 
 
 def test_the_reported_remaining_counts_this_process_spare_calls() -> None:
     clock = Clock()
     counters = ModelCounters(clock)
-    first = limiter(counters, 100, holgura=10)
-    second = limiter(counters, 100, holgura=10)
+    first = limiter(counters, 100, slack_calls=10)
+    second = limiter(counters, 100, slack_calls=10)
     for _ in range(7):  # first: batches 1, 2, 4 -> 7 reserved, all used
         first.take(KEY)
     view = second.take(KEY)

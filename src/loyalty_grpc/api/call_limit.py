@@ -20,14 +20,14 @@ RATELIMIT_KEY = "ratelimit"
 def admit(limiter: RateLimiter, caller: Caller, extra: Metadata) -> None:
     """Take one call of `caller`'s key, add the RateLimit fields to `extra`, and raise
     demasiadas_llamadas when the key is over its limit."""
-    cuota = limiter.take(caller.clave_id)
-    extra += [(RATELIMIT_POLICY_KEY, cuota.policy_header()), (RATELIMIT_KEY, cuota.header())]
-    if not cuota.admitida:
+    quota = limiter.take(caller.clave_id)
+    extra += [(RATELIMIT_POLICY_KEY, quota.policy_header()), (RATELIMIT_KEY, quota.header())]
+    if not quota.admitted:
         raise LoyaltyError(
             Codigo.DEMASIADAS_LLAMADAS,
-            f"más de {cuota.limit} llamadas en 60 s con esta clave; "
-            f"reintente en {cuota.retry_after} s",
-            retry_after=cuota.retry_after,
+            f"más de {quota.limit} llamadas en 60 s con esta clave; "
+            f"reintente en {quota.retry_after} s",
+            retry_after=quota.retry_after,
         )
 
 

@@ -1,22 +1,23 @@
 """The per-key call limit (spec: 600 calls a minute): the window arithmetic, pure.
 
-State of one key: `segundo`, the newest whole second (database clock, epoch) a call of the
-key was seen in; `cuentas`, SLOTS counters of granted calls, oldest first: slot j
-(1-based) counts the calls of second `segundo - SLOTS + j`, so the last slot is `segundo`;
-and `reservas`, RESERVA_SLOTS counters of spare calls outstanding (below), aligned the same
-way on the last RESERVA_SLOTS seconds.
+State of one key (`Window`): `second`, the newest whole second (database clock, epoch) a
+call of the key was seen in; `counts`, SLOTS counters of granted calls, oldest first: slot j
+(1-based) counts the calls of second `second - SLOTS + j`, so the last slot is `second`;
+and `reservations`, RESERVATION_SLOTS counters of spare calls outstanding (below), aligned
+the same way on the last RESERVATION_SLOTS seconds. (In the database: the columns
+`segundo`, `cuentas` and `reservas` of `limite_llamadas`, store/rate_limit.py.)
 
-A request for `pedidas` calls at second S (never before `segundo`: the clock used is
-max(segundo, now)):
-  1. shift: slots of seconds before S - WINDOW_SECONDS (S - RESERVA_SLOTS + 1 for
-     `reservas`) are dropped, zeros come in;
-  2. an optional settlement (`Devolucion`) of an earlier batch: its granted calls never
-     used are subtracted from their second's slot of `cuentas` (if still in the window),
-     and its spare calls from their second's slot of `reservas` (if still there);
+A request for `wanted` calls at second S (never before `second`: the clock used is
+max(second, now)):
+  1. shift: slots of seconds before S - WINDOW_SECONDS (S - RESERVATION_SLOTS + 1 for
+     `reservations`) are dropped, zeros come in;
+  2. an optional settlement (a `Refund`) of an earlier batch: its granted calls never
+     used are subtracted from their second's slot of `counts` (if still in the window),
+     and its spare calls from their second's slot of `reservations` (if still there);
   3. used = sum of the 61 slots = granted calls in seconds S-60 .. S;
-     outstanding = sum of `reservas`;
-  4. granted = min(pedidas, limit - used, 1 + max(0, holgura - outstanding)) (0 means
-     rejected); the last slot of `cuentas` grows by that, the last of `reservas` by the
+     outstanding = sum of `reservations`;
+  4. granted = min(wanted, limit - used, 1 + max(0, slack_calls - outstanding)) (0 means
+     rejected); the last slot of `counts` grows by that, the last of `reservations` by the
      spare calls, granted - 1.
 Rejected calls are not counted, so a client that waits `retry_after` seconds gets in
 (counting them would let a retry loop keep itself locked out and make Retry-After a lie).
@@ -33,7 +34,7 @@ holds for calls as they are admitted, whichever process admitted them.
 
 Never more permissive than `limit` in ANY 60-s interval (tests/unit/test_rate_limit_window.py
 checks it over arbitrary call times, one process or several). Proof: a granted slot is
-counted at second max(segundo, floor(now)) of its request, non-decreasing in the order the
+counted at second max(second, floor(now)) of its request, non-decreasing in the order the
 key's row is locked, and used by a call within that second. Take any interval [a, a+60),
 the calls admitted in it, and the last request R (in lock order) whose slots they used,
 counted at second S <= floor(a) + 59. Every other request whose slots they used came
@@ -43,24 +44,26 @@ counted there: only unused slots are ever returned. R was granted g only if that
 g was at most `limit`, so the calls in the interval are at most `limit`. The price: the
 window is up to 61 s instead of 60 (whole-second slots), i.e. at most one second stricter,
 never looser. (A clock stepping back makes it stricter still: seconds are clamped to
-`segundo`. `reservas` and `holgura` only ever lower a grant: they play no part here.)
+`second`. `reservations` and `slack_calls` only ever lower a grant: they play no part
+here.)
 
-Never stricter than `limit - holgura` calls, besides the calls in flight: a call is refused
-only when the calls admitted in the 61 slots are at least `limit - holgura`. Proof: a
-request is refused (or granted less than it asked for because of the limit) when the sum
-of the slots is `limit`. That sum is the calls admitted plus the calls granted and not
-used yet. Every granted call beyond the first of its request (which is its own call, in
-flight) is a spare call of its batch, and its batch's spare calls stay in `reservas` until
-the batch is settled, when its unused ones leave `cuentas` too. So the unused calls are at
-most `sum(reservas)`, which no grant takes above `holgura`. A rejection a process
-remembers until its second ends (services/rate_limit.py) only sees more calls admitted in
-the same window. The condition: every process settles each batch within RESERVA_SLOTS - 1
-seconds of its second. The spare calls of a process that died (or stalled that long) are
-forgotten by `reservas` while still counted in `cuentas` for up to a minute: stricter by
-up to `holgura` calls meanwhile, never looser. `holgura` = limit // 60 - 2 (`slack`): 8 for
-600, so a call is refused only once 592 calls are admitted in the window (the contract: no
-refusal before the 590th call, counting the calls in flight at that instant; the 2 left
-are for calls that reach different processes at the same instant).
+Never stricter than `limit - slack_calls` calls, besides the calls in flight: a call is
+refused only when the calls admitted in the 61 slots are at least `limit - slack_calls`.
+Proof: a request is refused (or granted less than it asked for because of the limit) when
+the sum of the slots is `limit`. That sum is the calls admitted plus the calls granted and
+not used yet. Every granted call beyond the first of its request (which is its own call,
+in flight) is a spare call of its batch, and its batch's spare calls stay in
+`reservations` until the batch is settled, when its unused ones leave `counts` too. So the
+unused calls are at most `sum(reservations)`, which no grant takes above `slack_calls`. A
+rejection a process remembers until its second ends (services/rate_limit.py) only sees
+more calls admitted in the same window. The condition: every process settles each batch
+within RESERVATION_SLOTS - 1 seconds of its second. The spare calls of a process that died
+(or stalled that long) are forgotten by `reservations` while still counted in `counts` for
+up to a minute: stricter by up to `slack_calls` calls meanwhile, never looser. The slack,
+`slack_calls`, is by default `slack(limit)` = limit // 60 - 2: 8 for 600, so a call is
+refused only once 592 calls are admitted in the window (the contract: no refusal before
+the 590th call, counting the calls in flight at that instant; the 2 left are for calls
+that reach different processes at the same instant).
 
 The statement that applies this atomically in PostgreSQL is store/rate_limit.py;
 tests/integration/test_rate_limit.py checks it against `take` and `settle` below.
@@ -74,16 +77,17 @@ from dataclasses import dataclass
 WINDOW_SECONDS = 60
 # Whole-second slots covering seconds S-60 .. S (see the proof above).
 SLOTS = WINDOW_SECONDS + 1
-# Seconds a batch's spare calls stay outstanding in `reservas` unless settled: the last
+# Seconds a batch's spare calls stay outstanding in `reservations` unless settled: the last
 # one is the current second, so a batch not settled within 4 s after its second is
 # forgotten there (a process that died; see "Never stricter" above).
-RESERVA_SLOTS = 5
+RESERVATION_SLOTS = 5
 POLICY_NAME = "default"
 
 
 def slack(limit: int) -> int:
-    """`holgura`: the most spare calls outstanding for a key over all processes (a
-    sixtieth of the limit, less 2 for calls in flight at once; see the module doc)."""
+    """The default `slack_calls`: the most spare calls outstanding for a key over all
+    processes (a sixtieth of the limit, less 2 for calls in flight at once; see the module
+    doc)."""
     return max(0, limit // WINDOW_SECONDS - 2)
 
 
@@ -92,16 +96,16 @@ def _zeros(n: int) -> tuple[int, ...]:
 
 
 @dataclass(frozen=True)
-class Ventana:
+class Window:
     """One key's counters (see the module docstring)."""
 
-    segundo: int
-    cuentas: tuple[int, ...]
-    reservas: tuple[int, ...] = _zeros(RESERVA_SLOTS)
+    second: int
+    counts: tuple[int, ...]
+    reservations: tuple[int, ...] = _zeros(RESERVATION_SLOTS)
 
 
-def empty(segundo: int) -> Ventana:
-    return Ventana(segundo, _zeros(SLOTS), _zeros(RESERVA_SLOTS))
+def empty(second: int) -> Window:
+    return Window(second, _zeros(SLOTS), _zeros(RESERVATION_SLOTS))
 
 
 def _shifted(counters: tuple[int, ...], step: int) -> tuple[int, ...]:
@@ -110,42 +114,42 @@ def _shifted(counters: tuple[int, ...], step: int) -> tuple[int, ...]:
     return counters[step:] + _zeros(step)
 
 
-def shift(ventana: Ventana, segundo: int) -> Ventana:
-    """The counters as seen from `segundo` (clamped: never before the newest second)."""
-    now = max(segundo, ventana.segundo)
-    step = now - ventana.segundo
-    return Ventana(now, _shifted(ventana.cuentas, step), _shifted(ventana.reservas, step))
+def shift(window: Window, second: int) -> Window:
+    """The counters as seen from `second` (clamped: never before the newest second)."""
+    now = max(second, window.second)
+    step = now - window.second
+    return Window(now, _shifted(window.counts, step), _shifted(window.reservations, step))
 
 
 @dataclass(frozen=True)
-class Devolucion:
-    """The settlement of a batch of second `segundo`: `cuantas` of its granted calls were
-    never used and are given back; `reservadas`, the spare calls it was granted (granted
+class Refund:
+    """The settlement of a batch of second `second`: `count` of its granted calls were
+    never used and are given back; `reserved`, the spare calls it was granted (granted
     beyond its first call), are no longer outstanding."""
 
-    segundo: int
-    cuantas: int
-    reservadas: int = 0
+    second: int
+    count: int
+    reserved: int = 0
 
 
-def _minus(counters: tuple[int, ...], newest: int, segundo: int, n: int) -> tuple[int, ...]:
-    """`n` less in the slot of `segundo` (never below zero), if the counters (whose last
+def _minus(counters: tuple[int, ...], newest: int, second: int, n: int) -> tuple[int, ...]:
+    """`n` less in the slot of `second` (never below zero), if the counters (whose last
     slot is second `newest`) still hold that second."""
-    j = len(counters) - 1 - (newest - segundo)  # 0-based slot of that second
+    j = len(counters) - 1 - (newest - second)  # 0-based slot of that second
     if n <= 0 or not 0 <= j < len(counters):
         return counters
     return (*counters[:j], counters[j] - min(n, counters[j]), *counters[j + 1 :])
 
 
-def give_back(ventana: Ventana, devolucion: Devolucion | None) -> Ventana:
+def give_back(window: Window, refund: Refund | None) -> Window:
     """Settle a batch: its unused calls leave their second's slot (if still in the
-    window), its spare calls leave `reservas` (if still there). No shift: `settle`."""
-    if devolucion is None:
-        return ventana
-    return Ventana(
-        ventana.segundo,
-        _minus(ventana.cuentas, ventana.segundo, devolucion.segundo, devolucion.cuantas),
-        _minus(ventana.reservas, ventana.segundo, devolucion.segundo, devolucion.reservadas),
+    window), its spare calls leave `reservations` (if still there). No shift: `settle`."""
+    if refund is None:
+        return window
+    return Window(
+        window.second,
+        _minus(window.counts, window.second, refund.second, refund.count),
+        _minus(window.reservations, window.second, refund.second, refund.reserved),
     )
 
 
@@ -153,36 +157,36 @@ settle = give_back
 
 
 def take(
-    ventana: Ventana | None,
-    segundo: int,
+    window: Window | None,
+    second: int,
     limit: int,
     *,
-    pedidas: int = 1,
-    devolucion: Devolucion | None = None,
-    holgura: int | None = None,
-) -> tuple[Ventana, int]:
-    """A request for `pedidas` calls at `segundo`, settling `devolucion` first: the new
-    counters and how many calls were granted (0: rejected). `holgura` caps the spare calls
-    outstanding (default: `slack(limit)`)."""
-    current = give_back(shift(ventana or empty(segundo), segundo), devolucion)
-    cap = slack(limit) if holgura is None else holgura
-    spare = max(0, cap - sum(current.reservas))
-    granted = max(0, min(pedidas, limit - sum(current.cuentas), 1 + spare))
+    wanted: int = 1,
+    refund: Refund | None = None,
+    slack_calls: int | None = None,
+) -> tuple[Window, int]:
+    """A request for `wanted` calls at `second`, settling `refund` first: the new
+    counters and how many calls were granted (0: rejected). `slack_calls` caps the spare
+    calls outstanding (default: `slack(limit)`)."""
+    current = give_back(shift(window or empty(second), second), refund)
+    cap = slack(limit) if slack_calls is None else slack_calls
+    spare = max(0, cap - sum(current.reservations))
+    granted = max(0, min(wanted, limit - sum(current.counts), 1 + spare))
     if not granted:
         return current, 0
-    return Ventana(
-        current.segundo,
-        (*current.cuentas[:-1], current.cuentas[-1] + granted),
-        (*current.reservas[:-1], current.reservas[-1] + granted - 1),
+    return Window(
+        current.second,
+        (*current.counts[:-1], current.counts[-1] + granted),
+        (*current.reservations[:-1], current.reservations[-1] + granted - 1),
     ), granted
 
 
 @dataclass(frozen=True)
-class Cuota:
+class Quota:
     """What the client is told after a call: IETF RateLimit fields and Retry-After."""
 
     limit: int
-    admitida: bool
+    admitted: bool
     # Calls still allowed now (r).
     remaining: int
     # Seconds until `remaining` next grows (t); when remaining is 0, also Retry-After.
@@ -203,22 +207,22 @@ def policy_header(limit: int) -> str:
     return f'"{POLICY_NAME}";q={limit};w={WINDOW_SECONDS}'
 
 
-def cuota(cuentas: Sequence[int], limit: int, *, admitida: bool) -> Cuota:
+def quota(counts: Sequence[int], limit: int, *, admitted: bool) -> Quota:
     """The client's view of counters just updated by a call (slots oldest first).
 
     Slot j (1-based) leaves the window at the start of the j-th next second, so `reset` is
     the smallest whole d >= 1 after which the slots still counted (j > d) leave room for
     one more call than now; rounding up to whole seconds keeps Retry-After safe.
     """
-    used = sum(cuentas)
+    used = sum(counts)
     remaining = max(0, limit - used)
     if used == 0:
-        return Cuota(limit, admitida, remaining, 0)
+        return Quota(limit, admitted, remaining, 0)
     left = used
-    reset = len(cuentas)
-    for d, count in enumerate(cuentas, start=1):
+    reset = len(counts)
+    for d, count in enumerate(counts, start=1):
         left -= count
         if count and max(0, limit - left) > remaining:
             reset = d
             break
-    return Cuota(limit, admitida, remaining, reset)
+    return Quota(limit, admitted, remaining, reset)

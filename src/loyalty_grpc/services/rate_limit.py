@@ -6,8 +6,9 @@ A call of a key this process holds no reserved call for asks the database for a 
 one call for itself and some spare ones, all counted at once in the database's current
 second (so other processes see them as used). Later calls of the key take a spare call
 without a round trip, but only until that second ends on the database clock (measured
-locally from the `ahora` the database returned, rounded towards earlier), because a call
-must happen within the second it is counted in (proof in domain/rate_limit.py).
+locally from the clock reading the database returned, `db_now`, rounded towards earlier),
+because a call must happen within the second it is counted in (proof in
+domain/rate_limit.py).
 
 A batch is settled once: its unused spare calls go back and its spare calls stop being
 outstanding. With the key's next request in this process if that comes first (no extra
@@ -18,9 +19,10 @@ call is never used (and a settlement lost to a database error is never sent twic
 calls stay counted, stricter, never looser).
 
 The database caps the spare calls outstanding for a key over all processes at a slack,
-`holgura` (default `slack(limit)`: limit // 60 - 2, 8 for 600), so the calls granted and not
-used when a call is refused are at most that many: with 600, no call is refused before 592
-calls are admitted in the window, whichever processes admitted them (domain/rate_limit.py).
+`slack_calls` (default `slack(limit)`: limit // 60 - 2, 8 for 600), so the calls granted and
+not used when a call is refused are at most that many: with 600, no call is refused before
+592 calls are admitted in the window, whichever processes admitted them
+(domain/rate_limit.py).
 
 Batch size adapts to the key's traffic in this process: 1 for a key seen for the first
 time or after a pause; doubled when a batch ran out within its second; else the calls the
@@ -44,8 +46,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from loyalty_grpc.domain.rate_limit import SLOTS, Cuota, Devolucion, cuota, slack
-from loyalty_grpc.store.rate_limit import Reserva
+from loyalty_grpc.domain.rate_limit import SLOTS, Quota, Refund, quota, slack
+from loyalty_grpc.store.rate_limit import Reservation
 
 log = logging.getLogger(__name__)
 
@@ -69,54 +71,54 @@ class Counters(Protocol):
     def reserve(
         self,
         clave_id: int,
-        pedidas: int,
-        limite: int,
-        devolucion: Devolucion | None = None,
+        wanted: int,
+        limit: int,
+        refund: Refund | None = None,
         *,
-        holgura: int,
-    ) -> Reserva: ...
+        slack_calls: int,
+    ) -> Reservation: ...
 
-    def settle(self, devoluciones: Sequence[tuple[int, Devolucion]]) -> None: ...
+    def settle(self, refunds: Sequence[tuple[int, Refund]]) -> None: ...
 
     def purge(self) -> None: ...
 
 
 @dataclass
-class _Lote:
+class _Batch:
     """One key's last answer from the database, as this process uses it."""
 
-    segundo: int
-    # Local clock time (seconds) before which `segundo` has surely not ended on the
+    second: int
+    # Local clock time (seconds) before which `second` has surely not ended on the
     # database clock: spare calls are used only before it.
-    vence: float
-    pedidas: int
-    libres: int  # spare calls not used yet (0 after a rejection or the settlement)
+    expires: float
+    wanted: int
+    spare: int  # spare calls not used yet (0 after a rejection or the settlement)
     # Spare calls granted (beyond the first) and not settled yet: 0 once settled.
-    reservadas: int
-    rechazada: bool
-    cuota: Cuota  # the database's view right after the batch
-    # Calls admitted from batches counted in `segundo` (this one and earlier ones).
-    usadas_en_segundo: int
+    reserved: int
+    rejected: bool
+    quota: Quota  # the database's view right after the batch
+    # Calls admitted from batches counted in `second` (this one and earlier ones).
+    used_in_second: int
 
-    def view(self, limit: int) -> Cuota:
-        if self.rechazada:
-            return self.cuota
-        return Cuota(limit, True, self.cuota.remaining + self.libres, self.cuota.reset)
+    def view(self, limit: int) -> Quota:
+        if self.rejected:
+            return self.quota
+        return Quota(limit, True, self.quota.remaining + self.spare, self.quota.reset)
 
-    def settle(self) -> Devolucion | None:
+    def settle(self) -> Refund | None:
         """Take the settlement out of the batch (its spare calls can no longer be used)."""
-        if not self.reservadas:
+        if not self.reserved:
             return None
-        devolucion = Devolucion(self.segundo, self.libres, self.reservadas)
-        self.libres = 0
-        self.reservadas = 0
-        return devolucion
+        refund = Refund(self.second, self.spare, self.reserved)
+        self.spare = 0
+        self.reserved = 0
+        return refund
 
 
 @dataclass
-class _Clave:
+class _Key:
     lock: threading.Lock = field(default_factory=threading.Lock)
-    lote: _Lote | None = None
+    batch: _Batch | None = None
 
 
 class RateLimiter:
@@ -132,7 +134,7 @@ class RateLimiter:
         *,
         purge_seconds: float = PURGE_SECONDS,
         max_batch: int | None = None,
-        holgura: int | None = None,
+        slack_calls: int | None = None,
         settler: bool = True,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -142,15 +144,15 @@ class RateLimiter:
         self.max_batch = max_batch if max_batch is not None else default_max_batch(limit)
         if self.max_batch < 1:
             raise ValueError("max_batch must be at least 1")
-        self.holgura = holgura if holgura is not None else slack(limit)
-        if self.holgura < 0:
-            raise ValueError("holgura must be at least 0")
+        self.slack_calls = slack_calls if slack_calls is not None else slack(limit)
+        if self.slack_calls < 0:
+            raise ValueError("slack_calls must be at least 0")
         self._counters = counters
         self._clock = clock
         self._purge_seconds = purge_seconds
         self._next_purge = clock() + purge_seconds
-        self._claves: dict[int, _Clave] = {}
-        self._claves_lock = threading.Lock()
+        self._keys: dict[int, _Key] = {}
+        self._keys_lock = threading.Lock()
         # The settler: keys whose batch has spare calls to settle -> when (local clock).
         self._settler = settler
         self._due: dict[int, float] = {}
@@ -160,101 +162,103 @@ class RateLimiter:
         self._closed = False
         self._settle_failed = False
 
-    def take(self, clave_id: int) -> Cuota:
+    def take(self, clave_id: int) -> Quota:
         """Admit one call of the key if the limit has room; the client's view either way."""
         if self.max_batch == 1:  # no reservations: every call asks the database
-            reserva = self._counters.reserve(clave_id, 1, self.limit, holgura=self.holgura)
+            reservation = self._counters.reserve(
+                clave_id, 1, self.limit, slack_calls=self.slack_calls
+            )
             self._maybe_purge()
-            return cuota(reserva.cuentas, self.limit, admitida=reserva.concedidas == 1)
-        estado = self._estado(clave_id)
-        with estado.lock:
-            lote = estado.lote
+            return quota(reservation.counts, self.limit, admitted=reservation.granted == 1)
+        key = self._key(clave_id)
+        with key.lock:
+            batch = key.batch
             now = self._clock()
-            if lote is not None and now < lote.vence:
-                if lote.libres:
-                    lote.libres -= 1
-                    lote.usadas_en_segundo += 1
-                    return lote.view(self.limit)
-                if lote.rechazada:
-                    return lote.cuota
-            estado.lote = self._reserve(clave_id, lote, now)
-            if estado.lote.reservadas:
-                self._schedule(clave_id, estado.lote.vence)
-            return estado.lote.view(self.limit)
+            if batch is not None and now < batch.expires:
+                if batch.spare:
+                    batch.spare -= 1
+                    batch.used_in_second += 1
+                    return batch.view(self.limit)
+                if batch.rejected:
+                    return batch.quota
+            key.batch = self._reserve(clave_id, batch, now)
+            if key.batch.reserved:
+                self._schedule(clave_id, key.batch.expires)
+            return key.batch.view(self.limit)
 
-    def _reserve(self, clave_id: int, lote: _Lote | None, now: float) -> _Lote:
-        pedidas = self._batch_size(lote, now)
-        devolucion = lote.settle() if lote is not None else None
+    def _reserve(self, clave_id: int, batch: _Batch | None, now: float) -> _Batch:
+        wanted = self._batch_size(batch, now)
+        refund = batch.settle() if batch is not None else None
         sent = self._clock()
-        reserva = self._counters.reserve(
-            clave_id, pedidas, self.limit, devolucion, holgura=self.holgura
+        reservation = self._counters.reserve(
+            clave_id, wanted, self.limit, refund, slack_calls=self.slack_calls
         )
         self._maybe_purge()
-        granted = reserva.concedidas
+        granted = reservation.granted
         before = (
-            lote.usadas_en_segundo if lote is not None and lote.segundo == reserva.segundo else 0
+            batch.used_in_second if batch is not None and batch.second == reservation.second else 0
         )
-        return _Lote(
-            segundo=reserva.segundo,
-            vence=sent + (reserva.segundo + 1 - reserva.ahora),
-            pedidas=pedidas,
-            libres=max(0, granted - 1),
-            reservadas=max(0, granted - 1),
-            rechazada=granted == 0,
-            cuota=cuota(reserva.cuentas, self.limit, admitida=granted > 0),
-            usadas_en_segundo=before + (1 if granted else 0),
+        return _Batch(
+            second=reservation.second,
+            expires=sent + (reservation.second + 1 - reservation.db_now),
+            wanted=wanted,
+            spare=max(0, granted - 1),
+            reserved=max(0, granted - 1),
+            rejected=granted == 0,
+            quota=quota(reservation.counts, self.limit, admitted=granted > 0),
+            used_in_second=before + (1 if granted else 0),
         )
 
-    def _batch_size(self, lote: _Lote | None, now: float) -> int:
-        if lote is None or lote.rechazada or now >= lote.vence + 1:
+    def _batch_size(self, batch: _Batch | None, now: float) -> int:
+        if batch is None or batch.rejected or now >= batch.expires + 1:
             wanted = 1  # new, rejected, or after a pause
-        elif now < lote.vence:
-            wanted = 2 * lote.pedidas  # ran out within its second
+        elif now < batch.expires:
+            wanted = 2 * batch.wanted  # ran out within its second
         else:
-            wanted = lote.usadas_en_segundo  # the second just ended: as many as it used
-        if lote is not None:
+            wanted = batch.used_in_second  # the second just ended: as many as it used
+        if batch is not None:
             # Near the limit, smaller batches: spare calls held here are calls another
             # process of the key is refused.
-            wanted = min(wanted, lote.cuota.remaining // 4)
-        return max(1, min(wanted, self.max_batch, 1 + self.holgura))
+            wanted = min(wanted, batch.quota.remaining // 4)
+        return max(1, min(wanted, self.max_batch, 1 + self.slack_calls))
 
-    def _estado(self, clave_id: int) -> _Clave:
-        with self._claves_lock:
-            estado = self._claves.get(clave_id)
-            if estado is None:
-                estado = self._claves[clave_id] = _Clave()
-            return estado
+    def _key(self, clave_id: int) -> _Key:
+        with self._keys_lock:
+            key = self._keys.get(clave_id)
+            if key is None:
+                key = self._keys[clave_id] = _Key()
+            return key
 
     def _maybe_purge(self) -> None:
         """Every `purge_seconds`: drop idle keys here and their rows in the database."""
         now = self._clock()
-        with self._claves_lock:
+        with self._keys_lock:
             if now < self._next_purge:
                 return
             self._next_purge = now + self._purge_seconds
             idle = [
                 clave_id
-                for clave_id, estado in self._claves.items()
-                if estado.lote is None or now > estado.lote.vence + SLOTS
+                for clave_id, key in self._keys.items()
+                if key.batch is None or now > key.batch.expires + SLOTS
             ]
             for clave_id in idle:
-                del self._claves[clave_id]
+                del self._keys[clave_id]
         self._counters.purge()
 
     # ------------------------------------------------------------ the settler
 
-    def _schedule(self, clave_id: int, vence: float) -> None:
-        """The key's batch has spare calls to settle once `vence` has passed (called with
+    def _schedule(self, clave_id: int, expires: float) -> None:
+        """The key's batch has spare calls to settle once `expires` has passed (called with
         the key's lock held: lock order key -> `_due_changed`)."""
         with self._due_changed:
-            self._due[clave_id] = vence
+            self._due[clave_id] = expires
             if self._settler and not self._closed:
                 if self._thread is None:
                     self._thread = threading.Thread(
                         target=self._run, daemon=True, name="rate-limit-settler"
                     )
                     self._thread.start()
-                elif self._wake_at is None or vence + SETTLE_DELAY < self._wake_at:
+                elif self._wake_at is None or expires + SETTLE_DELAY < self._wake_at:
                     self._due_changed.notify()
 
     def _run(self) -> None:
@@ -280,54 +284,54 @@ class RateLimiter:
         every batch, for `close`); returns how many were sent."""
         now = self._clock()
         with self._due_changed:
-            claves = [
+            clave_ids = [
                 clave_id
-                for clave_id, vence in self._due.items()
-                if everything or vence + SETTLE_DELAY <= now
+                for clave_id, expires in self._due.items()
+                if everything or expires + SETTLE_DELAY <= now
             ]
-        devoluciones: list[tuple[int, Devolucion]] = []
-        for clave_id in claves:
-            with self._claves_lock:
-                estado = self._claves.get(clave_id)
-            if estado is None:
+        refunds: list[tuple[int, Refund]] = []
+        for clave_id in clave_ids:
+            with self._keys_lock:
+                key = self._keys.get(clave_id)
+            if key is None:
                 with self._due_changed:
                     self._due.pop(clave_id, None)
                 continue
             # A request holding the key's lock settles the batch itself (or is using one
             # that has not expired): look again a moment later.
-            if not estado.lock.acquire(blocking=everything):
+            if not key.lock.acquire(blocking=everything):
                 with self._due_changed:
                     self._due[clave_id] = now
                 continue
             try:
-                lote = estado.lote
+                batch = key.batch
                 with self._due_changed:
-                    if lote is None or not lote.reservadas:
+                    if batch is None or not batch.reserved:
                         self._due.pop(clave_id, None)
                         continue
-                    if not everything and now < lote.vence:
-                        self._due[clave_id] = lote.vence  # a newer batch
+                    if not everything and now < batch.expires:
+                        self._due[clave_id] = batch.expires  # a newer batch
                         continue
                     self._due.pop(clave_id, None)
-                devolucion = lote.settle()
-                if devolucion is not None:
-                    devoluciones.append((clave_id, devolucion))
+                refund = batch.settle()
+                if refund is not None:
+                    refunds.append((clave_id, refund))
             finally:
-                estado.lock.release()
-        if devoluciones:
-            self._send(devoluciones)
-        return len(devoluciones)
+                key.lock.release()
+        if refunds:
+            self._send(refunds)
+        return len(refunds)
 
-    def _send(self, devoluciones: list[tuple[int, Devolucion]]) -> None:
+    def _send(self, refunds: list[tuple[int, Refund]]) -> None:
         try:
-            self._counters.settle(devoluciones)
+            self._counters.settle(refunds)
         except Exception as exc:
             # Not sent again: it may have been applied. Unused calls stay counted (for up
             # to a minute) and spare ones outstanding (for a few seconds): stricter.
             if not self._settle_failed:
                 log.warning(
                     "could not settle %d rate-limit batches (%s); their unused calls stay counted",
-                    len(devoluciones),
+                    len(refunds),
                     type(exc).__name__,
                 )
             self._settle_failed = True

@@ -8,21 +8,27 @@ shares the database; the time is the database's clock read under that lock
 domain/rate_limit.py's `take` in SQL: shift the 61 per-second counters and the 5 counters
 of outstanding spare calls to the current second, settle an earlier batch (subtract its
 unused calls and its spare calls), sum, and grant up to what is left and what the slack
-(`holgura`) allows. `settle` is `domain/rate_limit.settle` for many keys at once: one
+(`slack_calls`) allows. `settle` is `domain/rate_limit.settle` for many keys at once: one
 UPDATE that locks their rows in key order (so two processes settling the same keys never
 deadlock; a request locks one row only). tests/integration/test_rate_limit.py runs both
 statements and the pure model on the same sequences and compares.
 
-`ahora` (the database clock read again for RETURNING, so never before the second was
-chosen) lets the caller know how much of that second is left.
+`db_now` (column `ahora`: the database clock read again for RETURNING, so never before
+the second was chosen) lets the caller know how much of that second is left.
+
+The table keeps its Spanish column names (a rename would be a migration for nothing), and
+the statements their parameter names; Python names are English: `segundo` is
+`Window.second` / `Reservation.second`, `cuentas` `counts`, `reservas` `reservations`,
+`concedidas` `granted`; the parameters `pedidas`, `limite`, `holgura` and `dev*` are
+`wanted`, `limit`, `slack_calls` and the `Refund`.
 
 Run in autocommit (store/autocommit.py): each statement is its own transaction (no
 BEGIN/COMMIT round trips), fixed text prepared by psycopg. The request's nested subqueries
 each end in `OFFSET 0`, which keeps PostgreSQL from flattening them: flattened, every
 reference to a column of a subquery is replaced by its whole expression (the shifted
 arrays, the sums, the grant), computed again for each reference; fenced, each step is
-computed once (measured: 2.4 times cheaper; as cheap as the statement was before
-`reservas`).
+computed once (measured: 2.4 times cheaper; as cheap as the statement was before the
+`reservas` column).
 """
 
 from __future__ import annotations
@@ -32,14 +38,14 @@ from dataclasses import dataclass
 
 from sqlalchemy import Engine
 
-from loyalty_grpc.domain.rate_limit import RESERVA_SLOTS, SLOTS, Devolucion
+from loyalty_grpc.domain.rate_limit import RESERVATION_SLOTS, SLOTS, Refund
 from loyalty_grpc.store.autocommit import autocommit, fetch_one
 
 _CLOCK = "extract(epoch FROM clock_timestamp())"
 _NOW = f"floor({_CLOCK})::bigint"
-# :segundo is None in production (the database clock); tests pass a second to replay a
-# sequence deterministically.
-_SEGUNDO = f"coalesce(CAST(%(segundo)s AS bigint), {_NOW})"
+# :segundo (`second`) is None in production (the database clock); tests pass a second to
+# replay a sequence deterministically.
+_SECOND = f"coalesce(CAST(%(segundo)s AS bigint), {_NOW})"
 
 
 def _shift(counters: str, slots: int, step: str) -> str:
@@ -51,10 +57,10 @@ def _shift(counters: str, slots: int, step: str) -> str:
     )
 
 
-def _minus(counters: str, slots: int, newest: str, segundo: str, n: str) -> str:
-    """SQL: `n` less (never below zero) in the slot of second `segundo` of `counters`, whose
+def _minus(counters: str, slots: int, newest: str, second: str, n: str) -> str:
+    """SQL: `n` less (never below zero) in the slot of second `second` of `counters`, whose
     last slot is second `newest`; unchanged when that second is not there (or NULL)."""
-    i = f"({slots} - ({newest} - {segundo}))"  # 1-based slot of that second
+    i = f"({slots} - ({newest} - {second}))"  # 1-based slot of that second
     return (
         f"CASE WHEN {i} BETWEEN 1 AND {slots} "
         f"THEN {counters}[1 : {i}::int - 1] "
@@ -64,21 +70,21 @@ def _minus(counters: str, slots: int, newest: str, segundo: str, n: str) -> str:
     )
 
 
-_DEV_SEGUNDO = "CAST(%(dev_segundo)s AS bigint)"
+_REFUND_SECOND = "CAST(%(dev_segundo)s AS bigint)"
 # The first request of a key (or after a purge): granted up to the limit and the slack.
 _FIRST = "greatest(0, least(%(pedidas)s, %(limite)s, 1 + greatest(0, %(holgura)s)))"
-# :dev_segundo/:dev/:dev_reservadas settle an earlier batch (NULL/0/0: none).
+# :dev_segundo/:dev/:dev_reservadas: the `Refund` of an earlier batch (NULL/0/0: none).
 _RESERVE = f"""
 INSERT INTO limite_llamadas AS l (clave_id, segundo, cuentas, reservas, concedidas)
-VALUES (%(clave_id)s, {_SEGUNDO},
+VALUES (%(clave_id)s, {_SECOND},
         array_fill(0, ARRAY[{SLOTS - 1}]) || {_FIRST},
-        array_fill(0, ARRAY[{RESERVA_SLOTS - 1}]) || greatest(0, {_FIRST} - 1),
+        array_fill(0, ARRAY[{RESERVATION_SLOTS - 1}]) || greatest(0, {_FIRST} - 1),
         {_FIRST})
 ON CONFLICT (clave_id) DO UPDATE SET (segundo, cuentas, reservas, concedidas) = (
   SELECT v.segundo,
          v.cuentas[1:{SLOTS - 1}] || (v.cuentas[{SLOTS}] + v.concedidas),
-         v.reservas[1:{RESERVA_SLOTS - 1}]
-           || (v.reservas[{RESERVA_SLOTS}] + greatest(0, v.concedidas - 1)),
+         v.reservas[1:{RESERVATION_SLOTS - 1}]
+           || (v.reservas[{RESERVATION_SLOTS}] + greatest(0, v.concedidas - 1)),
          v.concedidas
   FROM (
     SELECT d.segundo, d.cuentas, d.reservas,
@@ -89,15 +95,15 @@ ON CONFLICT (clave_id) DO UPDATE SET (segundo, cuentas, reservas, concedidas) = 
              AS concedidas
     FROM (
       SELECT w.segundo,
-             {_minus("w.cuentas", SLOTS, "w.segundo", _DEV_SEGUNDO, "%(dev)s")} AS cuentas,
+             {_minus("w.cuentas", SLOTS, "w.segundo", _REFUND_SECOND, "%(dev)s")} AS cuentas,
              {
-    _minus("w.reservas", RESERVA_SLOTS, "w.segundo", _DEV_SEGUNDO, "%(dev_reservadas)s")
+    _minus("w.reservas", RESERVATION_SLOTS, "w.segundo", _REFUND_SECOND, "%(dev_reservadas)s")
 } AS reservas
       FROM (
         SELECT s.segundo,
                {_shift("l.cuentas", SLOTS, "s.segundo - l.segundo")} AS cuentas,
-               {_shift("l.reservas", RESERVA_SLOTS, "s.segundo - l.segundo")} AS reservas
-        FROM (SELECT greatest(l.segundo, {_SEGUNDO}) AS segundo OFFSET 0) AS s
+               {_shift("l.reservas", RESERVATION_SLOTS, "s.segundo - l.segundo")} AS reservas
+        FROM (SELECT greatest(l.segundo, {_SECOND}) AS segundo OFFSET 0) AS s
         OFFSET 0
       ) AS w
       OFFSET 0
@@ -123,7 +129,7 @@ WITH x AS (
 )
 UPDATE limite_llamadas AS l
 SET cuentas = {_minus("l.cuentas", SLOTS, "l.segundo", "x.segundo", "x.cuantas")},
-    reservas = {_minus("l.reservas", RESERVA_SLOTS, "l.segundo", "x.segundo", "x.reservadas")}
+    reservas = {_minus("l.reservas", RESERVATION_SLOTS, "l.segundo", "x.segundo", "x.reservadas")}
 FROM x JOIN bloqueadas USING (clave_id)
 WHERE l.clave_id = x.clave_id
 """  # noqa: S608 (only constants are interpolated)
@@ -132,15 +138,15 @@ _PURGE = f"DELETE FROM limite_llamadas WHERE segundo < {_NOW} - {SLOTS}"  # noqa
 
 
 @dataclass(frozen=True)
-class Reserva:
-    """What the database granted: `concedidas` calls counted in second `segundo`, the
-    key's counters after it, and the database clock (epoch seconds) just after."""
+class Reservation:
+    """What the database granted: `granted` calls counted in second `second`, the key's
+    counters after it, and the database clock (epoch seconds) just after."""
 
-    segundo: int
-    cuentas: tuple[int, ...]
-    concedidas: int
-    ahora: float
-    reservas: tuple[int, ...] = (0,) * RESERVA_SLOTS
+    second: int
+    counts: tuple[int, ...]
+    granted: int
+    db_now: float
+    reservations: tuple[int, ...] = (0,) * RESERVATION_SLOTS
 
 
 class PgCounters:
@@ -152,47 +158,47 @@ class PgCounters:
     def reserve(
         self,
         clave_id: int,
-        pedidas: int,
-        limite: int,
-        devolucion: Devolucion | None = None,
+        wanted: int,
+        limit: int,
+        refund: Refund | None = None,
         *,
-        holgura: int,
-        segundo: int | None = None,
-    ) -> Reserva:
-        """Ask for `pedidas` calls of the key (settling an earlier batch); see the module
+        slack_calls: int,
+        second: int | None = None,
+    ) -> Reservation:
+        """Ask for `wanted` calls of the key (settling an earlier batch); see the module
         doc."""
         row = fetch_one(
             self._engine,
             _RESERVE,
             {
                 "clave_id": clave_id,
-                "pedidas": pedidas,
-                "limite": limite,
-                "holgura": holgura,
-                "segundo": segundo,
-                "dev_segundo": devolucion.segundo if devolucion else None,
-                "dev": devolucion.cuantas if devolucion else 0,
-                "dev_reservadas": devolucion.reservadas if devolucion else 0,
+                "pedidas": wanted,
+                "limite": limit,
+                "holgura": slack_calls,
+                "segundo": second,
+                "dev_segundo": refund.second if refund else None,
+                "dev": refund.count if refund else 0,
+                "dev_reservadas": refund.reserved if refund else 0,
             },
         )
         assert row is not None  # an upsert's RETURNING always has its row
-        segundo_, cuentas, reservas, concedidas, ahora = row
-        return Reserva(
-            int(segundo_), tuple(cuentas), int(concedidas), float(ahora), tuple(reservas)
+        second_, counts, reservations, granted, db_now = row
+        return Reservation(
+            int(second_), tuple(counts), int(granted), float(db_now), tuple(reservations)
         )
 
-    def settle(self, devoluciones: Sequence[tuple[int, Devolucion]]) -> None:
+    def settle(self, refunds: Sequence[tuple[int, Refund]]) -> None:
         """Settle batches of several keys (at most one per key) in one statement."""
-        if not devoluciones:
+        if not refunds:
             return
         with autocommit(self._engine) as conn:
             conn.execute(
                 _SETTLE,
                 {
-                    "claves": [clave_id for clave_id, _ in devoluciones],
-                    "segundos": [d.segundo for _, d in devoluciones],
-                    "cuantas": [d.cuantas for _, d in devoluciones],
-                    "reservadas": [d.reservadas for _, d in devoluciones],
+                    "claves": [clave_id for clave_id, _ in refunds],
+                    "segundos": [r.second for _, r in refunds],
+                    "cuantas": [r.count for _, r in refunds],
+                    "reservadas": [r.reserved for _, r in refunds],
                 },
             )
 
