@@ -510,6 +510,7 @@ def running_stack(work: Path, *, server_process: bool) -> Iterator[Stack]:
     from loyalty_grpc.services.backoffice.fixtures import apply_fixture
     from loyalty_grpc.store.db import make_engine
     from loyalty_grpc.store.migrate import upgrade
+    from loyalty_grpc.store.uow import run_in_uow
 
     key = "lp_vivo_" + secrets.token_hex(16)
     admin_token = secrets.token_urlsafe(24)
@@ -519,7 +520,7 @@ def running_stack(work: Path, *, server_process: bool) -> Iterator[Stack]:
         upgrade(db.url)
         engine = make_engine(db.url, pool_size=1)
         try:
-            apply_fixture(engine, fixture_json(key))
+            run_in_uow(engine, apply_fixture, fixture_json(key))
         finally:
             engine.dispose()
         server: ServerHandle

@@ -194,6 +194,7 @@ def run(args: argparse.Namespace) -> int:
     from loyalty_grpc.services.backoffice.fixtures import apply_fixture
     from loyalty_grpc.store.db import make_engine
     from loyalty_grpc.store.migrate import upgrade
+    from loyalty_grpc.store.uow import run_in_uow
 
     wrk = shutil.which("wrk")
     ctx = multiprocessing.get_context("spawn")
@@ -205,7 +206,7 @@ def run(args: argparse.Namespace) -> int:
         try:
             upgrade(db.url)
             engine = make_engine(db.url, pool_size=1)
-            apply_fixture(engine, fixture_json(key))
+            run_in_uow(engine, apply_fixture, fixture_json(key))
             engine.dispose()
             micros = statement_cost(db.url)
             alone = limiter_alone(db.url)

@@ -55,6 +55,7 @@ from loyalty_grpc.services.backoffice.fixtures import apply_fixture
 from loyalty_grpc.services.pos.roster import changes_query, read_roster, snapshot_query
 from loyalty_grpc.store.db import make_engine
 from loyalty_grpc.store.migrate import upgrade
+from loyalty_grpc.store.uow import run_in_uow
 
 T = TypeVar("T")
 PROGRAM = "bench"
@@ -249,8 +250,9 @@ def stack(work: Path, fans: int) -> Iterator[tuple[Engine, str, str, tuple[int, 
         upgrade(db.url)
         engine = make_engine(db.url, pool_size=4)
         cleanup.callback(engine.dispose)
-        apply_fixture(
+        run_in_uow(
             engine,
+            apply_fixture,
             json.dumps(
                 {
                     "programas": [

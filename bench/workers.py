@@ -174,6 +174,7 @@ def run(args: argparse.Namespace) -> int:
     from loyalty_grpc.services.backoffice.fixtures import apply_fixture
     from loyalty_grpc.store.db import make_engine
     from loyalty_grpc.store.migrate import upgrade
+    from loyalty_grpc.store.uow import run_in_uow
 
     wrk = shutil.which("wrk")
     key = "lp_vivo_" + secrets.token_hex(16)
@@ -185,7 +186,7 @@ def run(args: argparse.Namespace) -> int:
             upgrade(db.url)
             engine = make_engine(db.url, pool_size=1)
             try:
-                apply_fixture(engine, fixture_json(key))
+                run_in_uow(engine, apply_fixture, fixture_json(key))
             finally:
                 engine.dispose()
             for workers in sorted({1, args.workers}):

@@ -21,6 +21,7 @@ from loyalty_grpc.runtime.gateway.envoy import EnvoyProcess
 from loyalty_grpc.services.backoffice.fixtures import apply_fixture
 from loyalty_grpc.store.db import make_engine
 from loyalty_grpc.store.migrate import upgrade
+from loyalty_grpc.store.uow import run_in_uow
 from loyalty_grpc.wallet import LocalProvider, WalletSender
 from tests.support import Admin, free_port
 
@@ -131,7 +132,7 @@ def stack(
         ]
     }
     engine = make_engine(url, pool_size=4)
-    apply_fixture(engine, json.dumps(fixture))
+    run_in_uow(engine, apply_fixture, json.dumps(fixture))
 
     admin_token = secrets.token_urlsafe(24)
     # The call limiter runs on every call, with a limit the suite never reaches

@@ -36,6 +36,7 @@ from loyalty_grpc.api.interceptors import POS_SERVICE
 from loyalty_grpc.services.backoffice.fixtures import apply_fixture
 from loyalty_grpc.store.db import make_engine
 from loyalty_grpc.store.migrate import upgrade
+from loyalty_grpc.store.uow import run_in_uow
 from tests.e2e.processes import Running, loyalty_env
 from tests.support import free_port
 
@@ -82,8 +83,9 @@ def exposition(
     upgrade(url)
     engine = make_engine(url, pool_size=1)
     try:
-        apply_fixture(
+        run_in_uow(
             engine,
+            apply_fixture,
             json.dumps(
                 {
                     "programas": [

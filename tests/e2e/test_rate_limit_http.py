@@ -21,6 +21,7 @@ from loyalty_grpc.runtime.gateway.envoy import EnvoyProcess
 from loyalty_grpc.services.backoffice.fixtures import apply_fixture
 from loyalty_grpc.store.db import make_engine
 from loyalty_grpc.store.migrate import upgrade
+from loyalty_grpc.store.uow import run_in_uow
 from tests.e2e.support import assert_error, auth
 from tests.support import free_port
 
@@ -47,8 +48,9 @@ def limited(
     def new_key() -> str:
         """A fresh key (its own counter) of the module's program, with fan:leer."""
         key = "lp_vivo_" + secrets.token_hex(16)
-        apply_fixture(
+        run_in_uow(
             engine,
+            apply_fixture,
             json.dumps(
                 {
                     "programas": [

@@ -30,6 +30,7 @@ from loyalty_grpc.services.backoffice.fixtures import apply_fixture
 from loyalty_grpc.store.db import make_engine
 from loyalty_grpc.store.migrate import upgrade
 from loyalty_grpc.store.tables import claves, limite_llamadas
+from loyalty_grpc.store.uow import run_in_uow
 from tests.e2e.processes import Running, loyalty_env, serve_args
 from tests.support import free_port
 
@@ -88,8 +89,9 @@ def served(
     upgrade(url)
     engine = make_engine(url, pool_size=1)
     keys = {name: "lp_vivo_" + secrets.token_hex(16) for name in KEYS}
-    apply_fixture(
+    run_in_uow(
         engine,
+        apply_fixture,
         json.dumps(
             {
                 "programas": [

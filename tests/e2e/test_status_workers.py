@@ -29,6 +29,7 @@ from loyalty_grpc.services.backoffice.fixtures import apply_fixture
 from loyalty_grpc.store import migrate
 from loyalty_grpc.store.db import make_engine
 from loyalty_grpc.store.migrate import upgrade
+from loyalty_grpc.store.uow import run_in_uow
 from tests.e2e.processes import DEMO_KEY, LOYALTY, READY_LINE, Running, loyalty_env, serve_args
 from tests.support import free_port
 
@@ -78,7 +79,7 @@ def served(create_database: Callable[[], str], tmp_path: Path) -> Iterator[Serve
     upgrade(url)
     engine = make_engine(url, pool_size=1)
     try:
-        apply_fixture(engine, _fixture())
+        run_in_uow(engine, apply_fixture, _fixture())
     finally:
         engine.dispose()
     port = free_port()

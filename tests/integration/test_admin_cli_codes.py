@@ -13,6 +13,7 @@ from sqlalchemy import Engine, func, select
 
 from loyalty_grpc.services.backoffice import fans, programs, promos
 from loyalty_grpc.store.tables import codigos
+from loyalty_grpc.store.uow import run_in_uow
 
 P = "clic"
 
@@ -20,16 +21,29 @@ P = "clic"
 @pytest.fixture(scope="module", autouse=True)
 def club(engine: Engine) -> None:
     """The program and a fan, there before the module's server starts."""
-    programs.upsert_program(engine, P, "Club Códigos", "0.1")
-    fans.register_fan(engine, P, "CC01", nombre="Ana", correo="cc01@example.com", socio_desde=2020)
+    run_in_uow(engine, programs.upsert_program, P, "Club Códigos", "0.1")
+    run_in_uow(
+        engine,
+        fans.register_fan,
+        P,
+        "CC01",
+        nombre="Ana",
+        correo="cc01@example.com",
+        socio_desde=2020,
+    )
 
 
 _names = iter(range(1, 1000))
 
 
 def new_promo(engine: Engine, estado: str = "") -> int:
-    return promos.create_promo(
-        engine, P, f"Importada {next(_names)}", vigencia_fin="2099-12-31", estado=estado
+    return run_in_uow(
+        engine,
+        promos.create_promo,
+        P,
+        f"Importada {next(_names)}",
+        vigencia_fin="2099-12-31",
+        estado=estado,
     ).id
 
 

@@ -11,6 +11,7 @@ from sqlalchemy import Engine, func, insert, select
 from loyalty_grpc.api.server import GrpcServer
 from loyalty_grpc.store.ledger import Motivo, move_points
 from loyalty_grpc.store.tables import fans, ventas
+from loyalty_grpc.store.uow import run_in_uow
 from tests.support import cli_failed as failed
 from tests.support import cli_ok as ok
 
@@ -22,12 +23,18 @@ def clave_id(server: GrpcServer, engine: Engine) -> int:
     from loyalty_grpc.services.backoffice import fans as fans_service
     from loyalty_grpc.services.backoffice import keys, programs
 
-    programs.upsert_program(engine, P, "Club CLI", "0.1")
+    run_in_uow(engine, programs.upsert_program, P, "Club CLI", "0.1")
     for fid in ("CLIP1", "CLIP2"):
-        fans_service.register_fan(
-            engine, P, fid, nombre="Ana", correo=f"{fid.lower()}@example.com", socio_desde=2018
+        run_in_uow(
+            engine,
+            fans_service.register_fan,
+            P,
+            fid,
+            nombre="Ana",
+            correo=f"{fid.lower()}@example.com",
+            socio_desde=2018,
         )
-    return keys.issue_key(engine, P, "Caja", "vivo", ["tx:escribir"]).info.id
+    return run_in_uow(engine, keys.issue_key, P, "Caja", "vivo", ["tx:escribir"]).info.id
 
 
 def new_sale(engine: Engine, clave_id: int, fan_id: str, puntos: int, id_externo: str) -> int:

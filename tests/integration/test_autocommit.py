@@ -20,7 +20,7 @@ from loyalty_grpc.gen.loyalty.v1 import pos_service_pb2_grpc as pos_grpc
 from loyalty_grpc.services.backoffice.fixtures import apply_fixture
 from loyalty_grpc.store.autocommit import autocommit, fetch_one
 from loyalty_grpc.store.db import make_engine
-from loyalty_grpc.store.uow import UnitOfWork
+from loyalty_grpc.store.uow import UnitOfWork, run_in_uow
 
 KEY = "lp_vivo_AutocommitCajaPrueba000000001"
 SERVER_APP = "autocommit-test-server"
@@ -105,8 +105,9 @@ def test_a_server_that_went_away_takes_every_older_connection_with_it(db_url: st
 
 
 def test_a_lost_connection_is_503_then_the_next_call_works(db_url: str, engine: Engine):
-    apply_fixture(
+    run_in_uow(
         engine,
+        apply_fixture,
         json.dumps(
             {
                 "programas": [

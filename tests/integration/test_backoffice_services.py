@@ -12,7 +12,7 @@ from decimal import Decimal
 from typing import Any
 
 import pytest
-from sqlalchemy import Engine, insert, select, text
+from sqlalchemy import Engine, event, insert, select, text
 
 from loyalty_grpc.domain.errors import Codigo, LoyaltyError
 from loyalty_grpc.domain.keys import Modo
@@ -21,6 +21,8 @@ from loyalty_grpc.domain.promos import EstadoCodigo, EstadoFan, EstadoPromo
 from loyalty_grpc.services.backoffice import codes, fans, keys, programs, promos
 from loyalty_grpc.store.tables import LEDGER_MISMATCH_SQL, claves, codigos
 from loyalty_grpc.store.tables import fans as fans_table
+from loyalty_grpc.store.tables import promos as promos_table
+from loyalty_grpc.store.uow import UnitOfWork, run_in_uow
 from tests.support import fails
 
 P = "halcones"
@@ -29,10 +31,15 @@ OTRO = "otro"
 
 @pytest.fixture(scope="module", autouse=True)
 def _programs(engine: Engine) -> None:
-    programs.upsert_program(
-        engine, P, "Club Halcones", "0.1", qr_url="https://halcones.example/fan"
+    run_in_uow(
+        engine,
+        programs.upsert_program,
+        P,
+        "Club Halcones",
+        "0.1",
+        qr_url="https://halcones.example/fan",
     )
-    programs.upsert_program(engine, OTRO, "Otro Club", "1")
+    run_in_uow(engine, programs.upsert_program, OTRO, "Otro Club", "1")
 
 
 _seq = iter(range(1, 10_000))
@@ -50,24 +57,30 @@ def new_fan(engine: Engine, programa: str = P, **kw: Any) -> fans.FanInfo:
         "socio_desde": 2018,
     }
     values.update(kw)
-    return fans.register_fan(engine, programa, fid, **values)
+    return run_in_uow(engine, fans.register_fan, programa, fid, **values)
 
 
 # ================================================================ programs
 
 
 def test_upsert_program_creates_then_updates(engine):
-    created = programs.upsert_program(engine, "nuevo", " Club Nuevo ", "0.25")
+    created = run_in_uow(engine, programs.upsert_program, "nuevo", " Club Nuevo ", "0.25")
     assert created.creado
     assert created.programa == programs.Programa("nuevo", "Club Nuevo", Decimal("0.25"), "", "MXN")
-    again = programs.upsert_program(
-        engine, "nuevo", "Club Nuevo 2", "0.5", qr_url="https://n.example/v", moneda="mxn"
+    again = run_in_uow(
+        engine,
+        programs.upsert_program,
+        "nuevo",
+        "Club Nuevo 2",
+        "0.5",
+        qr_url="https://n.example/v",
+        moneda="mxn",
     )
     assert not again.creado
     assert again.programa == programs.Programa(
         "nuevo", "Club Nuevo 2", Decimal("0.5"), "https://n.example/v", "MXN"
     )
-    listed = programs.list_programs(engine)
+    listed = run_in_uow(engine, programs.list_programs)
     assert [p.id for p in listed] == sorted(p.id for p in listed)
     assert again.programa in listed
 
@@ -85,15 +98,20 @@ def test_upsert_program_creates_then_updates(engine):
 )
 def test_upsert_program_invalid(engine, args, codigo, campo):
     with fails(engine, codigo, campo):
-        programs.upsert_program(engine, *args)
+        run_in_uow(engine, programs.upsert_program, *args)
 
 
 # ================================================================ keys
 
 
 def test_issue_authenticate_revoke(engine):
-    issued = keys.issue_key(
-        engine, P, " Caja Norte ", "vivo", ["tx:escribir", "fan:leer", "tx:escribir"]
+    issued = run_in_uow(
+        engine,
+        keys.issue_key,
+        P,
+        " Caja Norte ",
+        "vivo",
+        ["tx:escribir", "fan:leer", "tx:escribir"],
     )
     clave = issued.clave
     assert clave.startswith("lp_vivo_")
@@ -120,15 +138,15 @@ def test_issue_authenticate_revoke(engine):
     ) == (P, "Club Halcones", info.id, "Caja Norte", Modo.VIVO)
     assert caller.permisos == frozenset({Permiso.TX_ESCRIBIR, Permiso.FAN_LEER})
 
-    revoked = keys.revoke_key(engine, info.id)
+    revoked = run_in_uow(engine, keys.revoke_key, info.id)
     assert revoked.revocada is not None
     assert keys.authenticate(engine, clave) is None
-    again = keys.revoke_key(engine, info.id)
+    again = run_in_uow(engine, keys.revoke_key, info.id)
     assert again.revocada == revoked.revocada  # the first revocation time stays
 
 
 def test_test_key_and_listing(engine):
-    prueba = keys.issue_key(engine, OTRO, "Pruebas", "prueba", [])
+    prueba = run_in_uow(engine, keys.issue_key, OTRO, "Pruebas", "prueba", [])
     assert prueba.clave.startswith("lp_prueba_")
     assert prueba.info.modo is Modo.PRUEBA
     assert prueba.info.permisos == ()
@@ -136,8 +154,8 @@ def test_test_key_and_listing(engine):
     assert caller is not None
     assert caller.modo is Modo.PRUEBA
     assert caller.permisos == frozenset()
-    second = keys.issue_key(engine, OTRO, "Caja 2", "vivo", ["roster:leer"])
-    listed = keys.list_keys(engine, OTRO)
+    second = run_in_uow(engine, keys.issue_key, OTRO, "Caja 2", "vivo", ["roster:leer"])
+    listed = run_in_uow(engine, keys.list_keys, OTRO)
     assert listed == [prueba.info, second.info]
     assert not hasattr(listed[0], "clave")
 
@@ -164,22 +182,23 @@ def test_authenticate_unknown_or_malformed(engine):
 )
 def test_issue_key_invalid(engine, args, codigo, campo):
     with fails(engine, codigo, campo):
-        keys.issue_key(engine, *args)
+        run_in_uow(engine, keys.issue_key, *args)
 
 
 def test_key_not_found(engine):
     with fails(engine, Codigo.CLAVE_NO_ENCONTRADA, "999999"):
-        keys.revoke_key(engine, 999999)
+        run_in_uow(engine, keys.revoke_key, 999999)
     with fails(engine, Codigo.PROGRAMA_NO_ENCONTRADO):
-        keys.list_keys(engine, "nadie")
+        run_in_uow(engine, keys.list_keys, "nadie")
 
 
 # ================================================================ fans
 
 
 def test_register_and_get(engine):
-    fan = fans.register_fan(
+    fan = run_in_uow(
         engine,
+        fans.register_fan,
         P,
         " hal 9001 ",
         nombre=" Ana ",
@@ -203,7 +222,7 @@ def test_register_and_get(engine):
     assert fan.baja_motivo is None
     assert len(fan.qr_token) == 16  # generated, URL-safe
     assert fan.qr_token.replace("-", "").replace("_", "").isalnum()
-    assert fans.get_fan(engine, P, "hal9001") == fan
+    assert run_in_uow(engine, fans.get_fan, P, "hal9001") == fan
     other = new_fan(engine)
     assert other.qr_token != fan.qr_token
 
@@ -252,9 +271,11 @@ def test_register_in_unknown_program(engine):
 
 def test_update_only_given_fields(engine):
     fan = new_fan(engine, temporadas=1)
-    same = fans.update_fan(engine, P, fan.fan_id)
+    same = run_in_uow(engine, fans.update_fan, P, fan.fan_id)
     assert same == fan
-    changed = fans.update_fan(engine, P, fan.fan_id.lower(), nombre="Ana María", temporadas=2)
+    changed = run_in_uow(
+        engine, fans.update_fan, P, fan.fan_id.lower(), nombre="Ana María", temporadas=2
+    )
     assert changed.nombre == "Ana María"
     assert changed.temporadas == 2
     assert (changed.correo, changed.socio_desde, changed.qr_token) == (
@@ -264,8 +285,9 @@ def test_update_only_given_fields(engine):
     )
     assert changed.actualizado > fan.actualizado  # nombre is a roster field
     # Its own e-mail in another case is not a duplicate.
-    recased = fans.update_fan(
+    recased = run_in_uow(
         engine,
+        fans.update_fan,
         P,
         fan.fan_id,
         correo=fan.correo.upper(),
@@ -281,46 +303,46 @@ def test_update_duplicates_and_errors(engine):
     a = new_fan(engine)
     b = new_fan(engine)
     with fails(engine, Codigo.CORREO_DUPLICADO):
-        fans.update_fan(engine, P, b.fan_id, nombre="B", correo=a.correo.title())
+        run_in_uow(engine, fans.update_fan, P, b.fan_id, nombre="B", correo=a.correo.title())
     with fails(engine, Codigo.QR_DUPLICADO):
-        fans.update_fan(engine, P, b.fan_id, qr_token=a.qr_token)
+        run_in_uow(engine, fans.update_fan, P, b.fan_id, qr_token=a.qr_token)
     with fails(engine, Codigo.FAN_NO_ENCONTRADO, "NOEXISTE"):
-        fans.update_fan(engine, P, "noexiste", nombre="X")
+        run_in_uow(engine, fans.update_fan, P, "noexiste", nombre="X")
     with fails(engine, Codigo.SOLICITUD_INVALIDA, "correo"):
-        fans.update_fan(engine, P, b.fan_id, nombre="X", correo="x@")
+        run_in_uow(engine, fans.update_fan, P, b.fan_id, nombre="X", correo="x@")
     with fails(engine, Codigo.PROGRAMA_NO_ENCONTRADO):
-        fans.update_fan(engine, "nadie", b.fan_id, nombre="X")
+        run_in_uow(engine, fans.update_fan, "nadie", b.fan_id, nombre="X")
 
 
 def test_get_not_found(engine):
     with fails(engine, Codigo.FAN_NO_ENCONTRADO):
-        fans.get_fan(engine, P, "NOEXISTE")
+        run_in_uow(engine, fans.get_fan, P, "NOEXISTE")
     with fails(engine, Codigo.PROGRAMA_NO_ENCONTRADO):
-        fans.get_fan(engine, "nadie", "X")
+        run_in_uow(engine, fans.get_fan, "nadie", "X")
     with fails(engine, Codigo.CAMPO_REQUERIDO, "id"):
-        fans.get_fan(engine, P, "  ")
+        run_in_uow(engine, fans.get_fan, P, "  ")
 
 
 def test_baja_and_reactivation(engine):
     fan = new_fan(engine)
     with fails(engine, Codigo.CAMPO_REQUERIDO, "motivo"):
-        fans.deactivate_fan(engine, P, fan.fan_id, " ")
+        run_in_uow(engine, fans.deactivate_fan, P, fan.fan_id, " ")
     with fails(engine, Codigo.TRANSICION_INVALIDA, "activo"):
-        fans.reactivate_fan(engine, P, fan.fan_id)
-    baja = fans.deactivate_fan(engine, P, fan.fan_id, " solicitud del socio ")
+        run_in_uow(engine, fans.reactivate_fan, P, fan.fan_id)
+    baja = run_in_uow(engine, fans.deactivate_fan, P, fan.fan_id, " solicitud del socio ")
     assert baja.estado is EstadoFan.BAJA
     assert baja.baja_en is not None
     assert baja.baja_motivo == "solicitud del socio"
     assert baja.actualizado > fan.actualizado
-    assert fans.get_fan(engine, P, fan.fan_id) == baja  # the back office still sees it
+    assert run_in_uow(engine, fans.get_fan, P, fan.fan_id) == baja  # the back office still sees it
     with fails(engine, Codigo.TRANSICION_INVALIDA, "baja"):
-        fans.deactivate_fan(engine, P, fan.fan_id, "otra vez")
-    back = fans.reactivate_fan(engine, P, fan.fan_id)
+        run_in_uow(engine, fans.deactivate_fan, P, fan.fan_id, "otra vez")
+    back = run_in_uow(engine, fans.reactivate_fan, P, fan.fan_id)
     assert back.estado is EstadoFan.ACTIVO
     assert back.baja_en is None
     assert back.baja_motivo is None
     with fails(engine, Codigo.FAN_NO_ENCONTRADO):
-        fans.deactivate_fan(engine, P, "NOEXISTE", "x")
+        run_in_uow(engine, fans.deactivate_fan, P, "NOEXISTE", "x")
 
 
 @pytest.mark.parametrize("round_", range(5))
@@ -402,8 +424,9 @@ def test_race_past_the_pre_check_is_translated(engine, field, codigo):
 
 
 def test_create_and_update_promo(engine):
-    promo = promos.create_promo(
+    promo = run_in_uow(
         engine,
+        promos.create_promo,
         P,
         " 2x1 Hot Dog ",
         vigencia_fin="2099-12-31",
@@ -425,62 +448,75 @@ def test_create_and_update_promo(engine):
         50,
         "Dos por uno\nen el estadio",
     )
-    assert promos.update_promo(engine, P, promo.id) == promo
-    paused = promos.update_promo(engine, P, promo.id, estado="pausada", puntos_canje=10)
+    assert run_in_uow(engine, promos.update_promo, P, promo.id) == promo
+    paused = run_in_uow(engine, promos.update_promo, P, promo.id, estado="pausada", puntos_canje=10)
     assert (paused.estado, paused.puntos_canje, paused.vigencia_fin, paused.descripcion) == (
         EstadoPromo.PAUSADA,
         10,
         promo.vigencia_fin,
         promo.descripcion,
     )
-    moved = promos.update_promo(
-        engine, P, promo.id, estado="activa", vigencia_fin="2030-01-31", descripcion=""
+    moved = run_in_uow(
+        engine,
+        promos.update_promo,
+        P,
+        promo.id,
+        estado="activa",
+        vigencia_fin="2030-01-31",
+        descripcion="",
     )
     assert (moved.estado, moved.vigencia_fin, moved.descripcion) == (
         EstadoPromo.ACTIVA,
         date(2030, 1, 31),
         "",
     )
-    ended = promos.update_promo(engine, P, promo.id, estado="terminada")
+    ended = run_in_uow(engine, promos.update_promo, P, promo.id, estado="terminada")
     assert ended.estado is EstadoPromo.TERMINADA
     with fails(engine, Codigo.TRANSICION_INVALIDA, "terminada"):
-        promos.update_promo(engine, P, promo.id, estado="activa", puntos_canje=1)
+        run_in_uow(engine, promos.update_promo, P, promo.id, estado="activa", puntos_canje=1)
     # Other fields of an ended promotion may still change.
-    assert promos.update_promo(engine, P, promo.id, puntos_canje=0).puntos_canje == 0
+    assert run_in_uow(engine, promos.update_promo, P, promo.id, puntos_canje=0).puntos_canje == 0
 
 
 def test_create_promo_with_estado(engine):
-    promo = promos.create_promo(
-        engine, P, "Pausada desde el inicio", vigencia_fin="2099-01-01", estado="pausada"
+    promo = run_in_uow(
+        engine,
+        promos.create_promo,
+        P,
+        "Pausada desde el inicio",
+        vigencia_fin="2099-01-01",
+        estado="pausada",
     )
     assert promo.estado is EstadoPromo.PAUSADA
 
 
 def test_promo_errors(engine):
-    promo = promos.create_promo(engine, P, "Única", vigencia_fin="2099-12-31")
+    promo = run_in_uow(engine, promos.create_promo, P, "Única", vigencia_fin="2099-12-31")
     with fails(engine, Codigo.PROMO_DUPLICADA, "ÚNICA"):
-        promos.create_promo(engine, P, " ÚNICA ", vigencia_fin="2099-12-31")
-    promos.create_promo(engine, OTRO, "Única", vigencia_fin="2099-12-31")
+        run_in_uow(engine, promos.create_promo, P, " ÚNICA ", vigencia_fin="2099-12-31")
+    run_in_uow(engine, promos.create_promo, OTRO, "Única", vigencia_fin="2099-12-31")
     with fails(engine, Codigo.PROGRAMA_NO_ENCONTRADO):
-        promos.create_promo(engine, "nadie", "X", vigencia_fin="2099-12-31")
+        run_in_uow(engine, promos.create_promo, "nadie", "X", vigencia_fin="2099-12-31")
     with fails(engine, Codigo.SOLICITUD_INVALIDA, "vigencia_fin"):
-        promos.create_promo(engine, P, "X", vigencia_fin="31/12/2099")
+        run_in_uow(engine, promos.create_promo, P, "X", vigencia_fin="31/12/2099")
     with fails(engine, Codigo.CAMPO_REQUERIDO, "vigencia_fin"):
-        promos.create_promo(engine, P, "X", vigencia_fin="")
+        run_in_uow(engine, promos.create_promo, P, "X", vigencia_fin="")
     with fails(engine, Codigo.SOLICITUD_INVALIDA, "puntos_canje"):
-        promos.create_promo(engine, P, "X", vigencia_fin="2099-12-31", puntos_canje=-1)
+        run_in_uow(engine, promos.create_promo, P, "X", vigencia_fin="2099-12-31", puntos_canje=-1)
     with fails(engine, Codigo.SOLICITUD_INVALIDA, "estado"):
-        promos.create_promo(engine, P, "X", vigencia_fin="2099-12-31", estado="vigente")
+        run_in_uow(engine, promos.create_promo, P, "X", vigencia_fin="2099-12-31", estado="vigente")
     with fails(engine, Codigo.CAMPO_REQUERIDO, "nombre"):
-        promos.create_promo(engine, P, "", vigencia_fin="2099-12-31")
+        run_in_uow(engine, promos.create_promo, P, "", vigencia_fin="2099-12-31")
     with fails(engine, Codigo.PROMO_NO_ENCONTRADA, "999999"):
-        promos.update_promo(engine, P, 999999, estado="pausada")
+        run_in_uow(engine, promos.update_promo, P, 999999, estado="pausada")
     with fails(engine, Codigo.PROMO_NO_ENCONTRADA):
-        promos.update_promo(engine, OTRO, promo.id, estado="pausada")
+        run_in_uow(engine, promos.update_promo, OTRO, promo.id, estado="pausada")
     with fails(engine, Codigo.SOLICITUD_INVALIDA, "estado"):
-        promos.update_promo(engine, P, promo.id, estado="x")
+        run_in_uow(engine, promos.update_promo, P, promo.id, estado="x")
     with fails(engine, Codigo.SOLICITUD_INVALIDA, "vigencia_fin"):
-        promos.update_promo(engine, P, promo.id, estado="pausada", vigencia_fin="2099-02-30")
+        run_in_uow(
+            engine, promos.update_promo, P, promo.id, estado="pausada", vigencia_fin="2099-02-30"
+        )
 
 
 # ================================================================ codes
@@ -488,7 +524,9 @@ def test_promo_errors(engine):
 
 @pytest.fixture(scope="module")
 def promo(engine: Engine) -> promos.PromoInfo:
-    return promos.create_promo(engine, P, "Códigos", vigencia_fin="2099-12-31", puntos_canje=5)
+    return run_in_uow(
+        engine, promos.create_promo, P, "Códigos", vigencia_fin="2099-12-31", puntos_canje=5
+    )
 
 
 def add_code(
@@ -526,26 +564,28 @@ def code_row(engine: Engine, promo: promos.PromoInfo, codigo: str) -> Any:
 def test_assign_then_release(engine, promo):
     fan = new_fan(engine)
     codigo = add_code(engine, promo)
-    assigned = codes.assign_code(engine, P, promo.id, f"  {codigo.lower()} ", fan.fan_id.lower())
+    assigned = run_in_uow(
+        engine, codes.assign_code, P, promo.id, f"  {codigo.lower()} ", fan.fan_id.lower()
+    )
     assert assigned == codes.CodigoInfo(promo.id, codigo, EstadoCodigo.ASIGNADO, fan.fan_id)
     row = code_row(engine, promo, codigo)
     assert row.asignado_en is not None
     assert row.liberado_en is None
     with fails(engine, Codigo.TRANSICION_INVALIDA, codigo, "asignado"):
-        codes.assign_code(engine, P, promo.id, codigo, fan.fan_id)
-    released = codes.release_code(engine, P, promo.id, codigo)
+        run_in_uow(engine, codes.assign_code, P, promo.id, codigo, fan.fan_id)
+    released = run_in_uow(engine, codes.release_code, P, promo.id, codigo)
     # A delivered code keeps its fan once liberado.
     assert released == codes.CodigoInfo(promo.id, codigo, EstadoCodigo.LIBERADO, fan.fan_id)
     assert code_row(engine, promo, codigo).liberado_en is not None
     with fails(engine, Codigo.TRANSICION_INVALIDA, "liberado"):
-        codes.release_code(engine, P, promo.id, codigo)
+        run_in_uow(engine, codes.release_code, P, promo.id, codigo)
     with fails(engine, Codigo.TRANSICION_INVALIDA, "liberado"):
-        codes.assign_code(engine, P, promo.id, codigo, fan.fan_id)
+        run_in_uow(engine, codes.assign_code, P, promo.id, codigo, fan.fan_id)
 
 
 def test_release_disponible(engine, promo):
     codigo = add_code(engine, promo)
-    released = codes.release_code(engine, P, promo.id, codigo)
+    released = run_in_uow(engine, codes.release_code, P, promo.id, codigo)
     assert released == codes.CodigoInfo(promo.id, codigo, EstadoCodigo.LIBERADO, None)
 
 
@@ -553,31 +593,31 @@ def test_canjeado_is_final_for_the_back_office(engine, promo):
     fan = new_fan(engine)
     codigo = add_code(engine, promo, "canjeado", fan)
     with fails(engine, Codigo.TRANSICION_INVALIDA, "canjeado"):
-        codes.release_code(engine, P, promo.id, codigo)
+        run_in_uow(engine, codes.release_code, P, promo.id, codigo)
     with fails(engine, Codigo.TRANSICION_INVALIDA, "canjeado"):
-        codes.assign_code(engine, P, promo.id, codigo, fan.fan_id)
+        run_in_uow(engine, codes.assign_code, P, promo.id, codigo, fan.fan_id)
 
 
 def test_code_errors(engine, promo):
     fan = new_fan(engine)
     codigo = add_code(engine, promo)
     with fails(engine, Codigo.CODIGO_NO_ENCONTRADO, "NOPE"):
-        codes.assign_code(engine, P, promo.id, "nope", fan.fan_id)
+        run_in_uow(engine, codes.assign_code, P, promo.id, "nope", fan.fan_id)
     with fails(engine, Codigo.CODIGO_NO_ENCONTRADO):
-        codes.release_code(engine, P, promo.id, "nope")
+        run_in_uow(engine, codes.release_code, P, promo.id, "nope")
     with fails(engine, Codigo.PROMO_NO_ENCONTRADA):
-        codes.assign_code(engine, P, 999999, codigo, fan.fan_id)
+        run_in_uow(engine, codes.assign_code, P, 999999, codigo, fan.fan_id)
     with fails(engine, Codigo.PROMO_NO_ENCONTRADA):
-        codes.release_code(engine, OTRO, promo.id, codigo)
+        run_in_uow(engine, codes.release_code, OTRO, promo.id, codigo)
     with fails(engine, Codigo.PROGRAMA_NO_ENCONTRADO):
-        codes.release_code(engine, "nadie", promo.id, codigo)
+        run_in_uow(engine, codes.release_code, "nadie", promo.id, codigo)
     with fails(engine, Codigo.FAN_NO_ENCONTRADO, "NOEXISTE"):
-        codes.assign_code(engine, P, promo.id, codigo, "noexiste")
+        run_in_uow(engine, codes.assign_code, P, promo.id, codigo, "noexiste")
     with fails(engine, Codigo.CAMPO_REQUERIDO, "codigo"):
-        codes.assign_code(engine, P, promo.id, " ", fan.fan_id)
-    fans.deactivate_fan(engine, P, fan.fan_id, "baja")
+        run_in_uow(engine, codes.assign_code, P, promo.id, " ", fan.fan_id)
+    run_in_uow(engine, fans.deactivate_fan, P, fan.fan_id, "baja")
     with fails(engine, Codigo.FAN_NO_ENCONTRADO, "baja"):
-        codes.assign_code(engine, P, promo.id, codigo, fan.fan_id)
+        run_in_uow(engine, codes.assign_code, P, promo.id, codigo, fan.fan_id)
     assert code_row(engine, promo, codigo).estado == "disponible"
 
 
@@ -590,7 +630,7 @@ def test_concurrent_assign_of_one_code(engine, promo):
     def assign(fan: fans.FanInfo) -> str:
         barrier.wait()
         try:
-            codes.assign_code(engine, P, promo.id, codigo, fan.fan_id)
+            run_in_uow(engine, codes.assign_code, P, promo.id, codigo, fan.fan_id)
         except LoyaltyError as err:
             return err.codigo.value
         return "ok"
@@ -598,6 +638,88 @@ def test_concurrent_assign_of_one_code(engine, promo):
     with ThreadPoolExecutor(2) as pool:
         results: list[str] = sorted(pool.map(assign, [a, b]))
     assert results == ["ok", "transicion_invalida"]
+
+
+# ================================================================ composing use cases
+
+
+def _promo_names(engine: Engine, nombre: str) -> list[str]:
+    with engine.connect() as conn:
+        return list(
+            conn.execute(select(promos_table.c.nombre).where(promos_table.c.nombre == nombre))
+            .scalars()
+            .all()
+        )
+
+
+def test_use_cases_compose_in_one_unit_of_work(engine: Engine) -> None:
+    """Two use cases on one connection are one transaction: the second sees the first's
+    rows, a rollback undoes both, a commit keeps both."""
+    for commit in (False, True):
+        fid, nombre = fan_id(), f"Compuesta {next(_seq)}"
+        with UnitOfWork(engine) as uow:
+            fan = fans.register_fan(
+                uow.conn, P, fid, nombre="Ana", correo=f"{fid}@example.com", socio_desde=2020
+            )
+            promos.create_promo(uow.conn, P, nombre, vigencia_fin="2099-12-31")
+            assert fans.update_fan(uow.conn, P, fid, temporadas=3).temporadas == 3
+            if commit:
+                uow.commit()
+        if commit:
+            assert run_in_uow(engine, fans.get_fan, P, fid).temporadas == 3
+            assert _promo_names(engine, nombre) == [nombre]
+        else:
+            with pytest.raises(LoyaltyError) as err:
+                run_in_uow(engine, fans.get_fan, P, fan.fan_id)
+            assert err.value.codigo is Codigo.FAN_NO_ENCONTRADO
+            assert _promo_names(engine, nombre) == []
+
+
+def test_a_failing_use_case_rolls_back_the_ones_before_it(engine: Engine) -> None:
+    fid = fan_id()
+    taken = new_fan(engine)
+    duplicate = (Codigo.CORREO_DUPLICADO, "correo: otro fan del programa ya lo usa")
+    with fails(engine, *duplicate), UnitOfWork(engine) as uow:
+        fans.register_fan(
+            uow.conn, P, fid, nombre="Ana", correo=f"{fid}@example.com", socio_desde=2020
+        )
+        fans.register_fan(
+            uow.conn, P, fan_id(), nombre="Eva", correo=taken.correo, socio_desde=2020
+        )
+        uow.commit()
+
+
+def test_find_taken_checks_a_batch_in_one_query(engine: Engine) -> None:
+    """The fixture's check and register/update's are one rule: a batch of claims costs one
+    query; Fan IDs are reported before e-mails, e-mails before QR tokens, then in order."""
+    a, b = new_fan(engine), new_fan(engine)
+    free = [
+        fans.FanClaim(f"LIBRE{i}", f"libre{i}@example.com", f"qr-libre-{i}") for i in range(500)
+    ]
+    statements: list[str] = []
+
+    def count(*args: Any) -> None:
+        statements.append(args[2])
+
+    with UnitOfWork(engine) as uow:
+        event.listen(uow.conn, "before_cursor_execute", count)
+        assert fans.find_taken(uow.conn, P, free) is None
+        # The claimant itself holding its values is no conflict (an update, a re-apply).
+        assert fans.find_taken(uow.conn, P, [fans.FanClaim(a.fan_id, a.correo, a.qr_token)]) is None
+        claims = [
+            *free,
+            fans.FanClaim("NUEVO", "nuevo@example.com", b.qr_token),  # b's token
+            fans.FanClaim("OTRO", a.correo.upper(), None),  # a's e-mail, another case
+        ]
+        taken = fans.find_taken(uow.conn, P, claims)
+        assert taken == fans.Taken(
+            claims[-1], "correo", "uq_fans_programa_correo", Codigo.CORREO_DUPLICADO, a.fan_id
+        )
+        new = fans.FanClaim(b.fan_id, "x@example.com", a.qr_token, nuevo=True)
+        taken = fans.find_taken(uow.conn, P, [*claims, new])
+        assert taken is not None
+        assert (taken.campo, taken.holder) == ("id", b.fan_id)
+    assert len(statements) == 4
 
 
 def test_nothing_left_half_done(engine: Engine) -> None:

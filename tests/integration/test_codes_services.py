@@ -22,7 +22,7 @@ from loyalty_grpc.services.pos.codes import deposit_codes
 from loyalty_grpc.services.pos.promos import Inventario, list_promos
 from loyalty_grpc.store.tables import codigos
 from loyalty_grpc.store.tables import promos as promos_table
-from loyalty_grpc.store.uow import UnitOfWork
+from loyalty_grpc.store.uow import UnitOfWork, run_in_uow
 
 P = "depo"
 OTRO = "depo2"
@@ -32,21 +32,38 @@ T = TypeVar("T")
 
 @pytest.fixture(scope="module", autouse=True)
 def _programs(engine: Engine) -> None:
-    programs.upsert_program(engine, P, "Club Depósitos", "0.1")
-    programs.upsert_program(engine, OTRO, "Otro Club", "0.1")
+    run_in_uow(engine, programs.upsert_program, P, "Club Depósitos", "0.1")
+    run_in_uow(engine, programs.upsert_program, OTRO, "Otro Club", "0.1")
     for i in range(1, 41):
-        fans.register_fan(
-            engine, P, f"D{i:03d}", nombre="Fan", correo=f"d{i}@example.com", socio_desde=2020
+        run_in_uow(
+            engine,
+            fans.register_fan,
+            P,
+            f"D{i:03d}",
+            nombre="Fan",
+            correo=f"d{i}@example.com",
+            socio_desde=2020,
         )
-    fans.register_fan(
-        engine, P, "BAJA1", nombre="Fan", correo="baja1@example.com", socio_desde=2020
+    run_in_uow(
+        engine,
+        fans.register_fan,
+        P,
+        "BAJA1",
+        nombre="Fan",
+        correo="baja1@example.com",
+        socio_desde=2020,
     )
-    fans.deactivate_fan(engine, P, "BAJA1", "mudanza")
+    run_in_uow(engine, fans.deactivate_fan, P, "BAJA1", "mudanza")
 
 
 def new_promo(engine: Engine, programa: str = P, estado: str = "") -> int:
-    return promos.create_promo(
-        engine, programa, f"Promo {next(_names)}", vigencia_fin="2099-12-31", estado=estado
+    return run_in_uow(
+        engine,
+        promos.create_promo,
+        programa,
+        f"Promo {next(_names)}",
+        vigencia_fin="2099-12-31",
+        estado=estado,
     ).id
 
 
@@ -98,7 +115,7 @@ def test_deposit_counts_and_inventory(engine):
 
 
 def test_numeric_name_is_found_when_no_promotion_has_that_id(engine):
-    promo = promos.create_promo(engine, P, "987654", vigencia_fin="2099-12-31")
+    promo = run_in_uow(engine, promos.create_promo, P, "987654", vigencia_fin="2099-12-31")
     result = deposit_codes(engine, P, PromoRef(987654, "987654"), batch("N1"))
     assert result.promo.id == promo.id
 
@@ -166,7 +183,7 @@ def test_deposit_waits_for_a_concurrent_end_of_the_promotion(engine):
         ended = threading.Event()
 
         def end() -> None:
-            promos.update_promo(engine, P, promo_id, estado="terminada")
+            run_in_uow(engine, promos.update_promo, P, promo_id, estado="terminada")
             ended.set()
 
         thread = threading.Thread(target=end)
@@ -202,10 +219,10 @@ def statements(engine: Engine) -> Iterator[list[str]]:
 def test_listing_is_one_statement_with_every_state(engine, statements):
     promo_id = new_promo(engine)
     deposit_codes(engine, P, PromoRef(promo_id, None), batch(*(f"L{i}" for i in range(6))))
-    codes.assign_code(engine, P, promo_id, "L0", "D001")
-    codes.assign_code(engine, P, promo_id, "L1", "D001")
-    codes.release_code(engine, P, promo_id, "L1")
-    codes.release_code(engine, P, promo_id, "L2")
+    run_in_uow(engine, codes.assign_code, P, promo_id, "L0", "D001")
+    run_in_uow(engine, codes.assign_code, P, promo_id, "L1", "D001")
+    run_in_uow(engine, codes.release_code, P, promo_id, "L1")
+    run_in_uow(engine, codes.release_code, P, promo_id, "L2")
     with engine.begin() as conn:  # a burn (the redeem use case is not this module's)
         conn.execute(
             codigos.update()
@@ -233,15 +250,16 @@ def test_assign_next_takes_the_oldest_disponible(engine):
     promo_id = new_promo(engine)
     deposit_codes(engine, P, PromoRef(promo_id, None), batch("Z9", "Z1"))
     deposit_codes(engine, P, PromoRef(promo_id, None), batch("A1"))
-    codes.release_code(engine, P, promo_id, "Z1")
-    got = [codes.assign_next_code(engine, P, promo_id, "d002") for _ in range(2)]
+    run_in_uow(engine, codes.release_code, P, promo_id, "Z1")
+    got = [run_in_uow(engine, codes.assign_next_code, P, promo_id, "d002") for _ in range(2)]
     assert [(c.codigo, c.estado, c.fan) for c in got] == [
         ("Z9", EstadoCodigo.ASIGNADO, "D002"),
         ("A1", EstadoCodigo.ASIGNADO, "D002"),
     ]
     before = total(engine), rows(engine, promo_id)
     error = raises(
-        Codigo.CODIGO_NO_ENCONTRADO, lambda: codes.assign_next_code(engine, P, promo_id, "D002")
+        Codigo.CODIGO_NO_ENCONTRADO,
+        lambda: run_in_uow(engine, codes.assign_next_code, P, promo_id, "D002"),
     )
     assert "no tiene códigos disponibles" in error.detalle
     assert (total(engine), rows(engine, promo_id)) == before
@@ -250,12 +268,22 @@ def test_assign_next_takes_the_oldest_disponible(engine):
 def test_assign_next_failures(engine):
     promo_id = new_promo(engine)
     deposit_codes(engine, P, PromoRef(promo_id, None), batch("F1"))
-    raises(Codigo.FAN_NO_ENCONTRADO, lambda: codes.assign_next_code(engine, P, promo_id, "BAJA1"))
-    raises(Codigo.FAN_NO_ENCONTRADO, lambda: codes.assign_next_code(engine, P, promo_id, "NADIE"))
     raises(
-        Codigo.PROMO_NO_ENCONTRADA, lambda: codes.assign_next_code(engine, OTRO, promo_id, "D001")
+        Codigo.FAN_NO_ENCONTRADO,
+        lambda: run_in_uow(engine, codes.assign_next_code, P, promo_id, "BAJA1"),
     )
-    raises(Codigo.PROMO_NO_ENCONTRADA, lambda: codes.assign_next_code(engine, P, 999999, "D001"))
+    raises(
+        Codigo.FAN_NO_ENCONTRADO,
+        lambda: run_in_uow(engine, codes.assign_next_code, P, promo_id, "NADIE"),
+    )
+    raises(
+        Codigo.PROMO_NO_ENCONTRADA,
+        lambda: run_in_uow(engine, codes.assign_next_code, OTRO, promo_id, "D001"),
+    )
+    raises(
+        Codigo.PROMO_NO_ENCONTRADA,
+        lambda: run_in_uow(engine, codes.assign_next_code, P, 999999, "D001"),
+    )
     assert rows(engine, promo_id) == [("F1", "disponible")]
 
 
@@ -269,7 +297,9 @@ def test_assign_next_skips_a_locked_code_without_waiting(engine):
             .with_for_update()
         )
         with ThreadPoolExecutor(1) as pool:
-            got = pool.submit(codes.assign_next_code, engine, P, promo_id, "D003").result(5)
+            got = pool.submit(
+                run_in_uow, engine, codes.assign_next_code, P, promo_id, "D003"
+            ).result(5)
     assert got.codigo == "K2"
 
 
@@ -284,7 +314,7 @@ def test_concurrent_assign_next_gives_distinct_codes(engine):
     def one(i: int) -> str | Codigo:
         barrier.wait(30)
         try:
-            return codes.assign_next_code(engine, P, promo_id, f"D{i + 1:03d}").codigo
+            return run_in_uow(engine, codes.assign_next_code, P, promo_id, f"D{i + 1:03d}").codigo
         except LoyaltyError as exc:
             return exc.codigo
 

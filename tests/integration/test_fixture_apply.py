@@ -27,6 +27,7 @@ from loyalty_grpc.store.tables import (
     movimientos,
     promos,
 )
+from loyalty_grpc.store.uow import run_in_uow
 from tests.support import snapshot
 
 
@@ -36,7 +37,7 @@ def counts(result: list[ApplyCount]) -> dict[str, tuple[int, int, int]]:
 
 
 def apply(engine: Engine, doc: dict[str, Any]) -> dict[str, tuple[int, int, int]]:
-    return counts(apply_fixture(engine, json.dumps(doc)))
+    return counts(run_in_uow(engine, apply_fixture, json.dumps(doc)))
 
 
 def ledger_ok(engine: Engine) -> None:
@@ -423,7 +424,7 @@ def test_code_may_name_a_fan_already_in_the_database(engine: Engine) -> None:
 def _fails(engine: Engine, doc: dict[str, Any] | str, codigo: Codigo, contains: str) -> None:
     before = snapshot(engine)
     with pytest.raises(LoyaltyError) as caught:
-        apply_fixture(engine, doc if isinstance(doc, str) else json.dumps(doc))
+        run_in_uow(engine, apply_fixture, doc if isinstance(doc, str) else json.dumps(doc))
     assert caught.value.codigo == codigo
     assert contains in caught.value.detalle
     assert snapshot(engine) == before
@@ -495,7 +496,7 @@ def test_key_of_another_program_is_refused_without_echoing_it(engine: Engine) ->
     doc["programas"][1]["claves"][0]["clave"] = stolen
     before = snapshot(engine)
     with pytest.raises(LoyaltyError) as caught:
-        apply_fixture(engine, json.dumps(doc))
+        run_in_uow(engine, apply_fixture, json.dumps(doc))
     assert caught.value.codigo == Codigo.FIXTURE_INVALIDO
     assert caught.value.detalle.startswith(
         "programas[1] (ajenos).claves[0] (Caja A).clave: ya está registrada en otro programa"
@@ -563,7 +564,7 @@ def test_many_fans_and_codes(engine: Engine) -> None:
 
 def test_demo_fixture_applies(engine: Engine) -> None:
     document = (Path(loyalty_grpc.runtime.__file__).parent / "demo_fixture.json").read_text()
-    assert counts(apply_fixture(engine, document)) == {
+    assert counts(run_in_uow(engine, apply_fixture, document)) == {
         "programas": (1, 0, 0),
         "claves": (4, 0, 0),
         "fans": (5, 0, 0),
@@ -572,7 +573,9 @@ def test_demo_fixture_applies(engine: Engine) -> None:
         "ajustes": (4, 0, 1),
     }
     before = snapshot(engine)
-    assert all(c[:2] == (0, 0) for c in counts(apply_fixture(engine, document)).values())
+    assert all(
+        c[:2] == (0, 0) for c in counts(run_in_uow(engine, apply_fixture, document)).values()
+    )
     assert snapshot(engine) == before
     with engine.connect() as conn:
         states = conn.execute(

@@ -21,6 +21,7 @@ from loyalty_grpc.domain.keys import Modo
 from loyalty_grpc.services.backoffice import fans, keys, programs, promos
 from loyalty_grpc.services.backoffice import points as points_admin
 from loyalty_grpc.services.backoffice.points import AJUSTE_MAX, LedgerEntryInfo
+from loyalty_grpc.store import uow
 from loyalty_grpc.store.ledger import Motivo, move_points
 from loyalty_grpc.store.tables import (
     LEDGER_MISMATCH_SQL,
@@ -29,6 +30,7 @@ from loyalty_grpc.store.tables import (
     ventas,
 )
 from loyalty_grpc.store.tables import fans as fans_table
+from loyalty_grpc.store.uow import run_in_uow
 from tests.support import fails, snapshot
 
 P = "halcones"
@@ -50,15 +52,23 @@ def clave(engine: Engine) -> dict[str, int]:
     """The programs, and a key id of each (a sale names the key that made it)."""
     ids = {}
     for programa, nombre in [(P, "Club Halcones"), (OTRO, "Otro Club")]:
-        programs.upsert_program(engine, programa, nombre, "0.1")
-        ids[programa] = keys.issue_key(engine, programa, "Caja", "vivo", ["tx:escribir"]).info.id
+        run_in_uow(engine, programs.upsert_program, programa, nombre, "0.1")
+        ids[programa] = run_in_uow(
+            engine, keys.issue_key, programa, "Caja", "vivo", ["tx:escribir"]
+        ).info.id
     return ids
 
 
 def new_fan(engine: Engine, programa: str = P) -> fans.FanInfo:
     fid = f"PA{next(_seq):04d}"
-    return fans.register_fan(
-        engine, programa, fid, nombre="Ana", correo=f"{fid.lower()}@example.com", socio_desde=2018
+    return run_in_uow(
+        engine,
+        fans.register_fan,
+        programa,
+        fid,
+        nombre="Ana",
+        correo=f"{fid.lower()}@example.com",
+        socio_desde=2018,
     )
 
 
@@ -74,7 +84,7 @@ def fan_pk(engine: Engine, fan: fans.FanInfo) -> int:
 
 
 def balance(engine: Engine, fan: fans.FanInfo) -> int:
-    return fans.get_fan(engine, fan.programa, fan.fan_id).puntos
+    return run_in_uow(engine, fans.get_fan, fan.programa, fan.fan_id).puntos
 
 
 def new_sale(
@@ -151,9 +161,14 @@ def _wait_for_lock_waiters(engine: Engine, count: int) -> None:
 def test_ledger_oldest_first_with_running_balance_and_details(engine, clave):
     fan = new_fan(engine)
     folio = new_sale(engine, clave, fan, 100)
-    points_admin.adjust_points(engine, P, fan.fan_id, 20, " regalo de cumpleaños ")
-    promo = promos.create_promo(
-        engine, P, f"Canje {next(_seq)}", vigencia_fin="2099-12-31", puntos_canje=50
+    run_in_uow(engine, points_admin.adjust_points, P, fan.fan_id, 20, " regalo de cumpleaños ")
+    promo = run_in_uow(
+        engine,
+        promos.create_promo,
+        P,
+        f"Canje {next(_seq)}",
+        vigencia_fin="2099-12-31",
+        puntos_canje=50,
     )
     pk = fan_pk(engine, fan)
     with engine.begin() as conn:
@@ -165,9 +180,11 @@ def test_ledger_oldest_first_with_running_balance_and_details(engine, clave):
             .returning(codigos.c.id)
         ).scalar_one()
         move_points(conn, pk, 50, Motivo.CANJE, codigo_id=code_pk)
-    points_admin.adjust_points(engine, P, fan.fan_id, -30, "corrección")
+    run_in_uow(engine, points_admin.adjust_points, P, fan.fan_id, -30, "corrección")
 
-    info, entries = points_admin.get_ledger(engine, P, f" {fan.fan_id.lower()} ")
+    info, entries = run_in_uow(
+        uow.snapshot(engine), points_admin.get_ledger, P, f" {fan.fan_id.lower()} "
+    )
     assert info.fan_id == fan.fan_id
     assert info.puntos == 140
     assert [(e.motivo, e.puntos, e.saldo, e.venta_id, e.codigo, e.nota) for e in entries] == [
@@ -184,11 +201,11 @@ def test_ledger_oldest_first_with_running_balance_and_details(engine, clave):
 
 def test_ledger_of_a_fan_without_entries_and_of_a_fan_in_baja(engine):
     fan = new_fan(engine)
-    info, entries = points_admin.get_ledger(engine, P, fan.fan_id)
+    info, entries = run_in_uow(uow.snapshot(engine), points_admin.get_ledger, P, fan.fan_id)
     assert (info.puntos, entries) == (0, [])
-    points_admin.adjust_points(engine, P, fan.fan_id, 5, "alta")
-    fans.deactivate_fan(engine, P, fan.fan_id, "pide la baja")
-    info, entries = points_admin.get_ledger(engine, P, fan.fan_id)
+    run_in_uow(engine, points_admin.adjust_points, P, fan.fan_id, 5, "alta")
+    run_in_uow(engine, fans.deactivate_fan, P, fan.fan_id, "pide la baja")
+    info, entries = run_in_uow(uow.snapshot(engine), points_admin.get_ledger, P, fan.fan_id)
     assert info.estado.value == "baja"
     assert [e.saldo for e in entries] == [5]
 
@@ -196,15 +213,18 @@ def test_ledger_of_a_fan_without_entries_and_of_a_fan_in_baja(engine):
 def test_ledger_errors(engine):
     fan = new_fan(engine)
     with fails(engine, Codigo.PROGRAMA_NO_ENCONTRADO):
-        points_admin.get_ledger(engine, "nadie", fan.fan_id)
+        run_in_uow(uow.snapshot(engine), points_admin.get_ledger, "nadie", fan.fan_id)
     with fails(engine, Codigo.FAN_NO_ENCONTRADO, "NOEXISTE"):
-        points_admin.get_ledger(engine, P, "noexiste")
+        run_in_uow(uow.snapshot(engine), points_admin.get_ledger, P, "noexiste")
     with fails(engine, Codigo.FAN_NO_ENCONTRADO):  # the fan belongs to another program
-        points_admin.get_ledger(engine, OTRO, fan.fan_id)
+        run_in_uow(uow.snapshot(engine), points_admin.get_ledger, OTRO, fan.fan_id)
     with fails(engine, Codigo.CAMPO_REQUERIDO, "fan"):
-        points_admin.get_ledger(engine, P, "  ")
+        run_in_uow(uow.snapshot(engine), points_admin.get_ledger, P, "  ")
     with fails(engine, Codigo.SOLICITUD_INVALIDA, "programa"):
-        points_admin.get_ledger(engine, "No Válido", fan.fan_id)
+        run_in_uow(uow.snapshot(engine), points_admin.get_ledger, "No Válido", fan.fan_id)
+    # The fan's balance and its ledger must come from one snapshot: READ COMMITTED is refused.
+    with pytest.raises(RuntimeError, match="REPEATABLE READ"):
+        run_in_uow(engine, points_admin.get_ledger, P, fan.fan_id)
 
 
 # ---------------------------------------------------------------- adjustments
@@ -212,7 +232,7 @@ def test_ledger_errors(engine):
 
 def test_adjust_credit_then_debit(engine):
     fan = new_fan(engine)
-    credit = points_admin.adjust_points(engine, P, fan.fan_id, 250, "compensación")
+    credit = run_in_uow(engine, points_admin.adjust_points, P, fan.fan_id, 250, "compensación")
     assert isinstance(credit, LedgerEntryInfo)
     assert (
         credit.motivo,
@@ -222,55 +242,55 @@ def test_adjust_credit_then_debit(engine):
         credit.venta_id,
         credit.codigo,
     ) == (Motivo.AJUSTE, 250, 250, "compensación", None, None)
-    debit = points_admin.adjust_points(engine, P, fan.fan_id, -250, "error de captura")
+    debit = run_in_uow(engine, points_admin.adjust_points, P, fan.fan_id, -250, "error de captura")
     assert (debit.puntos, debit.saldo) == (-250, 0)
     assert debit.id > credit.id
     assert balance(engine, fan) == 0
-    _, entries = points_admin.get_ledger(engine, P, fan.fan_id)
+    _, entries = run_in_uow(uow.snapshot(engine), points_admin.get_ledger, P, fan.fan_id)
     assert entries == [credit, debit]
     assert_ledger_consistent(engine)
 
 
 def test_adjust_refusals_change_nothing(engine):
     fan = new_fan(engine)
-    points_admin.adjust_points(engine, P, fan.fan_id, 40, "inicial")
+    run_in_uow(engine, points_admin.adjust_points, P, fan.fan_id, 40, "inicial")
     with fails(engine, Codigo.SOLICITUD_INVALIDA, "saldo es 40", "41"):
-        points_admin.adjust_points(engine, P, fan.fan_id, -41, "demasiado")
+        run_in_uow(engine, points_admin.adjust_points, P, fan.fan_id, -41, "demasiado")
     with fails(engine, Codigo.SOLICITUD_INVALIDA, "puntos"):
-        points_admin.adjust_points(engine, P, fan.fan_id, 0, "nada")
+        run_in_uow(engine, points_admin.adjust_points, P, fan.fan_id, 0, "nada")
     with fails(engine, Codigo.SOLICITUD_INVALIDA, "puntos"):
-        points_admin.adjust_points(engine, P, fan.fan_id, AJUSTE_MAX + 1, "enorme")
+        run_in_uow(engine, points_admin.adjust_points, P, fan.fan_id, AJUSTE_MAX + 1, "enorme")
     with fails(engine, Codigo.CAMPO_REQUERIDO, "motivo"):
-        points_admin.adjust_points(engine, P, fan.fan_id, 10, "   ")
+        run_in_uow(engine, points_admin.adjust_points, P, fan.fan_id, 10, "   ")
     with fails(engine, Codigo.SOLICITUD_INVALIDA, "motivo"):
-        points_admin.adjust_points(engine, P, fan.fan_id, 10, "dos\nlíneas")
+        run_in_uow(engine, points_admin.adjust_points, P, fan.fan_id, 10, "dos\nlíneas")
     with fails(engine, Codigo.FAN_NO_ENCONTRADO):
-        points_admin.adjust_points(engine, P, "NOEXISTE", 10, "x")
+        run_in_uow(engine, points_admin.adjust_points, P, "NOEXISTE", 10, "x")
     with fails(engine, Codigo.PROGRAMA_NO_ENCONTRADO):
-        points_admin.adjust_points(engine, "nadie", fan.fan_id, 10, "x")
+        run_in_uow(engine, points_admin.adjust_points, "nadie", fan.fan_id, 10, "x")
     assert balance(engine, fan) == 40
     # Exactly down to zero is allowed.
-    assert points_admin.adjust_points(engine, P, fan.fan_id, -40, "a cero").saldo == 0
+    assert run_in_uow(engine, points_admin.adjust_points, P, fan.fan_id, -40, "a cero").saldo == 0
     assert_ledger_consistent(engine)
 
 
 def test_adjust_a_fan_in_baja(engine):
     fan = new_fan(engine)
-    fans.deactivate_fan(engine, P, fan.fan_id, "pide la baja")
-    entry = points_admin.adjust_points(engine, P, fan.fan_id, 15, "corrección previa")
+    run_in_uow(engine, fans.deactivate_fan, P, fan.fan_id, "pide la baja")
+    entry = run_in_uow(engine, points_admin.adjust_points, P, fan.fan_id, 15, "corrección previa")
     assert entry.saldo == 15
-    assert fans.get_fan(engine, P, fan.fan_id).estado.value == "baja"
+    assert run_in_uow(engine, fans.get_fan, P, fan.fan_id).estado.value == "baja"
 
 
 def test_concurrent_debits_never_go_below_zero(engine):
     """The fan's row is locked by someone else; two debits of 70 out of 100 queue behind
     it. When it is released exactly one goes through."""
     fan = new_fan(engine)
-    points_admin.adjust_points(engine, P, fan.fan_id, 100, "inicial")
+    run_in_uow(engine, points_admin.adjust_points, P, fan.fan_id, 100, "inicial")
 
     def debit() -> str:
         try:
-            points_admin.adjust_points(engine, P, fan.fan_id, -70, "carrera")
+            run_in_uow(engine, points_admin.adjust_points, P, fan.fan_id, -70, "carrera")
         except LoyaltyError as err:
             return f"{err.codigo.value}: {err.detalle}"
         return "ok"
@@ -300,7 +320,7 @@ def test_void_reverses_once_and_keeps_the_sale(engine, clave):
     other = new_sale(engine, clave, fan, 7)
     before = sale_row(engine, folio)
 
-    result = points_admin.void_sale(engine, P, folio, " devolución en caja ")
+    result = run_in_uow(engine, points_admin.void_sale, P, folio, " devolución en caja ")
     assert (result.revertidos, result.ya_anulada) == (100, False)
     sale = result.venta
     assert (
@@ -325,11 +345,11 @@ def test_void_reverses_once_and_keeps_the_sale(engine, clave):
         (7, "venta", other, ""),
         (-100, "anulacion", folio, "devolución en caja"),
     ]
-    _, entries = points_admin.get_ledger(engine, P, fan.fan_id)
+    _, entries = run_in_uow(uow.snapshot(engine), points_admin.get_ledger, P, fan.fan_id)
     assert [(e.motivo, e.venta_id, e.saldo) for e in entries][-1] == (Motivo.ANULACION, folio, 7)
 
     state = snapshot(engine)
-    again = points_admin.void_sale(engine, P, folio, "otra vez")
+    again = run_in_uow(engine, points_admin.void_sale, P, folio, "otra vez")
     assert (again.revertidos, again.ya_anulada) == (0, True)
     assert again.venta == sale
     assert snapshot(engine) == state
@@ -356,34 +376,34 @@ def test_void_reverses_once_and_keeps_the_sale(engine, clave):
 def test_void_after_the_points_were_spent_goes_negative(engine, clave):
     fan = new_fan(engine)
     folio = new_sale(engine, clave, fan, 100)
-    points_admin.adjust_points(engine, P, fan.fan_id, -80, "canje en taquilla")
-    result = points_admin.void_sale(engine, P, folio, "contracargo")
+    run_in_uow(engine, points_admin.adjust_points, P, fan.fan_id, -80, "canje en taquilla")
+    result = run_in_uow(engine, points_admin.void_sale, P, folio, "contracargo")
     assert result.revertidos == 100
     assert balance(engine, fan) == -80
     # Debits are refused while negative; a credit is allowed even if it stays negative.
     with fails(engine, Codigo.SOLICITUD_INVALIDA, "saldo es -80"):
-        points_admin.adjust_points(engine, P, fan.fan_id, -1, "x")
-    assert points_admin.adjust_points(engine, P, fan.fan_id, 30, "acuerdo").saldo == -50
+        run_in_uow(engine, points_admin.adjust_points, P, fan.fan_id, -1, "x")
+    assert run_in_uow(engine, points_admin.adjust_points, P, fan.fan_id, 30, "acuerdo").saldo == -50
     assert_ledger_consistent(engine)
 
 
 def test_void_of_a_test_sale_writes_no_ledger_entry(engine, clave):
     fan = new_fan(engine)
-    points_admin.adjust_points(engine, P, fan.fan_id, 10, "inicial")
+    run_in_uow(engine, points_admin.adjust_points, P, fan.fan_id, 10, "inicial")
     folio = new_sale(engine, clave, fan, 55, modo=Modo.PRUEBA)
-    result = points_admin.void_sale(engine, P, folio, "prueba")
+    result = run_in_uow(engine, points_admin.void_sale, P, folio, "prueba")
     assert (result.revertidos, result.ya_anulada, result.venta.modo) == (0, False, Modo.PRUEBA)
     assert result.venta.anulada_en is not None
     assert ledger_rows(engine, fan) == [(10, "ajuste", None, "inicial")]
     assert balance(engine, fan) == 10
-    assert points_admin.void_sale(engine, P, folio, "prueba").ya_anulada
+    assert run_in_uow(engine, points_admin.void_sale, P, folio, "prueba").ya_anulada
 
 
 def test_void_of_a_fan_in_baja(engine, clave):
     fan = new_fan(engine)
     folio = new_sale(engine, clave, fan, 12)
-    fans.deactivate_fan(engine, P, fan.fan_id, "baja")
-    assert points_admin.void_sale(engine, P, folio, "devolución").revertidos == 12
+    run_in_uow(engine, fans.deactivate_fan, P, fan.fan_id, "baja")
+    assert run_in_uow(engine, points_admin.void_sale, P, folio, "devolución").revertidos == 12
     assert balance(engine, fan) == 0
 
 
@@ -391,16 +411,16 @@ def test_void_errors_change_nothing(engine, clave):
     fan = new_fan(engine)
     folio = new_sale(engine, clave, fan, 9)
     with fails(engine, Codigo.VENTA_NO_ENCONTRADA, "987654"):
-        points_admin.void_sale(engine, P, 987654, "x")
+        run_in_uow(engine, points_admin.void_sale, P, 987654, "x")
     with fails(engine, Codigo.VENTA_NO_ENCONTRADA):  # a sale of another program
-        points_admin.void_sale(engine, OTRO, folio, "x")
+        run_in_uow(engine, points_admin.void_sale, OTRO, folio, "x")
     with fails(engine, Codigo.PROGRAMA_NO_ENCONTRADO):
-        points_admin.void_sale(engine, "nadie", folio, "x")
+        run_in_uow(engine, points_admin.void_sale, "nadie", folio, "x")
     for bad in (0, -1, 2**31):
         with fails(engine, Codigo.SOLICITUD_INVALIDA, "folio"):
-            points_admin.void_sale(engine, P, bad, "x")
+            run_in_uow(engine, points_admin.void_sale, P, bad, "x")
     with fails(engine, Codigo.CAMPO_REQUERIDO, "motivo"):
-        points_admin.void_sale(engine, P, folio, "")
+        run_in_uow(engine, points_admin.void_sale, P, folio, "")
     assert sale_row(engine, folio)["anulada_en"] is None
 
 
@@ -409,7 +429,7 @@ def _void_race(engine: Engine, folio: int, *, hold_lock: bool) -> list[tuple[int
 
     def void() -> tuple[int, bool]:
         barrier.wait()
-        result = points_admin.void_sale(engine, P, folio, "carrera")
+        result = run_in_uow(engine, points_admin.void_sale, P, folio, "carrera")
         return result.revertidos, result.ya_anulada
 
     with engine.connect() as other:

@@ -29,6 +29,7 @@ from loyalty_grpc.services.pos.sales import NewSale, register_sale
 from loyalty_grpc.store.db import make_engine
 from loyalty_grpc.store.ledger import move_many
 from loyalty_grpc.store.tables import LEDGER_MISMATCH_SQL, claves, codigos, fans, movimientos
+from loyalty_grpc.store.uow import run_in_uow
 
 P = "conc"
 FANS = [f"CON{i:02}" for i in range(1, 9)]
@@ -89,7 +90,7 @@ def caller(engine: Engine) -> Caller:
             }
         ]
     }
-    apply_fixture(engine, json.dumps(document))
+    run_in_uow(engine, apply_fixture, json.dumps(document))
     with engine.connect() as conn:
         clave_id = conn.execute(select(claves.c.id).where(claves.c.programa_id == P)).scalar_one()
     return Caller(

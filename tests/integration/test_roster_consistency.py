@@ -68,7 +68,7 @@ from loyalty_grpc.services.pos.sales import NewSale, register_sale
 from loyalty_grpc.store.db import make_engine
 from loyalty_grpc.store.ledger import Motivo, move_points
 from loyalty_grpc.store.tables import LEDGER_MISMATCH_SQL, fans
-from loyalty_grpc.store.uow import UnitOfWork
+from loyalty_grpc.store.uow import UnitOfWork, run_in_uow
 
 SECONDS = float(os.environ.get("ROSTER_PROOF_SECONDS", "20"))
 NAIVE_RUNS = int(os.environ.get("ROSTER_NAIVE_RUNS", "0"))
@@ -235,8 +235,9 @@ def _program(engine: Engine, programa: str) -> Program:
         }
         for i in range(FANS)
     ]
-    apply_fixture(
+    run_in_uow(
         engine,
+        apply_fixture,
         json.dumps(
             {
                 "programas": [
@@ -325,8 +326,9 @@ class Writers:
             with self.lock:
                 self.folios.append((p.programa, result.folio))
         elif op == "edit":
-            update_fan(
+            run_in_uow(
                 self.engine,
+                update_fan,
                 p.programa,
                 fan_id,
                 nombre=f"Editado {rng.random():.6f}",
@@ -334,21 +336,26 @@ class Writers:
                 socio_desde=rng.randint(1990, 2026),
             )
         elif op == "adjust":
-            adjust_points(self.engine, p.programa, fan_id, rng.randint(-20, 60) or 1, "prueba")
+            run_in_uow(
+                self.engine, adjust_points, p.programa, fan_id, rng.randint(-20, 60) or 1, "prueba"
+            )
         elif op == "baja":
             try:
-                deactivate_fan(self.engine, p.programa, fan_id, f"motivo {rng.randint(1, 9)}")
+                run_in_uow(
+                    self.engine, deactivate_fan, p.programa, fan_id, f"motivo {rng.randint(1, 9)}"
+                )
             except LoyaltyError:
-                reactivate_fan(self.engine, p.programa, fan_id)
+                run_in_uow(self.engine, reactivate_fan, p.programa, fan_id)
         elif op == "void":
             with self.lock:
                 mine = [f for prog, f in self.folios if prog == p.programa]
             if mine:
-                void_sale(self.engine, p.programa, rng.choice(mine), "devolución")
+                run_in_uow(self.engine, void_sale, p.programa, rng.choice(mine), "devolución")
         else:
             new_id = f"{p.programa.upper()}N{writer}X{i}"
-            register_fan(
+            run_in_uow(
                 self.engine,
+                register_fan,
                 p.programa,
                 new_id,
                 nombre="Nuevo",
@@ -538,7 +545,9 @@ def test_settle_waits_for_an_older_transaction_then_delivers(proof_engine):
         with proof_engine.connect() as holder:
             holder.begin()
             holder.execute(text("SELECT pg_current_xact_id()"))  # takes an id, holds it
-            update_fan(proof_engine, p.programa, p.fan_ids[2], nombre=f"S{ends_in_time}")
+            run_in_uow(
+                proof_engine, update_fan, p.programa, p.fan_ids[2], nombre=f"S{ends_in_time}"
+            )
             timer = threading.Timer(0.3, holder.commit) if ends_in_time else None
             if timer:
                 timer.start()

@@ -40,6 +40,7 @@ from sqlalchemy import Engine, text
 from loyalty_grpc.services.backoffice.fixtures import apply_fixture
 from loyalty_grpc.store.db import make_engine
 from loyalty_grpc.store.migrate import upgrade
+from loyalty_grpc.store.uow import run_in_uow
 from tests.e2e.processes import LOYALTY, READY_LINE, Running, loyalty_env
 from tests.support import free_port
 
@@ -305,7 +306,7 @@ def running_stack(database_url: str, work: Path, world: World) -> Iterator[Stack
     stopped with SIGTERM at the end, which must end it cleanly."""
     upgrade(database_url)
     engine = make_engine(database_url, pool_size=2)
-    apply_fixture(engine, world.document())
+    run_in_uow(engine, apply_fixture, world.document())
     http_port, grpc_port, metrics_port = free_port(), free_port(), free_port()
     data_dir = work / "data"
     up = Running(

@@ -1,5 +1,6 @@
-"""BackofficeService: thin. Convert the request, call the use case, convert the result;
-no try/except (the interceptor maps errors and checks the admin token)."""
+"""BackofficeService: thin. Convert the request, run the use case in its own unit of work
+(one transaction per RPC), convert the result; no try/except (the interceptor maps errors
+and checks the admin token)."""
 
 # Method names are the proto's RPC names (gRPC looks them up by name).
 
@@ -22,6 +23,7 @@ from loyalty_grpc.services.backoffice import codes, fans, keys, programs, promos
 from loyalty_grpc.services.backoffice import points as points_admin
 from loyalty_grpc.services.backoffice.fixtures import apply_fixture
 from loyalty_grpc.services.pos import codes as code_deposit
+from loyalty_grpc.store.uow import run_in_uow, snapshot
 
 
 def _ts(moment: datetime | None) -> str:
@@ -124,12 +126,13 @@ class BackofficeServicer(pb_grpc.BackofficeServiceServicer):
         self, engine: Engine, *, on_keys_changed: Callable[[], None] | None = None
     ) -> None:
         self._engine = engine
+        self._snapshot = snapshot(engine)
         self._on_keys_changed = on_keys_changed or (lambda: None)
 
     def ApplyFixture(
         self, request: pb.ApplyFixtureRequest, context: grpc.ServicerContext
     ) -> pb.ApplyFixtureResponse:
-        counts = apply_fixture(self._engine, request.fixture_json)
+        counts = run_in_uow(self._engine, apply_fixture, request.fixture_json)
         self._on_keys_changed()
         return pb.ApplyFixtureResponse(
             counts=[
@@ -149,8 +152,14 @@ class BackofficeServicer(pb_grpc.BackofficeServiceServicer):
         self, request: pb.UpsertProgramRequest, context: grpc.ServicerContext
     ) -> pb.UpsertProgramResponse:
         p = request.program
-        result = programs.upsert_program(
-            self._engine, p.id, p.nombre, p.tasa_puntos, qr_url=p.qr_url, moneda=p.moneda
+        result = run_in_uow(
+            self._engine,
+            programs.upsert_program,
+            p.id,
+            p.nombre,
+            p.tasa_puntos,
+            qr_url=p.qr_url,
+            moneda=p.moneda,
         )
         self._on_keys_changed()  # an authenticated key carries its program's terms
         return pb.UpsertProgramResponse(program=_program(result.programa), creado=result.creado)
@@ -159,7 +168,7 @@ class BackofficeServicer(pb_grpc.BackofficeServiceServicer):
         self, request: pb.ListProgramsRequest, context: grpc.ServicerContext
     ) -> pb.ListProgramsResponse:
         return pb.ListProgramsResponse(
-            programs=[_program(p) for p in programs.list_programs(self._engine)]
+            programs=[_program(p) for p in run_in_uow(self._engine, programs.list_programs)]
         )
 
     # -------------------------------------------------------------- keys
@@ -167,8 +176,13 @@ class BackofficeServicer(pb_grpc.BackofficeServiceServicer):
     def IssueKey(
         self, request: pb.IssueKeyRequest, context: grpc.ServicerContext
     ) -> pb.IssueKeyResponse:
-        issued = keys.issue_key(
-            self._engine, request.programa, request.integracion, request.modo, request.permisos
+        issued = run_in_uow(
+            self._engine,
+            keys.issue_key,
+            request.programa,
+            request.integracion,
+            request.modo,
+            request.permisos,
         )
         self._on_keys_changed()
         return pb.IssueKeyResponse(key=_key(issued.info), clave=issued.clave)
@@ -177,13 +191,13 @@ class BackofficeServicer(pb_grpc.BackofficeServiceServicer):
         self, request: pb.ListKeysRequest, context: grpc.ServicerContext
     ) -> pb.ListKeysResponse:
         return pb.ListKeysResponse(
-            keys=[_key(k) for k in keys.list_keys(self._engine, request.programa)]
+            keys=[_key(k) for k in run_in_uow(self._engine, keys.list_keys, request.programa)]
         )
 
     def RevokeKey(
         self, request: pb.RevokeKeyRequest, context: grpc.ServicerContext
     ) -> pb.RevokeKeyResponse:
-        revoked = keys.revoke_key(self._engine, request.id)
+        revoked = run_in_uow(self._engine, keys.revoke_key, request.id)
         self._on_keys_changed()
         return pb.RevokeKeyResponse(key=_key(revoked))
 
@@ -192,8 +206,9 @@ class BackofficeServicer(pb_grpc.BackofficeServiceServicer):
     def RegisterFan(
         self, request: pb.RegisterFanRequest, context: grpc.ServicerContext
     ) -> pb.RegisterFanResponse:
-        fan = fans.register_fan(
+        fan = run_in_uow(
             self._engine,
+            fans.register_fan,
             request.programa,
             request.id,
             nombre=request.nombre,
@@ -207,22 +222,28 @@ class BackofficeServicer(pb_grpc.BackofficeServiceServicer):
     def UpdateFan(
         self, request: pb.UpdateFanRequest, context: grpc.ServicerContext
     ) -> pb.UpdateFanResponse:
-        fan = fans.update_fan(self._engine, request.programa, request.id, **_changes(request))
+        fan = run_in_uow(
+            self._engine, fans.update_fan, request.programa, request.id, **_changes(request)
+        )
         return pb.UpdateFanResponse(fan=_fan(fan))
 
     def GetFan(self, request: pb.GetFanRequest, context: grpc.ServicerContext) -> pb.GetFanResponse:
-        return pb.GetFanResponse(fan=_fan(fans.get_fan(self._engine, request.programa, request.id)))
+        return pb.GetFanResponse(
+            fan=_fan(run_in_uow(self._engine, fans.get_fan, request.programa, request.id))
+        )
 
     def DeactivateFan(
         self, request: pb.DeactivateFanRequest, context: grpc.ServicerContext
     ) -> pb.DeactivateFanResponse:
-        fan = fans.deactivate_fan(self._engine, request.programa, request.id, request.motivo)
+        fan = run_in_uow(
+            self._engine, fans.deactivate_fan, request.programa, request.id, request.motivo
+        )
         return pb.DeactivateFanResponse(fan=_fan(fan))
 
     def ReactivateFan(
         self, request: pb.ReactivateFanRequest, context: grpc.ServicerContext
     ) -> pb.ReactivateFanResponse:
-        fan = fans.reactivate_fan(self._engine, request.programa, request.id)
+        fan = run_in_uow(self._engine, fans.reactivate_fan, request.programa, request.id)
         return pb.ReactivateFanResponse(fan=_fan(fan))
 
     # -------------------------------------------------------------- promotions
@@ -230,8 +251,9 @@ class BackofficeServicer(pb_grpc.BackofficeServiceServicer):
     def CreatePromo(
         self, request: pb.CreatePromoRequest, context: grpc.ServicerContext
     ) -> pb.CreatePromoResponse:
-        promo = promos.create_promo(
+        promo = run_in_uow(
             self._engine,
+            promos.create_promo,
             request.programa,
             request.nombre,
             vigencia_fin=request.vigencia_fin,
@@ -244,7 +266,9 @@ class BackofficeServicer(pb_grpc.BackofficeServiceServicer):
     def UpdatePromo(
         self, request: pb.UpdatePromoRequest, context: grpc.ServicerContext
     ) -> pb.UpdatePromoResponse:
-        promo = promos.update_promo(self._engine, request.programa, request.id, **_changes(request))
+        promo = run_in_uow(
+            self._engine, promos.update_promo, request.programa, request.id, **_changes(request)
+        )
         return pb.UpdatePromoResponse(promo=_promo(promo))
 
     # -------------------------------------------------------------- codes
@@ -252,21 +276,30 @@ class BackofficeServicer(pb_grpc.BackofficeServiceServicer):
     def AssignCode(
         self, request: pb.AssignCodeRequest, context: grpc.ServicerContext
     ) -> pb.AssignCodeResponse:
-        code = codes.assign_code(
-            self._engine, request.programa, request.promo_id, request.codigo, request.fan
+        code = run_in_uow(
+            self._engine,
+            codes.assign_code,
+            request.programa,
+            request.promo_id,
+            request.codigo,
+            request.fan,
         )
         return pb.AssignCodeResponse(code=_code(code))
 
     def ReleaseCode(
         self, request: pb.ReleaseCodeRequest, context: grpc.ServicerContext
     ) -> pb.ReleaseCodeResponse:
-        code = codes.release_code(self._engine, request.programa, request.promo_id, request.codigo)
+        code = run_in_uow(
+            self._engine, codes.release_code, request.programa, request.promo_id, request.codigo
+        )
         return pb.ReleaseCodeResponse(code=_code(code))
 
     def AssignNextCode(
         self, request: pb.AssignNextCodeRequest, context: grpc.ServicerContext
     ) -> pb.AssignNextCodeResponse:
-        code = codes.assign_next_code(self._engine, request.programa, request.promo_id, request.fan)
+        code = run_in_uow(
+            self._engine, codes.assign_next_code, request.programa, request.promo_id, request.fan
+        )
         return pb.AssignNextCodeResponse(code=_code(code))
 
     def ImportCodes(
@@ -288,22 +321,29 @@ class BackofficeServicer(pb_grpc.BackofficeServiceServicer):
     def GetLedger(
         self, request: pb.GetLedgerRequest, context: grpc.ServicerContext
     ) -> pb.GetLedgerResponse:
-        fan, entries = points_admin.get_ledger(self._engine, request.programa, request.fan)
+        fan, entries = run_in_uow(
+            self._snapshot, points_admin.get_ledger, request.programa, request.fan
+        )
         return pb.GetLedgerResponse(fan=_fan(fan), entries=[_ledger_entry(e) for e in entries])
 
     def AdjustPoints(
         self, request: pb.AdjustPointsRequest, context: grpc.ServicerContext
     ) -> pb.AdjustPointsResponse:
-        entry = points_admin.adjust_points(
-            self._engine, request.programa, request.fan, request.puntos, request.motivo
+        entry = run_in_uow(
+            self._engine,
+            points_admin.adjust_points,
+            request.programa,
+            request.fan,
+            request.puntos,
+            request.motivo,
         )
         return pb.AdjustPointsResponse(entry=_ledger_entry(entry))
 
     def VoidSale(
         self, request: pb.VoidSaleRequest, context: grpc.ServicerContext
     ) -> pb.VoidSaleResponse:
-        result = points_admin.void_sale(
-            self._engine, request.programa, request.folio, request.motivo
+        result = run_in_uow(
+            self._engine, points_admin.void_sale, request.programa, request.folio, request.motivo
         )
         return pb.VoidSaleResponse(
             sale=_sale(result.venta), revertidos=result.revertidos, ya_anulada=result.ya_anulada

@@ -25,11 +25,12 @@ def demo_document() -> str:
 def load_demo(database_url: str) -> Fixture:
     """Apply the demo fixture (the same rows every time) and return it, parsed."""
     from loyalty_grpc.services.backoffice.fixtures import apply_fixture
+    from loyalty_grpc.store.uow import run_in_uow
 
     text = demo_document()
     engine = make_engine(database_url, pool_size=1)
     try:
-        apply_fixture(engine, text)
+        run_in_uow(engine, apply_fixture, text)
     finally:
         engine.dispose()
     return parse_fixture(text)

@@ -1,11 +1,19 @@
-"""Unit of work: one connection and one transaction per use case; rolls back unless
-committed."""
+"""Unit of work: one connection and one transaction, owned by the caller; rolls back
+unless committed. Back-office use cases take its `conn` and never commit: the caller
+decides what one transaction holds (`run_in_uow`: one use case alone)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from types import TracebackType
+from typing import Concatenate, ParamSpec, TypeVar
 
 from sqlalchemy import Connection, Engine
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+_SNAPSHOT = "REPEATABLE READ"
 
 
 class UnitOfWork:
@@ -49,3 +57,30 @@ class UnitOfWork:
                 conn.rollback()
         finally:
             conn.close()
+
+
+def run_in_uow(
+    engine: Engine,
+    use_case: Callable[Concatenate[Connection, P], T],
+    *args: P.args,
+    **kwargs: P.kwargs,
+) -> T:
+    """Run one use case alone: `use_case(conn, *args, **kwargs)` in its own unit of work,
+    committed when it returns (rolled back when it raises). One transaction per call, as
+    each BackofficeService RPC does. To run several use cases in one transaction, open the
+    UnitOfWork yourself and pass its `conn` to each."""
+    with UnitOfWork(engine) as uow:
+        result = use_case(uow.conn, *args, **kwargs)
+        uow.commit()
+    return result
+
+
+def snapshot(engine: Engine) -> Engine:
+    """`engine` for units of work that read one snapshot (REPEATABLE READ), for a use case
+    whose several reads must agree while sales go on (points.get_ledger)."""
+    return engine.execution_options(isolation_level=_SNAPSHOT)
+
+
+def reads_snapshot(conn: Connection) -> bool:
+    """Whether `conn` was opened on `snapshot(engine)` (or SERIALIZABLE); no round trip."""
+    return conn.get_execution_options().get("isolation_level") in (_SNAPSHOT, "SERIALIZABLE")

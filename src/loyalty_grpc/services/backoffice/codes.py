@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Connection, Engine, Row, func, select, update
+from sqlalchemy import Connection, Row, func, select, update
 
 from loyalty_grpc.domain.codes import normalize_code
 from loyalty_grpc.domain.errors import Codigo, LoyaltyError
@@ -18,7 +18,6 @@ from loyalty_grpc.domain.programs import program_id
 from loyalty_grpc.domain.promos import EstadoCodigo, EstadoFan, check_transicion_codigo
 from loyalty_grpc.services.backoffice.lookups import require_fan, require_promo
 from loyalty_grpc.store.tables import codigos, fans
-from loyalty_grpc.store.uow import UnitOfWork
 
 
 @dataclass(frozen=True)
@@ -59,77 +58,66 @@ def _info(conn: Connection, code_pk: int) -> CodigoInfo:
 
 
 def assign_code(
-    engine: Engine, programa: str, promo_id: int, codigo: str, fan_id: str
+    conn: Connection, programa: str, promo_id: int, codigo: str, fan_id: str
 ) -> CodigoInfo:
     """disponible → asignado to an `activo` fan, now."""
     programa = program_id(programa, "programa")
     codigo = normalize_code(codigo)
     fid = canonical_fan_id(fan_id, "fan")
-    with UnitOfWork(engine) as uow:
-        code = _locked_code(uow.conn, programa, promo_id, codigo)
-        fan = require_fan(uow.conn, programa, fid, lock=True)
-        if fan.estado != EstadoFan.ACTIVO:
-            raise LoyaltyError(Codigo.FAN_NO_ENCONTRADO, f"fan: {fid} está de baja")
-        check_transicion_codigo(codigo, EstadoCodigo(code.estado), EstadoCodigo.ASIGNADO)
-        uow.conn.execute(
-            update(codigos)
-            .where(codigos.c.id == code.id)
-            .values(estado=EstadoCodigo.ASIGNADO.value, fan_pk=fan.pk, asignado_en=func.now())
-        )
-        info = _info(uow.conn, code.id)
-        uow.commit()
-    return info
+    code = _locked_code(conn, programa, promo_id, codigo)
+    fan = require_fan(conn, programa, fid, lock=True)
+    if fan.estado != EstadoFan.ACTIVO:
+        raise LoyaltyError(Codigo.FAN_NO_ENCONTRADO, f"fan: {fid} está de baja")
+    check_transicion_codigo(codigo, EstadoCodigo(code.estado), EstadoCodigo.ASIGNADO)
+    conn.execute(
+        update(codigos)
+        .where(codigos.c.id == code.id)
+        .values(estado=EstadoCodigo.ASIGNADO.value, fan_pk=fan.pk, asignado_en=func.now())
+    )
+    return _info(conn, code.id)
 
 
-def release_code(engine: Engine, programa: str, promo_id: int, codigo: str) -> CodigoInfo:
+def release_code(conn: Connection, programa: str, promo_id: int, codigo: str) -> CodigoInfo:
     """disponible or asignado → liberado, now. A delivered code keeps its fan."""
     programa = program_id(programa, "programa")
     codigo = normalize_code(codigo)
-    with UnitOfWork(engine) as uow:
-        code = _locked_code(uow.conn, programa, promo_id, codigo)
-        check_transicion_codigo(codigo, EstadoCodigo(code.estado), EstadoCodigo.LIBERADO)
-        uow.conn.execute(
-            update(codigos)
-            .where(codigos.c.id == code.id)
-            .values(estado=EstadoCodigo.LIBERADO.value, liberado_en=func.now())
-        )
-        info = _info(uow.conn, code.id)
-        uow.commit()
-    return info
+    code = _locked_code(conn, programa, promo_id, codigo)
+    check_transicion_codigo(codigo, EstadoCodigo(code.estado), EstadoCodigo.LIBERADO)
+    conn.execute(
+        update(codigos)
+        .where(codigos.c.id == code.id)
+        .values(estado=EstadoCodigo.LIBERADO.value, liberado_en=func.now())
+    )
+    return _info(conn, code.id)
 
 
-def assign_next_code(engine: Engine, programa: str, promo_id: int, fan_id: str) -> CodigoInfo:
+def assign_next_code(conn: Connection, programa: str, promo_id: int, fan_id: str) -> CodigoInfo:
     """The promotion's oldest `disponible` code (lowest id: deposit order) → asignado to an
     `activo` fan, now. Race-free: the code is picked FOR UPDATE SKIP LOCKED, so concurrent
     calls each get a different code and never wait for one another. None left →
     codigo_no_encontrado (the code asked for, the next available one, does not exist)."""
     programa = program_id(programa, "programa")
     fid = canonical_fan_id(fan_id, "fan")
-    with UnitOfWork(engine) as uow:
-        require_promo(uow.conn, programa, promo_id)
-        fan = require_fan(uow.conn, programa, fid, lock=True)
-        if fan.estado != EstadoFan.ACTIVO:
-            raise LoyaltyError(Codigo.FAN_NO_ENCONTRADO, f"fan: {fid} está de baja")
-        code_pk = uow.conn.execute(
-            select(codigos.c.id)
-            .where(
-                codigos.c.promo_id == promo_id, codigos.c.estado == EstadoCodigo.DISPONIBLE.value
-            )
-            .order_by(codigos.c.id)
-            .limit(1)
-            .with_for_update(skip_locked=True)
-        ).scalar_one_or_none()
-        if code_pk is None:
-            raise LoyaltyError(
-                Codigo.CODIGO_NO_ENCONTRADO,
-                f"promo_id: la promoción {promo_id} no tiene códigos "
-                "disponibles (deposite más con `admin codes import`)",
-            )
-        uow.conn.execute(
-            update(codigos)
-            .where(codigos.c.id == code_pk)
-            .values(estado=EstadoCodigo.ASIGNADO.value, fan_pk=fan.pk, asignado_en=func.now())
+    require_promo(conn, programa, promo_id)
+    fan = require_fan(conn, programa, fid, lock=True)
+    if fan.estado != EstadoFan.ACTIVO:
+        raise LoyaltyError(Codigo.FAN_NO_ENCONTRADO, f"fan: {fid} está de baja")
+    code_pk = conn.execute(
+        select(codigos.c.id)
+        .where(codigos.c.promo_id == promo_id, codigos.c.estado == EstadoCodigo.DISPONIBLE.value)
+        .order_by(codigos.c.id)
+        .limit(1)
+        .with_for_update(skip_locked=True)
+    ).scalar_one_or_none()
+    if code_pk is None:
+        raise LoyaltyError(
+            Codigo.CODIGO_NO_ENCONTRADO,
+            f"promo_id: la promoción {promo_id} no tiene códigos "
+            "disponibles (deposite más con `admin codes import`)",
         )
-        info = _info(uow.conn, code_pk)
-        uow.commit()
-    return info
+    conn.execute(
+        update(codigos)
+        .where(codigos.c.id == code_pk)
+        .values(estado=EstadoCodigo.ASIGNADO.value, fan_pk=fan.pk, asignado_en=func.now())
+    )
+    return _info(conn, code_pk)

@@ -1,18 +1,21 @@
 """Back office: fans of a program (register, update, get, baja, reactivation).
 
 Fan ID, e-mail (case-insensitive) and QR token are each unique within a program. A
-duplicate is found by a pre-check and, when two writers race past the pre-check, by the
-unique index that refuses the second one (translated by the index's name)."""
+duplicate is found by a pre-check (`find_taken`, for one fan or a fixture's batch) and,
+when two writers race past the pre-check, by the unique index that refuses the second one
+(translated by the index's name)."""
 
 from __future__ import annotations
 
 import secrets
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, Engine, Row, func, insert, or_, select, update
+from sqlalchemy import Connection, Row, any_, func, insert, or_, select, update
 from sqlalchemy.exc import IntegrityError
+from sqlalchemy.sql.elements import ColumnElement
 
 from loyalty_grpc.domain.errors import Codigo, LoyaltyError
 from loyalty_grpc.domain.fans import (
@@ -28,9 +31,8 @@ from loyalty_grpc.domain.programs import program_id
 from loyalty_grpc.domain.promos import EstadoFan, check_transicion_fan
 from loyalty_grpc.domain.text import single_line
 from loyalty_grpc.services.backoffice.integrity import translate
-from loyalty_grpc.services.backoffice.lookups import require_fan, require_program
+from loyalty_grpc.services.backoffice.lookups import require_fan, require_program, text_array
 from loyalty_grpc.store.tables import fans
-from loyalty_grpc.store.uow import UnitOfWork
 
 # Bytes of randomness in a generated QR token (16 URL-safe characters).
 QR_TOKEN_BYTES = 12
@@ -69,58 +71,121 @@ def fan_info(row: Row[*tuple[Any, ...]]) -> FanInfo:
     )
 
 
+@dataclass(frozen=True)
+class FanClaim:
+    """The values one fan is to hold in its program. `correo` / `qr_token` None: not
+    claimed (unchanged). `nuevo`: a fan being created, so its Fan ID must be free too;
+    otherwise the fan with this Fan ID (if it exists yet) is the claimant itself, and what
+    it holds is no conflict."""
+
+    fan_id: str
+    correo: str | None
+    qr_token: str | None
+    nuevo: bool = False
+
+
+@dataclass(frozen=True)
+class Taken:
+    """A value of `claim` that another fan of the program (Fan ID `holder`) holds."""
+
+    claim: FanClaim
+    campo: str  # "id", "correo" or "qr_token"
+    indice: str  # the unique index that would refuse it
+    codigo: Codigo
+    holder: str
+
+
+@dataclass(frozen=True)
+class _Unique:
+    """A value a fan holds alone in its program, each side in its compared form."""
+
+    campo: str
+    indice: str
+    codigo: Codigo
+    column: ColumnElement[Any]
+    of_claim: Callable[[FanClaim], str | None]
+    of_row: Callable[[Row[*tuple[Any, ...]]], str]
+
+
+# In the order conflicts are reported.
+_UNIQUE = (
+    _Unique(
+        "id",
+        "uq_fans_programa_fan_id",
+        Codigo.FAN_DUPLICADO,
+        fans.c.fan_id,
+        lambda c: c.fan_id if c.nuevo else None,
+        lambda r: str(r.fan_id),
+    ),
+    _Unique(
+        "correo",
+        "uq_fans_programa_correo",
+        Codigo.CORREO_DUPLICADO,
+        func.lower(fans.c.correo),
+        lambda c: None if c.correo is None else email_key(c.correo),
+        lambda r: email_key(r.correo),
+    ),
+    _Unique(
+        "qr_token",
+        "uq_fans_programa_qr_token",
+        Codigo.QR_DUPLICADO,
+        fans.c.qr_token,
+        lambda c: c.qr_token,
+        lambda r: str(r.qr_token),
+    ),
+)
+
+
 def _duplicates(fan_id: str) -> dict[str, LoyaltyError]:
-    # Detalles name the Fan ID the caller gave, never the other fan's e-mail or token.
+    """The duplicate error of each unique index, for register and update. Detalles name
+    the Fan ID the caller gave, never the other fan's e-mail or token."""
     return {
-        "uq_fans_programa_fan_id": LoyaltyError(
-            Codigo.FAN_DUPLICADO, f"id: el programa ya tiene el fan {fan_id}"
-        ),
-        "uq_fans_programa_correo": LoyaltyError(
-            Codigo.CORREO_DUPLICADO, "correo: otro fan del programa ya lo usa"
-        ),
-        "uq_fans_programa_qr_token": LoyaltyError(
-            Codigo.QR_DUPLICADO, "qr_token: otro fan del programa ya lo usa"
-        ),
+        u.indice: LoyaltyError(
+            u.codigo,
+            f"id: el programa ya tiene el fan {fan_id}"
+            if u.campo == "id"
+            else f"{u.campo}: otro fan del programa ya lo usa",
+        )
+        for u in _UNIQUE
     }
 
 
-def _check_free(
-    conn: Connection,
-    programa: str,
-    fan_id: str,
-    *,
-    correo: str | None,
-    qr_token: str | None,
-    self_pk: int | None = None,
-) -> None:
-    """Raise the duplicate error when another fan of the program (not `self_pk`) holds
-    this Fan ID (new fans only: `self_pk` None), this e-mail or this QR token."""
-    taken = []
-    if self_pk is None:
-        taken.append(fans.c.fan_id == fan_id)
-    if correo is not None:
-        taken.append(func.lower(fans.c.correo) == email_key(correo))
-    if qr_token is not None:
-        taken.append(fans.c.qr_token == qr_token)
-    if not taken:
-        return
-    query = select(fans.c.pk, fans.c.fan_id, fans.c.correo, fans.c.qr_token).where(
-        fans.c.programa_id == programa, or_(*taken)
-    )
-    if self_pk is not None:
-        query = query.where(fans.c.pk != self_pk)
-    errors = _duplicates(fan_id)
-    rows = conn.execute(query).all()
-    if self_pk is None and any(r.fan_id == fan_id for r in rows):
-        raise errors["uq_fans_programa_fan_id"]
-    if correo is not None and any(email_key(r.correo) == email_key(correo) for r in rows):
-        raise errors["uq_fans_programa_correo"]
-    if qr_token is not None and any(r.qr_token == qr_token for r in rows):
-        raise errors["uq_fans_programa_qr_token"]
+def find_taken(conn: Connection, programa: str, claims: Sequence[FanClaim]) -> Taken | None:
+    """The first claimed value another fan of the program holds (Fan IDs first, then
+    e-mails, then QR tokens; each in `claims` order), or None. One query however many
+    claims, so a fixture's thousands of fans are checked at once. Values are compared as
+    the database holds them now: two claims cannot swap their values in one go."""
+    matches = []
+    for u in _UNIQUE:
+        values = [v for c in claims if (v := u.of_claim(c)) is not None]
+        if values:
+            matches.append(u.column == any_(text_array(values)))
+    if not matches:
+        return None
+    rows = conn.execute(
+        select(fans.c.fan_id, fans.c.correo, fans.c.qr_token).where(
+            fans.c.programa_id == programa, or_(*matches)
+        )
+    ).all()
+    for u in _UNIQUE:
+        holders = {u.of_row(r): str(r.fan_id) for r in rows}
+        for claim in claims:
+            value = u.of_claim(claim)
+            holder = None if value is None else holders.get(value)
+            if holder is not None and (claim.nuevo or holder != claim.fan_id):
+                return Taken(claim, u.campo, u.indice, u.codigo, holder)
+    return None
+
+
+def _check_free(conn: Connection, programa: str, claim: FanClaim) -> None:
+    """The duplicate error when another fan of the program holds a value of `claim`."""
+    taken = find_taken(conn, programa, [claim])
+    if taken is not None:
+        raise _duplicates(claim.fan_id)[taken.indice]
 
 
 def register_fan(
-    engine: Engine,
+    conn: Connection,
     programa: str,
     fan_id: str,
     *,
@@ -144,21 +209,18 @@ def register_fan(
             check_qr_token(qr_token) if qr_token.strip() else secrets.token_urlsafe(QR_TOKEN_BYTES)
         ),
     }
-    with UnitOfWork(engine) as uow:
-        require_program(uow.conn, programa)
-        _check_free(
-            uow.conn, programa, fid, correo=str(values["correo"]), qr_token=str(values["qr_token"])
-        )
-        try:
-            row = uow.conn.execute(insert(fans).values(values).returning(fans)).one()
-        except IntegrityError as exc:
-            raise translate(exc, _duplicates(fid)) from exc
-        uow.commit()
+    require_program(conn, programa)
+    claim = FanClaim(fid, str(values["correo"]), str(values["qr_token"]), nuevo=True)
+    _check_free(conn, programa, claim)
+    try:
+        row = conn.execute(insert(fans).values(values).returning(fans)).one()
+    except IntegrityError as exc:
+        raise translate(exc, _duplicates(fid)) from exc
     return fan_info(row)
 
 
 def update_fan(
-    engine: Engine,
+    conn: Connection,
     programa: str,
     fan_id: str,
     *,
@@ -185,59 +247,54 @@ def update_fan(
         values["temporadas"] = check_temporadas(temporadas)
     if new_qr is not None:
         values["qr_token"] = new_qr
-    with UnitOfWork(engine) as uow:
-        current = require_fan(uow.conn, programa, fid, lock=True)
-        if not values:
-            return fan_info(current)
-        _check_free(uow.conn, programa, fid, correo=new_correo, qr_token=new_qr, self_pk=current.pk)
-        try:
-            row = uow.conn.execute(
-                update(fans).where(fans.c.pk == current.pk).values(values).returning(fans)
-            ).one()
-        except IntegrityError as exc:
-            raise translate(exc, _duplicates(fid)) from exc
-        uow.commit()
+    current = require_fan(conn, programa, fid, lock=True)
+    if not values:
+        return fan_info(current)
+    _check_free(conn, programa, FanClaim(fid, new_correo, new_qr))
+    try:
+        row = conn.execute(
+            update(fans).where(fans.c.pk == current.pk).values(values).returning(fans)
+        ).one()
+    except IntegrityError as exc:
+        raise translate(exc, _duplicates(fid)) from exc
     return fan_info(row)
 
 
-def get_fan(engine: Engine, programa: str, fan_id: str) -> FanInfo:
+def get_fan(conn: Connection, programa: str, fan_id: str) -> FanInfo:
     """The fan, in any state."""
     programa = program_id(programa, "programa")
     fid = canonical_fan_id(fan_id, "id")
-    with UnitOfWork(engine) as uow:
-        return fan_info(require_fan(uow.conn, programa, fid))
+    return fan_info(require_fan(conn, programa, fid))
 
 
-def deactivate_fan(engine: Engine, programa: str, fan_id: str, motivo: str) -> FanInfo:
+def deactivate_fan(conn: Connection, programa: str, fan_id: str, motivo: str) -> FanInfo:
     """activo → baja, now, with the reason. A fan in baja is not found by the POS API."""
     programa = program_id(programa, "programa")
     fid = canonical_fan_id(fan_id, "id")
     motivo = single_line(motivo, "motivo")
     return _change_estado(
-        engine, programa, fid, EstadoFan.BAJA, {"baja_en": func.now(), "baja_motivo": motivo}
+        conn, programa, fid, EstadoFan.BAJA, {"baja_en": func.now(), "baja_motivo": motivo}
     )
 
 
-def reactivate_fan(engine: Engine, programa: str, fan_id: str) -> FanInfo:
+def reactivate_fan(conn: Connection, programa: str, fan_id: str) -> FanInfo:
     """baja → activo; the baja time and reason are cleared."""
     programa = program_id(programa, "programa")
     fid = canonical_fan_id(fan_id, "id")
     return _change_estado(
-        engine, programa, fid, EstadoFan.ACTIVO, {"baja_en": None, "baja_motivo": None}
+        conn, programa, fid, EstadoFan.ACTIVO, {"baja_en": None, "baja_motivo": None}
     )
 
 
 def _change_estado(
-    engine: Engine, programa: str, fid: str, nuevo: EstadoFan, values: dict[str, object]
+    conn: Connection, programa: str, fid: str, nuevo: EstadoFan, values: dict[str, object]
 ) -> FanInfo:
-    with UnitOfWork(engine) as uow:
-        current = require_fan(uow.conn, programa, fid, lock=True)
-        check_transicion_fan(fid, EstadoFan(current.estado), nuevo)
-        row = uow.conn.execute(
-            update(fans)
-            .where(fans.c.pk == current.pk)
-            .values(estado=nuevo.value, **values)
-            .returning(fans)
-        ).one()
-        uow.commit()
+    current = require_fan(conn, programa, fid, lock=True)
+    check_transicion_fan(fid, EstadoFan(current.estado), nuevo)
+    row = conn.execute(
+        update(fans)
+        .where(fans.c.pk == current.pk)
+        .values(estado=nuevo.value, **values)
+        .returning(fans)
+    ).one()
     return fan_info(row)

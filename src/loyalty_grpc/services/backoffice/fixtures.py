@@ -1,14 +1,16 @@
 """`apply`: load a fixture (DESIGN.md §4, parsed by domain.fixture) into the store.
 
-One transaction for the whole fixture. Entries are upserted by their natural keys:
-program by `id`, key by its hash, fan by (program, Fan ID), promotion by (program,
-lower(nombre)), code by (promotion, code). Only rows whose values differ are written, so
-applying the same fixture twice changes nothing (not even the roster change columns).
-A fan's `puntos` is reached by one ledger adjustment of the difference.
+One transaction for the whole fixture: the caller's (apply_fixture does not commit).
+Entries are upserted by their natural keys: program by `id`, key by its hash, fan by
+(program, Fan ID), promotion by (program, lower(nombre)), code by (promotion, code). Only
+rows whose values differ are written, so applying the same fixture twice changes nothing
+(not even the roster change columns). A fan's `puntos` is reached by one ledger
+adjustment of the difference.
 
 A conflict with rows already in the database (an e-mail or QR token another fan of the
-program uses, a key registered to another program, a code's fan nobody knows) raises
-before anything is committed, so a failed apply leaves the database as it was.
+program uses, by the rule of fans.py's `find_taken`; a key registered to another
+program; a code's fan nobody knows) raises before anything is committed, so a failed
+apply leaves the database as it was.
 
 Applies are serialised by an advisory lock; rows about to be compared are read FOR
 UPDATE, so a sale running at the same time cannot slip between a balance read and its
@@ -17,7 +19,7 @@ adjustment.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -25,11 +27,9 @@ from typing import Any
 from sqlalchemy import (
     Column,
     Connection,
-    Engine,
     Row,
     Select,
     Table,
-    Text,
     any_,
     bindparam,
     func,
@@ -39,10 +39,8 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy.dialects.postgresql import ARRAY, BYTEA
-from sqlalchemy.sql.elements import ColumnElement
 
 from loyalty_grpc.domain.errors import Codigo, LoyaltyError
-from loyalty_grpc.domain.fans import email_key
 from loyalty_grpc.domain.fixture import (
     ClaveFixture,
     CodigoFixture,
@@ -53,9 +51,10 @@ from loyalty_grpc.domain.fixture import (
 from loyalty_grpc.domain.keys import key_hash, suffix
 from loyalty_grpc.domain.permissions import sorted_names
 from loyalty_grpc.domain.promos import EstadoCodigo, EstadoFan
+from loyalty_grpc.services.backoffice.fans import FanClaim, find_taken
+from loyalty_grpc.services.backoffice.lookups import text_array
 from loyalty_grpc.store.ledger import Motivo, move_points
 from loyalty_grpc.store.tables import claves, codigos, fans, programas, promos
-from loyalty_grpc.store.uow import UnitOfWork
 
 ENTIDADES = ("programas", "claves", "fans", "promos", "codigos", "ajustes")
 # Arbitrary constant identifying "a fixture apply" among PostgreSQL advisory locks.
@@ -74,30 +73,27 @@ class ApplyCount:
     sin_cambios: int
 
 
-def apply_fixture(engine: Engine, document: str) -> list[ApplyCount]:
-    """Validate the whole fixture, then apply it in one transaction. Returns one count per
-    entity, in the order of `ENTIDADES`."""
+def apply_fixture(conn: Connection, document: str) -> list[ApplyCount]:
+    """Validate the whole fixture, then apply it in the caller's transaction (which it
+    does not commit). Returns one count per entity, in the order of `ENTIDADES`."""
     fixture = parse_fixture(document)
     tally = {entidad: _Tally() for entidad in ENTIDADES}
-    with UnitOfWork(engine) as uow:
-        conn = uow.conn
-        conn.execute(select(func.pg_advisory_xact_lock(_LOCK_KEY)))
-        now: datetime = conn.execute(select(func.now())).scalar_one()
-        _apply_programas(conn, fixture.programas, tally["programas"])
-        _apply_claves(conn, fixture.programas, tally["claves"])
-        for programa in fixture.programas:
-            fan_pks, balances = _apply_fans(conn, programa, now, tally["fans"])
-            promo_ids = _apply_promos(conn, programa, tally["promos"])
-            _apply_codigos(
-                conn,
-                programa,
-                promo_ids=promo_ids,
-                fan_pks=fan_pks,
-                now=now,
-                tally=tally["codigos"],
-            )
-            _apply_ajustes(conn, programa.fans, fan_pks, balances, tally["ajustes"])
-        uow.commit()
+    conn.execute(select(func.pg_advisory_xact_lock(_LOCK_KEY)))
+    now: datetime = conn.execute(select(func.now())).scalar_one()
+    _apply_programas(conn, fixture.programas, tally["programas"])
+    _apply_claves(conn, fixture.programas, tally["claves"])
+    for programa in fixture.programas:
+        fan_pks, balances = _apply_fans(conn, programa, now, tally["fans"])
+        promo_ids = _apply_promos(conn, programa, tally["promos"])
+        _apply_codigos(
+            conn,
+            programa,
+            promo_ids=promo_ids,
+            fan_pks=fan_pks,
+            now=now,
+            tally=tally["codigos"],
+        )
+        _apply_ajustes(conn, programa.fans, fan_pks, balances, tally["ajustes"])
     return [
         ApplyCount(entidad, t.creados, t.actualizados, t.sin_cambios)
         for entidad, t in tally.items()
@@ -162,7 +158,7 @@ def _apply_programas(conn: Connection, wanted: Sequence[ProgramaFixture], tally:
     existing = _rows_by(
         conn,
         select(programas)
-        .where(programas.c.id == any_(_texts(p.id for p in wanted)))
+        .where(programas.c.id == any_(text_array(p.id for p in wanted)))
         .with_for_update(),
         "id",
     )
@@ -220,33 +216,14 @@ def _apply_fans(
     wanted = programa.fans
     if not wanted:
         return {}, {}
-    in_program = fans.c.programa_id == programa.id
-    correo = func.lower(fans.c.correo)
-    _check_taken(
-        conn,
-        programa,
-        select(fans.c.fan_id, correo).where(
-            in_program, correo == any_(_texts(email_key(f.correo) for f in wanted))
-        ),
-        campo="correo",
-        codigo=Codigo.CORREO_DUPLICADO,
-        value_of=lambda f: email_key(f.correo),
-    )
-    _check_taken(
-        conn,
-        programa,
-        select(fans.c.fan_id, fans.c.qr_token).where(
-            in_program, fans.c.qr_token == any_(_texts(f.qr_token for f in wanted))
-        ),
-        campo="qr_token",
-        codigo=Codigo.QR_DUPLICADO,
-        value_of=lambda f: f.qr_token,
-    )
-
+    _check_free(conn, programa)
     existing = _rows_by(
         conn,
         select(fans)
-        .where(in_program, fans.c.fan_id == any_(_texts(f.fan_id for f in wanted)))
+        .where(
+            fans.c.programa_id == programa.id,
+            fans.c.fan_id == any_(text_array(f.fan_id for f in wanted)),
+        )
         .with_for_update(),
         "fan_id",
     )
@@ -288,7 +265,7 @@ def _apply_promos(conn: Connection, programa: ProgramaFixture, tally: _Tally) ->
         select(promos, nombre)
         .where(
             promos.c.programa_id == programa.id,
-            nombre == any_(_texts(p.nombre.lower() for p in wanted)),
+            nombre == any_(text_array(p.nombre.lower() for p in wanted)),
         )
         .with_for_update(),
         "nombre_min",
@@ -331,7 +308,7 @@ def _apply_codigos(
             select(codigos)
             .where(
                 codigos.c.promo_id == promo_id,
-                codigos.c.codigo == any_(_texts(c.codigo for c in promo.codigos)),
+                codigos.c.codigo == any_(text_array(c.codigo for c in promo.codigos)),
             )
             .with_for_update(),
             "codigo",
@@ -371,36 +348,26 @@ def _apply_ajustes(
 # --- helpers ------------------------------------------------------------------------------
 
 
-def _texts(values: Iterable[str]) -> ColumnElement[Any]:
-    """A list as one array parameter (`= ANY(:array)`), however long it is."""
-    return literal(list(values), ARRAY(Text))
-
-
 def _rows_by(conn: Connection, query: Select[Any], column: str) -> dict[Any, Row[Any]]:
     return {getattr(row, column): row for row in conn.execute(query)}
 
 
-def _check_taken(
-    conn: Connection,
-    programa: ProgramaFixture,
-    holders: Select[Any],
-    *,
-    campo: str,
-    codigo: Codigo,
-    value_of: Callable[[FanFixture], str],
-) -> None:
-    """`holders` yields (fan_id, value) for the program's fans holding one of the
-    fixture's values; a holder other than the fixture's fan with that value is a conflict.
-    Values are compared as the database holds them before the apply, so handing a value
-    from one fan to another takes two applies."""
-    by_value = {value_of(f): f for f in programa.fans}
-    for holder, value in conn.execute(holders):
-        f = by_value.get(value)
-        if f is not None and f.fan_id != holder:
-            raise LoyaltyError(
-                codigo,
-                f"{f.ruta}.{campo}: ya lo usa otro fan del programa {programa.id} ({holder})",
-            )
+def _check_free(conn: Connection, programa: ProgramaFixture) -> None:
+    """An e-mail or QR token of a fixture fan that another fan of the program holds is a
+    conflict (fans.py's rule, one query for the whole program). Values are compared as
+    the database holds them before the apply, so handing a value from one fan to another
+    takes two applies."""
+    by_id = {f.fan_id: f for f in programa.fans}
+    taken = find_taken(
+        conn, programa.id, [FanClaim(f.fan_id, f.correo, f.qr_token) for f in programa.fans]
+    )
+    if taken is not None:
+        f = by_id[taken.claim.fan_id]
+        raise LoyaltyError(
+            taken.codigo,
+            f"{f.ruta}.{taken.campo}: ya lo usa otro fan del programa {programa.id} "
+            f"({taken.holder})",
+        )
 
 
 def _fans_outside(
@@ -419,7 +386,7 @@ def _fans_outside(
         fan_id: int(pk)
         for fan_id, pk in conn.execute(
             select(fans.c.fan_id, fans.c.pk).where(
-                fans.c.programa_id == programa.id, fans.c.fan_id == any_(_texts(refs))
+                fans.c.programa_id == programa.id, fans.c.fan_id == any_(text_array(refs))
             )
         )
     }

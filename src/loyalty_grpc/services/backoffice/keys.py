@@ -1,7 +1,7 @@
 """Back office: API keys (issue, list, revoke) and the lookup that authenticates a key.
 
 A key's secret is shown once, when issued; the store keeps only its SHA-256 and its last
-four characters."""
+four characters. `authenticate` alone takes an `Engine`: one autocommit round trip."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
-from sqlalchemy import Engine, Row, func, insert, select, update
+from sqlalchemy import Connection, Engine, Row, func, insert, select, update
 
 from loyalty_grpc.domain.caller import Caller
 from loyalty_grpc.domain.errors import Codigo, LoyaltyError
@@ -22,7 +22,6 @@ from loyalty_grpc.domain.text import single_line
 from loyalty_grpc.services.backoffice.lookups import require_program
 from loyalty_grpc.store.autocommit import fetch_one
 from loyalty_grpc.store.tables import claves
-from loyalty_grpc.store.uow import UnitOfWork
 
 
 @dataclass(frozen=True)
@@ -84,7 +83,7 @@ def parse_modo(text: str, campo: str = "modo") -> Modo:
 
 
 def issue_key(
-    engine: Engine, programa: str, integracion: str, modo: str, permisos: Iterable[str]
+    conn: Connection, programa: str, integracion: str, modo: str, permisos: Iterable[str]
 ) -> ClaveEmitida:
     """A new key of the program for the integration, with those permissions; the secret
     is in the result and nowhere else."""
@@ -93,47 +92,42 @@ def issue_key(
     parsed_modo = parse_modo(modo)
     names = sorted_names(parse_permisos(p.strip() for p in permisos))
     clave = new_key(parsed_modo)
-    with UnitOfWork(engine) as uow:
-        require_program(uow.conn, programa)
-        row = uow.conn.execute(
-            insert(claves)
-            .values(
-                programa_id=programa,
-                hash=key_hash(clave),
-                modo=parsed_modo.value,
-                integracion=integracion,
-                permisos=names,
-                sufijo=suffix(clave),
-            )
-            .returning(*_COLUMNS)
-        ).one()
-        uow.commit()
+    require_program(conn, programa)
+    row = conn.execute(
+        insert(claves)
+        .values(
+            programa_id=programa,
+            hash=key_hash(clave),
+            modo=parsed_modo.value,
+            integracion=integracion,
+            permisos=names,
+            sufijo=suffix(clave),
+        )
+        .returning(*_COLUMNS)
+    ).one()
     return ClaveEmitida(_info(row), clave)
 
 
-def list_keys(engine: Engine, programa: str) -> list[ClaveInfo]:
+def list_keys(conn: Connection, programa: str) -> list[ClaveInfo]:
     """The program's keys, revoked ones included, oldest first."""
     programa = program_id(programa, "programa")
-    with UnitOfWork(engine) as uow:
-        require_program(uow.conn, programa)
-        rows = uow.conn.execute(
-            select(*_COLUMNS).where(claves.c.programa_id == programa).order_by(claves.c.id)
-        ).all()
+    require_program(conn, programa)
+    rows = conn.execute(
+        select(*_COLUMNS).where(claves.c.programa_id == programa).order_by(claves.c.id)
+    ).all()
     return [_info(r) for r in rows]
 
 
-def revoke_key(engine: Engine, clave_id: int) -> ClaveInfo:
+def revoke_key(conn: Connection, clave_id: int) -> ClaveInfo:
     """Revoke the key `clave_id` from now on. Revoking it again keeps the first time."""
-    with UnitOfWork(engine) as uow:
-        row = uow.conn.execute(
-            update(claves)
-            .where(claves.c.id == clave_id)
-            .values(revocada=func.coalesce(claves.c.revocada, func.now()))
-            .returning(*_COLUMNS)
-        ).one_or_none()
-        if row is None:
-            raise LoyaltyError(Codigo.CLAVE_NO_ENCONTRADA, f"id: no hay clave {clave_id}")
-        uow.commit()
+    row = conn.execute(
+        update(claves)
+        .where(claves.c.id == clave_id)
+        .values(revocada=func.coalesce(claves.c.revocada, func.now()))
+        .returning(*_COLUMNS)
+    ).one_or_none()
+    if row is None:
+        raise LoyaltyError(Codigo.CLAVE_NO_ENCONTRADA, f"id: no hay clave {clave_id}")
     return _info(row)
 
 

@@ -1,11 +1,14 @@
 """Lookups the back-office use cases share: a program, a fan, a promotion of a program,
-each locked or not, each with its not-found error."""
+each locked or not, each with its not-found error; a list as one query parameter."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
-from sqlalchemy import Connection, Row, select
+from sqlalchemy import Connection, Row, Text, literal, select
+from sqlalchemy.dialects.postgresql import ARRAY
+from sqlalchemy.sql.elements import ColumnElement
 
 from loyalty_grpc.domain.errors import Codigo, LoyaltyError
 from loyalty_grpc.store.tables import fans, programas, promos
@@ -49,3 +52,8 @@ def require_promo(
             Codigo.PROMO_NO_ENCONTRADA, f"promo_id: no existe la promoción {promo_id} en {programa}"
         )
     return row
+
+
+def text_array(values: Iterable[str]) -> ColumnElement[Any]:
+    """A list as one array parameter (`= ANY(:array)`), however long it is."""
+    return literal(list(values), ARRAY(Text))

@@ -3,8 +3,9 @@
 Points move only through store.ledger.move_points, so the ledger and the cached balance
 stay equal. Decisions:
 
-- The ledger is read in one REPEATABLE READ transaction: the fan's balance and
-  the last running balance come from the same snapshot, even while sales go on.
+- The ledger is read in one REPEATABLE READ transaction (the caller opens it on
+  `snapshot(engine)`, store/uow.py): the fan's balance and the last running balance come
+  from the same snapshot, even while sales go on.
 - An adjustment locks the fan's row first (FOR UPDATE), so the "no debit below 0" check and
   the debit are atomic against concurrent sales, burns and adjustments. A credit is always
   allowed, even when the balance stays negative (it can be negative after a void).
@@ -27,7 +28,6 @@ from typing import Any
 from sqlalchemy import (
     BigInteger,
     Connection,
-    Engine,
     Row,
     Select,
     cast,
@@ -46,7 +46,7 @@ from loyalty_grpc.services.backoffice.fans import FanInfo, fan_info
 from loyalty_grpc.services.backoffice.lookups import require_fan, require_program
 from loyalty_grpc.store.ledger import Motivo, move_points
 from loyalty_grpc.store.tables import codigos, fans, movimientos, ventas
-from loyalty_grpc.store.uow import UnitOfWork
+from loyalty_grpc.store.uow import reads_snapshot
 
 # Largest manual adjustment, either way (keeps balances far from BIGINT overflow).
 AJUSTE_MAX = 1_000_000_000
@@ -134,15 +134,17 @@ def _entry(row: Row[*tuple[Any, ...]]) -> LedgerEntryInfo:
     )
 
 
-def get_ledger(engine: Engine, programa: str, fan_id: str) -> tuple[FanInfo, list[LedgerEntryInfo]]:
+def get_ledger(
+    conn: Connection, programa: str, fan_id: str
+) -> tuple[FanInfo, list[LedgerEntryInfo]]:
     """The fan (any state) and its ledger, oldest first; the last entry's `saldo` is the
-    fan's `puntos`."""
+    fan's `puntos`. `conn` must read one snapshot (a unit of work on `snapshot(engine)`)."""
+    if not reads_snapshot(conn):
+        raise RuntimeError("get_ledger needs a REPEATABLE READ transaction (snapshot(engine))")
     programa = program_id(programa, "programa")
     fid = canonical_fan_id(fan_id, "fan")
-    snapshot = engine.execution_options(isolation_level="REPEATABLE READ")
-    with UnitOfWork(snapshot) as uow:
-        fan = require_fan(uow.conn, programa, fid)
-        entries = [_entry(r) for r in uow.conn.execute(_ledger_query(fan.pk))]
+    fan = require_fan(conn, programa, fid)
+    entries = [_entry(r) for r in conn.execute(_ledger_query(fan.pk))]
     return fan_info(fan), entries
 
 
@@ -152,7 +154,7 @@ def _last_entry(conn: Connection, fan_pk: int) -> LedgerEntryInfo:
 
 
 def adjust_points(
-    engine: Engine, programa: str, fan_id: str, puntos: int, motivo: str
+    conn: Connection, programa: str, fan_id: str, puntos: int, motivo: str
 ) -> LedgerEntryInfo:
     """A manual `ajuste` entry of `puntos` (credit > 0, debit < 0) with `motivo` as its
     nota; returns the entry. A debit that would leave the balance below 0 is refused."""
@@ -166,17 +168,14 @@ def adjust_points(
             f"puntos: a lo más {AJUSTE_MAX} en un ajuste, a favor o en contra",
         )
     nota = single_line(motivo, "motivo")
-    with UnitOfWork(engine) as uow:
-        fan = require_fan(uow.conn, programa, fid, lock=True)
-        if puntos < 0 and fan.puntos + puntos < 0:
-            raise LoyaltyError(
-                Codigo.SOLICITUD_INVALIDA,
-                f"puntos: el saldo es {fan.puntos}; un cargo de {-puntos} lo dejaría negativo",
-            )
-        move_points(uow.conn, fan.pk, puntos, Motivo.AJUSTE, nota=nota)
-        entry = _last_entry(uow.conn, fan.pk)
-        uow.commit()
-    return entry
+    fan = require_fan(conn, programa, fid, lock=True)
+    if puntos < 0 and fan.puntos + puntos < 0:
+        raise LoyaltyError(
+            Codigo.SOLICITUD_INVALIDA,
+            f"puntos: el saldo es {fan.puntos}; un cargo de {-puntos} lo dejaría negativo",
+        )
+    move_points(conn, fan.pk, puntos, Motivo.AJUSTE, nota=nota)
+    return _last_entry(conn, fan.pk)
 
 
 # ------------------------------------------------------------------ sales
@@ -217,38 +216,35 @@ def _check_folio(folio: int) -> int:
     return folio
 
 
-def void_sale(engine: Engine, programa: str, folio: int, motivo: str) -> VoidResult:
+def void_sale(conn: Connection, programa: str, folio: int, motivo: str) -> VoidResult:
     """Void the program's sale `folio` now: one `anulacion` entry (nota = `motivo`) takes
     back what the sale credited. Voiding a voided sale changes nothing (`ya_anulada`)."""
     programa = program_id(programa, "programa")
     folio = _check_folio(folio)
     nota = single_line(motivo, "motivo")
-    with UnitOfWork(engine) as uow:
-        conn = uow.conn
-        sale = conn.execute(_sale_query(programa, folio).with_for_update(of=ventas)).one_or_none()
-        if sale is None:
-            require_program(conn, programa)
-            raise LoyaltyError(
-                Codigo.VENTA_NO_ENCONTRADA, f"folio: no existe la venta {folio} en {programa}"
-            )
-        if sale.anulada_en is not None:
-            return VoidResult(_venta(sale), revertidos=0, ya_anulada=True)
-        anulada_en = conn.execute(
-            update(ventas)
-            .where(ventas.c.id == folio)
-            .values(anulada_en=func.now())
-            .returning(ventas.c.anulada_en)
-        ).scalar_one()
-        credited = int(
-            conn.execute(
-                select(func.coalesce(func.sum(movimientos.c.puntos), 0)).where(
-                    movimientos.c.venta_id == folio, movimientos.c.fan_pk == sale.fan_pk
-                )
-            ).scalar_one()
+    sale = conn.execute(_sale_query(programa, folio).with_for_update(of=ventas)).one_or_none()
+    if sale is None:
+        require_program(conn, programa)
+        raise LoyaltyError(
+            Codigo.VENTA_NO_ENCONTRADA, f"folio: no existe la venta {folio} en {programa}"
         )
-        if credited != 0:
-            move_points(conn, sale.fan_pk, -credited, Motivo.ANULACION, venta_id=folio, nota=nota)
-        uow.commit()
+    if sale.anulada_en is not None:
+        return VoidResult(_venta(sale), revertidos=0, ya_anulada=True)
+    anulada_en = conn.execute(
+        update(ventas)
+        .where(ventas.c.id == folio)
+        .values(anulada_en=func.now())
+        .returning(ventas.c.anulada_en)
+    ).scalar_one()
+    credited = int(
+        conn.execute(
+            select(func.coalesce(func.sum(movimientos.c.puntos), 0)).where(
+                movimientos.c.venta_id == folio, movimientos.c.fan_pk == sale.fan_pk
+            )
+        ).scalar_one()
+    )
+    if credited != 0:
+        move_points(conn, sale.fan_pk, -credited, Motivo.ANULACION, venta_id=folio, nota=nota)
     return VoidResult(
         replace(_venta(sale), anulada_en=anulada_en), revertidos=credited, ya_anulada=False
     )

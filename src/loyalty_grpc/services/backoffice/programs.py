@@ -6,13 +6,12 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
-from sqlalchemy import Engine, Row, literal_column, select
+from sqlalchemy import Connection, Row, literal_column, select
 from sqlalchemy.dialects.postgresql import insert
 
 from loyalty_grpc.domain import programs as rules
 from loyalty_grpc.domain.text import single_line
 from loyalty_grpc.store.tables import programas
-from loyalty_grpc.store.uow import UnitOfWork
 
 
 @dataclass(frozen=True)
@@ -50,7 +49,7 @@ def _programa(row: Row[*tuple[Any, ...]]) -> Programa:
 
 
 def upsert_program(
-    engine: Engine,
+    conn: Connection,
     programa_id: str,
     nombre: str,
     tasa_puntos: str,
@@ -72,14 +71,11 @@ def upsert_program(
         index_elements=[programas.c.id],
         set_={k: new.excluded[k] for k in values if k != "id"},
     ).returning(*_COLUMNS, literal_column("xmax = 0").label("creado"))
-    with UnitOfWork(engine) as uow:
-        row = uow.conn.execute(stmt).one()
-        uow.commit()
+    row = conn.execute(stmt).one()
     return UpsertResult(_programa(row), bool(row.creado))
 
 
-def list_programs(engine: Engine) -> list[Programa]:
+def list_programs(conn: Connection) -> list[Programa]:
     """Every program, by id."""
-    with UnitOfWork(engine) as uow:
-        rows = uow.conn.execute(select(*_COLUMNS).order_by(programas.c.id)).all()
+    rows = conn.execute(select(*_COLUMNS).order_by(programas.c.id)).all()
     return [_programa(r) for r in rows]

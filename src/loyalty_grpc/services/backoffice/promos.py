@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from datetime import date
 from typing import Any
 
-from sqlalchemy import Connection, Engine, Row, func, insert, select, update
+from sqlalchemy import Connection, Row, func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
 from loyalty_grpc.domain.errors import Codigo, LoyaltyError
@@ -23,7 +23,6 @@ from loyalty_grpc.domain.text import multi_line, single_line
 from loyalty_grpc.services.backoffice.integrity import translate
 from loyalty_grpc.services.backoffice.lookups import require_program, require_promo
 from loyalty_grpc.store.tables import promos
-from loyalty_grpc.store.uow import UnitOfWork
 
 
 @dataclass(frozen=True)
@@ -66,7 +65,7 @@ def _check_name_free(conn: Connection, programa: str, nombre: str) -> None:
 
 
 def create_promo(
-    engine: Engine,
+    conn: Connection,
     programa: str,
     nombre: str,
     *,
@@ -86,19 +85,17 @@ def create_promo(
         "vigencia_fin": parse_fecha(vigencia_fin),
         "puntos_canje": check_puntos_canje(puntos_canje),
     }
-    with UnitOfWork(engine) as uow:
-        require_program(uow.conn, programa)
-        _check_name_free(uow.conn, programa, nombre)
-        try:
-            row = uow.conn.execute(insert(promos).values(values).returning(promos)).one()
-        except IntegrityError as exc:
-            raise translate(exc, {"uq_promos_programa_nombre": _duplicada(nombre)}) from exc
-        uow.commit()
+    require_program(conn, programa)
+    _check_name_free(conn, programa, nombre)
+    try:
+        row = conn.execute(insert(promos).values(values).returning(promos)).one()
+    except IntegrityError as exc:
+        raise translate(exc, {"uq_promos_programa_nombre": _duplicada(nombre)}) from exc
     return _info(row)
 
 
 def update_promo(
-    engine: Engine,
+    conn: Connection,
     programa: str,
     promo_id: int,
     *,
@@ -119,14 +116,12 @@ def update_promo(
         values["puntos_canje"] = check_puntos_canje(puntos_canje)
     if descripcion is not None:
         values["descripcion"] = multi_line(descripcion, "descripcion")
-    with UnitOfWork(engine) as uow:
-        current = require_promo(uow.conn, programa, promo_id, lock=True)
-        if nuevo is not None:
-            check_transicion_promo(current.nombre, EstadoPromo(current.estado), nuevo)
-        if not values:
-            return _info(current)
-        row = uow.conn.execute(
-            update(promos).where(promos.c.id == current.id).values(values).returning(promos)
-        ).one()
-        uow.commit()
+    current = require_promo(conn, programa, promo_id, lock=True)
+    if nuevo is not None:
+        check_transicion_promo(current.nombre, EstadoPromo(current.estado), nuevo)
+    if not values:
+        return _info(current)
+    row = conn.execute(
+        update(promos).where(promos.c.id == current.id).values(values).returning(promos)
+    ).one()
     return _info(row)
