@@ -37,7 +37,7 @@ from google.protobuf.descriptor import Descriptor, FieldDescriptor, MethodDescri
 from loyalty_grpc.api.requests import MAX_ID_EXTERNO, MAX_LABEL
 from loyalty_grpc.domain.amounts import MAX_CENTAVOS
 from loyalty_grpc.domain.codes import MAX_CODE_LENGTH, MAX_CODES_PER_CALL
-from loyalty_grpc.domain.errors import CATALOGO, Codigo
+from loyalty_grpc.domain.errors import CATALOGO, CodigoError
 from loyalty_grpc.domain.fixture import FanFixture, ProgramaFixture, parse_fixture
 from loyalty_grpc.domain.integers import INT32_MAX
 from loyalty_grpc.domain.permissions import REQUIRED, Permiso
@@ -64,9 +64,9 @@ DATE_TIME: Schema = {"type": "string", "format": "date-time"}
 MAX_ID = INT32_MAX
 # Error codes a batch `redeem` entry can carry (domain/redeem.py _ERRORES).
 REDEEM_ENTRY_ERRORS = [
-    Codigo.CODIGO_LIBERADO,
-    Codigo.CODIGO_NO_ASIGNADO,
-    Codigo.CODIGO_NO_ENCONTRADO,
+    CodigoError.CODIGO_LIBERADO,
+    CodigoError.CODIGO_NO_ASIGNADO,
+    CodigoError.CODIGO_NO_ENCONTRADO,
 ]
 
 
@@ -856,7 +856,7 @@ class Builder:
 
 def error_responses() -> dict[str, Schema]:
     """components/responses: one per HTTP status of the catalogue (HTTP API entries)."""
-    by_status: dict[int, list[Codigo]] = {}
+    by_status: dict[int, list[CodigoError]] = {}
     for entrada in CATALOGO.values():
         if not entrada.interno:
             by_status.setdefault(entrada.http, []).append(entrada.codigo)

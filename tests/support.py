@@ -16,7 +16,7 @@ from google.rpc import error_details_pb2
 from grpc_status import rpc_status
 from sqlalchemy import Engine, insert, select
 
-from loyalty_grpc.domain.errors import Codigo, LoyaltyError
+from loyalty_grpc.domain.errors import CodigoError, LoyaltyError
 from loyalty_grpc.domain.rate_limit import WINDOW_SECONDS
 from loyalty_grpc.gen.loyalty.v1 import backoffice_service_pb2 as bo
 from loyalty_grpc.gen.loyalty.v1 import backoffice_service_pb2_grpc as bo_grpc
@@ -116,7 +116,7 @@ def snapshot(engine: Engine) -> Dump:
 
 
 @contextmanager
-def fails(engine: Engine, codigo: Codigo, *in_detalle: str) -> Iterator[None]:
+def fails(engine: Engine, codigo: CodigoError, *in_detalle: str) -> Iterator[None]:
     """The block raises LoyaltyError(codigo), whose detalle contains each of `in_detalle`,
     and changes nothing in the database."""
     before = snapshot(engine)

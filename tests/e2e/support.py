@@ -9,7 +9,7 @@ import struct
 
 import httpx
 
-from loyalty_grpc.domain.errors import CATALOGO, Codigo
+from loyalty_grpc.domain.errors import CATALOGO, CodigoError
 
 TIMEOUT = 10.0
 """Seconds a raw connection waits for Envoy."""
@@ -25,7 +25,7 @@ def assert_clean_headers(response: httpx.Response) -> None:
     assert leaked == []
 
 
-def assert_error(response: httpx.Response, codigo: Codigo) -> dict[str, str]:
+def assert_error(response: httpx.Response, codigo: CodigoError) -> dict[str, str]:
     entrada = CATALOGO[codigo]
     assert response.status_code == entrada.http, response.text
     assert_clean_headers(response)

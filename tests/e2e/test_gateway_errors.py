@@ -26,7 +26,7 @@ from google.protobuf import any_pb2
 from google.rpc import error_details_pb2, status_pb2
 from grpc_status import rpc_status
 
-from loyalty_grpc.domain.errors import CATALOGO, Codigo
+from loyalty_grpc.domain.errors import CATALOGO, CodigoError
 from loyalty_grpc.gen.loyalty.v1 import (
     backoffice_service_pb2,
     backoffice_service_pb2_grpc,
@@ -39,7 +39,7 @@ ROOT = Path(__file__).resolve().parents[2]
 INTERNAL_DETAILS = "Traceback: psycopg.OperationalError at 10.0.0.7"
 
 
-def envelope_bytes(codigo: Codigo, detalle: str) -> bytes:
+def envelope_bytes(codigo: CodigoError, detalle: str) -> bytes:
     """The envelope exactly as the server (and envelope.lua) write it."""
     body = {
         "ok": False,
@@ -55,7 +55,7 @@ class _Status(grpc.Status):
     trailing_metadata: tuple[tuple[str, str | bytes], ...]
 
 
-def server_error(codigo: Codigo, detalle: str) -> grpc.Status:
+def server_error(codigo: CodigoError, detalle: str) -> grpc.Status:
     """What the real server's interceptor sends: real gRPC status + ErrorInfo, and the
     HTTP status and envelope for envelope.lua."""
     entrada = CATALOGO[codigo]
@@ -116,7 +116,7 @@ class Pos(pos_service_pb2_grpc.PosServiceServicer):
     def ResolveFan(self, request, context):  # noqa: N802
         self.calls.record("ResolveFan")
         context.abort_with_status(
-            server_error(Codigo.FAN_NO_ENCONTRADO, f"Ningún fan con «{request.fan}».")
+            server_error(CodigoError.FAN_NO_ENCONTRADO, f"Ningún fan con «{request.fan}».")
         )
 
     def RegisterTx(self, request, context):  # noqa: N802
@@ -126,7 +126,7 @@ class Pos(pos_service_pb2_grpc.PosServiceServicer):
 
     def DepositCodes(self, request, context):  # noqa: N802
         self.calls.record("DepositCodes")
-        context.abort_with_status(server_error(Codigo.PROMO_NO_ENCONTRADA, "promo 7"))
+        context.abort_with_status(server_error(CodigoError.PROMO_NO_ENCONTRADA, "promo 7"))
 
 
 class Backoffice(backoffice_service_pb2_grpc.BackofficeServiceServicer):
@@ -203,7 +203,7 @@ def assert_no_internal_headers(headers: httpx.Headers) -> None:
         assert lowered not in ("x-envelope", "x-http-status", "x-internal-trailer", "server")
 
 
-def assert_envelope(response: httpx.Response, codigo: Codigo) -> dict[str, str]:
+def assert_envelope(response: httpx.Response, codigo: CodigoError) -> dict[str, str]:
     """The response is the envelope of `codigo`: status, content type, exact mensaje,
     keys in order, and the bytes exactly as json.dumps(ensure_ascii) writes them."""
     entrada = CATALOGO[codigo]
@@ -246,27 +246,29 @@ def test_get_ignores_unknown_query_parameters_and_hides_trailers(client: httpx.C
 
 def test_server_error_becomes_its_envelope(client: httpx.Client) -> None:
     response = client.post("/api/v1/fan/resolve", json={"fan": "HAL9999"})
-    fields = assert_envelope(response, Codigo.FAN_NO_ENCONTRADO)
+    fields = assert_envelope(response, CodigoError.FAN_NO_ENCONTRADO)
     assert fields["detalle"] == "Ningún fan con «HAL9999»."
-    assert response.content == envelope_bytes(Codigo.FAN_NO_ENCONTRADO, "Ningún fan con «HAL9999».")
+    assert response.content == envelope_bytes(
+        CodigoError.FAN_NO_ENCONTRADO, "Ningún fan con «HAL9999»."
+    )
 
 
 def test_another_server_error_keeps_its_status(client: httpx.Client) -> None:
     response = client.post("/api/v1/codes", json={"promo": 7, "codigos": ["A"]})
-    assert response.content == envelope_bytes(Codigo.PROMO_NO_ENCONTRADA, "promo 7")
-    assert_envelope(response, Codigo.PROMO_NO_ENCONTRADA)
+    assert response.content == envelope_bytes(CodigoError.PROMO_NO_ENCONTRADA, "promo 7")
+    assert_envelope(response, CodigoError.PROMO_NO_ENCONTRADA)
 
 
 def test_server_error_without_envelope_leaks_nothing(client: httpx.Client) -> None:
     response = client.post("/api/v1/tx", json={"id_externo": "1"})
-    fields = assert_envelope(response, Codigo.ERROR_INTERNO)
+    fields = assert_envelope(response, CodigoError.ERROR_INTERNO)
     assert "psycopg" not in response.text
     assert fields["detalle"] == ""
 
 
 def test_unimplemented_method_is_no_implementado(client: httpx.Client) -> None:
     response = client.get("/api/v1/promos")  # the in-test server does not implement it
-    assert_envelope(response, Codigo.NO_IMPLEMENTADO)
+    assert_envelope(response, CodigoError.NO_IMPLEMENTADO)
 
 
 # ---------------------------------------------------------------- Envoy's own replies
@@ -279,14 +281,14 @@ def test_malformed_json_is_solicitud_invalida(client: httpx.Client, calls: Calls
         content=b'{"fan": "HAL0001"',
         headers={"content-type": "application/json"},
     )
-    fields = assert_envelope(response, Codigo.SOLICITUD_INVALIDA)
+    fields = assert_envelope(response, CodigoError.SOLICITUD_INVALIDA)
     assert fields["detalle"]  # Envoy's reason
     assert len(calls.names) == before
 
 
 def test_wrong_json_type_names_the_field(client: httpx.Client) -> None:
     response = client.post("/api/v1/fan/resolve", json={"fan": 12345})
-    fields = assert_envelope(response, Codigo.SOLICITUD_INVALIDA)
+    fields = assert_envelope(response, CodigoError.SOLICITUD_INVALIDA)
     assert "fan" in fields["detalle"]
 
 
@@ -296,7 +298,7 @@ def test_reason_with_quotes_and_bytes_stays_valid_json(client: httpx.Client) -> 
         content=b'{"fan": "\xff\xfe\\"" "x\n\t}',
         headers={"content-type": "application/json"},
     )
-    assert_envelope(response, Codigo.SOLICITUD_INVALIDA)
+    assert_envelope(response, CodigoError.SOLICITUD_INVALIDA)
     assert response.content.isascii()
 
 
@@ -304,12 +306,12 @@ def test_reason_with_quotes_and_bytes_stays_valid_json(client: httpx.Client) -> 
     "path", ["/api/v1/nope", "/nope", "/", "/api/v1", "/loyalty.v1.BackofficeService/ListPrograms"]
 )
 def test_unknown_path_is_ruta_no_encontrada(client: httpx.Client, path: str) -> None:
-    fields = assert_envelope(client.get(path), Codigo.RUTA_NO_ENCONTRADA)
+    fields = assert_envelope(client.get(path), CodigoError.RUTA_NO_ENCONTRADA)
     assert path in fields["detalle"]
 
 
 def test_wrong_method_is_ruta_no_encontrada(client: httpx.Client) -> None:
-    fields = assert_envelope(client.delete("/api/v1/ping"), Codigo.RUTA_NO_ENCONTRADA)
+    fields = assert_envelope(client.delete("/api/v1/ping"), CodigoError.RUTA_NO_ENCONTRADA)
     assert fields["detalle"] == "No existe DELETE /api/v1/ping."
 
 
@@ -319,7 +321,7 @@ def test_body_over_the_limit_is_solicitud_muy_grande(client: httpx.Client) -> No
     response = client.post(
         "/api/v1/codes", content=body, headers={"content-type": "application/json"}
     )
-    assert_envelope(response, Codigo.SOLICITUD_MUY_GRANDE)
+    assert_envelope(response, CodigoError.SOLICITUD_MUY_GRANDE)
 
 
 def test_largest_legitimate_body_passes(client: httpx.Client) -> None:
@@ -327,18 +329,18 @@ def test_largest_legitimate_body_passes(client: httpx.Client) -> None:
     response = client.post(
         "/api/v1/codes", content=body, headers={"content-type": "application/json"}
     )
-    assert_envelope(response, Codigo.PROMO_NO_ENCONTRADA)  # reached the server
+    assert_envelope(response, CodigoError.PROMO_NO_ENCONTRADA)  # reached the server
 
 
 def test_huge_headers_are_solicitud_muy_grande(client: httpx.Client) -> None:
     response = client.get("/api/v1/ping", headers={"x-relleno": "a" * 100_000})
-    assert_envelope(response, Codigo.SOLICITUD_MUY_GRANDE)
+    assert_envelope(response, CodigoError.SOLICITUD_MUY_GRANDE)
 
 
 def test_upstream_down_is_servicio_no_disponible(gateway_without_upstream: EnvoyProcess) -> None:
     with httpx.Client(base_url=gateway_without_upstream.url, timeout=30) as http:
         response = http.post("/api/v1/ping", json={})
-    fields = assert_envelope(response, Codigo.SERVICIO_NO_DISPONIBLE)
+    fields = assert_envelope(response, CodigoError.SERVICIO_NO_DISPONIBLE)
     assert "127.0.0.1" not in fields["detalle"]
 
 
@@ -359,17 +361,20 @@ def raw_get(gateway: EnvoyProcess, path: str) -> tuple[int, bytes, list[tuple[st
 @pytest.mark.parametrize(
     ("path", "codigo"),
     [
-        ("/api/v1/../loyalty.v1.BackofficeService/ListPrograms", Codigo.RUTA_NO_ENCONTRADA),
-        ("/api/v1/..%2Floyalty.v1.BackofficeService/ListPrograms", Codigo.SOLICITUD_INVALIDA),
-        ("/api/v1/%2E%2E/loyalty.v1.BackofficeService/ListPrograms", Codigo.RUTA_NO_ENCONTRADA),
+        ("/api/v1/../loyalty.v1.BackofficeService/ListPrograms", CodigoError.RUTA_NO_ENCONTRADA),
+        ("/api/v1/..%2Floyalty.v1.BackofficeService/ListPrograms", CodigoError.SOLICITUD_INVALIDA),
+        (
+            "/api/v1/%2E%2E/loyalty.v1.BackofficeService/ListPrograms",
+            CodigoError.RUTA_NO_ENCONTRADA,
+        ),
         (
             "//api/v1//ping/../../loyalty.v1.BackofficeService/ListPrograms",
-            Codigo.RUTA_NO_ENCONTRADA,
+            CodigoError.RUTA_NO_ENCONTRADA,
         ),
     ],
 )
 def test_path_tricks_do_not_reach_the_back_office(
-    gateway: EnvoyProcess, calls: Calls, path: str, codigo: Codigo
+    gateway: EnvoyProcess, calls: Calls, path: str, codigo: CodigoError
 ) -> None:
     before = list(calls.names)
     status, body, headers = raw_get(gateway, path)

@@ -26,7 +26,7 @@ from loyalty_grpc.api.gateway_protocol import (
     GATEWAY_MARK_VALUE,
     HTTP_STATUS_KEY,
 )
-from loyalty_grpc.domain.errors import CATALOGO, Codigo
+from loyalty_grpc.domain.errors import CATALOGO, CodigoError
 from loyalty_grpc.gen.loyalty.v1 import pos_service_pb2, pos_service_pb2_grpc
 from loyalty_grpc.runtime.gateway.envoy import EnvoyProcess
 from tests.e2e.conftest import Stack
@@ -178,7 +178,7 @@ def _resolve_unknown(http: httpx.Client, key: str, extra: list[tuple[str, str]])
     )
 
 
-def _assert_server_envelope(response: httpx.Response, codigo: Codigo) -> None:
+def _assert_server_envelope(response: httpx.Response, codigo: CodigoError) -> None:
     """The envelope the server wrote (its detalle reached the client: the server sent
     x-envelope, so it saw the mark), with no internal header."""
     assert response.status_code == CATALOGO[codigo].http, response.text
@@ -191,8 +191,8 @@ def _assert_server_envelope(response: httpx.Response, codigo: Codigo) -> None:
 
 
 def test_server_errors_through_envoy_are_the_servers_envelope(http: httpx.Client, key: str) -> None:
-    _assert_server_envelope(_resolve_unknown(http, key, []), Codigo.FAN_NO_ENCONTRADO)
-    _assert_server_envelope(http.post("/api/v1/ping", json={}), Codigo.NO_AUTENTICADO)
+    _assert_server_envelope(_resolve_unknown(http, key, []), CodigoError.FAN_NO_ENCONTRADO)
+    _assert_server_envelope(http.post("/api/v1/ping", json={}), CodigoError.NO_AUTENTICADO)
 
 
 @pytest.mark.parametrize("forged", list(FORGERIES.values()), ids=list(FORGERIES))
@@ -201,9 +201,9 @@ def test_a_client_cannot_change_the_envelope(
 ) -> None:
     expected = _resolve_unknown(http, key, [])
     response = _resolve_unknown(http, key, forged)
-    _assert_server_envelope(response, Codigo.FAN_NO_ENCONTRADO)
+    _assert_server_envelope(response, CodigoError.FAN_NO_ENCONTRADO)
     assert response.content == expected.content
     unauthenticated = http.post("/api/v1/ping", json={})
     forged_unauthenticated = http.post("/api/v1/ping", json={}, headers=forged)
-    _assert_server_envelope(forged_unauthenticated, Codigo.NO_AUTENTICADO)
+    _assert_server_envelope(forged_unauthenticated, CodigoError.NO_AUTENTICADO)
     assert forged_unauthenticated.content == unauthenticated.content

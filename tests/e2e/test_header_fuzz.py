@@ -23,7 +23,7 @@ import socket
 import httpx
 import pytest
 
-from loyalty_grpc.domain.errors import CATALOGO, Codigo
+from loyalty_grpc.domain.errors import CATALOGO, CodigoError
 from tests.e2e.conftest import Stack
 from tests.e2e.support import TIMEOUT, h2c
 
@@ -160,7 +160,7 @@ def server_side(answer: dict[str, object]) -> bool:
         return False
     error = answer["error"]
     assert isinstance(error, dict)
-    return CATALOGO[Codigo(error["codigo"])].http >= 500
+    return CATALOGO[CodigoError(error["codigo"])].http >= 500
 
 
 # ---------------------------------------------------------------- the tests
@@ -231,7 +231,7 @@ def test_large_headers_pass_up_to_envoys_limit(stack: Stack, key: str) -> None:
         assert status == 200, (size, body)
     status, body = http1(stack, request(key, [(b"x-largo", b"A" * 70_000)]))
     assert status == 413, body
-    assert json.loads(body)["error"]["codigo"] == Codigo.SOLICITUD_MUY_GRANDE.value
+    assert json.loads(body)["error"]["codigo"] == CodigoError.SOLICITUD_MUY_GRANDE.value
 
 
 def test_an_unsupported_transfer_coding_is_solicitud_invalida(stack: Stack, key: str) -> None:
@@ -249,7 +249,7 @@ def test_an_unsupported_transfer_coding_is_solicitud_invalida(stack: Stack, key:
     )
     assert status == 400, body
     error = json.loads(body)["error"]
-    assert error["codigo"] == Codigo.SOLICITUD_INVALIDA.value
+    assert error["codigo"] == CodigoError.SOLICITUD_INVALIDA.value
     assert "Transfer-Encoding" in error["detalle"]
 
 
@@ -263,5 +263,5 @@ def test_connect_is_answered_at_once(stack: Stack, key: str) -> None:
     )
     assert status == 404, body
     error = json.loads(body)["error"]
-    assert error["codigo"] == Codigo.RUTA_NO_ENCONTRADA.value
+    assert error["codigo"] == CodigoError.RUTA_NO_ENCONTRADA.value
     assert error["detalle"] == "No existe CONNECT: la API no abre túneles."

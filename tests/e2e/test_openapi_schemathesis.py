@@ -27,7 +27,7 @@ from schemathesis.generation.meta import CoveragePhaseData, CoverageScenario
 from schemathesis.openapi.checks import RejectedPositiveData, UnsupportedMethodResponse
 
 from loyalty_grpc.domain.amounts import parse_centavos, parse_importe
-from loyalty_grpc.domain.errors import Codigo, LoyaltyError
+from loyalty_grpc.domain.errors import CodigoError, LoyaltyError
 from loyalty_grpc.domain.timestamps import parse_ts
 from loyalty_grpc.runtime.gateway.config import find_gateway_dir
 from tests.e2e.conftest import Stack
@@ -112,12 +112,12 @@ def _refused_by_state_or_clock(case: Case[Any], response: Response) -> bool:
     codigo = _codigo(response)
     body = case.body if isinstance(case.body, dict) else {}
     if response.status_code == 422:
-        return codigo == Codigo.ID_EXTERNO_EN_CONFLICTO
+        return codigo == CodigoError.ID_EXTERNO_EN_CONFLICTO
     if response.status_code != 400:
         return False
-    if codigo == Codigo.CURSOR_INVALIDO:
+    if codigo == CodigoError.CURSOR_INVALIDO:
         return True
-    if codigo == Codigo.TS_INVALIDO:
+    if codigo == CodigoError.TS_INVALIDO:
         return _is_only_in_the_future(body.get("ts"))
     return False
 
@@ -161,7 +161,7 @@ def undeclared_method_is_not_found(
         return None
     if meta.phase.data.scenario != CoverageScenario.UNSPECIFIED_HTTP_METHOD:
         return None
-    if response.status_code == 404 and _codigo(response) == Codigo.RUTA_NO_ENCONTRADA:
+    if response.status_code == 404 and _codigo(response) == CodigoError.RUTA_NO_ENCONTRADA:
         return None
     # Envoy's HTTP/1 codec refuses a method it does not know (QUERY, the newest, is not
     # among them) as a malformed request, before any route: 400 solicitud_invalida.
@@ -169,7 +169,7 @@ def undeclared_method_is_not_found(
     if (
         method in CODEC_UNKNOWN_METHODS
         and response.status_code == 400
-        and _codigo(response) == Codigo.SOLICITUD_INVALIDA
+        and _codigo(response) == CodigoError.SOLICITUD_INVALIDA
     ):
         return None
     raise UnsupportedMethodResponse(

@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from loyalty_grpc.api.errors import envelope
-from loyalty_grpc.domain.errors import Codigo, LoyaltyError
+from loyalty_grpc.domain.errors import CodigoError, LoyaltyError
 from loyalty_grpc.gen.loyalty.v1 import backoffice_service_pb2 as bo
 from loyalty_grpc.gen.loyalty.v1 import backoffice_service_pb2_grpc as bo_grpc
 from tests.e2e.conftest import ALL, Stack
@@ -60,11 +60,11 @@ def test_test_key_is_prueba(stack: Stack, http: httpx.Client):
 @pytest.mark.parametrize(
     ("headers", "codigo"),
     [
-        ({}, Codigo.NO_AUTENTICADO),
-        ({"Authorization": "Basic dXNlcjpwYXNz"}, Codigo.NO_AUTENTICADO),
-        ({"Authorization": "Bearer"}, Codigo.NO_AUTENTICADO),
-        ({"Authorization": "Bearer lp_vivo_" + "Z" * 30}, Codigo.CLAVE_INVALIDA),
-        ({"Authorization": "Bearer lp_otro_" + "Z" * 30}, Codigo.CLAVE_INVALIDA),
+        ({}, CodigoError.NO_AUTENTICADO),
+        ({"Authorization": "Basic dXNlcjpwYXNz"}, CodigoError.NO_AUTENTICADO),
+        ({"Authorization": "Bearer"}, CodigoError.NO_AUTENTICADO),
+        ({"Authorization": "Bearer lp_vivo_" + "Z" * 30}, CodigoError.CLAVE_INVALIDA),
+        ({"Authorization": "Bearer lp_otro_" + "Z" * 30}, CodigoError.CLAVE_INVALIDA),
     ],
 )
 def test_authentication_errors(http: httpx.Client, headers, codigo):
@@ -74,7 +74,9 @@ def test_authentication_errors(http: httpx.Client, headers, codigo):
 
 def test_exact_error_bytes(http: httpx.Client):
     response = http.post("/api/v1/ping")
-    expected = envelope(LoyaltyError(Codigo.NO_AUTENTICADO, "falta el encabezado Authorization"))
+    expected = envelope(
+        LoyaltyError(CodigoError.NO_AUTENTICADO, "falta el encabezado Authorization")
+    )
     assert response.content == expected.encode()
 
 
@@ -82,7 +84,7 @@ def test_revoked_key_is_refused(stack: Stack, http: httpx.Client):
     key_id, key = stack.admin.key("e2e", "Caja Efimera", [])
     assert http.post("/api/v1/ping", headers=auth(key)).status_code == 200
     stack.admin.revoke(key_id)
-    assert_error(http.post("/api/v1/ping", headers=auth(key)), Codigo.CLAVE_INVALIDA)
+    assert_error(http.post("/api/v1/ping", headers=auth(key)), CodigoError.CLAVE_INVALIDA)
 
 
 ENDPOINTS = [
@@ -99,7 +101,7 @@ ENDPOINTS = [
 @pytest.mark.parametrize(("method", "path", "body"), ENDPOINTS)
 def test_permission_denied(stack: Stack, http: httpx.Client, method, path, body):
     denied = http.request(method, path, headers=auth(stack.keys["ping"]), json=body)
-    error = assert_error(denied, Codigo.PERMISO_DENEGADO)
+    error = assert_error(denied, CodigoError.PERMISO_DENEGADO)
     assert "permiso" in error["detalle"]
 
 
@@ -107,17 +109,17 @@ def test_tx_only_key_cannot_resolve(stack: Stack, http: httpx.Client):
     response = http.post(
         "/api/v1/fan/resolve", headers=auth(stack.keys["tx"]), json={"fan": "E2E0001"}
     )
-    assert "fan:leer" in assert_error(response, Codigo.PERMISO_DENEGADO)["detalle"]
+    assert "fan:leer" in assert_error(response, CodigoError.PERMISO_DENEGADO)["detalle"]
 
 
 def test_unknown_path_and_method(stack: Stack, http: httpx.Client):
     headers = auth(stack.keys["todo"])
-    assert_error(http.get("/api/v1/nope", headers=headers), Codigo.RUTA_NO_ENCONTRADA)
-    assert_error(http.delete("/api/v1/ping", headers=headers), Codigo.RUTA_NO_ENCONTRADA)
-    assert_error(http.get("/", headers=headers), Codigo.RUTA_NO_ENCONTRADA)
+    assert_error(http.get("/api/v1/nope", headers=headers), CodigoError.RUTA_NO_ENCONTRADA)
+    assert_error(http.delete("/api/v1/ping", headers=headers), CodigoError.RUTA_NO_ENCONTRADA)
+    assert_error(http.get("/", headers=headers), CodigoError.RUTA_NO_ENCONTRADA)
     assert_error(
         http.post("/loyalty.v1.BackofficeService/ListPrograms", headers=headers),
-        Codigo.RUTA_NO_ENCONTRADA,
+        CodigoError.RUTA_NO_ENCONTRADA,
     )
 
 
@@ -125,12 +127,12 @@ def test_malformed_json_and_wrong_types(stack: Stack, http: httpx.Client):
     headers = {**auth(stack.keys["todo"]), "content-type": "application/json"}
     error = assert_error(
         http.post("/api/v1/fan/resolve", headers=headers, content=b'{"fan":'),
-        Codigo.SOLICITUD_INVALIDA,
+        CodigoError.SOLICITUD_INVALIDA,
     )
     assert error["detalle"]
     error = assert_error(
         http.post("/api/v1/fan/resolve", headers=headers, content=json.dumps({"fan": 12345})),
-        Codigo.SOLICITUD_INVALIDA,
+        CodigoError.SOLICITUD_INVALIDA,
     )
     assert "fan" in error["detalle"]
 
@@ -142,7 +144,7 @@ def test_oversized_body(stack: Stack, http: httpx.Client):
         headers={**auth(stack.keys["todo"]), "content-type": "application/json"},
         content=big,
     )
-    assert_error(response, Codigo.SOLICITUD_MUY_GRANDE)
+    assert_error(response, CodigoError.SOLICITUD_MUY_GRANDE)
 
 
 def test_backoffice_not_reachable_by_grpc_through_envoy(stack: Stack):

@@ -12,7 +12,7 @@ import httpx
 import pytest
 from sqlalchemy import func, select
 
-from loyalty_grpc.domain.errors import Codigo
+from loyalty_grpc.domain.errors import CodigoError
 from loyalty_grpc.gen.loyalty.v1 import backoffice_service_pb2 as bo
 from loyalty_grpc.store.tables import codigos
 from tests.e2e.conftest import Stack
@@ -285,7 +285,8 @@ def test_five_thousand_and_one_adds_nothing(stack, http, keys):
     before = total_codes(stack)
     for payload in ([f"M-{i}" for i in range(5001)], " ".join(f"M-{i}" for i in range(5001))):
         error = assert_error(
-            deposit(http, keys["todo"], promo=promo_id, codigos=payload), Codigo.DEMASIADOS_CODIGOS
+            deposit(http, keys["todo"], promo=promo_id, codigos=payload),
+            CodigoError.DEMASIADOS_CODIGOS,
         )
         assert "5000" in error["detalle"]
     assert total_codes(stack) == before
@@ -304,45 +305,57 @@ def _fill(value: object, promo_id: int) -> object:
 @pytest.mark.parametrize(
     ("body", "codigo", "hint"),
     [
-        ({"codigos": ["X"]}, Codigo.CAMPO_REQUERIDO, "promo"),
-        ({"promo": None, "codigos": ["X"]}, Codigo.CAMPO_REQUERIDO, "promo"),
-        ({"promo": "  ", "codigos": ["X"]}, Codigo.CAMPO_REQUERIDO, "promo"),
-        ({"promo": "$ID"}, Codigo.CAMPO_REQUERIDO, "codigos"),
-        ({"promo": "$ID", "codigos": ""}, Codigo.CAMPO_REQUERIDO, "codigos"),
-        ({"promo": "$ID", "codigos": []}, Codigo.CAMPO_REQUERIDO, "codigos"),
-        ({"promo": "$ID", "codigos": " ,; "}, Codigo.CAMPO_REQUERIDO, "codigos"),
+        ({"codigos": ["X"]}, CodigoError.CAMPO_REQUERIDO, "promo"),
+        ({"promo": None, "codigos": ["X"]}, CodigoError.CAMPO_REQUERIDO, "promo"),
+        ({"promo": "  ", "codigos": ["X"]}, CodigoError.CAMPO_REQUERIDO, "promo"),
+        ({"promo": "$ID"}, CodigoError.CAMPO_REQUERIDO, "codigos"),
+        ({"promo": "$ID", "codigos": ""}, CodigoError.CAMPO_REQUERIDO, "codigos"),
+        ({"promo": "$ID", "codigos": []}, CodigoError.CAMPO_REQUERIDO, "codigos"),
+        ({"promo": "$ID", "codigos": " ,; "}, CodigoError.CAMPO_REQUERIDO, "codigos"),
         (
             {"promo": "$ID", "promo_id": "$ID", "codigos": ["X"]},
-            Codigo.SOLICITUD_INVALIDA,
+            CodigoError.SOLICITUD_INVALIDA,
             "promo_id",
         ),
-        ({"promo": "$ID", "codigos": ["X"], "codes": ["Y"]}, Codigo.SOLICITUD_INVALIDA, "codes"),
-        ({"promo": True, "codigos": ["X"]}, Codigo.SOLICITUD_INVALIDA, "promo"),
-        ({"promo": 1.5, "codigos": ["X"]}, Codigo.SOLICITUD_INVALIDA, "promo"),
-        ({"promo": ["$ID"], "codigos": ["X"]}, Codigo.SOLICITUD_INVALIDA, "promo"),
-        ({"promo": "$ID", "codigos": 12345}, Codigo.SOLICITUD_INVALIDA, "codigos"),
-        ({"promo": "$ID", "codigos": {"a": "b"}}, Codigo.SOLICITUD_INVALIDA, "codigos"),
-        ({"promo": "$ID", "codes": ["OK", 7]}, Codigo.SOLICITUD_INVALIDA, "codes[1]"),
-        ({"promo": "$ID", "codigos": ["OK", ""]}, Codigo.CODIGO_INVALIDO, 'codigos[1] "": vacío'),
-        ({"promo": "$ID", "codigos": ["OK", "   "]}, Codigo.CODIGO_INVALIDO, "codigos[1]"),
-        ({"promo": "$ID", "codigos": ["OK", "X" * 65]}, Codigo.CODIGO_INVALIDO, "más de 64"),
+        (
+            {"promo": "$ID", "codigos": ["X"], "codes": ["Y"]},
+            CodigoError.SOLICITUD_INVALIDA,
+            "codes",
+        ),
+        ({"promo": True, "codigos": ["X"]}, CodigoError.SOLICITUD_INVALIDA, "promo"),
+        ({"promo": 1.5, "codigos": ["X"]}, CodigoError.SOLICITUD_INVALIDA, "promo"),
+        ({"promo": ["$ID"], "codigos": ["X"]}, CodigoError.SOLICITUD_INVALIDA, "promo"),
+        ({"promo": "$ID", "codigos": 12345}, CodigoError.SOLICITUD_INVALIDA, "codigos"),
+        ({"promo": "$ID", "codigos": {"a": "b"}}, CodigoError.SOLICITUD_INVALIDA, "codigos"),
+        ({"promo": "$ID", "codes": ["OK", 7]}, CodigoError.SOLICITUD_INVALIDA, "codes[1]"),
+        (
+            {"promo": "$ID", "codigos": ["OK", ""]},
+            CodigoError.CODIGO_INVALIDO,
+            'codigos[1] "": vacío',
+        ),
+        ({"promo": "$ID", "codigos": ["OK", "   "]}, CodigoError.CODIGO_INVALIDO, "codigos[1]"),
+        ({"promo": "$ID", "codigos": ["OK", "X" * 65]}, CodigoError.CODIGO_INVALIDO, "más de 64"),
         (
             {"promo": "$ID", "codigos": ["OK", "A\u0007B"]},
-            Codigo.CODIGO_INVALIDO,
+            CodigoError.CODIGO_INVALIDO,
             'codigos[1] "A\\u0007B": contiene caracteres de control',
         ),
-        ({"promo": "$ID", "codigos": "OK A\u0000B"}, Codigo.CODIGO_INVALIDO, "código 2 del texto"),
-        ({"promo": "$ID", "codigos": ["OK", "A B"]}, Codigo.CODIGO_INVALIDO, "separan"),
-        ({"promo": 999999, "codigos": ["X"]}, Codigo.PROMO_NO_ENCONTRADA, "999999"),
-        ({"promo": "999999", "codigos": ["X"]}, Codigo.PROMO_NO_ENCONTRADA, "999999"),
+        (
+            {"promo": "$ID", "codigos": "OK A\u0000B"},
+            CodigoError.CODIGO_INVALIDO,
+            "código 2 del texto",
+        ),
+        ({"promo": "$ID", "codigos": ["OK", "A B"]}, CodigoError.CODIGO_INVALIDO, "separan"),
+        ({"promo": 999999, "codigos": ["X"]}, CodigoError.PROMO_NO_ENCONTRADA, "999999"),
+        ({"promo": "999999", "codigos": ["X"]}, CodigoError.PROMO_NO_ENCONTRADA, "999999"),
         (
             {"promo_id": 999999, "codes": "X"},
-            Codigo.PROMO_NO_ENCONTRADA,
+            CodigoError.PROMO_NO_ENCONTRADA,
             "promo_id: el programa no tiene la promoción '999999'",
         ),
-        ({"promo": 0, "codigos": ["X"]}, Codigo.PROMO_NO_ENCONTRADA, "promo"),
-        ({"promo": "No Existe", "codigos": ["X"]}, Codigo.PROMO_NO_ENCONTRADA, "No Existe"),
-        ({"promo": "cerrada", "codigos": ["X"]}, Codigo.PROMO_NO_ADMITE_CODIGOS, "terminada"),
+        ({"promo": 0, "codigos": ["X"]}, CodigoError.PROMO_NO_ENCONTRADA, "promo"),
+        ({"promo": "No Existe", "codigos": ["X"]}, CodigoError.PROMO_NO_ENCONTRADA, "No Existe"),
+        ({"promo": "cerrada", "codigos": ["X"]}, CodigoError.PROMO_NO_ADMITE_CODIGOS, "terminada"),
     ],
 )
 def test_errors_change_nothing(stack, http, keys, body, codigo, hint):
@@ -358,7 +371,7 @@ def test_invalid_codes_are_named_first_three_and_nothing_is_added(stack, http, k
     promo_id, _ = new_promo(stack)
     batch = ["GOOD-1", "", "GOOD-2", "X" * 80, "B\tC", "\u0001", "ÑU\u0085X", "GOOD-3"]
     error = assert_error(
-        deposit(http, keys["todo"], promo=promo_id, codigos=batch), Codigo.CODIGO_INVALIDO
+        deposit(http, keys["todo"], promo=promo_id, codigos=batch), CodigoError.CODIGO_INVALIDO
     )
     detalle = error["detalle"]
     assert detalle.startswith("5 código(s) no válido(s), no se agregó ninguno: codigos[1]")
@@ -374,16 +387,16 @@ def test_body_that_is_not_json(http, keys):
         headers={**auth(keys["todo"]), "content-type": "application/json"},
         content=b"A1, A2",
     )
-    assert_error(response, Codigo.SOLICITUD_INVALIDA)
+    assert_error(response, CodigoError.SOLICITUD_INVALIDA)
 
 
 def test_authentication(http):
     for method, path in (("GET", "/api/v1/promos"), ("POST", "/api/v1/codes")):
         body = {"promo": 1, "codigos": ["X"]} if method == "POST" else None
-        assert_error(http.request(method, path, json=body), Codigo.NO_AUTENTICADO)
+        assert_error(http.request(method, path, json=body), CodigoError.NO_AUTENTICADO)
         assert_error(
             http.request(method, path, json=body, headers=auth("lp_vivo_" + "Q" * 30)),
-            Codigo.CLAVE_INVALIDA,
+            CodigoError.CLAVE_INVALIDA,
         )
 
 
@@ -394,7 +407,7 @@ def test_permission(stack, http, keys, key_name):
         http.get("/api/v1/promos", headers=auth(keys[key_name])),
         deposit(http, keys[key_name], promo=promo_id, codigos=["X"]),
     ):
-        error = assert_error(response, Codigo.PERMISO_DENEGADO)
+        error = assert_error(response, CodigoError.PERMISO_DENEGADO)
         assert "codigos:escribir" in error["detalle"]
     assert stored(stack, promo_id) == {}
 
@@ -408,7 +421,7 @@ def test_program_isolation(stack, http, keys, other_keys):
     before = stored(stack, int(str(theirs["id"])))
     assert_error(
         deposit(http, other_keys["todo"], promo=theirs["id"], codigos=["Z-1"]),
-        Codigo.PROMO_NO_ENCONTRADA,
+        CodigoError.PROMO_NO_ENCONTRADA,
     )
     assert stored(stack, int(str(theirs["id"]))) == before
     # a name is looked up in the key's own program only

@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from loyalty_grpc.api.server import ServerSettings, build_server
-from loyalty_grpc.domain.errors import Codigo
+from loyalty_grpc.domain.errors import CodigoError
 from loyalty_grpc.domain.rate_limit import SLOTS
 from loyalty_grpc.runtime.gateway.envoy import EnvoyProcess
 from loyalty_grpc.services.backoffice.fixtures import apply_fixture
@@ -128,7 +128,7 @@ def test_success_carries_the_ratelimit_fields(limited: LimitedStack, http: httpx
 def test_an_ordinary_error_carries_the_ratelimit_fields(limited: LimitedStack, http: httpx.Client):
     key = limited.new_key()
     response = http.post("/api/v1/fan/resolve", headers=auth(key), json={"fan": "NADIE999"})
-    assert_error(response, Codigo.FAN_NO_ENCONTRADO)
+    assert_error(response, CodigoError.FAN_NO_ENCONTRADO)
     assert ratelimit(response)[0] == LIMIT - 1
     # A validation error counts too.
     response = http.post("/api/v1/fan/resolve", headers=auth(key), json={})
@@ -142,7 +142,7 @@ def test_over_the_limit_is_429_with_retry_after(limited: LimitedStack, http: htt
         assert http.get("/api/v1/ping", headers=auth(key)).status_code == 200
     for _ in range(2):
         response = http.get("/api/v1/ping", headers=auth(key))
-        error = assert_error(response, Codigo.DEMASIADAS_LLAMADAS)
+        error = assert_error(response, CodigoError.DEMASIADAS_LLAMADAS)
         retry_after = int(response.headers["retry-after"])
         assert 1 <= retry_after <= SLOTS
         assert ratelimit(response) == (0, retry_after)
@@ -151,5 +151,5 @@ def test_over_the_limit_is_429_with_retry_after(limited: LimitedStack, http: htt
 
 def test_unknown_key_gets_no_ratelimit_fields(http: httpx.Client):
     response = http.post("/api/v1/ping", headers=auth("lp_vivo_" + "x" * 32))
-    assert_error(response, Codigo.CLAVE_INVALIDA)
+    assert_error(response, CodigoError.CLAVE_INVALIDA)
     assert "ratelimit" not in response.headers

@@ -15,7 +15,7 @@ import httpx
 import pytest
 from sqlalchemy import func, select
 
-from loyalty_grpc.domain.errors import CATALOGO, Codigo
+from loyalty_grpc.domain.errors import CATALOGO, CodigoError
 from loyalty_grpc.gen.loyalty.v1 import pos_service_pb2 as pb
 from loyalty_grpc.gen.loyalty.v1 import pos_service_pb2_grpc as pb_grpc
 from loyalty_grpc.store.tables import claves, codigos, fans, movimientos, promos
@@ -369,16 +369,16 @@ def test_one_text_in_several_promotions(stack, http, keys):
 @pytest.mark.parametrize(
     ("codigo", "error"),
     [
-        ("HD-L01", Codigo.CODIGO_LIBERADO),
-        ("hd-l02", Codigo.CODIGO_LIBERADO),  # released before delivery
-        ("HD-D01", Codigo.CODIGO_NO_ASIGNADO),
-        ("MULTI-3", Codigo.CODIGO_LIBERADO),  # liberado (Gorra) before disponible (Hot Dog)
-        ("MULTI-4", Codigo.CODIGO_NO_ASIGNADO),  # disponible in both
-        ("NO-EXISTE", Codigo.CODIGO_NO_ENCONTRADO),
-        ("OTRO-1", Codigo.CODIGO_NO_ENCONTRADO),  # another program's code
-        ("HD 001", Codigo.CODIGO_NO_ENCONTRADO),  # inner spaces are not removed
-        ("X" * 65, Codigo.CODIGO_NO_ENCONTRADO),
-        ("HD-\u0000", Codigo.CODIGO_NO_ENCONTRADO),
+        ("HD-L01", CodigoError.CODIGO_LIBERADO),
+        ("hd-l02", CodigoError.CODIGO_LIBERADO),  # released before delivery
+        ("HD-D01", CodigoError.CODIGO_NO_ASIGNADO),
+        ("MULTI-3", CodigoError.CODIGO_LIBERADO),  # liberado (Gorra) before disponible (Hot Dog)
+        ("MULTI-4", CodigoError.CODIGO_NO_ASIGNADO),  # disponible in both
+        ("NO-EXISTE", CodigoError.CODIGO_NO_ENCONTRADO),
+        ("OTRO-1", CodigoError.CODIGO_NO_ENCONTRADO),  # another program's code
+        ("HD 001", CodigoError.CODIGO_NO_ENCONTRADO),  # inner spaces are not removed
+        ("X" * 65, CodigoError.CODIGO_NO_ENCONTRADO),
+        ("HD-\u0000", CodigoError.CODIGO_NO_ENCONTRADO),
     ],
 )
 def test_state_errors_change_nothing(stack, http, keys, codigo, error):
@@ -395,19 +395,19 @@ def test_state_errors_change_nothing(stack, http, keys, codigo, error):
 @pytest.mark.parametrize(
     ("body", "error", "hint"),
     [
-        ({}, Codigo.CAMPO_REQUERIDO, "codigo"),
-        ({"codigo": "   "}, Codigo.CAMPO_REQUERIDO, "codigo"),
-        ({"codigos": []}, Codigo.CAMPO_REQUERIDO, "codigos"),
-        ({"terminal": "Caja 1"}, Codigo.CAMPO_REQUERIDO, "codigo"),
-        ({"codigo": "{c}", "codigos": ["{c}"]}, Codigo.SOLICITUD_INVALIDA, "codigos"),
-        ({"codigo": 5}, Codigo.SOLICITUD_INVALIDA, ""),
-        ({"codigos": [5]}, Codigo.SOLICITUD_INVALIDA, ""),
-        ({"codigo": "{c}", "ts": "mañana"}, Codigo.TS_INVALIDO, "ts"),
-        ({"codigo": "{c}", "ts": "2999-01-01T00:00:00Z"}, Codigo.TS_INVALIDO, "ts"),
-        ({"codigos": ["{c}"], "ts": True}, Codigo.TS_INVALIDO, "ts"),
-        ({"codigo": "{c}", "terminal": "a", "caja": "b"}, Codigo.SOLICITUD_INVALIDA, "caja"),
-        ({"codigo": "{c}", "terminal": "x" * 101}, Codigo.SOLICITUD_INVALIDA, "terminal"),
-        ({"codigos": ["{c}"], "caja": "a\u0001b"}, Codigo.SOLICITUD_INVALIDA, "caja"),
+        ({}, CodigoError.CAMPO_REQUERIDO, "codigo"),
+        ({"codigo": "   "}, CodigoError.CAMPO_REQUERIDO, "codigo"),
+        ({"codigos": []}, CodigoError.CAMPO_REQUERIDO, "codigos"),
+        ({"terminal": "Caja 1"}, CodigoError.CAMPO_REQUERIDO, "codigo"),
+        ({"codigo": "{c}", "codigos": ["{c}"]}, CodigoError.SOLICITUD_INVALIDA, "codigos"),
+        ({"codigo": 5}, CodigoError.SOLICITUD_INVALIDA, ""),
+        ({"codigos": [5]}, CodigoError.SOLICITUD_INVALIDA, ""),
+        ({"codigo": "{c}", "ts": "mañana"}, CodigoError.TS_INVALIDO, "ts"),
+        ({"codigo": "{c}", "ts": "2999-01-01T00:00:00Z"}, CodigoError.TS_INVALIDO, "ts"),
+        ({"codigos": ["{c}"], "ts": True}, CodigoError.TS_INVALIDO, "ts"),
+        ({"codigo": "{c}", "terminal": "a", "caja": "b"}, CodigoError.SOLICITUD_INVALIDA, "caja"),
+        ({"codigo": "{c}", "terminal": "x" * 101}, CodigoError.SOLICITUD_INVALIDA, "terminal"),
+        ({"codigos": ["{c}"], "caja": "a\u0001b"}, CodigoError.SOLICITUD_INVALIDA, "caja"),
     ],
 )
 def test_request_errors_burn_nothing(stack, http, keys, body, error, hint):
@@ -430,11 +430,11 @@ def test_request_errors_burn_nothing(stack, http, keys, body, error, hint):
 def test_permission(stack, http, keys):
     for name in ("tx", "ping"):
         error = assert_error(
-            redeem(http, keys[name], {"codigo": "HD-D01"}), Codigo.PERMISO_DENEGADO
+            redeem(http, keys[name], {"codigo": "HD-D01"}), CodigoError.PERMISO_DENEGADO
         )
         assert "redeem:escribir" in error["detalle"]
         error = assert_error(
-            redeem(http, keys[name], {"codigos": ["HD-D01"]}), Codigo.PERMISO_DENEGADO
+            redeem(http, keys[name], {"codigos": ["HD-D01"]}), CodigoError.PERMISO_DENEGADO
         )
 
 
@@ -465,7 +465,7 @@ def test_twenty_concurrent_burns_credit_once(stack, keys):
 # ---------------------------------------------------------------- batch form
 
 
-def error_entry(codigo: str, error: Codigo) -> dict[str, object]:
+def error_entry(codigo: str, error: CodigoError) -> dict[str, object]:
     return {
         "codigo": codigo,
         "ok": False,
@@ -521,10 +521,10 @@ def test_batch_answers_each_code_as_the_single_form_would(stack, http, keys):
         burned(a, False),
         burned(b, False),
         burned(a, True),
-        error_entry("HD-L01", Codigo.CODIGO_LIBERADO),
-        error_entry("HD-D01", Codigo.CODIGO_NO_ASIGNADO),
-        error_entry("NADA", Codigo.CODIGO_NO_ENCONTRADO),
-        error_entry("", Codigo.CODIGO_NO_ENCONTRADO),
+        error_entry("HD-L01", CodigoError.CODIGO_LIBERADO),
+        error_entry("HD-D01", CodigoError.CODIGO_NO_ASIGNADO),
+        error_entry("NADA", CodigoError.CODIGO_NO_ENCONTRADO),
+        error_entry("", CodigoError.CODIGO_NO_ENCONTRADO),
         burned("MULTI-2", True, "Gorra", "RED02"),
         burned("HD-C01", True, fan_id="RED02"),
         burned(b, True),
@@ -586,9 +586,9 @@ def test_batch_repeats_a_text_in_several_promotions(stack, http, keys):
     ]
     assert data["resultados"][1]["fan"] == correo("RED02")
     assert data["resultados"][3:] == [
-        error_entry("MULTI-3", Codigo.CODIGO_LIBERADO),
-        error_entry("MULTI-4", Codigo.CODIGO_NO_ASIGNADO),
-        error_entry("OTRO-1", Codigo.CODIGO_NO_ENCONTRADO),
+        error_entry("MULTI-3", CodigoError.CODIGO_LIBERADO),
+        error_entry("MULTI-4", CodigoError.CODIGO_NO_ASIGNADO),
+        error_entry("OTRO-1", CodigoError.CODIGO_NO_ENCONTRADO),
     ]
     assert data["resumen"] == {"recibidos": 6, "canjeados": 2, "duplicados": 1, "rechazados": 3}
     assert (balance(stack, "RED01"), balance(stack, "RED02")) == (red01 + 50, red02 + 30)
@@ -600,7 +600,7 @@ def test_a_string_in_codigos_is_refused(stack, http, keys):
     codigo = fresh()
     before = balance(stack, "RED01")
     detalle = assert_error(
-        redeem(http, keys["todo"], {"codigos": codigo.lower()}), Codigo.SOLICITUD_INVALIDA
+        redeem(http, keys["todo"], {"codigos": codigo.lower()}), CodigoError.SOLICITUD_INVALIDA
     )["detalle"]
     assert detalle == "codigos: debe ser una lista de textos; llegó un texto"
     assert stored(stack, codigo)["estado"] == "asignado"
@@ -636,7 +636,7 @@ def test_batch_limit(stack, http, keys):
     lote = [f"L-{i:04}" for i in range(1, LOTE + 1)]
     before, entries = balance(stack, "RED02"), ledger_total(stack)
     detalle = assert_error(
-        redeem(http, keys["todo"], {"codigos": lote}), Codigo.DEMASIADOS_CODIGOS
+        redeem(http, keys["todo"], {"codigos": lote}), CodigoError.DEMASIADOS_CODIGOS
     )["detalle"]
     assert "500" in detalle
     assert (balance(stack, "RED02"), ledger_total(stack)) == (before, entries)

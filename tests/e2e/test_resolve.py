@@ -6,7 +6,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from loyalty_grpc.domain.errors import Codigo
+from loyalty_grpc.domain.errors import CodigoError
 from tests.e2e.conftest import Stack
 from tests.e2e.support import assert_error, auth
 
@@ -173,30 +173,30 @@ def test_fan_fields_and_exact_null_promo(keys, http):
     ],
 )
 def test_not_found(keys, http, body):
-    error = assert_error(resolve(http, keys["todo"], body), Codigo.FAN_NO_ENCONTRADO)
+    error = assert_error(resolve(http, keys["todo"], body), CodigoError.FAN_NO_ENCONTRADO)
     assert str(body["fan"]).strip() not in error["detalle"] or not str(body["fan"]).strip()
 
 
 @pytest.mark.parametrize(
     ("body", "codigo"),
     [
-        ({}, Codigo.CAMPO_REQUERIDO),
-        ({"fan": ""}, Codigo.CAMPO_REQUERIDO),
-        ({"fan": "   "}, Codigo.CAMPO_REQUERIDO),
-        ({"otro": "RES0001"}, Codigo.CAMPO_REQUERIDO),
-        ({"fan": "RES0001", "qr": "q7Hk2Pz"}, Codigo.SOLICITUD_INVALIDA),
-        ({"fan": 12345}, Codigo.SOLICITUD_INVALIDA),
-        ({"fan": None}, Codigo.CAMPO_REQUERIDO),
+        ({}, CodigoError.CAMPO_REQUERIDO),
+        ({"fan": ""}, CodigoError.CAMPO_REQUERIDO),
+        ({"fan": "   "}, CodigoError.CAMPO_REQUERIDO),
+        ({"otro": "RES0001"}, CodigoError.CAMPO_REQUERIDO),
+        ({"fan": "RES0001", "qr": "q7Hk2Pz"}, CodigoError.SOLICITUD_INVALIDA),
+        ({"fan": 12345}, CodigoError.SOLICITUD_INVALIDA),
+        ({"fan": None}, CodigoError.CAMPO_REQUERIDO),
     ],
 )
 def test_bad_requests(keys, http, body, codigo):
     error = assert_error(resolve(http, keys["todo"], body), codigo)
-    if codigo is Codigo.CAMPO_REQUERIDO:
+    if codigo is CodigoError.CAMPO_REQUERIDO:
         assert "fan" in error["detalle"]
 
 
 def test_permission(keys, http):
-    assert_error(resolve(http, keys["tx"], {"fan": "RES0001"}), Codigo.PERMISO_DENEGADO)
+    assert_error(resolve(http, keys["tx"], {"fan": "RES0001"}), CodigoError.PERMISO_DENEGADO)
     # The test key has fan:leer and resolves like a live one.
     assert resolve(http, keys["prueba"], {"fan": "RES0001"}).status_code == 200
 

@@ -15,7 +15,7 @@ import httpx
 import pytest
 from sqlalchemy import select
 
-from loyalty_grpc.domain.errors import Codigo
+from loyalty_grpc.domain.errors import CodigoError
 from loyalty_grpc.domain.roster_cursor import Fase, Posicion, encode_cursor
 from loyalty_grpc.domain.timestamps import format_iso_utc
 from loyalty_grpc.gen.loyalty.v1 import backoffice_service_pb2 as bo
@@ -340,7 +340,7 @@ def test_both_parameter_locations(stack, http, keys):
     # desde null or empty = a new snapshot.
     assert len(page(http, keys["todo"], post=True, limite=2.0)["fans"]) == 2
     detalle = assert_error(
-        call(http, keys["todo"], post=True, limite="2"), Codigo.SOLICITUD_INVALIDA
+        call(http, keys["todo"], post=True, limite="2"), CodigoError.SOLICITUD_INVALIDA
     )["detalle"]
     assert detalle.startswith("limite: llegó un texto")
     assert page(http, keys["todo"], post=True, desde=None, limite=2)["desde"] == ""
@@ -376,19 +376,19 @@ def test_limite_below_one_or_not_integer_get(http, keys, limite):
     if not limite.strip():  # blank = not sent
         assert response.status_code == 200
         return
-    assert "limite" in assert_error(response, Codigo.SOLICITUD_INVALIDA)["detalle"]
+    assert "limite" in assert_error(response, CodigoError.SOLICITUD_INVALIDA)["detalle"]
 
 
 @pytest.mark.parametrize("limite", [0, -5, 1.5, "x", True, [10], {"n": 1}])
 def test_limite_below_one_or_wrong_type_post(http, keys, limite):
     response = call(http, keys["todo"], post=True, limite=limite)
-    assert "limite" in assert_error(response, Codigo.SOLICITUD_INVALIDA)["detalle"]
+    assert "limite" in assert_error(response, CodigoError.SOLICITUD_INVALIDA)["detalle"]
 
 
 def test_desde_of_wrong_json_type(http, keys):
     for desde in (True, [1], {"a": 1}):
         response = call(http, keys["todo"], post=True, desde=desde)
-        assert "desde" in assert_error(response, Codigo.SOLICITUD_INVALIDA)["detalle"]
+        assert "desde" in assert_error(response, CodigoError.SOLICITUD_INVALIDA)["detalle"]
 
 
 def test_body_not_json(http, keys):
@@ -397,7 +397,7 @@ def test_body_not_json(http, keys):
         headers={**auth(keys["todo"]), "Content-Type": "application/json"},
         content=b"{not json",
     )
-    assert_error(response, Codigo.SOLICITUD_INVALIDA)
+    assert_error(response, CodigoError.SOLICITUD_INVALIDA)
 
 
 # ---------------------------------------------------------------- cursors
@@ -419,15 +419,17 @@ def test_cursor_errors(stack, http, keys, other_keys):
     for desde in bad:
         for post in (False, True):
             response = call(http, keys["todo"], post=post, desde=desde)
-            assert "desde" in assert_error(response, Codigo.CURSOR_INVALIDO)["detalle"], desde
+            assert "desde" in assert_error(response, CodigoError.CURSOR_INVALIDO)["detalle"], desde
     # A number is allowed by the contract's type, but is never one of our cursors.
     for number in (12345, 0, 1.5):
-        assert_error(call(http, keys["todo"], post=True, desde=number), Codigo.CURSOR_INVALIDO)
+        assert_error(call(http, keys["todo"], post=True, desde=number), CodigoError.CURSOR_INVALIDO)
     # Well formed and bound to the program, but beyond anything the database has reached.
     future = encode_cursor(PROGRAM, Posicion(Fase.CAMBIOS, 2**62, 0))
     assert (
         "más allá"
-        in assert_error(call(http, keys["todo"], desde=future), Codigo.CURSOR_INVALIDO)["detalle"]
+        in assert_error(call(http, keys["todo"], desde=future), CodigoError.CURSOR_INVALIDO)[
+            "detalle"
+        ]
     )
     # Errors change nothing: the good cursor still works.
     page(http, keys["todo"], desde=good)
@@ -443,7 +445,7 @@ def test_cursor_is_bound_to_the_program_not_the_key(http, keys):
 def test_permission(http, keys):
     for key in ("tx", "redeem", "ping"):
         response = call(http, keys[key])
-        assert "roster:leer" in assert_error(response, Codigo.PERMISO_DENEGADO)["detalle"]
+        assert "roster:leer" in assert_error(response, CodigoError.PERMISO_DENEGADO)["detalle"]
 
 
 # ---------------------------------------------------------------- isolation
@@ -466,8 +468,8 @@ def test_program_isolation(stack, http, keys, other_keys):
     _, pages = follow(http, keys["todo"], mine_cursor, 3, mine)
     assert "ROS010" in {f["id"] for p in pages for f in p["fans"]}
     # Each program refuses the other's cursor.
-    assert_error(call(http, other_keys["todo"], desde=mine_cursor), Codigo.CURSOR_INVALIDO)
-    assert_error(call(http, keys["todo"], desde=theirs_cursor), Codigo.CURSOR_INVALIDO)
+    assert_error(call(http, other_keys["todo"], desde=mine_cursor), CodigoError.CURSOR_INVALIDO)
+    assert_error(call(http, keys["todo"], desde=theirs_cursor), CodigoError.CURSOR_INVALIDO)
 
 
 def test_exact_json_shape(http, keys):

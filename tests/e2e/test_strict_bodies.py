@@ -19,7 +19,7 @@ import httpx
 import pytest
 from sqlalchemy import ColumnElement, Table, func, select
 
-from loyalty_grpc.domain.errors import Codigo
+from loyalty_grpc.domain.errors import CodigoError
 from loyalty_grpc.store.tables import codigos, fans, movimientos, ventas
 from tests.e2e.conftest import Stack
 from tests.e2e.support import assert_error, auth
@@ -127,7 +127,7 @@ def post(
     return http.post(path, content=body, headers={**auth(key), "content-type": content_type})
 
 
-def refused(response: httpx.Response, codigo: Codigo, body: str | bytes) -> str:
+def refused(response: httpx.Response, codigo: CodigoError, body: str | bytes) -> str:
     """The envelope of `codigo`; its detalle (returned) is one line, repeats no part of the
     body: not the Fan ID, not the code, nor any other quoted value."""
     detalle = assert_error(response, codigo)["detalle"]
@@ -148,14 +148,14 @@ def refused(response: httpx.Response, codigo: Codigo, body: str | bytes) -> str:
 @pytest.mark.usefixtures("unchanged")
 @pytest.mark.parametrize("body", ['{"codigos":[["HD-0003"]]}', '{"codigos":[[["hd-0003"]],[]]}'])
 def test_nested_codigos_burn_nothing(stack, http, key, body):
-    detalle = refused(post(http, key, "/api/v1/redeem", body), Codigo.SOLICITUD_INVALIDA, body)
+    detalle = refused(post(http, key, "/api/v1/redeem", body), CodigoError.SOLICITUD_INVALIDA, body)
     assert detalle == "codigos[0]: debe ser un texto; llegó una lista"
 
 
 @pytest.mark.usefixtures("unchanged")
 def test_trailing_comma_writes_no_sale(http, key):
     body = f'{{"id_externo":"coma-1","fan":"{FAN}","importe":"1",}}'
-    detalle = refused(post(http, key, "/api/v1/tx", body), Codigo.SOLICITUD_INVALIDA, body)
+    detalle = refused(post(http, key, "/api/v1/tx", body), CodigoError.SOLICITUD_INVALIDA, body)
     assert detalle == (
         "cuerpo: JSON no válido en la línea 1, columna 55: sobra una coma antes de cerrar el objeto"
     )
@@ -234,20 +234,20 @@ def test_trailing_comma_writes_no_sale(http, key):
     ],
 )
 def test_syntax_and_type_errors_never_repeat_the_body(http, key, path, body, detalle):
-    assert refused(post(http, key, path, body), Codigo.SOLICITUD_INVALIDA, body) == detalle
+    assert refused(post(http, key, path, body), CodigoError.SOLICITUD_INVALIDA, body) == detalle
 
 
 # ---------------------------------------------------------------- google.protobuf.Value fields
 
 
 SALE = {"id_externo": "valor-1", "fan": FAN}
-VALUE_CASES: list[tuple[str, Any, Codigo, str]] = [
+VALUE_CASES: list[tuple[str, Any, CodigoError, str]] = [
     # tx: importe (string or number)
     *(
         (
             "/api/v1/tx",
             {**SALE, "importe": bad},
-            Codigo.IMPORTE_INVALIDO,
+            CodigoError.IMPORTE_INVALIDO,
             f"importe: debe ser un número o un texto con el importe en pesos; llegó {tipo}",
         )
         for bad, tipo in (
@@ -262,7 +262,7 @@ VALUE_CASES: list[tuple[str, Any, Codigo, str]] = [
         (
             "/api/v1/tx",
             {**SALE, campo: bad},
-            Codigo.IMPORTE_INVALIDO,
+            CodigoError.IMPORTE_INVALIDO,
             f"{campo}: debe ser un número entero de centavos; llegó {tipo}",
         )
         for campo in ("importe_centavos", "centavos", "amount_cents")
@@ -278,7 +278,7 @@ VALUE_CASES: list[tuple[str, Any, Codigo, str]] = [
         (
             "/api/v1/tx",
             {**SALE, "importe": 1, "ts": bad},
-            Codigo.TS_INVALIDO,
+            CodigoError.TS_INVALIDO,
             f"ts: debe ser un texto ISO 8601 o un número epoch; llegó {tipo}",
         )
         for bad, tipo in (
@@ -292,7 +292,7 @@ VALUE_CASES: list[tuple[str, Any, Codigo, str]] = [
         (
             "/api/v1/redeem",
             {"codigo": CODE, "ts": bad},
-            Codigo.TS_INVALIDO,
+            CodigoError.TS_INVALIDO,
             f"ts: debe ser un texto ISO 8601 o un número epoch; llegó {tipo}",
         )
         for bad, tipo in (([1795295812], "una lista"), ({}, "un objeto"))
@@ -302,7 +302,7 @@ VALUE_CASES: list[tuple[str, Any, Codigo, str]] = [
         (
             "/api/v1/codes",
             {campo: bad, "codigos": ["NUEVO-1"]},
-            Codigo.SOLICITUD_INVALIDA,
+            CodigoError.SOLICITUD_INVALIDA,
             f"{campo}: debe ser el id (número) o el nombre (texto) de la promoción, llegó {tipo}",
         )
         for campo in ("promo", "promo_id")
@@ -310,7 +310,7 @@ VALUE_CASES: list[tuple[str, Any, Codigo, str]] = [
     ),
     # codes: codigos / codes (list of strings or pasted text)
     *(
-        ("/api/v1/codes", {"promo": PROMO, campo: bad}, Codigo.SOLICITUD_INVALIDA, detalle)
+        ("/api/v1/codes", {"promo": PROMO, campo: bad}, CodigoError.SOLICITUD_INVALIDA, detalle)
         for campo in ("codigos", "codes")
         for bad, detalle in (
             ([["NUEVO-1"]], f"{campo}[0]: debe ser texto, llegó una lista"),
@@ -328,7 +328,7 @@ VALUE_CASES: list[tuple[str, Any, Codigo, str]] = [
         (
             "/api/v1/roster",
             {"desde": bad},
-            Codigo.SOLICITUD_INVALIDA,
+            CodigoError.SOLICITUD_INVALIDA,
             f"desde: debe ser el texto `siguiente` de la llamada anterior; llegó {tipo}",
         )
         for bad, tipo in (([1], "una lista"), ({}, "un objeto"), (True, "un booleano"))
@@ -337,7 +337,7 @@ VALUE_CASES: list[tuple[str, Any, Codigo, str]] = [
         (
             "/api/v1/roster",
             {"limite": bad},
-            Codigo.SOLICITUD_INVALIDA,
+            CodigoError.SOLICITUD_INVALIDA,
             f"limite: {problema}; debe ser un entero de 1 a 2000 (por omisión 500)",
         )
         for bad, problema in (
@@ -379,7 +379,10 @@ def test_value_fields_take_only_the_contracts_json_types(http, key, path, body, 
     ],
 )
 def test_duplicate_keys_are_refused(http, key, body, detalle):
-    assert refused(post(http, key, "/api/v1/tx", body), Codigo.SOLICITUD_INVALIDA, body) == detalle
+    assert (
+        refused(post(http, key, "/api/v1/tx", body), CodigoError.SOLICITUD_INVALIDA, body)
+        == detalle
+    )
 
 
 @pytest.mark.usefixtures("unchanged")
@@ -390,7 +393,7 @@ def test_duplicate_keys_are_refused(http, key, body, detalle):
 def test_json_with_another_content_type_is_refused(http, key, content_type):
     body = json.dumps({"id_externo": "ct-1", "fan": FAN, "importe": "1"})
     detalle = refused(
-        post(http, key, "/api/v1/tx", body, content_type), Codigo.SOLICITUD_INVALIDA, body
+        post(http, key, "/api/v1/tx", body, content_type), CodigoError.SOLICITUD_INVALIDA, body
     )
     assert detalle.startswith("Content-Type: ")
 
@@ -456,6 +459,8 @@ def test_a_no_break_space_after_the_currency_is_a_space(stack, http, key, import
 @pytest.mark.parametrize("importe", ["$\t100", "$\u2003100", "1\u00a0234.00"])
 def test_other_spaces_in_an_amount_are_refused(http, key, importe):
     body = json.dumps({"id_externo": "esp-1", "fan": FAN, "importe": importe})
-    detalle = assert_error(post(http, key, "/api/v1/tx", body), Codigo.IMPORTE_INVALIDO)["detalle"]
+    detalle = assert_error(post(http, key, "/api/v1/tx", body), CodigoError.IMPORTE_INVALIDO)[
+        "detalle"
+    ]
     assert detalle.startswith("importe: ")
     assert "\n" not in detalle

@@ -30,7 +30,7 @@ from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import Message
 
 from loyalty_grpc.api.requests import json_of
-from loyalty_grpc.domain.errors import CATALOGO, Codigo
+from loyalty_grpc.domain.errors import CATALOGO, CodigoError
 from loyalty_grpc.gen.loyalty.v1 import pos_service_pb2 as pb
 from loyalty_grpc.gen.loyalty.v1 import pos_service_pb2_grpc as pb_grpc
 from loyalty_grpc.runtime.gateway.envoy import EnvoyProcess
@@ -156,7 +156,7 @@ def send(
 def refused(response: httpx.Response, received: list[Message], body: bytes | str = b"") -> str:
     """The response is the solicitud_invalida envelope, nothing reached the server, and the
     detalle (returned) is one line that repeats nothing of the body."""
-    entrada = CATALOGO[Codigo.SOLICITUD_INVALIDA]
+    entrada = CATALOGO[CodigoError.SOLICITUD_INVALIDA]
     assert response.status_code == 400, response.text
     assert response.headers["content-type"] == "application/json"
     envelope = json.loads(response.content, object_pairs_hook=list)

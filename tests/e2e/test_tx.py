@@ -12,7 +12,7 @@ import httpx
 import pytest
 from sqlalchemy import func, select
 
-from loyalty_grpc.domain.errors import Codigo
+from loyalty_grpc.domain.errors import CodigoError
 from loyalty_grpc.store.tables import fans, movimientos, ventas, wallet_entregas
 from loyalty_grpc.wallet import LocalProvider, send_pending
 from tests.e2e.conftest import Stack
@@ -216,7 +216,7 @@ def test_conflicting_reuse_of_id_externo(stack, http, keys, change):
     ok(tx(http, keys["todo"], id_externo=id_externo, fan="TXP03", importe=50))
     before = balance(stack, POINTS_PROGRAM, "TXP03")
     body = {"id_externo": id_externo, "fan": "TXP03", "importe": 50, **change}
-    error = assert_error(tx(http, keys["todo"], **body), Codigo.ID_EXTERNO_EN_CONFLICTO)
+    error = assert_error(tx(http, keys["todo"], **body), CodigoError.ID_EXTERNO_EN_CONFLICTO)
     assert "folio" in error["detalle"]
     assert balance(stack, POINTS_PROGRAM, "TXP03") == before
 
@@ -273,54 +273,74 @@ def test_fifty_concurrent_identical_calls_credit_once(stack, keys):
 @pytest.mark.parametrize(
     ("body", "codigo", "hint"),
     [
-        ({"fan": "TXP01", "importe": 10}, Codigo.CAMPO_REQUERIDO, "id_externo"),
-        ({"id_externo": "x", "importe": 10}, Codigo.CAMPO_REQUERIDO, "fan"),
-        ({"id_externo": "x", "fan": "TXP01"}, Codigo.CAMPO_REQUERIDO, "importe"),
-        ({"id_externo": "x", "fan": "TXP01", "importe": "abc"}, Codigo.IMPORTE_INVALIDO, "importe"),
-        ({"id_externo": "x", "fan": "TXP01", "importe": -5}, Codigo.IMPORTE_INVALIDO, "importe"),
+        ({"fan": "TXP01", "importe": 10}, CodigoError.CAMPO_REQUERIDO, "id_externo"),
+        ({"id_externo": "x", "importe": 10}, CodigoError.CAMPO_REQUERIDO, "fan"),
+        ({"id_externo": "x", "fan": "TXP01"}, CodigoError.CAMPO_REQUERIDO, "importe"),
         (
-            {"id_externo": "x", "fan": "TXP01", "importe": 12.345},
-            Codigo.IMPORTE_INVALIDO,
+            {"id_externo": "x", "fan": "TXP01", "importe": "abc"},
+            CodigoError.IMPORTE_INVALIDO,
             "importe",
         ),
-        ({"id_externo": "x", "fan": "TXP01", "importe": "1.2345"}, Codigo.IMPORTE_INVALIDO, "?"),
-        ({"id_externo": "x", "fan": "TXP01", "importe": True}, Codigo.IMPORTE_INVALIDO, "importe"),
+        (
+            {"id_externo": "x", "fan": "TXP01", "importe": -5},
+            CodigoError.IMPORTE_INVALIDO,
+            "importe",
+        ),
+        (
+            {"id_externo": "x", "fan": "TXP01", "importe": 12.345},
+            CodigoError.IMPORTE_INVALIDO,
+            "importe",
+        ),
+        (
+            {"id_externo": "x", "fan": "TXP01", "importe": "1.2345"},
+            CodigoError.IMPORTE_INVALIDO,
+            "?",
+        ),
+        (
+            {"id_externo": "x", "fan": "TXP01", "importe": True},
+            CodigoError.IMPORTE_INVALIDO,
+            "importe",
+        ),
         (
             {"id_externo": "x", "fan": "TXP01", "importe_centavos": 10.5},
-            Codigo.IMPORTE_INVALIDO,
+            CodigoError.IMPORTE_INVALIDO,
             "importe_centavos",
         ),
         (
             {"id_externo": "x", "fan": "TXP01", "importe": "10", "centavos": 999},
-            Codigo.IMPORTE_INVALIDO,
+            CodigoError.IMPORTE_INVALIDO,
             "centavos",
         ),
         (
             {"id_externo": "x", "fan": "TXP01", "importe": 10, "ts": "mañana"},
-            Codigo.TS_INVALIDO,
+            CodigoError.TS_INVALIDO,
             "ts",
         ),
         (
             {"id_externo": "x", "fan": "TXP01", "importe": 10, "ts": "2999-01-01T00:00:00Z"},
-            Codigo.TS_INVALIDO,
+            CodigoError.TS_INVALIDO,
             "ts",
         ),
         (
             {"id_externo": "x", "fan": "TXP01", "importe": 10, "moneda": "USD"},
-            Codigo.MONEDA_NO_SOPORTADA,
+            CodigoError.MONEDA_NO_SOPORTADA,
             "MXN",
         ),
-        ({"id_externo": "x", "fan": "NADIE", "importe": 10}, Codigo.FAN_NO_ENCONTRADO, ""),
-        ({"id_externo": "x", "fan": "TXP09", "importe": 10}, Codigo.FAN_NO_ENCONTRADO, ""),
+        ({"id_externo": "x", "fan": "NADIE", "importe": 10}, CodigoError.FAN_NO_ENCONTRADO, ""),
+        ({"id_externo": "x", "fan": "TXP09", "importe": 10}, CodigoError.FAN_NO_ENCONTRADO, ""),
         (
             {"id_externo": "x", "id": "y", "fan": "TXP01", "importe": 10},
-            Codigo.SOLICITUD_INVALIDA,
+            CodigoError.SOLICITUD_INVALIDA,
             "id_externo",
         ),
-        ({"id_externo": 5, "fan": "TXP01", "importe": 10}, Codigo.SOLICITUD_INVALIDA, "id_externo"),
+        (
+            {"id_externo": 5, "fan": "TXP01", "importe": 10},
+            CodigoError.SOLICITUD_INVALIDA,
+            "id_externo",
+        ),
         (
             {"id_externo": "x" * 129, "fan": "TXP01", "importe": 10},
-            Codigo.SOLICITUD_INVALIDA,
+            CodigoError.SOLICITUD_INVALIDA,
             "id_externo",
         ),
     ],
@@ -338,7 +358,7 @@ def test_errors_change_nothing(stack, http, keys, body, codigo, hint):
 
 def test_permission(http, keys):
     assert_error(
-        tx(http, keys["ping"], id_externo="x", fan="TXP01", importe=1), Codigo.PERMISO_DENEGADO
+        tx(http, keys["ping"], id_externo="x", fan="TXP01", importe=1), CodigoError.PERMISO_DENEGADO
     )
 
 

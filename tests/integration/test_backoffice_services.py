@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine, event, insert, select, text
 
-from loyalty_grpc.domain.errors import Codigo, LoyaltyError
+from loyalty_grpc.domain.errors import CodigoError, LoyaltyError
 from loyalty_grpc.domain.keys import Modo
 from loyalty_grpc.domain.permissions import Permiso
 from loyalty_grpc.domain.promos import EstadoCodigo, EstadoFan, EstadoPromo
@@ -88,12 +88,12 @@ def test_upsert_program_creates_then_updates(engine):
 @pytest.mark.parametrize(
     ("args", "codigo", "campo"),
     [
-        (("Mal Id", "X", "0.1"), Codigo.SOLICITUD_INVALIDA, "id"),
-        (("", "X", "0.1"), Codigo.CAMPO_REQUERIDO, "id"),
-        ((P, "", "0.1"), Codigo.CAMPO_REQUERIDO, "nombre"),
-        ((P, "X", "-1"), Codigo.SOLICITUD_INVALIDA, "tasa_puntos"),
-        ((P, "X", "0.1234567"), Codigo.SOLICITUD_INVALIDA, "tasa_puntos"),
-        ((P, "X", "diez"), Codigo.SOLICITUD_INVALIDA, "tasa_puntos"),
+        (("Mal Id", "X", "0.1"), CodigoError.SOLICITUD_INVALIDA, "id"),
+        (("", "X", "0.1"), CodigoError.CAMPO_REQUERIDO, "id"),
+        ((P, "", "0.1"), CodigoError.CAMPO_REQUERIDO, "nombre"),
+        ((P, "X", "-1"), CodigoError.SOLICITUD_INVALIDA, "tasa_puntos"),
+        ((P, "X", "0.1234567"), CodigoError.SOLICITUD_INVALIDA, "tasa_puntos"),
+        ((P, "X", "diez"), CodigoError.SOLICITUD_INVALIDA, "tasa_puntos"),
     ],
 )
 def test_upsert_program_invalid(engine, args, codigo, campo):
@@ -169,15 +169,15 @@ def test_authenticate_unknown_or_malformed(engine):
 @pytest.mark.parametrize(
     ("args", "codigo", "campo"),
     [
-        (("nadie", "Caja", "vivo", []), Codigo.PROGRAMA_NO_ENCONTRADO, "programa"),
+        (("nadie", "Caja", "vivo", []), CodigoError.PROGRAMA_NO_ENCONTRADO, "programa"),
         (
             (P, "Caja", "vivo", ["fan:leer", "fan:escribir"]),
-            Codigo.PERMISO_DESCONOCIDO,
+            CodigoError.PERMISO_DESCONOCIDO,
             "fan:escribir",
         ),
-        ((P, "Caja", "real", []), Codigo.SOLICITUD_INVALIDA, "modo"),
-        ((P, "Caja", "", []), Codigo.CAMPO_REQUERIDO, "modo"),
-        ((P, " ", "vivo", []), Codigo.CAMPO_REQUERIDO, "integracion"),
+        ((P, "Caja", "real", []), CodigoError.SOLICITUD_INVALIDA, "modo"),
+        ((P, "Caja", "", []), CodigoError.CAMPO_REQUERIDO, "modo"),
+        ((P, " ", "vivo", []), CodigoError.CAMPO_REQUERIDO, "integracion"),
     ],
 )
 def test_issue_key_invalid(engine, args, codigo, campo):
@@ -186,9 +186,9 @@ def test_issue_key_invalid(engine, args, codigo, campo):
 
 
 def test_key_not_found(engine):
-    with fails(engine, Codigo.CLAVE_NO_ENCONTRADA, "999999"):
+    with fails(engine, CodigoError.CLAVE_NO_ENCONTRADA, "999999"):
         run_in_uow(engine, keys.revoke_key, 999999)
-    with fails(engine, Codigo.PROGRAMA_NO_ENCONTRADO):
+    with fails(engine, CodigoError.PROGRAMA_NO_ENCONTRADO):
         run_in_uow(engine, keys.list_keys, "nadie")
 
 
@@ -234,11 +234,11 @@ def test_register_with_qr_token(engine):
 
 def test_register_duplicates(engine):
     first = new_fan(engine, fan_id="DUP01", correo="Dup@Example.com", qr_token="dupqr")
-    with fails(engine, Codigo.FAN_DUPLICADO, "DUP01"):
+    with fails(engine, CodigoError.FAN_DUPLICADO, "DUP01"):
         new_fan(engine, fan_id=" dup 01", correo="otro@example.com", qr_token="x1")
-    with fails(engine, Codigo.CORREO_DUPLICADO, "correo"):
+    with fails(engine, CodigoError.CORREO_DUPLICADO, "correo"):
         new_fan(engine, correo=" dup@EXAMPLE.com ")
-    with fails(engine, Codigo.QR_DUPLICADO, "qr_token"):
+    with fails(engine, CodigoError.QR_DUPLICADO, "qr_token"):
         new_fan(engine, qr_token="dupqr")
     # qr tokens are case-sensitive; other programs are separate.
     new_fan(engine, qr_token="DUPQR")
@@ -251,12 +251,12 @@ def test_register_duplicates(engine):
 @pytest.mark.parametrize(
     ("kw", "codigo", "campo"),
     [
-        ({"fan_id": "ana@x"}, Codigo.SOLICITUD_INVALIDA, "id"),
-        ({"correo": "ana"}, Codigo.SOLICITUD_INVALIDA, "correo"),
-        ({"nombre": " "}, Codigo.CAMPO_REQUERIDO, "nombre"),
-        ({"socio_desde": 0}, Codigo.SOLICITUD_INVALIDA, "socio_desde"),
-        ({"temporadas": -1}, Codigo.SOLICITUD_INVALIDA, "temporadas"),
-        ({"qr_token": "a b"}, Codigo.SOLICITUD_INVALIDA, "qr_token"),
+        ({"fan_id": "ana@x"}, CodigoError.SOLICITUD_INVALIDA, "id"),
+        ({"correo": "ana"}, CodigoError.SOLICITUD_INVALIDA, "correo"),
+        ({"nombre": " "}, CodigoError.CAMPO_REQUERIDO, "nombre"),
+        ({"socio_desde": 0}, CodigoError.SOLICITUD_INVALIDA, "socio_desde"),
+        ({"temporadas": -1}, CodigoError.SOLICITUD_INVALIDA, "temporadas"),
+        ({"qr_token": "a b"}, CodigoError.SOLICITUD_INVALIDA, "qr_token"),
     ],
 )
 def test_register_invalid(engine, kw, codigo, campo):
@@ -265,7 +265,7 @@ def test_register_invalid(engine, kw, codigo, campo):
 
 
 def test_register_in_unknown_program(engine):
-    with fails(engine, Codigo.PROGRAMA_NO_ENCONTRADO, "nadie"):
+    with fails(engine, CodigoError.PROGRAMA_NO_ENCONTRADO, "nadie"):
         new_fan(engine, programa="nadie")
 
 
@@ -302,32 +302,32 @@ def test_update_only_given_fields(engine):
 def test_update_duplicates_and_errors(engine):
     a = new_fan(engine)
     b = new_fan(engine)
-    with fails(engine, Codigo.CORREO_DUPLICADO):
+    with fails(engine, CodigoError.CORREO_DUPLICADO):
         run_in_uow(engine, fans.update_fan, P, b.fan_id, nombre="B", correo=a.correo.title())
-    with fails(engine, Codigo.QR_DUPLICADO):
+    with fails(engine, CodigoError.QR_DUPLICADO):
         run_in_uow(engine, fans.update_fan, P, b.fan_id, qr_token=a.qr_token)
-    with fails(engine, Codigo.FAN_NO_ENCONTRADO, "NOEXISTE"):
+    with fails(engine, CodigoError.FAN_NO_ENCONTRADO, "NOEXISTE"):
         run_in_uow(engine, fans.update_fan, P, "noexiste", nombre="X")
-    with fails(engine, Codigo.SOLICITUD_INVALIDA, "correo"):
+    with fails(engine, CodigoError.SOLICITUD_INVALIDA, "correo"):
         run_in_uow(engine, fans.update_fan, P, b.fan_id, nombre="X", correo="x@")
-    with fails(engine, Codigo.PROGRAMA_NO_ENCONTRADO):
+    with fails(engine, CodigoError.PROGRAMA_NO_ENCONTRADO):
         run_in_uow(engine, fans.update_fan, "nadie", b.fan_id, nombre="X")
 
 
 def test_get_not_found(engine):
-    with fails(engine, Codigo.FAN_NO_ENCONTRADO):
+    with fails(engine, CodigoError.FAN_NO_ENCONTRADO):
         run_in_uow(engine, fans.get_fan, P, "NOEXISTE")
-    with fails(engine, Codigo.PROGRAMA_NO_ENCONTRADO):
+    with fails(engine, CodigoError.PROGRAMA_NO_ENCONTRADO):
         run_in_uow(engine, fans.get_fan, "nadie", "X")
-    with fails(engine, Codigo.CAMPO_REQUERIDO, "id"):
+    with fails(engine, CodigoError.CAMPO_REQUERIDO, "id"):
         run_in_uow(engine, fans.get_fan, P, "  ")
 
 
 def test_baja_and_reactivation(engine):
     fan = new_fan(engine)
-    with fails(engine, Codigo.CAMPO_REQUERIDO, "motivo"):
+    with fails(engine, CodigoError.CAMPO_REQUERIDO, "motivo"):
         run_in_uow(engine, fans.deactivate_fan, P, fan.fan_id, " ")
-    with fails(engine, Codigo.TRANSICION_INVALIDA, "activo"):
+    with fails(engine, CodigoError.TRANSICION_INVALIDA, "activo"):
         run_in_uow(engine, fans.reactivate_fan, P, fan.fan_id)
     baja = run_in_uow(engine, fans.deactivate_fan, P, fan.fan_id, " solicitud del socio ")
     assert baja.estado is EstadoFan.BAJA
@@ -335,13 +335,13 @@ def test_baja_and_reactivation(engine):
     assert baja.baja_motivo == "solicitud del socio"
     assert baja.actualizado > fan.actualizado
     assert run_in_uow(engine, fans.get_fan, P, fan.fan_id) == baja  # the back office still sees it
-    with fails(engine, Codigo.TRANSICION_INVALIDA, "baja"):
+    with fails(engine, CodigoError.TRANSICION_INVALIDA, "baja"):
         run_in_uow(engine, fans.deactivate_fan, P, fan.fan_id, "otra vez")
     back = run_in_uow(engine, fans.reactivate_fan, P, fan.fan_id)
     assert back.estado is EstadoFan.ACTIVO
     assert back.baja_en is None
     assert back.baja_motivo is None
-    with fails(engine, Codigo.FAN_NO_ENCONTRADO):
+    with fails(engine, CodigoError.FAN_NO_ENCONTRADO):
         run_in_uow(engine, fans.deactivate_fan, P, "NOEXISTE", "x")
 
 
@@ -384,9 +384,9 @@ def _wait_for_lock_waiter(engine: Engine) -> None:
 @pytest.mark.parametrize(
     ("field", "codigo"),
     [
-        ("fan_id", Codigo.FAN_DUPLICADO),
-        ("correo", Codigo.CORREO_DUPLICADO),
-        ("qr_token", Codigo.QR_DUPLICADO),
+        ("fan_id", CodigoError.FAN_DUPLICADO),
+        ("correo", CodigoError.CORREO_DUPLICADO),
+        ("qr_token", CodigoError.QR_DUPLICADO),
     ],
 )
 def test_race_past_the_pre_check_is_translated(engine, field, codigo):
@@ -472,7 +472,7 @@ def test_create_and_update_promo(engine):
     )
     ended = run_in_uow(engine, promos.update_promo, P, promo.id, estado="terminada")
     assert ended.estado is EstadoPromo.TERMINADA
-    with fails(engine, Codigo.TRANSICION_INVALIDA, "terminada"):
+    with fails(engine, CodigoError.TRANSICION_INVALIDA, "terminada"):
         run_in_uow(engine, promos.update_promo, P, promo.id, estado="activa", puntos_canje=1)
     # Other fields of an ended promotion may still change.
     assert run_in_uow(engine, promos.update_promo, P, promo.id, puntos_canje=0).puntos_canje == 0
@@ -492,28 +492,28 @@ def test_create_promo_with_estado(engine):
 
 def test_promo_errors(engine):
     promo = run_in_uow(engine, promos.create_promo, P, "Única", vigencia_fin="2099-12-31")
-    with fails(engine, Codigo.PROMO_DUPLICADA, "ÚNICA"):
+    with fails(engine, CodigoError.PROMO_DUPLICADA, "ÚNICA"):
         run_in_uow(engine, promos.create_promo, P, " ÚNICA ", vigencia_fin="2099-12-31")
     run_in_uow(engine, promos.create_promo, OTRO, "Única", vigencia_fin="2099-12-31")
-    with fails(engine, Codigo.PROGRAMA_NO_ENCONTRADO):
+    with fails(engine, CodigoError.PROGRAMA_NO_ENCONTRADO):
         run_in_uow(engine, promos.create_promo, "nadie", "X", vigencia_fin="2099-12-31")
-    with fails(engine, Codigo.SOLICITUD_INVALIDA, "vigencia_fin"):
+    with fails(engine, CodigoError.SOLICITUD_INVALIDA, "vigencia_fin"):
         run_in_uow(engine, promos.create_promo, P, "X", vigencia_fin="31/12/2099")
-    with fails(engine, Codigo.CAMPO_REQUERIDO, "vigencia_fin"):
+    with fails(engine, CodigoError.CAMPO_REQUERIDO, "vigencia_fin"):
         run_in_uow(engine, promos.create_promo, P, "X", vigencia_fin="")
-    with fails(engine, Codigo.SOLICITUD_INVALIDA, "puntos_canje"):
+    with fails(engine, CodigoError.SOLICITUD_INVALIDA, "puntos_canje"):
         run_in_uow(engine, promos.create_promo, P, "X", vigencia_fin="2099-12-31", puntos_canje=-1)
-    with fails(engine, Codigo.SOLICITUD_INVALIDA, "estado"):
+    with fails(engine, CodigoError.SOLICITUD_INVALIDA, "estado"):
         run_in_uow(engine, promos.create_promo, P, "X", vigencia_fin="2099-12-31", estado="vigente")
-    with fails(engine, Codigo.CAMPO_REQUERIDO, "nombre"):
+    with fails(engine, CodigoError.CAMPO_REQUERIDO, "nombre"):
         run_in_uow(engine, promos.create_promo, P, "", vigencia_fin="2099-12-31")
-    with fails(engine, Codigo.PROMO_NO_ENCONTRADA, "999999"):
+    with fails(engine, CodigoError.PROMO_NO_ENCONTRADA, "999999"):
         run_in_uow(engine, promos.update_promo, P, 999999, estado="pausada")
-    with fails(engine, Codigo.PROMO_NO_ENCONTRADA):
+    with fails(engine, CodigoError.PROMO_NO_ENCONTRADA):
         run_in_uow(engine, promos.update_promo, OTRO, promo.id, estado="pausada")
-    with fails(engine, Codigo.SOLICITUD_INVALIDA, "estado"):
+    with fails(engine, CodigoError.SOLICITUD_INVALIDA, "estado"):
         run_in_uow(engine, promos.update_promo, P, promo.id, estado="x")
-    with fails(engine, Codigo.SOLICITUD_INVALIDA, "vigencia_fin"):
+    with fails(engine, CodigoError.SOLICITUD_INVALIDA, "vigencia_fin"):
         run_in_uow(
             engine, promos.update_promo, P, promo.id, estado="pausada", vigencia_fin="2099-02-30"
         )
@@ -571,15 +571,15 @@ def test_assign_then_release(engine, promo):
     row = code_row(engine, promo, codigo)
     assert row.asignado_en is not None
     assert row.liberado_en is None
-    with fails(engine, Codigo.TRANSICION_INVALIDA, codigo, "asignado"):
+    with fails(engine, CodigoError.TRANSICION_INVALIDA, codigo, "asignado"):
         run_in_uow(engine, codes.assign_code, P, promo.id, codigo, fan.fan_id)
     released = run_in_uow(engine, codes.release_code, P, promo.id, codigo)
     # A delivered code keeps its fan once liberado.
     assert released == codes.CodigoInfo(promo.id, codigo, EstadoCodigo.LIBERADO, fan.fan_id)
     assert code_row(engine, promo, codigo).liberado_en is not None
-    with fails(engine, Codigo.TRANSICION_INVALIDA, "liberado"):
+    with fails(engine, CodigoError.TRANSICION_INVALIDA, "liberado"):
         run_in_uow(engine, codes.release_code, P, promo.id, codigo)
-    with fails(engine, Codigo.TRANSICION_INVALIDA, "liberado"):
+    with fails(engine, CodigoError.TRANSICION_INVALIDA, "liberado"):
         run_in_uow(engine, codes.assign_code, P, promo.id, codigo, fan.fan_id)
 
 
@@ -592,31 +592,31 @@ def test_release_disponible(engine, promo):
 def test_canjeado_is_final_for_the_back_office(engine, promo):
     fan = new_fan(engine)
     codigo = add_code(engine, promo, "canjeado", fan)
-    with fails(engine, Codigo.TRANSICION_INVALIDA, "canjeado"):
+    with fails(engine, CodigoError.TRANSICION_INVALIDA, "canjeado"):
         run_in_uow(engine, codes.release_code, P, promo.id, codigo)
-    with fails(engine, Codigo.TRANSICION_INVALIDA, "canjeado"):
+    with fails(engine, CodigoError.TRANSICION_INVALIDA, "canjeado"):
         run_in_uow(engine, codes.assign_code, P, promo.id, codigo, fan.fan_id)
 
 
 def test_code_errors(engine, promo):
     fan = new_fan(engine)
     codigo = add_code(engine, promo)
-    with fails(engine, Codigo.CODIGO_NO_ENCONTRADO, "NOPE"):
+    with fails(engine, CodigoError.CODIGO_NO_ENCONTRADO, "NOPE"):
         run_in_uow(engine, codes.assign_code, P, promo.id, "nope", fan.fan_id)
-    with fails(engine, Codigo.CODIGO_NO_ENCONTRADO):
+    with fails(engine, CodigoError.CODIGO_NO_ENCONTRADO):
         run_in_uow(engine, codes.release_code, P, promo.id, "nope")
-    with fails(engine, Codigo.PROMO_NO_ENCONTRADA):
+    with fails(engine, CodigoError.PROMO_NO_ENCONTRADA):
         run_in_uow(engine, codes.assign_code, P, 999999, codigo, fan.fan_id)
-    with fails(engine, Codigo.PROMO_NO_ENCONTRADA):
+    with fails(engine, CodigoError.PROMO_NO_ENCONTRADA):
         run_in_uow(engine, codes.release_code, OTRO, promo.id, codigo)
-    with fails(engine, Codigo.PROGRAMA_NO_ENCONTRADO):
+    with fails(engine, CodigoError.PROGRAMA_NO_ENCONTRADO):
         run_in_uow(engine, codes.release_code, "nadie", promo.id, codigo)
-    with fails(engine, Codigo.FAN_NO_ENCONTRADO, "NOEXISTE"):
+    with fails(engine, CodigoError.FAN_NO_ENCONTRADO, "NOEXISTE"):
         run_in_uow(engine, codes.assign_code, P, promo.id, codigo, "noexiste")
-    with fails(engine, Codigo.CAMPO_REQUERIDO, "codigo"):
+    with fails(engine, CodigoError.CAMPO_REQUERIDO, "codigo"):
         run_in_uow(engine, codes.assign_code, P, promo.id, " ", fan.fan_id)
     run_in_uow(engine, fans.deactivate_fan, P, fan.fan_id, "baja")
-    with fails(engine, Codigo.FAN_NO_ENCONTRADO, "baja"):
+    with fails(engine, CodigoError.FAN_NO_ENCONTRADO, "baja"):
         run_in_uow(engine, codes.assign_code, P, promo.id, codigo, fan.fan_id)
     assert code_row(engine, promo, codigo).estado == "disponible"
 
@@ -671,14 +671,14 @@ def test_use_cases_compose_in_one_unit_of_work(engine: Engine) -> None:
         else:
             with pytest.raises(LoyaltyError) as err:
                 run_in_uow(engine, fans.get_fan, P, fan.fan_id)
-            assert err.value.codigo is Codigo.FAN_NO_ENCONTRADO
+            assert err.value.codigo is CodigoError.FAN_NO_ENCONTRADO
             assert _promo_names(engine, nombre) == []
 
 
 def test_a_failing_use_case_rolls_back_the_ones_before_it(engine: Engine) -> None:
     fid = fan_id()
     taken = new_fan(engine)
-    duplicate = (Codigo.CORREO_DUPLICADO, "correo: otro fan del programa ya lo usa")
+    duplicate = (CodigoError.CORREO_DUPLICADO, "correo: otro fan del programa ya lo usa")
     with fails(engine, *duplicate), UnitOfWork(engine) as uow:
         fans.register_fan(
             uow.conn, P, fid, nombre="Ana", correo=f"{fid}@example.com", socio_desde=2020
@@ -713,7 +713,7 @@ def test_find_taken_checks_a_batch_in_one_query(engine: Engine) -> None:
         ]
         taken = fans.find_taken(uow.conn, P, claims)
         assert taken == fans.Taken(
-            claims[-1], "correo", "uq_fans_programa_correo", Codigo.CORREO_DUPLICADO, a.fan_id
+            claims[-1], "correo", "uq_fans_programa_correo", CodigoError.CORREO_DUPLICADO, a.fan_id
         )
         new = fans.FanClaim(b.fan_id, "x@example.com", a.qr_token, nuevo=True)
         taken = fans.find_taken(uow.conn, P, [*claims, new])

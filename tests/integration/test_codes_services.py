@@ -15,7 +15,7 @@ import pytest
 from sqlalchemy import Engine, event, func, select
 
 from loyalty_grpc.domain.codes import CodeBatch, PromoRef, code_batch_of_list
-from loyalty_grpc.domain.errors import Codigo, LoyaltyError
+from loyalty_grpc.domain.errors import CodigoError, LoyaltyError
 from loyalty_grpc.domain.promos import EstadoCodigo, EstadoPromo
 from loyalty_grpc.services.backoffice import codes, fans, programs, promos
 from loyalty_grpc.services.pos.codes import deposit_codes
@@ -88,7 +88,7 @@ def total(engine: Engine) -> int:
         return int(conn.execute(select(func.count()).select_from(codigos)).scalar_one())
 
 
-def raises(codigo: Codigo, fn: Callable[[], T]) -> LoyaltyError:
+def raises(codigo: CodigoError, fn: Callable[[], T]) -> LoyaltyError:
     with pytest.raises(LoyaltyError) as caught:
         fn()
     assert caught.value.codigo is codigo, caught.value
@@ -125,20 +125,20 @@ def test_deposit_failures_change_nothing(engine):
     theirs = new_promo(engine, programa=OTRO)
     before = total(engine)
     error = raises(
-        Codigo.PROMO_NO_ADMITE_CODIGOS,
+        CodigoError.PROMO_NO_ADMITE_CODIGOS,
         lambda: deposit_codes(engine, P, PromoRef(ended, None), batch("X")),
     )
     assert "terminada" in error.detalle
     raises(
-        Codigo.PROMO_NO_ENCONTRADA,
+        CodigoError.PROMO_NO_ENCONTRADA,
         lambda: deposit_codes(engine, P, PromoRef(theirs, None), batch("X")),
     )
     raises(
-        Codigo.PROMO_NO_ENCONTRADA,
+        CodigoError.PROMO_NO_ENCONTRADA,
         lambda: deposit_codes(engine, P, PromoRef(None, "Nadie"), batch("X")),
     )
     raises(
-        Codigo.PROGRAMA_NO_ENCONTRADO,
+        CodigoError.PROGRAMA_NO_ENCONTRADO,
         lambda: deposit_codes(engine, "noexiste", PromoRef(theirs, None), batch("X")),
     )
     assert total(engine) == before
@@ -192,7 +192,7 @@ def test_deposit_waits_for_a_concurrent_end_of_the_promotion(engine):
     thread.join(10)
     assert ended.is_set()
     raises(
-        Codigo.PROMO_NO_ADMITE_CODIGOS,
+        CodigoError.PROMO_NO_ADMITE_CODIGOS,
         lambda: deposit_codes(engine, P, PromoRef(promo_id, None), batch("LATE")),
     )
 
@@ -258,7 +258,7 @@ def test_assign_next_takes_the_oldest_disponible(engine):
     ]
     before = total(engine), rows(engine, promo_id)
     error = raises(
-        Codigo.CODIGO_NO_ENCONTRADO,
+        CodigoError.CODIGO_NO_ENCONTRADO,
         lambda: run_in_uow(engine, codes.assign_next_code, P, promo_id, "D002"),
     )
     assert "no tiene códigos disponibles" in error.detalle
@@ -269,19 +269,19 @@ def test_assign_next_failures(engine):
     promo_id = new_promo(engine)
     deposit_codes(engine, P, PromoRef(promo_id, None), batch("F1"))
     raises(
-        Codigo.FAN_NO_ENCONTRADO,
+        CodigoError.FAN_NO_ENCONTRADO,
         lambda: run_in_uow(engine, codes.assign_next_code, P, promo_id, "BAJA1"),
     )
     raises(
-        Codigo.FAN_NO_ENCONTRADO,
+        CodigoError.FAN_NO_ENCONTRADO,
         lambda: run_in_uow(engine, codes.assign_next_code, P, promo_id, "NADIE"),
     )
     raises(
-        Codigo.PROMO_NO_ENCONTRADA,
+        CodigoError.PROMO_NO_ENCONTRADA,
         lambda: run_in_uow(engine, codes.assign_next_code, OTRO, promo_id, "D001"),
     )
     raises(
-        Codigo.PROMO_NO_ENCONTRADA,
+        CodigoError.PROMO_NO_ENCONTRADA,
         lambda: run_in_uow(engine, codes.assign_next_code, P, 999999, "D001"),
     )
     assert rows(engine, promo_id) == [("F1", "disponible")]
@@ -311,7 +311,7 @@ def test_concurrent_assign_next_gives_distinct_codes(engine):
     calls = 30
     barrier = threading.Barrier(calls)
 
-    def one(i: int) -> str | Codigo:
+    def one(i: int) -> str | CodigoError:
         barrier.wait(30)
         try:
             return run_in_uow(engine, codes.assign_next_code, P, promo_id, f"D{i + 1:03d}").codigo
@@ -320,7 +320,9 @@ def test_concurrent_assign_next_gives_distinct_codes(engine):
 
     with ThreadPoolExecutor(calls) as pool:
         results = list(pool.map(one, range(calls)))
-    got = [r for r in results if not isinstance(r, Codigo)]  # (a Codigo is a str too)
+    got = [r for r in results if not isinstance(r, CodigoError)]  # (a CodigoError is a str too)
     assert sorted(got) == [f"C{i:03d}" for i in range(25)]
-    assert [r for r in results if isinstance(r, Codigo)] == [Codigo.CODIGO_NO_ENCONTRADO] * 5
+    assert [r for r in results if isinstance(r, CodigoError)] == [
+        CodigoError.CODIGO_NO_ENCONTRADO
+    ] * 5
     assert list_inventory(engine, promo_id) == Inventario(0, 25, 0, 0)

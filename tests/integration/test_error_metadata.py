@@ -20,7 +20,7 @@ from loyalty_grpc.api.gateway_protocol import (
     GATEWAY_MARK_VALUE,
     HTTP_STATUS_KEY,
 )
-from loyalty_grpc.domain.errors import CATALOGO, Codigo, LoyaltyError
+from loyalty_grpc.domain.errors import CATALOGO, CodigoError, LoyaltyError
 from loyalty_grpc.gen.loyalty.v1 import backoffice_service_pb2 as bo
 from loyalty_grpc.gen.loyalty.v1 import backoffice_service_pb2_grpc as bo_grpc
 from loyalty_grpc.gen.loyalty.v1 import pos_service_pb2 as pos
@@ -79,7 +79,7 @@ def test_the_same_error_with_the_mark_has_the_envelope(stub, key):
     assert info.reason == "fan_no_encontrado"
     meta = trailing(error)
     assert meta[HTTP_STATUS_KEY] == "404"
-    expected = envelope(LoyaltyError(Codigo.FAN_NO_ENCONTRADO, info.metadata["detalle"]))
+    expected = envelope(LoyaltyError(CodigoError.FAN_NO_ENCONTRADO, info.metadata["detalle"]))
     assert meta[ENVELOPE_KEY] == expected
     assert json.loads(str(meta[ENVELOPE_KEY]))["error"]["codigo"] == "fan_no_encontrado"
 
@@ -95,8 +95,8 @@ def test_only_the_marks_exact_value_counts(stub, value):
 def test_refusals_before_the_key_is_known_follow_the_mark(stub, marked):
     """no_autenticado and clave_invalida (the interceptor refuses before any servicer)."""
     for metadata, codigo in (
-        ((), Codigo.NO_AUTENTICADO),
-        (bearer("lp_vivo_" + secrets.token_hex(16)), Codigo.CLAVE_INVALIDA),
+        ((), CodigoError.NO_AUTENTICADO),
+        (bearer("lp_vivo_" + secrets.token_hex(16)), CodigoError.CLAVE_INVALIDA),
     ):
         error = failed(stub.Ping, pos.PingRequest(), metadata + (MARK if marked else ()))
         assert error.code() == getattr(grpc.StatusCode, CATALOGO[codigo].grpc)

@@ -16,7 +16,7 @@ import pytest
 from sqlalchemy import Engine, select, text
 
 import loyalty_grpc.runtime
-from loyalty_grpc.domain.errors import Codigo, LoyaltyError
+from loyalty_grpc.domain.errors import CodigoError, LoyaltyError
 from loyalty_grpc.domain.keys import key_hash
 from loyalty_grpc.services.backoffice.fixtures import ENTIDADES, ApplyCount, apply_fixture
 from loyalty_grpc.store.tables import (
@@ -421,7 +421,7 @@ def test_code_may_name_a_fan_already_in_the_database(engine: Engine) -> None:
         )
 
 
-def _fails(engine: Engine, doc: dict[str, Any] | str, codigo: Codigo, contains: str) -> None:
+def _fails(engine: Engine, doc: dict[str, Any] | str, codigo: CodigoError, contains: str) -> None:
     before = snapshot(engine)
     with pytest.raises(LoyaltyError) as caught:
         run_in_uow(engine, apply_fixture, doc if isinstance(doc, str) else json.dumps(doc))
@@ -445,11 +445,11 @@ def test_validation_failure_changes_nothing(engine: Engine) -> None:
     _fails(
         engine,
         doc,
-        Codigo.FIXTURE_INVALIDO,
+        CodigoError.FIXTURE_INVALIDO,
         "programas[0] (valida).promos[0] (Refresco).vigencia_fin: debe ser una fecha "
         'AAAA-MM-DD (recibido "2099-13-01")',
     )
-    _fails(engine, "no json", Codigo.FIXTURE_INVALIDO, "documento")
+    _fails(engine, "no json", CodigoError.FIXTURE_INVALIDO, "documento")
 
 
 def test_email_of_another_fan_is_correo_duplicado_and_changes_nothing(engine: Engine) -> None:
@@ -470,7 +470,7 @@ def test_email_of_another_fan_is_correo_duplicado_and_changes_nothing(engine: En
     _fails(
         engine,
         doc,
-        Codigo.CORREO_DUPLICADO,
+        CodigoError.CORREO_DUPLICADO,
         "programas[1] (correos).fans[4] (CORREOS-9).correo: ya lo usa otro fan del "
         "programa correos (CORREOS-2)",
     )
@@ -484,7 +484,7 @@ def test_qr_token_of_another_fan_is_qr_duplicado_and_changes_nothing(engine: Eng
     _fails(
         engine,
         doc,
-        Codigo.QR_DUPLICADO,
+        CodigoError.QR_DUPLICADO,
         "programas[1] (qrs).fans[0] (QRS-1).qr_token: ya lo usa otro fan del programa qrs (QRS-3)",
     )
 
@@ -497,7 +497,7 @@ def test_key_of_another_program_is_refused_without_echoing_it(engine: Engine) ->
     before = snapshot(engine)
     with pytest.raises(LoyaltyError) as caught:
         run_in_uow(engine, apply_fixture, json.dumps(doc))
-    assert caught.value.codigo == Codigo.FIXTURE_INVALIDO
+    assert caught.value.codigo == CodigoError.FIXTURE_INVALIDO
     assert caught.value.detalle.startswith(
         "programas[1] (ajenos).claves[0] (Caja A).clave: ya está registrada en otro programa"
     )
@@ -515,7 +515,7 @@ def test_code_fan_nowhere_is_refused_and_changes_nothing(engine: Engine) -> None
     _fails(
         engine,
         doc,
-        Codigo.FIXTURE_INVALIDO,
+        CodigoError.FIXTURE_INVALIDO,
         "programas[1] (huerfanos).promos[0] (Refresco).codigos[5] (R-9).fan: el fan "
         "NADIE-1 no está en el fixture ni en el programa huerfanos",
     )

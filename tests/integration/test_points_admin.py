@@ -16,7 +16,7 @@ import pytest
 from sqlalchemy import Engine, func, insert, select, text
 from sqlalchemy.exc import IntegrityError
 
-from loyalty_grpc.domain.errors import Codigo, LoyaltyError
+from loyalty_grpc.domain.errors import CodigoError, LoyaltyError
 from loyalty_grpc.domain.keys import Modo
 from loyalty_grpc.services.backoffice import fans, keys, programs, promos
 from loyalty_grpc.services.backoffice import points as points_admin
@@ -212,15 +212,15 @@ def test_ledger_of_a_fan_without_entries_and_of_a_fan_in_baja(engine):
 
 def test_ledger_errors(engine):
     fan = new_fan(engine)
-    with fails(engine, Codigo.PROGRAMA_NO_ENCONTRADO):
+    with fails(engine, CodigoError.PROGRAMA_NO_ENCONTRADO):
         run_in_uow(uow.snapshot(engine), points_admin.get_ledger, "nadie", fan.fan_id)
-    with fails(engine, Codigo.FAN_NO_ENCONTRADO, "NOEXISTE"):
+    with fails(engine, CodigoError.FAN_NO_ENCONTRADO, "NOEXISTE"):
         run_in_uow(uow.snapshot(engine), points_admin.get_ledger, P, "noexiste")
-    with fails(engine, Codigo.FAN_NO_ENCONTRADO):  # the fan belongs to another program
+    with fails(engine, CodigoError.FAN_NO_ENCONTRADO):  # the fan belongs to another program
         run_in_uow(uow.snapshot(engine), points_admin.get_ledger, OTRO, fan.fan_id)
-    with fails(engine, Codigo.CAMPO_REQUERIDO, "fan"):
+    with fails(engine, CodigoError.CAMPO_REQUERIDO, "fan"):
         run_in_uow(uow.snapshot(engine), points_admin.get_ledger, P, "  ")
-    with fails(engine, Codigo.SOLICITUD_INVALIDA, "programa"):
+    with fails(engine, CodigoError.SOLICITUD_INVALIDA, "programa"):
         run_in_uow(uow.snapshot(engine), points_admin.get_ledger, "No Válido", fan.fan_id)
     # The fan's balance and its ledger must come from one snapshot: READ COMMITTED is refused.
     with pytest.raises(RuntimeError, match="REPEATABLE READ"):
@@ -254,19 +254,19 @@ def test_adjust_credit_then_debit(engine):
 def test_adjust_refusals_change_nothing(engine):
     fan = new_fan(engine)
     run_in_uow(engine, points_admin.adjust_points, P, fan.fan_id, 40, "inicial")
-    with fails(engine, Codigo.SOLICITUD_INVALIDA, "saldo es 40", "41"):
+    with fails(engine, CodigoError.SOLICITUD_INVALIDA, "saldo es 40", "41"):
         run_in_uow(engine, points_admin.adjust_points, P, fan.fan_id, -41, "demasiado")
-    with fails(engine, Codigo.SOLICITUD_INVALIDA, "puntos"):
+    with fails(engine, CodigoError.SOLICITUD_INVALIDA, "puntos"):
         run_in_uow(engine, points_admin.adjust_points, P, fan.fan_id, 0, "nada")
-    with fails(engine, Codigo.SOLICITUD_INVALIDA, "puntos"):
+    with fails(engine, CodigoError.SOLICITUD_INVALIDA, "puntos"):
         run_in_uow(engine, points_admin.adjust_points, P, fan.fan_id, AJUSTE_MAX + 1, "enorme")
-    with fails(engine, Codigo.CAMPO_REQUERIDO, "motivo"):
+    with fails(engine, CodigoError.CAMPO_REQUERIDO, "motivo"):
         run_in_uow(engine, points_admin.adjust_points, P, fan.fan_id, 10, "   ")
-    with fails(engine, Codigo.SOLICITUD_INVALIDA, "motivo"):
+    with fails(engine, CodigoError.SOLICITUD_INVALIDA, "motivo"):
         run_in_uow(engine, points_admin.adjust_points, P, fan.fan_id, 10, "dos\nlíneas")
-    with fails(engine, Codigo.FAN_NO_ENCONTRADO):
+    with fails(engine, CodigoError.FAN_NO_ENCONTRADO):
         run_in_uow(engine, points_admin.adjust_points, P, "NOEXISTE", 10, "x")
-    with fails(engine, Codigo.PROGRAMA_NO_ENCONTRADO):
+    with fails(engine, CodigoError.PROGRAMA_NO_ENCONTRADO):
         run_in_uow(engine, points_admin.adjust_points, "nadie", fan.fan_id, 10, "x")
     assert balance(engine, fan) == 40
     # Exactly down to zero is allowed.
@@ -381,7 +381,7 @@ def test_void_after_the_points_were_spent_goes_negative(engine, clave):
     assert result.revertidos == 100
     assert balance(engine, fan) == -80
     # Debits are refused while negative; a credit is allowed even if it stays negative.
-    with fails(engine, Codigo.SOLICITUD_INVALIDA, "saldo es -80"):
+    with fails(engine, CodigoError.SOLICITUD_INVALIDA, "saldo es -80"):
         run_in_uow(engine, points_admin.adjust_points, P, fan.fan_id, -1, "x")
     assert run_in_uow(engine, points_admin.adjust_points, P, fan.fan_id, 30, "acuerdo").saldo == -50
     assert_ledger_consistent(engine)
@@ -410,16 +410,16 @@ def test_void_of_a_fan_in_baja(engine, clave):
 def test_void_errors_change_nothing(engine, clave):
     fan = new_fan(engine)
     folio = new_sale(engine, clave, fan, 9)
-    with fails(engine, Codigo.VENTA_NO_ENCONTRADA, "987654"):
+    with fails(engine, CodigoError.VENTA_NO_ENCONTRADA, "987654"):
         run_in_uow(engine, points_admin.void_sale, P, 987654, "x")
-    with fails(engine, Codigo.VENTA_NO_ENCONTRADA):  # a sale of another program
+    with fails(engine, CodigoError.VENTA_NO_ENCONTRADA):  # a sale of another program
         run_in_uow(engine, points_admin.void_sale, OTRO, folio, "x")
-    with fails(engine, Codigo.PROGRAMA_NO_ENCONTRADO):
+    with fails(engine, CodigoError.PROGRAMA_NO_ENCONTRADO):
         run_in_uow(engine, points_admin.void_sale, "nadie", folio, "x")
     for bad in (0, -1, 2**31):
-        with fails(engine, Codigo.SOLICITUD_INVALIDA, "folio"):
+        with fails(engine, CodigoError.SOLICITUD_INVALIDA, "folio"):
             run_in_uow(engine, points_admin.void_sale, P, bad, "x")
-    with fails(engine, Codigo.CAMPO_REQUERIDO, "motivo"):
+    with fails(engine, CodigoError.CAMPO_REQUERIDO, "motivo"):
         run_in_uow(engine, points_admin.void_sale, P, folio, "")
     assert sale_row(engine, folio)["anulada_en"] is None
 

@@ -50,7 +50,7 @@ from sqlalchemy import Engine, func, select, text, update
 from sqlalchemy.exc import DBAPIError
 
 from loyalty_grpc.domain.caller import Caller
-from loyalty_grpc.domain.errors import Codigo, LoyaltyError
+from loyalty_grpc.domain.errors import CodigoError, LoyaltyError
 from loyalty_grpc.domain.fan_ref import parse_fan_ref
 from loyalty_grpc.domain.promos import EstadoFan
 from loyalty_grpc.domain.roster_cursor import Fase, decode_cursor
@@ -583,7 +583,7 @@ def test_positions_ahead_of_the_counter_are_refused_not_skipped(proof_engine):
         for desde in (None, feed.cursor):
             with pytest.raises(LoyaltyError) as caught:
                 read_roster(proof_engine, p.programa, desde, LIMITE, settle_seconds=0)
-            assert caught.value.codigo is Codigo.SERVICIO_NO_DISPONIBLE
+            assert caught.value.codigo is CodigoError.SERVICIO_NO_DISPONIBLE
     finally:
         with proof_engine.begin() as conn:
             conn.execute(update(fans).where(fans.c.pk == pk).values(cambio_xid=original))

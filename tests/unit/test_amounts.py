@@ -19,14 +19,14 @@ from loyalty_grpc.domain.amounts import (
     parse_importe,
     points_for,
 )
-from loyalty_grpc.domain.errors import Codigo, LoyaltyError
+from loyalty_grpc.domain.errors import CodigoError, LoyaltyError
 from loyalty_grpc.domain.json_value import JsonValue
 
 
 def _detalle(fn, value, *campo: str) -> str:
     with pytest.raises(LoyaltyError) as err:
         fn(value, *campo)
-    assert err.value.codigo is Codigo.IMPORTE_INVALIDO
+    assert err.value.codigo is CodigoError.IMPORTE_INVALIDO
     return err.value.detalle
 
 
@@ -388,7 +388,7 @@ def _only_own_error(fn, value) -> int | None:
         assert type(result) is int
         assert 0 <= result <= MAX_CENTAVOS
         return result
-    assert error.codigo is Codigo.IMPORTE_INVALIDO
+    assert error.codigo is CodigoError.IMPORTE_INVALIDO
     assert error.detalle
     return None
 

@@ -9,11 +9,11 @@ import pytest
 from google.rpc import error_details_pb2, status_pb2
 
 from loyalty_grpc.api.errors import ENVELOPE_KEY, HTTP_STATUS_KEY, envelope, to_grpc_status
-from loyalty_grpc.domain.errors import CATALOGO, Codigo, LoyaltyError
+from loyalty_grpc.domain.errors import CATALOGO, CodigoError, LoyaltyError
 
 
-@pytest.mark.parametrize("codigo", list(Codigo))
-def test_every_catalogue_entry_maps(codigo: Codigo):
+@pytest.mark.parametrize("codigo", list(CodigoError))
+def test_every_catalogue_entry_maps(codigo: CodigoError):
     entrada = CATALOGO[codigo]
     status = to_grpc_status(LoyaltyError(codigo, "campo `x`: ñandú"), for_gateway=True)
     assert status.code == getattr(grpc.StatusCode, entrada.grpc)
@@ -37,8 +37,8 @@ def test_every_catalogue_entry_maps(codigo: Codigo):
     assert info.reason == codigo.value
 
 
-@pytest.mark.parametrize("codigo", list(Codigo))
-def test_without_the_gateway_only_the_grpc_status(codigo: Codigo):
+@pytest.mark.parametrize("codigo", list(CodigoError))
+def test_without_the_gateway_only_the_grpc_status(codigo: CodigoError):
     """A native gRPC caller (no gateway mark): the status and its ErrorInfo, no envelope."""
     error = LoyaltyError(codigo, "detalle", retry_after=3)
     native = to_grpc_status(error, (("ratelimit", "r"),), for_gateway=False)
@@ -55,7 +55,7 @@ def test_without_the_gateway_only_the_grpc_status(codigo: Codigo):
 
 
 def test_envelope_key_order_and_bytes():
-    body = envelope(LoyaltyError(Codigo.PERMISO_DENEGADO, "requiere fan:leer"))
+    body = envelope(LoyaltyError(CodigoError.PERMISO_DENEGADO, "requiere fan:leer"))
     assert body == (
         '{"ok":false,"error":{"codigo":"permiso_denegado",'
         '"mensaje":"La clave no tiene permiso para esto.",'
@@ -64,7 +64,7 @@ def test_envelope_key_order_and_bytes():
 
 
 def test_catalogue_is_complete_and_statuses_valid():
-    assert set(CATALOGO) == set(Codigo)
+    assert set(CATALOGO) == set(CodigoError)
     for entrada in CATALOGO.values():
         assert 400 <= entrada.http <= 599
         assert hasattr(grpc.StatusCode, entrada.grpc)

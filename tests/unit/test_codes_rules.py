@@ -22,7 +22,7 @@ from loyalty_grpc.domain.codes import (
     split_code_stream,
     split_codes,
 )
-from loyalty_grpc.domain.errors import Codigo, LoyaltyError
+from loyalty_grpc.domain.errors import CodigoError, LoyaltyError
 from loyalty_grpc.domain.fixture import parse_fixture
 
 
@@ -109,7 +109,7 @@ def test_valid_new_codes(raw, normal):
 )
 def test_invalid_new_codes(raw, problem):
     error = error_of(check_new_code, raw, "codigo")
-    assert error.codigo is Codigo.CODIGO_INVALIDO
+    assert error.codigo is CodigoError.CODIGO_INVALIDO
     assert error.detalle.startswith("codigo: ")
     assert problem in error.detalle
 
@@ -130,14 +130,14 @@ def test_array_batch_normalises_and_removes_repeats_in_first_seen_order():
 
 def test_array_element_with_a_separator_is_invalid_not_split():
     error = error_of(code_batch_of_json, ["A1", "B2 C3"])
-    assert error.codigo is Codigo.CODIGO_INVALIDO
+    assert error.codigo is CodigoError.CODIGO_INVALIDO
     assert 'codigos[1] "B2 C3"' in error.detalle
 
 
 def test_invalid_codes_are_named_by_position_first_three_and_a_count():
     items = ["OK", "", "X" * 70, "A\x01", "B\x02", "fine", " "]
     error = error_of(code_batch_of_json, items, "codes")
-    assert error.codigo is Codigo.CODIGO_INVALIDO
+    assert error.codigo is CodigoError.CODIGO_INVALIDO
     assert error.detalle.startswith("5 código(s) no válido(s), no se agregó ninguno: ")
     assert 'codes[1] "": vacío' in error.detalle
     assert 'codes[2] "' + "X" * 24 + '\\u2026": más de 64 caracteres (70)' in error.detalle
@@ -161,28 +161,28 @@ def test_limit_counts_entries_read_repeats_included():
         " ".join(f"C{i}" for i in range(MAX_CODES_PER_CALL + 1)),
     ):
         error = error_of(code_batch_of_json, too_many)
-        assert error.codigo is Codigo.DEMASIADOS_CODIGOS
+        assert error.codigo is CodigoError.DEMASIADOS_CODIGOS
         assert "5000" in error.detalle
 
 
 def test_limit_is_checked_before_validity():
     assert (
         error_of(code_batch_of_json, [""] * (MAX_CODES_PER_CALL + 1)).codigo
-        is Codigo.DEMASIADOS_CODIGOS
+        is CodigoError.DEMASIADOS_CODIGOS
     )
 
 
 @pytest.mark.parametrize(
     ("value", "codigo", "hint"),
     [
-        ([], Codigo.CAMPO_REQUERIDO, "codigos: no trae ningún código"),
-        (" ,; ", Codigo.CAMPO_REQUERIDO, "codigos: no trae ningún código"),
-        (["A", 5.0], Codigo.SOLICITUD_INVALIDA, "codigos[1]: debe ser texto, llegó un número"),
-        (["A", None], Codigo.SOLICITUD_INVALIDA, "codigos[1]: debe ser texto, llegó null"),
-        (["A", ["B"]], Codigo.SOLICITUD_INVALIDA, "codigos[1]"),
-        (5.0, Codigo.SOLICITUD_INVALIDA, "debe ser una lista de textos o un texto"),
-        ({"a": "b"}, Codigo.SOLICITUD_INVALIDA, "llegó un objeto"),
-        (True, Codigo.SOLICITUD_INVALIDA, "llegó un booleano"),
+        ([], CodigoError.CAMPO_REQUERIDO, "codigos: no trae ningún código"),
+        (" ,; ", CodigoError.CAMPO_REQUERIDO, "codigos: no trae ningún código"),
+        (["A", 5.0], CodigoError.SOLICITUD_INVALIDA, "codigos[1]: debe ser texto, llegó un número"),
+        (["A", None], CodigoError.SOLICITUD_INVALIDA, "codigos[1]: debe ser texto, llegó null"),
+        (["A", ["B"]], CodigoError.SOLICITUD_INVALIDA, "codigos[1]"),
+        (5.0, CodigoError.SOLICITUD_INVALIDA, "debe ser una lista de textos o un texto"),
+        ({"a": "b"}, CodigoError.SOLICITUD_INVALIDA, "llegó un objeto"),
+        (True, CodigoError.SOLICITUD_INVALIDA, "llegó un booleano"),
     ],
 )
 def test_batch_shape_errors(value, codigo, hint):
@@ -193,7 +193,7 @@ def test_batch_shape_errors(value, codigo, hint):
 
 def test_list_batch_takes_each_element_whole():
     assert code_batch_of_list(["a", "A", "b"]).codigos == ("A", "B")
-    assert error_of(code_batch_of_list, ["a b"]).codigo is Codigo.CODIGO_INVALIDO
+    assert error_of(code_batch_of_list, ["a b"]).codigo is CodigoError.CODIGO_INVALIDO
 
 
 # ---------------------------------------------------------------- promotion reference
@@ -218,14 +218,14 @@ def test_promo_ref(value, ref):
 @pytest.mark.parametrize(
     ("value", "codigo"),
     [
-        (7.5, Codigo.SOLICITUD_INVALIDA),
-        (True, Codigo.SOLICITUD_INVALIDA),
-        (["7"], Codigo.SOLICITUD_INVALIDA),
-        ({"id": 7}, Codigo.SOLICITUD_INVALIDA),
-        (0, Codigo.PROMO_NO_ENCONTRADA),
-        (-3.0, Codigo.PROMO_NO_ENCONTRADA),
-        (2.0**40, Codigo.PROMO_NO_ENCONTRADA),
-        ("  ", Codigo.CAMPO_REQUERIDO),
+        (7.5, CodigoError.SOLICITUD_INVALIDA),
+        (True, CodigoError.SOLICITUD_INVALIDA),
+        (["7"], CodigoError.SOLICITUD_INVALIDA),
+        ({"id": 7}, CodigoError.SOLICITUD_INVALIDA),
+        (0, CodigoError.PROMO_NO_ENCONTRADA),
+        (-3.0, CodigoError.PROMO_NO_ENCONTRADA),
+        (2.0**40, CodigoError.PROMO_NO_ENCONTRADA),
+        ("  ", CodigoError.CAMPO_REQUERIDO),
     ],
 )
 def test_promo_ref_errors(value, codigo):
@@ -254,5 +254,5 @@ def test_fixture_codes_follow_the_same_rules():
         ("X" * 65, "más de 64"),
     ):
         error = error_of(parse_fixture, _fixture_with_code(bad))
-        assert error.codigo is Codigo.FIXTURE_INVALIDO
+        assert error.codigo is CodigoError.FIXTURE_INVALIDO
         assert problem in error.detalle

@@ -11,11 +11,11 @@ import pytest
 
 from loyalty_grpc.domain import fans, programs, promos, text
 from loyalty_grpc.domain.codes import normalize_code
-from loyalty_grpc.domain.errors import Codigo, LoyaltyError
+from loyalty_grpc.domain.errors import CodigoError, LoyaltyError
 from loyalty_grpc.domain.promos import EstadoCodigo, EstadoFan, EstadoPromo
 
 
-def _codigo(fn: Callable[..., object], *args: object) -> tuple[Codigo, str]:
+def _codigo(fn: Callable[..., object], *args: object) -> tuple[CodigoError, str]:
     with pytest.raises(LoyaltyError) as err:
         fn(*args)
     return err.value.codigo, err.value.detalle
@@ -42,7 +42,7 @@ def test_canonical_fan_id(raw, canonical):
 @pytest.mark.parametrize("raw", ["", "   ", "\t\n"])
 def test_canonical_fan_id_empty(raw):
     codigo, detalle = _codigo(fans.canonical_fan_id, raw)
-    assert codigo is Codigo.CAMPO_REQUERIDO
+    assert codigo is CodigoError.CAMPO_REQUERIDO
     assert detalle.startswith("fan_id")
     assert _codigo(fans.canonical_fan_id, raw, "id")[1].startswith("id:")
 
@@ -51,9 +51,9 @@ def test_new_fan_id_refuses_what_the_api_would_misread():
     assert fans.new_fan_id(" hal 1 ") == "HAL1"
     for raw in ("ana@example.com", "https://x/v/1", "a/b"):
         codigo, detalle = _codigo(fans.new_fan_id, raw)
-        assert codigo is Codigo.SOLICITUD_INVALIDA
+        assert codigo is CodigoError.SOLICITUD_INVALIDA
         assert detalle.startswith("id:")
-    assert _codigo(fans.new_fan_id, " ")[0] is Codigo.CAMPO_REQUERIDO
+    assert _codigo(fans.new_fan_id, " ")[0] is CodigoError.CAMPO_REQUERIDO
 
 
 # ---------------------------------------------------------------- e-mail
@@ -87,7 +87,7 @@ def test_normalize_email(raw, normal):
 )
 def test_normalize_email_invalid(raw):
     codigo, detalle = _codigo(fans.normalize_email, raw)
-    assert codigo is Codigo.SOLICITUD_INVALIDA
+    assert codigo is CodigoError.SOLICITUD_INVALIDA
     assert detalle.startswith("correo:")
     if raw.strip():
         assert raw.strip() not in detalle  # personal data is not echoed
@@ -105,9 +105,9 @@ def test_email_comparison_is_case_insensitive():
 def test_qr_token():
     assert fans.check_qr_token(" q7Hk2Pz ") == "q7Hk2Pz"  # case kept
     assert fans.check_qr_token("a.b_c~d-E") == "a.b_c~d-E"
-    assert _codigo(fans.check_qr_token, "")[0] is Codigo.CAMPO_REQUERIDO
+    assert _codigo(fans.check_qr_token, "")[0] is CodigoError.CAMPO_REQUERIDO
     for bad in ("a b", "a/b", "a?b", "ñ"):
-        assert _codigo(fans.check_qr_token, bad)[0] is Codigo.SOLICITUD_INVALIDA
+        assert _codigo(fans.check_qr_token, bad)[0] is CodigoError.SOLICITUD_INVALIDA
 
 
 def test_socio_desde_and_temporadas():
@@ -115,10 +115,10 @@ def test_socio_desde_and_temporadas():
     assert fans.check_socio_desde(2100) == 2100
     for bad in (0, 1899, 2101):
         codigo, detalle = _codigo(fans.check_socio_desde, bad)
-        assert codigo is Codigo.SOLICITUD_INVALIDA
+        assert codigo is CodigoError.SOLICITUD_INVALIDA
         assert detalle.startswith("socio_desde:")
     assert fans.check_temporadas(0) == 0
-    assert _codigo(fans.check_temporadas, -1)[0] is Codigo.SOLICITUD_INVALIDA
+    assert _codigo(fans.check_temporadas, -1)[0] is CodigoError.SOLICITUD_INVALIDA
 
 
 # ---------------------------------------------------------------- codes
@@ -137,7 +137,7 @@ def test_normalize_code(raw, normal):
 
 
 def test_normalize_code_empty():
-    assert _codigo(normalize_code, "  ")[0] is Codigo.CAMPO_REQUERIDO
+    assert _codigo(normalize_code, "  ")[0] is CodigoError.CAMPO_REQUERIDO
 
 
 # ---------------------------------------------------------------- states
@@ -155,7 +155,7 @@ def test_parse_estados():
     assert promos.parse_estado_fan("BAJA") is EstadoFan.BAJA
     for parse in (promos.parse_estado_promo, promos.parse_estado_codigo, promos.parse_estado_fan):
         codigo, detalle = _codigo(parse, "otro")
-        assert codigo is Codigo.SOLICITUD_INVALIDA
+        assert codigo is CodigoError.SOLICITUD_INVALIDA
         assert detalle.startswith("estado:")
 
 
@@ -173,7 +173,7 @@ def test_code_transitions(actual, nuevo):
         promos.check_transicion_codigo("HD-1", actual, nuevo)
     else:
         codigo, detalle = _codigo(promos.check_transicion_codigo, "HD-1", actual, nuevo)
-        assert codigo is Codigo.TRANSICION_INVALIDA
+        assert codigo is CodigoError.TRANSICION_INVALIDA
         assert "HD-1" in detalle
         assert f"estado actual {actual.value}" in detalle
 
@@ -193,7 +193,7 @@ def test_promo_transitions(actual, nuevo):
         promos.check_transicion_promo("2x1", actual, nuevo)
     else:
         codigo, detalle = _codigo(promos.check_transicion_promo, "2x1", actual, nuevo)
-        assert codigo is Codigo.TRANSICION_INVALIDA
+        assert codigo is CodigoError.TRANSICION_INVALIDA
         assert "estado actual terminada" in detalle
 
 
@@ -202,19 +202,19 @@ def test_fan_transitions():
     promos.check_transicion_fan("F", EstadoFan.BAJA, EstadoFan.ACTIVO)
     for estado in EstadoFan:
         codigo, detalle = _codigo(promos.check_transicion_fan, "F", estado, estado)
-        assert codigo is Codigo.TRANSICION_INVALIDA
+        assert codigo is CodigoError.TRANSICION_INVALIDA
         assert f"estado actual {estado.value}" in detalle
 
 
 def test_fecha_and_puntos_canje():
     assert promos.parse_fecha(" 2099-12-31 ") == date(2099, 12, 31)
-    assert _codigo(promos.parse_fecha, "")[0] is Codigo.CAMPO_REQUERIDO
+    assert _codigo(promos.parse_fecha, "")[0] is CodigoError.CAMPO_REQUERIDO
     for bad in ("2099-13-01", "31/12/2099", "20991231", "2099-W01-1", "2099-12-31T00:00"):
         codigo, detalle = _codigo(promos.parse_fecha, bad)
-        assert codigo is Codigo.SOLICITUD_INVALIDA
+        assert codigo is CodigoError.SOLICITUD_INVALIDA
         assert detalle.startswith("vigencia_fin:")
     assert promos.check_puntos_canje(0) == 0
-    assert _codigo(promos.check_puntos_canje, -1)[0] is Codigo.SOLICITUD_INVALIDA
+    assert _codigo(promos.check_puntos_canje, -1)[0] is CodigoError.SOLICITUD_INVALIDA
 
 
 # ---------------------------------------------------------------- programs and text
@@ -222,30 +222,33 @@ def test_fecha_and_puntos_canje():
 
 def test_program_settings():
     assert programs.program_id(" halcones-2_b ") == "halcones-2_b"
-    assert _codigo(programs.program_id, "")[0] is Codigo.CAMPO_REQUERIDO
+    assert _codigo(programs.program_id, "")[0] is CodigoError.CAMPO_REQUERIDO
     for bad in ("Halcones", "-x", "a b", "a.b"):
-        assert _codigo(programs.program_id, bad)[0] is Codigo.SOLICITUD_INVALIDA
+        assert _codigo(programs.program_id, bad)[0] is CodigoError.SOLICITUD_INVALIDA
     assert programs.parse_tasa("0.1") == Decimal("0.1")
     assert programs.parse_tasa("0") == Decimal(0)
     assert programs.parse_tasa("0.000001") == Decimal("0.000001")
-    assert _codigo(programs.parse_tasa, " ")[0] is Codigo.CAMPO_REQUERIDO
+    assert _codigo(programs.parse_tasa, " ")[0] is CodigoError.CAMPO_REQUERIDO
     for bad in ("x", "-1", "0.0000001", "1000000", "NaN", "Infinity", "1e400"):
-        assert _codigo(programs.parse_tasa, bad)[0] is Codigo.SOLICITUD_INVALIDA, bad
+        assert _codigo(programs.parse_tasa, bad)[0] is CodigoError.SOLICITUD_INVALIDA, bad
     assert programs.format_tasa(Decimal("0.100000")) == "0.1"
     assert programs.format_tasa(Decimal("10.000000")) == "10"
     assert programs.format_tasa(Decimal("0E-6")) == "0"
     assert programs.check_qr_url("") == ""
     assert programs.check_qr_url(" https://x.example/fan ") == "https://x.example/fan"
-    assert _codigo(programs.check_qr_url, "ftp://x")[0] is Codigo.SOLICITUD_INVALIDA
+    assert _codigo(programs.check_qr_url, "ftp://x")[0] is CodigoError.SOLICITUD_INVALIDA
     assert programs.check_moneda("") == "MXN"
     assert programs.check_moneda("usd") == "USD"
-    assert _codigo(programs.check_moneda, "PESOS")[0] is Codigo.SOLICITUD_INVALIDA
+    assert _codigo(programs.check_moneda, "PESOS")[0] is CodigoError.SOLICITUD_INVALIDA
 
 
 def test_text_fields():
     assert text.single_line("  Ana  ", "nombre") == "Ana"
-    assert _codigo(text.single_line, " ", "nombre") == (Codigo.CAMPO_REQUERIDO, "nombre: vacío")
+    assert _codigo(text.single_line, " ", "nombre") == (
+        CodigoError.CAMPO_REQUERIDO,
+        "nombre: vacío",
+    )
     assert text.single_line("", "x", required=False) == ""
-    assert _codigo(text.single_line, "a\nb", "nombre")[0] is Codigo.SOLICITUD_INVALIDA
+    assert _codigo(text.single_line, "a\nb", "nombre")[0] is CodigoError.SOLICITUD_INVALIDA
     assert text.multi_line(" a\nb\tc ", "descripcion") == "a\nb\tc"
-    assert _codigo(text.multi_line, "a\x00b", "descripcion")[0] is Codigo.SOLICITUD_INVALIDA
+    assert _codigo(text.multi_line, "a\x00b", "descripcion")[0] is CodigoError.SOLICITUD_INVALIDA

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from loyalty_grpc.domain.errors import Codigo, LoyaltyError
+from loyalty_grpc.domain.errors import CodigoError, LoyaltyError
 from loyalty_grpc.domain.fan_ref import FanRef, Forma, one_of, parse_fan_ref
 
 
@@ -28,7 +28,7 @@ def test_readings(text, expected):
 def test_url_without_token_is_not_found():
     with pytest.raises(LoyaltyError) as caught:
         parse_fan_ref("https://x.example/")
-    assert caught.value.codigo is Codigo.FAN_NO_ENCONTRADO
+    assert caught.value.codigo is CodigoError.FAN_NO_ENCONTRADO
 
 
 def test_one_of():
@@ -36,8 +36,8 @@ def test_one_of():
     assert one_of({"a": None}, required=False) is None
     with pytest.raises(LoyaltyError) as caught:
         one_of({"fan": None, "fan_id": None})
-    assert caught.value.codigo is Codigo.CAMPO_REQUERIDO
+    assert caught.value.codigo is CodigoError.CAMPO_REQUERIDO
     assert "fan / fan_id" in caught.value.detalle
     with pytest.raises(LoyaltyError) as caught:
         one_of({"fan": "a", "fan_id": "b"})
-    assert caught.value.codigo is Codigo.SOLICITUD_INVALIDA
+    assert caught.value.codigo is CodigoError.SOLICITUD_INVALIDA

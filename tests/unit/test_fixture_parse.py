@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 import loyalty_grpc.runtime
-from loyalty_grpc.domain.errors import Codigo, LoyaltyError
+from loyalty_grpc.domain.errors import CodigoError, LoyaltyError
 from loyalty_grpc.domain.fixture import (
     ClaveFixture,
     CodigoFixture,
@@ -288,10 +288,10 @@ NEW_FAN = {
     "qr_token": "caro1",
 }
 H = "programas[0] (halcones).promos[0] (2x1 Hot Dog)"
-F = Codigo.FIXTURE_INVALIDO
+F = CodigoError.FIXTURE_INVALIDO
 
 # (case id, mutation of the valid document, expected code, text the detalle contains)
-CASES: list[tuple[str, Mutate, Codigo, str]] = [
+CASES: list[tuple[str, Mutate, CodigoError, str]] = [
     ("programas falta", _del(("programas",)), F, "programas: falta el campo"),
     ("programas no lista", _set(("programas",), {}), F, "programas: debe ser una lista"),
     ("campo raíz desconocido", _set(("programa",), []), F, "programa: campo desconocido"),
@@ -340,13 +340,13 @@ CASES: list[tuple[str, Mutate, Codigo, str]] = [
     (
         "clave mal formada",
         _set((*PROG, "claves", 0, "clave"), "lp_vivo_corta"),
-        Codigo.CLAVE_MAL_FORMADA,
+        CodigoError.CLAVE_MAL_FORMADA,
         f"{P}.claves[0].clave: ",
     ),
     (
         "clave prefijo malo",
         _set((*PROG, "claves", 0, "clave"), KEY.replace("vivo", "live")),
-        Codigo.CLAVE_MAL_FORMADA,
+        CodigoError.CLAVE_MAL_FORMADA,
         f"{P}.claves[0].clave: ",
     ),
     ("clave falta", _del((*PROG, "claves", 0, "clave")), F, f"{P}.claves[0].clave: falta el campo"),
@@ -371,7 +371,7 @@ CASES: list[tuple[str, Mutate, Codigo, str]] = [
     (
         "permiso desconocido",
         _set((*PROG, "claves", 0, "permisos"), ["fan:leer", "fan:ler"]),
-        Codigo.PERMISO_DESCONOCIDO,
+        CodigoError.PERMISO_DESCONOCIDO,
         f"{P}.claves[0] (Caja Norte).permisos[1]: ",
     ),
     (
@@ -506,7 +506,7 @@ CASES: list[tuple[str, Mutate, Codigo, str]] = [
     (
         "correo repetido",
         _append((*PROG, "fans"), {**NEW_FAN, "correo": "BETO@example.COM"}),
-        Codigo.CORREO_DUPLICADO,
+        CodigoError.CORREO_DUPLICADO,
         f"{P}.fans[2] (HAL0003).correo: mismo correo (sin distinguir mayúsculas); "
         f"ya aparece en {P}.fans[1] (HAL0002)",
     ),
@@ -598,7 +598,7 @@ CASES: list[tuple[str, Mutate, Codigo, str]] = [
 @pytest.mark.parametrize(
     ("mutate", "codigo", "contains"), [pytest.param(m, c, t, id=i) for i, m, c, t in CASES]
 )
-def test_malformed_fixture(mutate: Mutate, codigo: Codigo, contains: str) -> None:
+def test_malformed_fixture(mutate: Mutate, codigo: CodigoError, contains: str) -> None:
     doc = copy.deepcopy(valid())
     mutate(doc)
     with pytest.raises(LoyaltyError) as caught:
@@ -687,7 +687,7 @@ RAW_CASES: list[tuple[str, str, str]] = [
 def test_malformed_document(document: str, contains: str) -> None:
     with pytest.raises(LoyaltyError) as caught:
         parse_fixture(document)
-    assert caught.value.codigo in (Codigo.FIXTURE_INVALIDO, Codigo.CLAVE_MAL_FORMADA)
+    assert caught.value.codigo in (CodigoError.FIXTURE_INVALIDO, CodigoError.CLAVE_MAL_FORMADA)
     assert contains in caught.value.detalle
     _assert_one_line_without_secrets(caught.value.detalle)
 

@@ -21,7 +21,7 @@ import yaml
 from google.protobuf import descriptor_pb2
 
 from loyalty_grpc.api.gateway_protocol import GATEWAY_MARK_KEY, GATEWAY_MARK_VALUE
-from loyalty_grpc.domain.errors import CATALOGO, Codigo
+from loyalty_grpc.domain.errors import CATALOGO, CodigoError
 from loyalty_grpc.runtime.gateway import config as envoy_config
 from loyalty_grpc.runtime.gateway import xds as envoy_xds
 from tests.gateway_specs import GATEWAY, gateway_copy, hcm, routes, spec
@@ -294,7 +294,7 @@ def test_lua_catalogue_is_the_domain_catalogue(lua: str) -> None:
     entries = lua_catalogue(lua)
     assert len(entries) >= 4
     for codigo, (http, mensaje) in entries.items():
-        entrada = CATALOGO[Codigo(codigo)]
+        entrada = CATALOGO[CodigoError(codigo)]
         assert (http, mensaje) == (entrada.http, entrada.mensaje), codigo
         assert not entrada.interno
 
@@ -347,7 +347,7 @@ def test_lua_envelope_starts_with_ok_then_error(lua: str) -> None:
     # With the pieces filled in as json_string would, it is the server's envelope.
     filled = (
         '{"ok":false,"error":{"codigo":"ruta_no_encontrada","mensaje":'
-        + json.dumps(CATALOGO[Codigo.RUTA_NO_ENCONTRADA].mensaje)
+        + json.dumps(CATALOGO[CodigoError.RUTA_NO_ENCONTRADA].mensaje)
         + ',"detalle":""}}'
     )
     assert list(json.loads(filled)) == ["ok", "error"]
@@ -371,7 +371,7 @@ def test_every_json_body_in_envoy_yaml_is_a_catalogue_envelope(config: dict[str,
         body = json.loads(text, object_pairs_hook=list)
         assert [key for key, _ in body] == ["ok", "error"]
         error = dict(dict(body)["error"])
-        assert error["mensaje"] == CATALOGO[Codigo(error["codigo"])].mensaje
+        assert error["mensaje"] == CATALOGO[CodigoError(error["codigo"])].mensaje
 
 
 # ---------------------------------------------------------------- the back office stays out
@@ -530,7 +530,7 @@ def test_the_backstop_for_replies_that_skip_envelope_lua_is_the_catalogue_envelo
     assert parsed["ok"] is False
     codigo = parsed["error"]["codigo"]
     assert codigo == lua_table(lua, "BY_HTTP_STATUS")["503"] == "servicio_no_disponible"
-    entry = CATALOGO[Codigo(codigo)]
+    entry = CATALOGO[CodigoError(codigo)]
     assert mapper["status_code"] == entry.http
     assert parsed["error"]["mensaje"] == entry.mensaje
     assert parsed["error"]["detalle"] == lua_table_text(lua, "DETALLE_FIJO")[codigo]

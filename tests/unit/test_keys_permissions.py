@@ -7,7 +7,7 @@ import hashlib
 import pytest
 
 from loyalty_grpc.domain import keys, permissions
-from loyalty_grpc.domain.errors import Codigo, LoyaltyError
+from loyalty_grpc.domain.errors import CodigoError, LoyaltyError
 from loyalty_grpc.domain.keys import Modo
 from loyalty_grpc.domain.permissions import Permiso
 from loyalty_grpc.gen.loyalty.v1 import pos_service_pb2
@@ -37,7 +37,7 @@ def test_bearer_token(header, token):
 def test_bearer_missing(header):
     with pytest.raises(LoyaltyError) as err:
         keys.bearer_token(header)
-    assert err.value.codigo is Codigo.NO_AUTENTICADO
+    assert err.value.codigo is CodigoError.NO_AUTENTICADO
 
 
 @pytest.mark.parametrize(
@@ -55,7 +55,7 @@ def test_bearer_missing(header):
 def test_bearer_malformed(header):
     with pytest.raises(LoyaltyError) as err:
         keys.bearer_token(header)
-    assert err.value.codigo is Codigo.NO_AUTENTICADO
+    assert err.value.codigo is CodigoError.NO_AUTENTICADO
     assert "Bearer" in err.value.detalle
 
 
@@ -97,7 +97,7 @@ def test_mode_of_malformed(key):
     assert keys.mode_of(key) is None
     with pytest.raises(LoyaltyError) as err:
         keys.require_well_formed(key)
-    assert err.value.codigo is Codigo.CLAVE_MAL_FORMADA
+    assert err.value.codigo is CodigoError.CLAVE_MAL_FORMADA
     # The key itself is never echoed.
     assert key.strip() == "" or key.strip() not in err.value.detalle
 
@@ -134,7 +134,7 @@ def test_parse_permisos():
 def test_parse_permisos_unknown(name):
     with pytest.raises(LoyaltyError) as err:
         permissions.parse_permisos(["fan:leer", name])
-    assert err.value.codigo is Codigo.PERMISO_DESCONOCIDO
+    assert err.value.codigo is CodigoError.PERMISO_DESCONOCIDO
     assert repr(name) in err.value.detalle
 
 
@@ -169,7 +169,7 @@ def test_check_requires_the_contract_permission(operation, needed):
     permissions.check(operation, frozenset(Permiso))
     with pytest.raises(LoyaltyError) as err:
         permissions.check(operation, frozenset(Permiso) - {needed})
-    assert err.value.codigo is Codigo.PERMISO_DENEGADO
+    assert err.value.codigo is CodigoError.PERMISO_DENEGADO
     assert needed.value in err.value.detalle
 
 
@@ -181,7 +181,7 @@ def test_ping_needs_no_permission(operation):
 def test_undeclared_operation_is_a_bug():
     with pytest.raises(LoyaltyError) as err:
         permissions.check("Nope", frozenset(Permiso))
-    assert err.value.codigo is Codigo.ERROR_INTERNO
+    assert err.value.codigo is CodigoError.ERROR_INTERNO
 
 
 def test_every_pos_method_has_a_permission_entry():

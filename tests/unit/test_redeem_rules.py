@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from loyalty_grpc.domain.errors import Codigo, LoyaltyError
+from loyalty_grpc.domain.errors import CodigoError, LoyaltyError
 from loyalty_grpc.domain.promos import EstadoCodigo
 from loyalty_grpc.domain.redeem import (
     MAX_CODIGOS,
@@ -34,8 +34,8 @@ A, C, L, D = (
     [
         (A, Desenlace.CANJEADO, None),
         (C, Desenlace.DUPLICADO, None),
-        (L, Desenlace.LIBERADO, Codigo.CODIGO_LIBERADO),
-        (D, Desenlace.NO_ASIGNADO, Codigo.CODIGO_NO_ASIGNADO),
+        (L, Desenlace.LIBERADO, CodigoError.CODIGO_LIBERADO),
+        (D, Desenlace.NO_ASIGNADO, CodigoError.CODIGO_NO_ASIGNADO),
     ],
 )
 def test_state_table(estado, desenlace, error):
@@ -47,7 +47,7 @@ def test_state_table(estado, desenlace, error):
 def test_unknown_text_is_not_found():
     [paso] = plan(["NADA"], {"X": [Copia(1, A)]})
     assert paso == Paso("NADA", None, Desenlace.NO_ENCONTRADO)
-    assert paso.error is Codigo.CODIGO_NO_ENCONTRADO
+    assert paso.error is CodigoError.CODIGO_NO_ENCONTRADO
 
 
 @pytest.mark.parametrize(
@@ -93,7 +93,7 @@ def test_batch_limit():
     check_batch_size(MAX_CODIGOS)
     with pytest.raises(LoyaltyError) as err:
         check_batch_size(MAX_CODIGOS + 1)
-    assert err.value.codigo is Codigo.DEMASIADOS_CODIGOS
+    assert err.value.codigo is CodigoError.DEMASIADOS_CODIGOS
     assert "501" in err.value.detalle
     assert "500" in err.value.detalle
 
@@ -131,9 +131,9 @@ def test_could_exist(codigo, possible):
 @pytest.mark.parametrize(
     ("desenlace", "codigo", "words"),
     [
-        (Desenlace.LIBERADO, Codigo.CODIGO_LIBERADO, "liberado"),
-        (Desenlace.NO_ASIGNADO, Codigo.CODIGO_NO_ASIGNADO, "entregado"),
-        (Desenlace.NO_ENCONTRADO, Codigo.CODIGO_NO_ENCONTRADO, "no tiene"),
+        (Desenlace.LIBERADO, CodigoError.CODIGO_LIBERADO, "liberado"),
+        (Desenlace.NO_ASIGNADO, CodigoError.CODIGO_NO_ASIGNADO, "entregado"),
+        (Desenlace.NO_ENCONTRADO, CodigoError.CODIGO_NO_ENCONTRADO, "no tiene"),
     ],
 )
 def test_single_form_errors(desenlace, codigo, words):

@@ -10,7 +10,7 @@ from google.protobuf import struct_pb2
 from google.protobuf.message import Message
 
 from loyalty_grpc.api.requests import reject_nul
-from loyalty_grpc.domain.errors import Codigo, LoyaltyError
+from loyalty_grpc.domain.errors import CodigoError, LoyaltyError
 from loyalty_grpc.gen.loyalty.v1 import pos_service_pb2 as pb
 
 
@@ -47,7 +47,7 @@ def _struct(**fields: Any) -> struct_pb2.Struct:
 def test_a_nul_anywhere_is_refused(request_: Message, field: str) -> None:
     with pytest.raises(LoyaltyError) as caught:
         reject_nul(request_)
-    assert caught.value.codigo is Codigo.SOLICITUD_INVALIDA
+    assert caught.value.codigo is CodigoError.SOLICITUD_INVALIDA
     assert caught.value.detalle == f"{field}: contiene el carácter NUL (U+0000)"
 
 

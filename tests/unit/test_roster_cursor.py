@@ -14,7 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from loyalty_grpc.api.roster import _desde
-from loyalty_grpc.domain.errors import Codigo, LoyaltyError
+from loyalty_grpc.domain.errors import CodigoError, LoyaltyError
 from loyalty_grpc.domain.roster import LIMITE_DEFAULT, LIMITE_MAX, parse_limite
 from loyalty_grpc.domain.roster_cursor import (
     CURSOR_LENGTH,
@@ -34,7 +34,7 @@ programs = st.text(min_size=1, max_size=40)
 def invalid(programa: str, text: str) -> LoyaltyError:
     with pytest.raises(LoyaltyError) as caught:
         decode_cursor(programa, text)
-    assert caught.value.codigo is Codigo.CURSOR_INVALIDO
+    assert caught.value.codigo is CodigoError.CURSOR_INVALIDO
     return caught.value
 
 
@@ -204,7 +204,7 @@ def test_limite_accepted(value, expected):
 def test_limite_refused(value):
     with pytest.raises(LoyaltyError) as caught:
         parse_limite(value)
-    assert caught.value.codigo is Codigo.SOLICITUD_INVALIDA
+    assert caught.value.codigo is CodigoError.SOLICITUD_INVALIDA
     assert caught.value.detalle.startswith("limite")
 
 
@@ -228,4 +228,4 @@ def test_desde_values(value, expected):
 def test_desde_of_wrong_json_type(value):
     with pytest.raises(LoyaltyError) as caught:
         _desde(value)
-    assert caught.value.codigo is Codigo.SOLICITUD_INVALIDA
+    assert caught.value.codigo is CodigoError.SOLICITUD_INVALIDA

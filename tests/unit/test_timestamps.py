@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from loyalty_grpc.domain.errors import Codigo, LoyaltyError
+from loyalty_grpc.domain.errors import CodigoError, LoyaltyError
 from loyalty_grpc.domain.json_value import JsonValue
 from loyalty_grpc.domain.timestamps import (
     EPOCH_MS_DESDE,
@@ -27,7 +27,7 @@ EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 def _detalle(value, now: datetime = NOW, *campo: str) -> str:
     with pytest.raises(LoyaltyError) as err:
         parse_ts(value, now, *campo)
-    assert err.value.codigo is Codigo.TS_INVALIDO
+    assert err.value.codigo is CodigoError.TS_INVALIDO
     return err.value.detalle
 
 
@@ -236,5 +236,5 @@ def test_ts_never_raises_anything_else(value):
         assert parsed.tzinfo is UTC
         assert MIN_TS <= parsed <= NOW + timedelta(hours=24)
         return
-    assert error.codigo is Codigo.TS_INVALIDO
+    assert error.codigo is CodigoError.TS_INVALIDO
     assert error.detalle.startswith("ts: ")

@@ -13,7 +13,7 @@ from loyalty_grpc.api.call_metadata import metadata_value
 from loyalty_grpc.api.key_cache import KeyCache
 from loyalty_grpc.domain import keys
 from loyalty_grpc.domain.caller import Caller
-from loyalty_grpc.domain.errors import Codigo, LoyaltyError
+from loyalty_grpc.domain.errors import CodigoError, LoyaltyError
 
 
 class PosKeys:
@@ -26,7 +26,7 @@ class PosKeys:
         token = keys.bearer_token(metadata_value(context, "authorization"))
         caller = self._keys.get(token) if keys.mode_of(token) else None
         if caller is None:
-            raise LoyaltyError(Codigo.CLAVE_INVALIDA, "la clave no existe o fue revocada")
+            raise LoyaltyError(CodigoError.CLAVE_INVALIDA, "la clave no existe o fue revocada")
         return caller
 
 
@@ -41,7 +41,9 @@ class AdminToken:
     def check(self, context: grpc.ServicerContext) -> None:
         token = keys.bearer_token(metadata_value(context, "authorization"))
         if not hmac.compare_digest(token.encode(), self._token):
-            raise LoyaltyError(Codigo.CLAVE_INVALIDA, "el token de administración no es válido")
+            raise LoyaltyError(
+                CodigoError.CLAVE_INVALIDA, "el token de administración no es válido"
+            )
 
 
 __all__ = ["AdminToken", "PosKeys"]

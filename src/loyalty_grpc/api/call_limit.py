@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from loyalty_grpc.api.call_metadata import Metadata
 from loyalty_grpc.domain.caller import Caller
-from loyalty_grpc.domain.errors import Codigo, LoyaltyError
+from loyalty_grpc.domain.errors import CodigoError, LoyaltyError
 from loyalty_grpc.services.rate_limit import RateLimiter
 
 RATELIMIT_POLICY_KEY = "ratelimit-policy"
@@ -24,7 +24,7 @@ def admit(limiter: RateLimiter, caller: Caller, extra: Metadata) -> None:
     extra += [(RATELIMIT_POLICY_KEY, quota.policy_header()), (RATELIMIT_KEY, quota.header())]
     if not quota.admitted:
         raise LoyaltyError(
-            Codigo.DEMASIADAS_LLAMADAS,
+            CodigoError.DEMASIADAS_LLAMADAS,
             f"más de {quota.limit} llamadas en 60 s con esta clave; "
             f"reintente en {quota.retry_after} s",
             retry_after=quota.retry_after,

@@ -22,7 +22,7 @@ from loyalty_grpc.api.call_metadata import Metadata, metadata_value
 from loyalty_grpc.api.errors import to_grpc_status
 from loyalty_grpc.api.gateway_protocol import GATEWAY_MARK_KEY, GATEWAY_MARK_VALUE
 from loyalty_grpc.api.requests import reject_nul
-from loyalty_grpc.domain.errors import Codigo, LoyaltyError
+from loyalty_grpc.domain.errors import CodigoError, LoyaltyError
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +51,7 @@ def failure_of(error: Exception, request: object, method: str) -> LoyaltyError:
     if isinstance(error, _UNAVAILABLE):
         log.warning("database unavailable during %s", method, exc_info=True)
         return LoyaltyError(
-            Codigo.SERVICIO_NO_DISPONIBLE, "la base de datos no responde; reintente"
+            CodigoError.SERVICIO_NO_DISPONIBLE, "la base de datos no responde; reintente"
         )
     return _internal(method)
 
@@ -66,7 +66,7 @@ def abort(context: grpc.ServicerContext, failure: LoyaltyError, extra: Metadata)
 def _internal(method: str) -> LoyaltyError:
     """error_interno for the exception being handled, logged whole (not sent)."""
     log.exception("unexpected error in %s", method)
-    return LoyaltyError(Codigo.ERROR_INTERNO, "")
+    return LoyaltyError(CodigoError.ERROR_INTERNO, "")
 
 
 def _nul_error(request: object) -> LoyaltyError | None:

@@ -65,7 +65,7 @@ from sqlalchemy import Engine, QueuePool
 from loyalty_grpc.api.context import listen_for_caller, stop_listening
 from loyalty_grpc.api.interceptors import POS_SERVICE
 from loyalty_grpc.domain.caller import Caller
-from loyalty_grpc.domain.errors import CATALOGO, Codigo
+from loyalty_grpc.domain.errors import CATALOGO, CodigoError
 from loyalty_grpc.gen.loyalty.v1 import backoffice_service_pb2, pos_service_pb2
 
 if TYPE_CHECKING:  # grpc-stubs make it generic; the runtime class is not subscriptable
@@ -438,7 +438,7 @@ def outcome(context: grpc.ServicerContext, *, failed: bool) -> tuple[str, grpc.S
         return OK, grpc.StatusCode.OK
     if code is None or code == grpc.StatusCode.OK:
         # An exception nobody turned into a status: grpc answers UNKNOWN.
-        return Codigo.ERROR_INTERNO.value, grpc.StatusCode.UNKNOWN
+        return CodigoError.ERROR_INTERNO.value, grpc.StatusCode.UNKNOWN
     reason = error_reason(context.trailing_metadata())
     return reason or code.name.lower(), code
 
@@ -516,7 +516,7 @@ def _record(call: _Call, context: grpc.ServicerContext, seconds: float, *, faile
     codigo, code = outcome(context, failed=failed)
     _requests(call.method, codigo).inc()
     _latency(call.method).observe(seconds)
-    if codigo == Codigo.DEMASIADAS_LLAMADAS.value:
+    if codigo == CodigoError.DEMASIADAS_LLAMADAS.value:
         _rate_limited(call.method).inc()
     fields: dict[str, object] = {
         "request_id": call.request_id,

@@ -13,7 +13,7 @@ from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import Message
 
 from loyalty_grpc.domain.amounts import parse_centavos, parse_importe
-from loyalty_grpc.domain.errors import Codigo, LoyaltyError
+from loyalty_grpc.domain.errors import CodigoError, LoyaltyError
 from loyalty_grpc.domain.fan_ref import FAN_FIELDS, FanRef, one_of, parse_fan_ref
 from loyalty_grpc.domain.json_value import JsonValue
 from loyalty_grpc.domain.programs import MONEDA_POR_OMISION
@@ -37,7 +37,7 @@ def reject_nul(request: Message) -> None:
     for field, value in request.ListFields():
         if _has_nul(field, value):
             raise LoyaltyError(
-                Codigo.SOLICITUD_INVALIDA, f"{field.name}: contiene el carácter NUL (U+0000)"
+                CodigoError.SOLICITUD_INVALIDA, f"{field.name}: contiene el carácter NUL (U+0000)"
             )
 
 
@@ -114,13 +114,13 @@ def _centavos(request: pb.RegisterTxRequest) -> int:
     if importe is None:
         if from_centavos is None:
             raise LoyaltyError(
-                Codigo.CAMPO_REQUERIDO, f"falta importe (o {' / '.join(CENTAVOS_FIELDS)})"
+                CodigoError.CAMPO_REQUERIDO, f"falta importe (o {' / '.join(CENTAVOS_FIELDS)})"
             )
         return from_centavos
     from_importe = parse_importe(importe, "importe")
     if from_centavos is not None and from_centavos != from_importe:
         raise LoyaltyError(
-            Codigo.IMPORTE_INVALIDO,
+            CodigoError.IMPORTE_INVALIDO,
             f"importe ({from_importe} centavos) y {name} ({from_centavos}) no coinciden",
         )
     return from_importe

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 
 from loyalty_grpc.api.requests import strings, values
-from loyalty_grpc.domain.errors import Codigo, LoyaltyError
+from loyalty_grpc.domain.errors import CodigoError, LoyaltyError
 from loyalty_grpc.domain.json_value import JsonValue, json_type_name
 from loyalty_grpc.domain.promos import EstadoFan
 from loyalty_grpc.domain.roster import limite_invalido, parse_limite
@@ -41,7 +41,7 @@ def _desde(value: JsonValue) -> str | None:
         exact = Decimal(value)
         return str(int(exact)) if exact == exact.to_integral_value() else str(value)
     raise LoyaltyError(
-        Codigo.SOLICITUD_INVALIDA,
+        CodigoError.SOLICITUD_INVALIDA,
         f"desde: debe ser el texto `siguiente` de la llamada anterior; "
         f"llegó {json_type_name(value)}",
     )

@@ -48,7 +48,7 @@ from decimal import (
     Overflow,
 )
 
-from loyalty_grpc.domain.errors import Codigo, LoyaltyError
+from loyalty_grpc.domain.errors import CodigoError, LoyaltyError
 from loyalty_grpc.domain.json_value import JsonValue, json_type_name
 
 MAX_CENTAVOS = 1_000_000_000
@@ -94,7 +94,7 @@ class _NoEsImporteError(Exception):
 
 
 def _error(campo: str, problema: str) -> LoyaltyError:
-    return LoyaltyError(Codigo.IMPORTE_INVALIDO, f"{campo}: {problema}")
+    return LoyaltyError(CodigoError.IMPORTE_INVALIDO, f"{campo}: {problema}")
 
 
 def _muestra(texto: str) -> str:

@@ -20,7 +20,7 @@ import re
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
-from loyalty_grpc.domain.errors import Codigo, LoyaltyError
+from loyalty_grpc.domain.errors import CodigoError, LoyaltyError
 from loyalty_grpc.domain.integers import INT32_MAX, integral
 from loyalty_grpc.domain.json_value import JsonValue, json_type_name
 from loyalty_grpc.domain.promos import EstadoPromo
@@ -44,7 +44,7 @@ def normalize_code(text: str, campo: str = "codigo") -> str:
     """A code as stored and compared: trimmed, upper case. Empty → campo_requerido."""
     codigo = text.strip().upper()
     if not codigo:
-        raise LoyaltyError(Codigo.CAMPO_REQUERIDO, f"{campo}: vacío")
+        raise LoyaltyError(CodigoError.CAMPO_REQUERIDO, f"{campo}: vacío")
     return codigo
 
 
@@ -66,7 +66,7 @@ def check_new_code(text: str, campo: str = "codigo") -> str:
     codigo = text.strip().upper()
     problem = code_problem(codigo)
     if problem is not None:
-        raise LoyaltyError(Codigo.CODIGO_INVALIDO, f"{campo}: {problem}")
+        raise LoyaltyError(CodigoError.CODIGO_INVALIDO, f"{campo}: {problem}")
     return codigo
 
 
@@ -94,24 +94,24 @@ def parse_promo_ref(value: JsonValue, campo: str = "promo") -> PromoRef:
     promotion has that id, a name); any other string is a name."""
     if isinstance(value, bool) or not isinstance(value, int | float | str):
         raise LoyaltyError(
-            Codigo.SOLICITUD_INVALIDA,
+            CodigoError.SOLICITUD_INVALIDA,
             f"{campo}: debe ser el id (número) o el nombre (texto) de la "
             f"promoción, llegó {json_type_name(value)}",
         )
     if isinstance(value, str):
         text = value.strip()
         if not text:
-            raise LoyaltyError(Codigo.CAMPO_REQUERIDO, f"{campo}: vacío")
+            raise LoyaltyError(CodigoError.CAMPO_REQUERIDO, f"{campo}: vacío")
         if _DIGITS.fullmatch(text):
             number = int(text)
             return PromoRef(number if number <= INT32_MAX else None, text)
         return PromoRef(None, text)
     promo_id = integral(value)
     if promo_id is None:
-        raise LoyaltyError(Codigo.SOLICITUD_INVALIDA, f"{campo}: el id debe ser un entero")
+        raise LoyaltyError(CodigoError.SOLICITUD_INVALIDA, f"{campo}: el id debe ser un entero")
     if not 1 <= promo_id <= INT32_MAX:
         raise LoyaltyError(
-            Codigo.PROMO_NO_ENCONTRADA, f"{campo}: no existe la promoción {promo_id}"
+            CodigoError.PROMO_NO_ENCONTRADA, f"{campo}: no existe la promoción {promo_id}"
         )
     return PromoRef(promo_id, None)
 
@@ -124,7 +124,7 @@ def admite_codigos(estado: EstadoPromo) -> bool:
 def check_admite_codigos(nombre: str, estado: EstadoPromo) -> None:
     if not admite_codigos(estado):
         raise LoyaltyError(
-            Codigo.PROMO_NO_ADMITE_CODIGOS,
+            CodigoError.PROMO_NO_ADMITE_CODIGOS,
             f"promo {nombre}: está {estado.value}, no admite códigos",
         )
 
@@ -206,7 +206,7 @@ def code_batch(
         leidos += 1
         if leidos > MAX_CODES_PER_CALL:
             raise LoyaltyError(
-                Codigo.DEMASIADOS_CODIGOS,
+                CodigoError.DEMASIADOS_CODIGOS,
                 f"{campo}: más de {MAX_CODES_PER_CALL} códigos en una llamada; envíelos en varias",
             )
         codigo = item.strip().upper()
@@ -228,11 +228,11 @@ def code_batch(
             else ""
         )
         raise LoyaltyError(
-            Codigo.CODIGO_INVALIDO,
+            CodigoError.CODIGO_INVALIDO,
             f"{len(invalid)} código(s) no válido(s), no se agregó ninguno: {shown}{more}",
         )
     if not seen:
-        raise LoyaltyError(Codigo.CAMPO_REQUERIDO, f"{campo}: no trae ningún código")
+        raise LoyaltyError(CodigoError.CAMPO_REQUERIDO, f"{campo}: no trae ningún código")
     return CodeBatch(tuple(seen), leidos)
 
 
@@ -243,7 +243,7 @@ def code_batch_of_json(value: JsonValue, campo: str = "codigos") -> CodeBatch:
     if isinstance(value, list):
         return code_batch(_strings(value, campo), campo)
     raise LoyaltyError(
-        Codigo.SOLICITUD_INVALIDA,
+        CodigoError.SOLICITUD_INVALIDA,
         f"{campo}: debe ser una lista de textos o un texto, llegó {json_type_name(value)}",
     )
 
@@ -259,7 +259,7 @@ def _strings(items: list[JsonValue], campo: str) -> Iterator[str]:
     for index, item in enumerate(items):
         if not isinstance(item, str):
             raise LoyaltyError(
-                Codigo.SOLICITUD_INVALIDA,
+                CodigoError.SOLICITUD_INVALIDA,
                 f"{campo}[{index}]: debe ser texto, llegó {json_type_name(item)}",
             )
         yield item

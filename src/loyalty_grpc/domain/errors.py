@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 
-class Codigo(StrEnum):
+class CodigoError(StrEnum):
     SOLICITUD_INVALIDA = "solicitud_invalida"
     CAMPO_REQUERIDO = "campo_requerido"
     IMPORTE_INVALIDO = "importe_invalido"
@@ -55,7 +55,7 @@ class Entrada:
     """One row of the catalogue. `grpc` is a grpc.StatusCode name (the domain does not
     import grpc; the edge resolves the name)."""
 
-    codigo: Codigo
+    codigo: CodigoError
     http: int
     grpc: str
     mensaje: str
@@ -65,13 +65,13 @@ class Entrada:
 
 
 def _e(
-    codigo: Codigo, http: int, grpc: str, mensaje: str, cuando: str, *, interno: bool = False
+    codigo: CodigoError, http: int, grpc: str, mensaje: str, cuando: str, *, interno: bool = False
 ) -> Entrada:
     return Entrada(codigo, http, grpc, mensaje, cuando, interno)
 
 
-C = Codigo
-CATALOGO: dict[Codigo, Entrada] = {
+C = CodigoError
+CATALOGO: dict[CodigoError, Entrada] = {
     e.codigo: e
     for e in [
         _e(
@@ -342,7 +342,7 @@ class LoyaltyError(Exception):
     field and the value's problem, never a secret or personal data."""
 
     def __init__(
-        self, codigo: Codigo, detalle: str = "", *, retry_after: int | None = None
+        self, codigo: CodigoError, detalle: str = "", *, retry_after: int | None = None
     ) -> None:
         super().__init__(f"{codigo}: {detalle}" if detalle else str(codigo))
         self.codigo = codigo

@@ -10,7 +10,7 @@ from enum import StrEnum
 from typing import TypeVar
 from urllib.parse import urlsplit
 
-from loyalty_grpc.domain.errors import Codigo, LoyaltyError
+from loyalty_grpc.domain.errors import CodigoError, LoyaltyError
 
 _URL = re.compile(r"https?://", re.IGNORECASE)
 _WHITESPACE = re.compile(r"\s+")
@@ -44,7 +44,7 @@ def parse_fan_ref(text: str) -> FanRef:
     if _URL.match(value):
         segments = [s for s in urlsplit(value).path.split("/") if s]
         if not segments:
-            raise LoyaltyError(Codigo.FAN_NO_ENCONTRADO, "la URL del QR no trae un token")
+            raise LoyaltyError(CodigoError.FAN_NO_ENCONTRADO, "la URL del QR no trae un token")
         return FanRef(Forma.QR_URL, segments[-1])
     if "@" in value:
         return FanRef(Forma.CORREO, value.lower())
@@ -59,12 +59,12 @@ def one_of(values: Mapping[str, T | None], *, required: bool = True) -> tuple[st
     names = " / ".join(values)
     if len(given) > 1:
         raise LoyaltyError(
-            Codigo.SOLICITUD_INVALIDA,
+            CodigoError.SOLICITUD_INVALIDA,
             f"envíe solo uno de {names} (llegaron {', '.join(n for n, _ in given)})",
         )
     if not given:
         if required:
-            raise LoyaltyError(Codigo.CAMPO_REQUERIDO, f"falta {names}")
+            raise LoyaltyError(CodigoError.CAMPO_REQUERIDO, f"falta {names}")
         return None
     return given[0]
 
@@ -72,6 +72,6 @@ def one_of(values: Mapping[str, T | None], *, required: bool = True) -> tuple[st
 def not_found(ref: FanRef) -> LoyaltyError:
     """fan_no_encontrado for `ref` (the value is never echoed: it is personal data)."""
     return LoyaltyError(
-        Codigo.FAN_NO_ENCONTRADO,
+        CodigoError.FAN_NO_ENCONTRADO,
         f"ningún fan activo del programa coincide (leído como {ref.forma})",
     )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from loyalty_grpc.domain.errors import Codigo, LoyaltyError
+from loyalty_grpc.domain.errors import CodigoError, LoyaltyError
 from loyalty_grpc.domain.text import matching
 
 _WHITESPACE = re.compile(r"\s+")
@@ -15,7 +15,7 @@ def canonical_fan_id(text: str, campo: str = "fan_id") -> str:
     Empty (after removing whitespace) → campo_requerido naming `campo`."""
     canonical = _WHITESPACE.sub("", text).upper()
     if not canonical:
-        raise LoyaltyError(Codigo.CAMPO_REQUERIDO, f"{campo}: vacío")
+        raise LoyaltyError(CodigoError.CAMPO_REQUERIDO, f"{campo}: vacío")
     return canonical
 
 
@@ -26,7 +26,7 @@ def normalize_email(text: str, campo: str = "correo") -> str:
     correo = text.strip()
     local, at, domain = correo.partition("@")
     if not at or not local or not domain or "@" in domain or _WHITESPACE.search(correo):
-        raise LoyaltyError(Codigo.SOLICITUD_INVALIDA, f"{campo}: no es un correo válido")
+        raise LoyaltyError(CodigoError.SOLICITUD_INVALIDA, f"{campo}: no es un correo válido")
     return correo
 
 
@@ -51,7 +51,7 @@ def new_fan_id(text: str, campo: str = "id") -> str:
     would read such a value as an e-mail or a URL)."""
     fan_id = canonical_fan_id(text, campo)
     if "@" in fan_id or "/" in fan_id:
-        raise LoyaltyError(Codigo.SOLICITUD_INVALIDA, f"{campo}: no puede contener '@' ni '/'")
+        raise LoyaltyError(CodigoError.SOLICITUD_INVALIDA, f"{campo}: no puede contener '@' ni '/'")
     return fan_id
 
 
@@ -65,7 +65,7 @@ def check_socio_desde(year: int, campo: str = "socio_desde") -> int:
     """The year of registration: SOCIO_DESDE_MIN to SOCIO_DESDE_MAX."""
     if not SOCIO_DESDE_MIN <= year <= SOCIO_DESDE_MAX:
         raise LoyaltyError(
-            Codigo.SOLICITUD_INVALIDA,
+            CodigoError.SOLICITUD_INVALIDA,
             f"{campo}: debe ser un año entre {SOCIO_DESDE_MIN} y {SOCIO_DESDE_MAX}",
         )
     return year
@@ -74,5 +74,5 @@ def check_socio_desde(year: int, campo: str = "socio_desde") -> int:
 def check_temporadas(count: int, campo: str = "temporadas") -> int:
     """Number of active seasons: 0 or more."""
     if count < 0:
-        raise LoyaltyError(Codigo.SOLICITUD_INVALIDA, f"{campo}: no puede ser negativo")
+        raise LoyaltyError(CodigoError.SOLICITUD_INVALIDA, f"{campo}: no puede ser negativo")
     return count

@@ -40,7 +40,7 @@ from functools import partial
 from typing import NoReturn, TypeVar
 
 from loyalty_grpc.domain.codes import check_new_code
-from loyalty_grpc.domain.errors import Codigo, LoyaltyError
+from loyalty_grpc.domain.errors import CodigoError, LoyaltyError
 from loyalty_grpc.domain.fans import (
     canonical_fan_id,
     check_qr_token,
@@ -188,7 +188,7 @@ def _programa(
             fan.ruta,
             "correo",
             "mismo correo (sin distinguir mayúsculas)",
-            codigo=Codigo.CORREO_DUPLICADO,
+            codigo=CodigoError.CORREO_DUPLICADO,
         )
         _unique(seen_qr, fan.qr_token, fan.ruta, "qr_token", "qr_token repetido")
         fans.append(fan)
@@ -439,7 +439,9 @@ class _Obj:
 # --- helpers ------------------------------------------------------------------------------
 
 
-def _fail(where: str, problema: str, codigo: Codigo = Codigo.FIXTURE_INVALIDO) -> NoReturn:
+def _fail(
+    where: str, problema: str, codigo: CodigoError = CodigoError.FIXTURE_INVALIDO
+) -> NoReturn:
     raise LoyaltyError(codigo, f"{where}: {problema}")
 
 
@@ -453,13 +455,13 @@ def _domain(rule: Callable[[_V, str], _T], value: _V, where: str, *, show: bool 
         shown = ""
         if show:
             shown = f" (recibido {_show(value) if isinstance(value, str) else value})"
-        raise LoyaltyError(Codigo.FIXTURE_INVALIDO, exc.detalle + shown) from None
+        raise LoyaltyError(CodigoError.FIXTURE_INVALIDO, exc.detalle + shown) from None
 
 
 def _check_saldo(puntos: int, campo: str) -> int:
     """The balance a fan must have: 0 or more."""
     if puntos < 0:
-        raise LoyaltyError(Codigo.FIXTURE_INVALIDO, f"{campo}: no puede ser negativo")
+        raise LoyaltyError(CodigoError.FIXTURE_INVALIDO, f"{campo}: no puede ser negativo")
     return puntos
 
 
@@ -470,7 +472,7 @@ def _unique(
     campo: str,
     problema: str,
     *,
-    codigo: Codigo = Codigo.FIXTURE_INVALIDO,
+    codigo: CodigoError = CodigoError.FIXTURE_INVALIDO,
 ) -> None:
     """Remember `key` for the entry at `ruta`; a second entry with it fails naming both."""
     first = seen.setdefault(key, ruta)

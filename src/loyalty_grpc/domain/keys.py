@@ -7,7 +7,7 @@ import re
 import secrets
 from enum import StrEnum
 
-from loyalty_grpc.domain.errors import Codigo, LoyaltyError
+from loyalty_grpc.domain.errors import CodigoError, LoyaltyError
 
 
 class Modo(StrEnum):
@@ -25,11 +25,11 @@ _ALPHABET = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789"
 def bearer_token(header: str | None) -> str:
     """The token of an `Authorization: Bearer <token>` header, or no_autenticado."""
     if not header:
-        raise LoyaltyError(Codigo.NO_AUTENTICADO, "falta el encabezado Authorization")
+        raise LoyaltyError(CodigoError.NO_AUTENTICADO, "falta el encabezado Authorization")
     match = _BEARER.fullmatch(header.strip())
     if match is None:
         raise LoyaltyError(
-            Codigo.NO_AUTENTICADO, "el encabezado Authorization debe ser 'Bearer <clave>'"
+            CodigoError.NO_AUTENTICADO, "el encabezado Authorization debe ser 'Bearer <clave>'"
         )
     return match.group(1)
 
@@ -45,7 +45,7 @@ def require_well_formed(key: str) -> Modo:
     modo = mode_of(key)
     if modo is None:
         raise LoyaltyError(
-            Codigo.CLAVE_MAL_FORMADA,
+            CodigoError.CLAVE_MAL_FORMADA,
             "una clave es 'lp_vivo_' o 'lp_prueba_' seguido de 24 o más letras o dígitos",
         )
     return modo

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from enum import StrEnum
 
-from loyalty_grpc.domain.errors import Codigo, LoyaltyError
+from loyalty_grpc.domain.errors import CodigoError, LoyaltyError
 
 
 class Permiso(StrEnum):
@@ -37,7 +37,7 @@ def parse_permisos(names: Iterable[str]) -> frozenset[Permiso]:
     for name in names:
         if name not in known:
             raise LoyaltyError(
-                Codigo.PERMISO_DESCONOCIDO,
+                CodigoError.PERMISO_DESCONOCIDO,
                 f"permiso {name!r} no existe; los permisos son: {', '.join(known)}",
             )
         result.add(known[name])
@@ -47,10 +47,14 @@ def parse_permisos(names: Iterable[str]) -> frozenset[Permiso]:
 def check(operation: str, granted: frozenset[Permiso]) -> None:
     """Raise permiso_denegado unless `granted` allows `operation`."""
     if operation not in REQUIRED:
-        raise LoyaltyError(Codigo.ERROR_INTERNO, f"operación sin permiso declarado: {operation}")
+        raise LoyaltyError(
+            CodigoError.ERROR_INTERNO, f"operación sin permiso declarado: {operation}"
+        )
     needed = REQUIRED[operation]
     if needed is not None and needed not in granted:
-        raise LoyaltyError(Codigo.PERMISO_DENEGADO, f"esta operación requiere el permiso {needed}")
+        raise LoyaltyError(
+            CodigoError.PERMISO_DENEGADO, f"esta operación requiere el permiso {needed}"
+        )
 
 
 def sorted_names(granted: Iterable[Permiso]) -> list[str]:

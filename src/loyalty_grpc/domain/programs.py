@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from decimal import Decimal, InvalidOperation
 
-from loyalty_grpc.domain.errors import Codigo, LoyaltyError
+from loyalty_grpc.domain.errors import CodigoError, LoyaltyError
 from loyalty_grpc.domain.text import matching
 
 _PROGRAMA_ID = re.compile(r"[a-z0-9][a-z0-9_-]*")
@@ -26,17 +26,19 @@ def parse_tasa(text: str, campo: str = "tasa_puntos") -> Decimal:
     at most 6 decimals. Never a float."""
     value = text.strip()
     if not value:
-        raise LoyaltyError(Codigo.CAMPO_REQUERIDO, f"{campo}: vacío")
+        raise LoyaltyError(CodigoError.CAMPO_REQUERIDO, f"{campo}: vacío")
     try:
         tasa = Decimal(value)
     except InvalidOperation:
-        raise LoyaltyError(Codigo.SOLICITUD_INVALIDA, f"{campo}: no es un número decimal") from None
+        raise LoyaltyError(
+            CodigoError.SOLICITUD_INVALIDA, f"{campo}: no es un número decimal"
+        ) from None
     if not tasa.is_finite() or tasa < 0 or tasa >= TASA_MAX:
         raise LoyaltyError(
-            Codigo.SOLICITUD_INVALIDA, f"{campo}: debe ser 0 o más y menor que {TASA_MAX}"
+            CodigoError.SOLICITUD_INVALIDA, f"{campo}: debe ser 0 o más y menor que {TASA_MAX}"
         )
     if tasa != tasa.quantize(TASA_STEP):
-        raise LoyaltyError(Codigo.SOLICITUD_INVALIDA, f"{campo}: a lo más 6 decimales")
+        raise LoyaltyError(CodigoError.SOLICITUD_INVALIDA, f"{campo}: a lo más 6 decimales")
     return tasa
 
 
@@ -50,7 +52,7 @@ def check_qr_url(text: str, campo: str = "qr_url") -> str:
     """Empty, or an http(s) URL (trimmed)."""
     value = text.strip()
     if value and (not value.startswith(("https://", "http://")) or any(c.isspace() for c in value)):
-        raise LoyaltyError(Codigo.SOLICITUD_INVALIDA, f"{campo}: debe ser una URL http(s)://")
+        raise LoyaltyError(CodigoError.SOLICITUD_INVALIDA, f"{campo}: debe ser una URL http(s)://")
     return value
 
 
@@ -58,5 +60,5 @@ def check_moneda(text: str, campo: str = "moneda") -> str:
     """A three-letter currency code, upper-cased; empty → MONEDA_POR_OMISION."""
     value = text.strip().upper() or MONEDA_POR_OMISION
     if not _MONEDA.fullmatch(value):
-        raise LoyaltyError(Codigo.SOLICITUD_INVALIDA, f"{campo}: tres letras, p. ej. MXN")
+        raise LoyaltyError(CodigoError.SOLICITUD_INVALIDA, f"{campo}: tres letras, p. ej. MXN")
     return value

@@ -9,7 +9,7 @@ import re
 from datetime import date
 from enum import StrEnum
 
-from loyalty_grpc.domain.errors import Codigo, LoyaltyError
+from loyalty_grpc.domain.errors import CodigoError, LoyaltyError
 
 _FECHA = re.compile(r"\d{4}-\d{2}-\d{2}")
 
@@ -61,7 +61,7 @@ def parse_estado_promo(text: str, campo: str = "estado") -> EstadoPromo:
         return EstadoPromo(text.strip().lower())
     except ValueError:
         raise LoyaltyError(
-            Codigo.SOLICITUD_INVALIDA,
+            CodigoError.SOLICITUD_INVALIDA,
             f"{campo}: debe ser uno de {', '.join(e.value for e in EstadoPromo)}",
         ) from None
 
@@ -72,7 +72,7 @@ def parse_estado_codigo(text: str, campo: str = "estado") -> EstadoCodigo:
         return EstadoCodigo(text.strip().lower())
     except ValueError:
         raise LoyaltyError(
-            Codigo.SOLICITUD_INVALIDA,
+            CodigoError.SOLICITUD_INVALIDA,
             f"{campo}: debe ser uno de {', '.join(e.value for e in EstadoCodigo)}",
         ) from None
 
@@ -83,7 +83,7 @@ def parse_estado_fan(text: str, campo: str = "estado") -> EstadoFan:
         return EstadoFan(text.strip().lower())
     except ValueError:
         raise LoyaltyError(
-            Codigo.SOLICITUD_INVALIDA,
+            CodigoError.SOLICITUD_INVALIDA,
             f"{campo}: debe ser uno de {', '.join(e.value for e in EstadoFan)}",
         ) from None
 
@@ -93,7 +93,7 @@ def check_transicion_codigo(codigo: str, actual: EstadoCodigo, nuevo: EstadoCodi
     `nuevo`. `codigo` is the code's text, named in the detalle."""
     if nuevo not in TRANSICIONES_CODIGO[actual]:
         raise LoyaltyError(
-            Codigo.TRANSICION_INVALIDA,
+            CodigoError.TRANSICION_INVALIDA,
             f"codigo {codigo}: estado actual {actual.value}, no puede pasar a {nuevo.value}",
         )
 
@@ -103,7 +103,7 @@ def check_transicion_promo(nombre: str, actual: EstadoPromo, nuevo: EstadoPromo)
     Staying in the same state is allowed (a no-op)."""
     if nuevo != actual and nuevo not in TRANSICIONES_PROMO[actual]:
         raise LoyaltyError(
-            Codigo.TRANSICION_INVALIDA,
+            CodigoError.TRANSICION_INVALIDA,
             f"promo {nombre}: estado actual {actual.value}, no puede pasar a {nuevo.value}",
         )
 
@@ -112,7 +112,7 @@ def check_transicion_fan(fan_id: str, actual: EstadoFan, nuevo: EstadoFan) -> No
     """Raise transicion_invalida unless a fan may move from `actual` to `nuevo`."""
     if nuevo not in TRANSICIONES_FAN[actual]:
         raise LoyaltyError(
-            Codigo.TRANSICION_INVALIDA,
+            CodigoError.TRANSICION_INVALIDA,
             f"fan {fan_id}: estado actual {actual.value}, no puede pasar a {nuevo.value}",
         )
 
@@ -121,19 +121,19 @@ def parse_fecha(text: str, campo: str = "vigencia_fin") -> date:
     """A calendar date written `YYYY-MM-DD`."""
     value = text.strip()
     if not value:
-        raise LoyaltyError(Codigo.CAMPO_REQUERIDO, f"{campo}: vacío")
+        raise LoyaltyError(CodigoError.CAMPO_REQUERIDO, f"{campo}: vacío")
     try:
         if not _FECHA.fullmatch(value):
             raise ValueError(value)
         return date.fromisoformat(value)
     except ValueError:
         raise LoyaltyError(
-            Codigo.SOLICITUD_INVALIDA, f"{campo}: debe ser una fecha AAAA-MM-DD"
+            CodigoError.SOLICITUD_INVALIDA, f"{campo}: debe ser una fecha AAAA-MM-DD"
         ) from None
 
 
 def check_puntos_canje(puntos: int, campo: str = "puntos_canje") -> int:
     """Points a live burn credits: 0 or more."""
     if puntos < 0:
-        raise LoyaltyError(Codigo.SOLICITUD_INVALIDA, f"{campo}: no puede ser negativo")
+        raise LoyaltyError(CodigoError.SOLICITUD_INVALIDA, f"{campo}: no puede ser negativo")
     return puntos

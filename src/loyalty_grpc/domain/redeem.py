@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from loyalty_grpc.domain.codes import MAX_CODE_LENGTH, shown_code
-from loyalty_grpc.domain.errors import Codigo, LoyaltyError
+from loyalty_grpc.domain.errors import CodigoError, LoyaltyError
 from loyalty_grpc.domain.promos import EstadoCodigo
 
 # Spec, Limits: codes per `redeem` batch.
@@ -55,10 +55,10 @@ class Desenlace(StrEnum):
     NO_ENCONTRADO = "no_encontrado"  # 404 codigo_no_encontrado
 
 
-_ERRORES: dict[Desenlace, Codigo] = {
-    Desenlace.LIBERADO: Codigo.CODIGO_LIBERADO,
-    Desenlace.NO_ASIGNADO: Codigo.CODIGO_NO_ASIGNADO,
-    Desenlace.NO_ENCONTRADO: Codigo.CODIGO_NO_ENCONTRADO,
+_ERRORES: dict[Desenlace, CodigoError] = {
+    Desenlace.LIBERADO: CodigoError.CODIGO_LIBERADO,
+    Desenlace.NO_ASIGNADO: CodigoError.CODIGO_NO_ASIGNADO,
+    Desenlace.NO_ENCONTRADO: CodigoError.CODIGO_NO_ENCONTRADO,
 }
 _POR_ESTADO: dict[EstadoCodigo, Desenlace] = {
     EstadoCodigo.ASIGNADO: Desenlace.CANJEADO,
@@ -86,7 +86,7 @@ class Paso:
     desenlace: Desenlace
 
     @property
-    def error(self) -> Codigo | None:
+    def error(self) -> CodigoError | None:
         return _ERRORES.get(self.desenlace)
 
     def falla(self) -> LoyaltyError | None:
@@ -129,7 +129,8 @@ def could_exist(codigo: str) -> bool:
 def check_batch_size(n: int) -> None:
     if n > MAX_CODIGOS:
         raise LoyaltyError(
-            Codigo.DEMASIADOS_CODIGOS, f"codigos: {n} códigos; máximo {MAX_CODIGOS} por llamada"
+            CodigoError.DEMASIADOS_CODIGOS,
+            f"codigos: {n} códigos; máximo {MAX_CODIGOS} por llamada",
         )
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from decimal import Decimal
 
-from loyalty_grpc.domain.errors import Codigo, LoyaltyError
+from loyalty_grpc.domain.errors import CodigoError, LoyaltyError
 from loyalty_grpc.domain.integers import integral
 from loyalty_grpc.domain.json_value import JsonValue, json_type_name
 
@@ -18,7 +18,7 @@ _INTEGER = re.compile(r"[+-]?[0-9]+(?:\.0*)?")
 
 def limite_invalido(problema: str) -> LoyaltyError:
     return LoyaltyError(
-        Codigo.SOLICITUD_INVALIDA,
+        CodigoError.SOLICITUD_INVALIDA,
         f"limite: {problema}; debe ser un entero de 1 a {LIMITE_MAX} "
         f"(por omisión {LIMITE_DEFAULT})",
     )

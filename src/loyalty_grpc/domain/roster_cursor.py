@@ -29,7 +29,7 @@ import struct
 from dataclasses import dataclass
 from enum import Enum
 
-from loyalty_grpc.domain.errors import Codigo, LoyaltyError
+from loyalty_grpc.domain.errors import CodigoError, LoyaltyError
 
 VERSION = 1
 _DOMAIN = b"loyalty roster cursor\x00"
@@ -74,7 +74,7 @@ def encode_cursor(programa_id: str, posicion: Posicion) -> str:
 
 def _invalid(detalle: str) -> LoyaltyError:
     return LoyaltyError(
-        Codigo.CURSOR_INVALIDO,
+        CodigoError.CURSOR_INVALIDO,
         f"desde: {detalle}; envíe el `siguiente` de la llamada anterior tal "
         "cual, u omita `desde` para empezar con una foto completa",
     )

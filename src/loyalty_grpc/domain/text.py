@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from loyalty_grpc.domain.errors import Codigo, LoyaltyError
+from loyalty_grpc.domain.errors import CodigoError, LoyaltyError
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 _CONTROL_MULTILINE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
@@ -17,13 +17,16 @@ def single_line(
     empty → campo_requerido unless not `required`."""
     value = text.strip()
     if not value and required:
-        raise LoyaltyError(Codigo.CAMPO_REQUERIDO, f"{campo}: vacío")
+        raise LoyaltyError(CodigoError.CAMPO_REQUERIDO, f"{campo}: vacío")
     if max_length is not None and len(value) > max_length:
         raise LoyaltyError(
-            Codigo.SOLICITUD_INVALIDA, f"{campo}: más de {max_length} caracteres ({len(value)})"
+            CodigoError.SOLICITUD_INVALIDA,
+            f"{campo}: más de {max_length} caracteres ({len(value)})",
         )
     if _CONTROL.search(value):
-        raise LoyaltyError(Codigo.SOLICITUD_INVALIDA, f"{campo}: contiene caracteres de control")
+        raise LoyaltyError(
+            CodigoError.SOLICITUD_INVALIDA, f"{campo}: contiene caracteres de control"
+        )
     return value
 
 
@@ -32,9 +35,9 @@ def matching(text: str, pattern: re.Pattern[str], campo: str, allowed: str) -> s
     person what the pattern admits."""
     value = text.strip()
     if not value:
-        raise LoyaltyError(Codigo.CAMPO_REQUERIDO, f"{campo}: vacío")
+        raise LoyaltyError(CodigoError.CAMPO_REQUERIDO, f"{campo}: vacío")
     if not pattern.fullmatch(value):
-        raise LoyaltyError(Codigo.SOLICITUD_INVALIDA, f"{campo}: solo {allowed}")
+        raise LoyaltyError(CodigoError.SOLICITUD_INVALIDA, f"{campo}: solo {allowed}")
     return value
 
 
@@ -42,5 +45,7 @@ def multi_line(text: str, campo: str) -> str:
     """Free text that may span lines (tabs and newlines allowed); may be empty."""
     value = text.strip()
     if _CONTROL_MULTILINE.search(value):
-        raise LoyaltyError(Codigo.SOLICITUD_INVALIDA, f"{campo}: contiene caracteres de control")
+        raise LoyaltyError(
+            CodigoError.SOLICITUD_INVALIDA, f"{campo}: contiene caracteres de control"
+        )
     return value

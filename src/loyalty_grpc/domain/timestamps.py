@@ -25,7 +25,7 @@ import re
 from datetime import UTC, datetime, timedelta, timezone
 from decimal import ROUND_FLOOR, ROUND_HALF_EVEN, Context, Decimal, InvalidOperation, Overflow
 
-from loyalty_grpc.domain.errors import Codigo, LoyaltyError
+from loyalty_grpc.domain.errors import CodigoError, LoyaltyError
 from loyalty_grpc.domain.json_value import JsonValue, json_type_name
 
 MIN_TS = datetime(2000, 1, 1, tzinfo=UTC)
@@ -58,7 +58,7 @@ def format_iso_utc(moment: datetime) -> str:
 
 
 def _error(campo: str, problema: str) -> LoyaltyError:
-    return LoyaltyError(Codigo.TS_INVALIDO, f"{campo}: {problema}")
+    return LoyaltyError(CodigoError.TS_INVALIDO, f"{campo}: {problema}")
 
 
 def _muestra(texto: str) -> str:

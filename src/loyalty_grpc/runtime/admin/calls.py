@@ -13,7 +13,7 @@ from google.protobuf.message import Message
 from google.rpc import error_details_pb2
 from grpc_status import rpc_status
 
-from loyalty_grpc.domain.errors import Codigo
+from loyalty_grpc.domain.errors import CodigoError
 from loyalty_grpc.gen.loyalty.v1 import backoffice_service_pb2 as pb
 from loyalty_grpc.gen.loyalty.v1 import backoffice_service_pb2_grpc as pb_grpc
 
@@ -179,11 +179,11 @@ def code_next(stub: Stub, a: argparse.Namespace, t: float, md: Metadata) -> Mess
 
 
 # Transport failures without ErrorInfo (the server was never reached...).
-_TRANSPORT: dict[grpc.StatusCode, Codigo] = {
-    grpc.StatusCode.UNAVAILABLE: Codigo.SERVICIO_NO_DISPONIBLE,
-    grpc.StatusCode.DEADLINE_EXCEEDED: Codigo.SERVICIO_NO_DISPONIBLE,
-    grpc.StatusCode.UNAUTHENTICATED: Codigo.NO_AUTENTICADO,
-    grpc.StatusCode.UNIMPLEMENTED: Codigo.NO_IMPLEMENTADO,
+_TRANSPORT: dict[grpc.StatusCode, CodigoError] = {
+    grpc.StatusCode.UNAVAILABLE: CodigoError.SERVICIO_NO_DISPONIBLE,
+    grpc.StatusCode.DEADLINE_EXCEEDED: CodigoError.SERVICIO_NO_DISPONIBLE,
+    grpc.StatusCode.UNAUTHENTICATED: CodigoError.NO_AUTENTICADO,
+    grpc.StatusCode.UNIMPLEMENTED: CodigoError.NO_IMPLEMENTADO,
 }
 
 
@@ -200,4 +200,4 @@ def error_of(exc: grpc.RpcError) -> tuple[str, str]:
                 info = error_details_pb2.ErrorInfo()
                 detail.Unpack(info)
                 return info.reason, detalle
-    return _TRANSPORT.get(call.code(), Codigo.ERROR_INTERNO).value, detalle
+    return _TRANSPORT.get(call.code(), CodigoError.ERROR_INTERNO).value, detalle

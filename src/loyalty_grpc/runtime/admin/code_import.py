@@ -15,7 +15,7 @@ import grpc
 from google.protobuf.message import Message
 
 from loyalty_grpc.domain.codes import MAX_CODES_PER_CALL, code_batch, split_code_stream
-from loyalty_grpc.domain.errors import Codigo, LoyaltyError
+from loyalty_grpc.domain.errors import CodigoError, LoyaltyError
 from loyalty_grpc.gen.loyalty.v1 import backoffice_service_pb2 as pb
 from loyalty_grpc.runtime.admin.calls import Metadata, Stub, error_of
 
@@ -149,7 +149,7 @@ def _import_next_chunk(
         chunk = list(islice(pieces, MAX_CODES_PER_CALL))
     except UnicodeDecodeError as exc:
         raise progress.stopped(
-            Codigo.SOLICITUD_INVALIDA.value, f"el archivo no es UTF-8 ({exc.reason})", first
+            CodigoError.SOLICITUD_INVALIDA.value, f"el archivo no es UTF-8 ({exc.reason})", first
         ) from None
     if not chunk:
         return False

@@ -10,7 +10,7 @@ import sys
 import grpc
 from google.protobuf import json_format
 
-from loyalty_grpc.domain.errors import Codigo
+from loyalty_grpc.domain.errors import CodigoError
 from loyalty_grpc.gen.loyalty.v1 import backoffice_service_pb2_grpc as pb_grpc
 from loyalty_grpc.runtime.admin.calls import Call, error_of
 from loyalty_grpc.runtime.admin.code_import import CommandStoppedError
@@ -26,7 +26,7 @@ def run_admin(args: argparse.Namespace, settings: Settings) -> int:
     token = settings.configured_admin_token() or read_admin_token(settings.data_dir)
     if not token:
         return _fail(
-            Codigo.NO_AUTENTICADO.value,
+            CodigoError.NO_AUTENTICADO.value,
             "falta el token de administración: LOYALTY_ADMIN_TOKEN, LOYALTY_ADMIN_TOKEN_FILE o "
             f"{admin_token_path(settings.data_dir)}",
         )
@@ -40,7 +40,7 @@ def run_admin(args: argparse.Namespace, settings: Settings) -> int:
     except CommandStoppedError as exc:
         return _fail(exc.codigo, exc.detalle)
     except OSError as exc:  # reading the fixture file
-        return _fail(Codigo.SOLICITUD_INVALIDA.value, str(exc))
+        return _fail(CodigoError.SOLICITUD_INVALIDA.value, str(exc))
     if args.json:
         sys.stdout.write(
             json.dumps(

@@ -47,7 +47,7 @@ from typing import Any, Self
 import yaml
 
 from loyalty_grpc.api.gateway_protocol import GATEWAY_MARK_KEY, GATEWAY_MARK_VALUE
-from loyalty_grpc.domain.errors import CATALOGO, Codigo
+from loyalty_grpc.domain.errors import CATALOGO, CodigoError
 from loyalty_grpc.runtime.settings import GrpcTls, join_target, split_target
 
 CONFIG_NAME = "envoy.yaml"
@@ -329,7 +329,7 @@ def _add_tls(listener: dict[str, Any], secret_path: Path) -> None:
 
 def plain_http_envelope() -> str:
     """The body of the redirect listener's refusal (not GET/HEAD): solicitud_invalida."""
-    entrada = CATALOGO[Codigo.SOLICITUD_INVALIDA]
+    entrada = CATALOGO[CodigoError.SOLICITUD_INVALIDA]
     return json.dumps(
         {
             "ok": False,
@@ -373,7 +373,7 @@ def redirect_listener(address: str, port: int, https_port: int) -> dict[str, Any
         {
             "match": {"prefix": "/"},
             "direct_response": {
-                "status": CATALOGO[Codigo.SOLICITUD_INVALIDA].http,
+                "status": CATALOGO[CodigoError.SOLICITUD_INVALIDA].http,
                 "body": {"inline_string": plain_http_envelope()},
             },
             "response_headers_to_add": json_header,

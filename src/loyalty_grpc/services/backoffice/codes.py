@@ -12,7 +12,7 @@ from typing import Any
 from sqlalchemy import Connection, Row, func, select, update
 
 from loyalty_grpc.domain.codes import normalize_code
-from loyalty_grpc.domain.errors import Codigo, LoyaltyError
+from loyalty_grpc.domain.errors import CodigoError, LoyaltyError
 from loyalty_grpc.domain.fans import canonical_fan_id
 from loyalty_grpc.domain.programs import program_id
 from loyalty_grpc.domain.promos import EstadoCodigo, EstadoFan, check_transicion_codigo
@@ -40,7 +40,7 @@ def _locked_code(
     ).one_or_none()
     if row is None:
         raise LoyaltyError(
-            Codigo.CODIGO_NO_ENCONTRADO,
+            CodigoError.CODIGO_NO_ENCONTRADO,
             f"codigo: la promoción {promo_id} no tiene el código {codigo}",
         )
     return row
@@ -67,7 +67,7 @@ def assign_code(
     code = _locked_code(conn, programa, promo_id, codigo)
     fan = require_fan(conn, programa, fid, lock=True)
     if fan.estado != EstadoFan.ACTIVO:
-        raise LoyaltyError(Codigo.FAN_NO_ENCONTRADO, f"fan: {fid} está de baja")
+        raise LoyaltyError(CodigoError.FAN_NO_ENCONTRADO, f"fan: {fid} está de baja")
     check_transicion_codigo(codigo, EstadoCodigo(code.estado), EstadoCodigo.ASIGNADO)
     conn.execute(
         update(codigos)
@@ -101,7 +101,7 @@ def assign_next_code(conn: Connection, programa: str, promo_id: int, fan_id: str
     require_promo(conn, programa, promo_id)
     fan = require_fan(conn, programa, fid, lock=True)
     if fan.estado != EstadoFan.ACTIVO:
-        raise LoyaltyError(Codigo.FAN_NO_ENCONTRADO, f"fan: {fid} está de baja")
+        raise LoyaltyError(CodigoError.FAN_NO_ENCONTRADO, f"fan: {fid} está de baja")
     code_pk = conn.execute(
         select(codigos.c.id)
         .where(codigos.c.promo_id == promo_id, codigos.c.estado == EstadoCodigo.DISPONIBLE.value)
@@ -111,7 +111,7 @@ def assign_next_code(conn: Connection, programa: str, promo_id: int, fan_id: str
     ).scalar_one_or_none()
     if code_pk is None:
         raise LoyaltyError(
-            Codigo.CODIGO_NO_ENCONTRADO,
+            CodigoError.CODIGO_NO_ENCONTRADO,
             f"promo_id: la promoción {promo_id} no tiene códigos "
             "disponibles (deposite más con `admin codes import`)",
         )

@@ -17,7 +17,7 @@ from sqlalchemy import Connection, Row, any_, func, insert, or_, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.sql.elements import ColumnElement
 
-from loyalty_grpc.domain.errors import Codigo, LoyaltyError
+from loyalty_grpc.domain.errors import CodigoError, LoyaltyError
 from loyalty_grpc.domain.fans import (
     canonical_fan_id,
     check_qr_token,
@@ -91,7 +91,7 @@ class Taken:
     claim: FanClaim
     campo: str  # "id", "correo" or "qr_token"
     indice: str  # the unique index that would refuse it
-    codigo: Codigo
+    codigo: CodigoError
     holder: str
 
 
@@ -101,7 +101,7 @@ class _Unique:
 
     campo: str
     indice: str
-    codigo: Codigo
+    codigo: CodigoError
     column: ColumnElement[Any]
     of_claim: Callable[[FanClaim], str | None]
     of_row: Callable[[Row[*tuple[Any, ...]]], str]
@@ -112,7 +112,7 @@ _UNIQUE = (
     _Unique(
         "id",
         "uq_fans_programa_fan_id",
-        Codigo.FAN_DUPLICADO,
+        CodigoError.FAN_DUPLICADO,
         fans.c.fan_id,
         lambda c: c.fan_id if c.nuevo else None,
         lambda r: str(r.fan_id),
@@ -120,7 +120,7 @@ _UNIQUE = (
     _Unique(
         "correo",
         "uq_fans_programa_correo",
-        Codigo.CORREO_DUPLICADO,
+        CodigoError.CORREO_DUPLICADO,
         func.lower(fans.c.correo),
         lambda c: None if c.correo is None else email_key(c.correo),
         lambda r: email_key(r.correo),
@@ -128,7 +128,7 @@ _UNIQUE = (
     _Unique(
         "qr_token",
         "uq_fans_programa_qr_token",
-        Codigo.QR_DUPLICADO,
+        CodigoError.QR_DUPLICADO,
         fans.c.qr_token,
         lambda c: c.qr_token,
         lambda r: str(r.qr_token),

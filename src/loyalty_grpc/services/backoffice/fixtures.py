@@ -40,7 +40,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects.postgresql import ARRAY, BYTEA
 
-from loyalty_grpc.domain.errors import Codigo, LoyaltyError
+from loyalty_grpc.domain.errors import CodigoError, LoyaltyError
 from loyalty_grpc.domain.fixture import (
     ClaveFixture,
     CodigoFixture,
@@ -188,7 +188,7 @@ def _apply_claves(conn: Connection, wanted: Sequence[ProgramaFixture], tally: _T
         row = existing.get(digest)
         if row is not None and row.programa_id != programa_id:
             raise LoyaltyError(
-                Codigo.FIXTURE_INVALIDO,
+                CodigoError.FIXTURE_INVALIDO,
                 f"{c.ruta}.clave: ya está registrada en otro programa ({row.programa_id})",
             )
         permisos = sorted_names(c.permisos)
@@ -393,7 +393,7 @@ def _fans_outside(
     for fan_id, c in refs.items():
         if fan_id not in found:
             raise LoyaltyError(
-                Codigo.FIXTURE_INVALIDO,
+                CodigoError.FIXTURE_INVALIDO,
                 f"{c.ruta}.fan: el fan {fan_id} no está en el fixture ni en "
                 f"el programa {programa.id}",
             )

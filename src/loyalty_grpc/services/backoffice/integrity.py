@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from sqlalchemy.exc import IntegrityError
 
-from loyalty_grpc.domain.errors import Codigo, LoyaltyError
+from loyalty_grpc.domain.errors import CodigoError, LoyaltyError
 
 
 def violated_constraint(exc: IntegrityError) -> str | None:
@@ -21,6 +21,6 @@ def translate(exc: IntegrityError, by_constraint: dict[str, LoyaltyError]) -> Lo
     name = violated_constraint(exc)
     if name is not None and name in by_constraint:
         return by_constraint[name]
-    error = LoyaltyError(Codigo.ERROR_INTERNO, "violación de integridad inesperada")
+    error = LoyaltyError(CodigoError.ERROR_INTERNO, "violación de integridad inesperada")
     error.__cause__ = exc
     return error

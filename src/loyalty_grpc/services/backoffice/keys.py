@@ -14,7 +14,7 @@ from typing import Any
 from sqlalchemy import Connection, Engine, Row, func, insert, select, update
 
 from loyalty_grpc.domain.caller import Caller
-from loyalty_grpc.domain.errors import Codigo, LoyaltyError
+from loyalty_grpc.domain.errors import CodigoError, LoyaltyError
 from loyalty_grpc.domain.keys import Modo, key_hash, mode_of, new_key, suffix
 from loyalty_grpc.domain.permissions import parse_permisos, sorted_names
 from loyalty_grpc.domain.programs import program_id
@@ -73,12 +73,12 @@ def _info(row: Row[*tuple[Any, ...]]) -> ClaveInfo:
 def parse_modo(text: str, campo: str = "modo") -> Modo:
     value = text.strip().lower()
     if not value:
-        raise LoyaltyError(Codigo.CAMPO_REQUERIDO, f"{campo}: vacío")
+        raise LoyaltyError(CodigoError.CAMPO_REQUERIDO, f"{campo}: vacío")
     try:
         return Modo(value)
     except ValueError:
         raise LoyaltyError(
-            Codigo.SOLICITUD_INVALIDA, f"{campo}: debe ser 'vivo' o 'prueba'"
+            CodigoError.SOLICITUD_INVALIDA, f"{campo}: debe ser 'vivo' o 'prueba'"
         ) from None
 
 
@@ -127,7 +127,7 @@ def revoke_key(conn: Connection, clave_id: int) -> ClaveInfo:
         .returning(*_COLUMNS)
     ).one_or_none()
     if row is None:
-        raise LoyaltyError(Codigo.CLAVE_NO_ENCONTRADA, f"id: no hay clave {clave_id}")
+        raise LoyaltyError(CodigoError.CLAVE_NO_ENCONTRADA, f"id: no hay clave {clave_id}")
     return _info(row)
 
 

@@ -10,7 +10,7 @@ from sqlalchemy import Connection, Row, Text, literal, select
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.sql.elements import ColumnElement
 
-from loyalty_grpc.domain.errors import Codigo, LoyaltyError
+from loyalty_grpc.domain.errors import CodigoError, LoyaltyError
 from loyalty_grpc.store.tables import fans, programas, promos
 
 
@@ -21,7 +21,7 @@ def require_program(conn: Connection, programa: str) -> None:
         select(programas.c.id).where(programas.c.id == programa).with_for_update(key_share=True)
     ).scalar_one_or_none()
     if found is None:
-        raise LoyaltyError(Codigo.PROGRAMA_NO_ENCONTRADO, f"programa: no existe {programa!r}")
+        raise LoyaltyError(CodigoError.PROGRAMA_NO_ENCONTRADO, f"programa: no existe {programa!r}")
 
 
 def require_fan(
@@ -34,7 +34,7 @@ def require_fan(
     row = conn.execute(query).one_or_none()
     if row is None:
         require_program(conn, programa)
-        raise LoyaltyError(Codigo.FAN_NO_ENCONTRADO, f"fan: no existe {fan_id} en {programa}")
+        raise LoyaltyError(CodigoError.FAN_NO_ENCONTRADO, f"fan: no existe {fan_id} en {programa}")
     return row
 
 
@@ -49,7 +49,8 @@ def require_promo(
     if row is None:
         require_program(conn, programa)
         raise LoyaltyError(
-            Codigo.PROMO_NO_ENCONTRADA, f"promo_id: no existe la promoción {promo_id} en {programa}"
+            CodigoError.PROMO_NO_ENCONTRADA,
+            f"promo_id: no existe la promoción {promo_id} en {programa}",
         )
     return row
 

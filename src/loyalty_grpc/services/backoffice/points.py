@@ -36,7 +36,7 @@ from sqlalchemy import (
     update,
 )
 
-from loyalty_grpc.domain.errors import Codigo, LoyaltyError
+from loyalty_grpc.domain.errors import CodigoError, LoyaltyError
 from loyalty_grpc.domain.fans import canonical_fan_id
 from loyalty_grpc.domain.integers import INT32_MAX
 from loyalty_grpc.domain.keys import Modo
@@ -161,17 +161,17 @@ def adjust_points(
     programa = program_id(programa, "programa")
     fid = canonical_fan_id(fan_id, "fan")
     if puntos == 0:
-        raise LoyaltyError(Codigo.SOLICITUD_INVALIDA, "puntos: no puede ser 0")
+        raise LoyaltyError(CodigoError.SOLICITUD_INVALIDA, "puntos: no puede ser 0")
     if abs(puntos) > AJUSTE_MAX:
         raise LoyaltyError(
-            Codigo.SOLICITUD_INVALIDA,
+            CodigoError.SOLICITUD_INVALIDA,
             f"puntos: a lo más {AJUSTE_MAX} en un ajuste, a favor o en contra",
         )
     nota = single_line(motivo, "motivo")
     fan = require_fan(conn, programa, fid, lock=True)
     if puntos < 0 and fan.puntos + puntos < 0:
         raise LoyaltyError(
-            Codigo.SOLICITUD_INVALIDA,
+            CodigoError.SOLICITUD_INVALIDA,
             f"puntos: el saldo es {fan.puntos}; un cargo de {-puntos} lo dejaría negativo",
         )
     move_points(conn, fan.pk, puntos, Motivo.AJUSTE, nota=nota)
@@ -210,7 +210,7 @@ def _venta(row: Row[*tuple[Any, ...]]) -> VentaInfo:
 def _check_folio(folio: int) -> int:
     if not 1 <= folio <= FOLIO_MAX:
         raise LoyaltyError(
-            Codigo.SOLICITUD_INVALIDA,
+            CodigoError.SOLICITUD_INVALIDA,
             "folio: debe ser el folio de una venta (un entero de 1 o más)",
         )
     return folio
@@ -226,7 +226,7 @@ def void_sale(conn: Connection, programa: str, folio: int, motivo: str) -> VoidR
     if sale is None:
         require_program(conn, programa)
         raise LoyaltyError(
-            Codigo.VENTA_NO_ENCONTRADA, f"folio: no existe la venta {folio} en {programa}"
+            CodigoError.VENTA_NO_ENCONTRADA, f"folio: no existe la venta {folio} en {programa}"
         )
     if sale.anulada_en is not None:
         return VoidResult(_venta(sale), revertidos=0, ya_anulada=True)

@@ -10,7 +10,7 @@ from typing import Any
 from sqlalchemy import Connection, Row, func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
-from loyalty_grpc.domain.errors import Codigo, LoyaltyError
+from loyalty_grpc.domain.errors import CodigoError, LoyaltyError
 from loyalty_grpc.domain.programs import program_id
 from loyalty_grpc.domain.promos import (
     EstadoPromo,
@@ -50,7 +50,7 @@ def _info(row: Row[*tuple[Any, ...]]) -> PromoInfo:
 
 def _duplicada(nombre: str) -> LoyaltyError:
     return LoyaltyError(
-        Codigo.PROMO_DUPLICADA, f"nombre: el programa ya tiene una promoción {nombre!r}"
+        CodigoError.PROMO_DUPLICADA, f"nombre: el programa ya tiene una promoción {nombre!r}"
     )
 
 

@@ -21,7 +21,7 @@ from sqlalchemy import Connection, Engine, Integer, Row, Text, func, literal, se
 from sqlalchemy.dialects.postgresql import ARRAY, insert
 
 from loyalty_grpc.domain.codes import CodeBatch, PromoRef, check_admite_codigos
-from loyalty_grpc.domain.errors import Codigo, LoyaltyError
+from loyalty_grpc.domain.errors import CodigoError, LoyaltyError
 from loyalty_grpc.domain.programs import program_id
 from loyalty_grpc.domain.promos import EstadoCodigo, EstadoPromo
 from loyalty_grpc.services.backoffice.lookups import require_program
@@ -69,7 +69,8 @@ def _find_promo(
         require_program(conn, programa)  # programa_no_encontrado first (back office)
         named = ref.nombre if ref.nombre is not None else str(ref.id)
         raise LoyaltyError(
-            Codigo.PROMO_NO_ENCONTRADA, f"{campo}: el programa no tiene la promoción {named[:80]!r}"
+            CodigoError.PROMO_NO_ENCONTRADA,
+            f"{campo}: el programa no tiene la promoción {named[:80]!r}",
         )
     return row
 

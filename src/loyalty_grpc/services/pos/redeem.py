@@ -30,7 +30,7 @@ from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.types import Text
 
 from loyalty_grpc.domain.caller import Caller
-from loyalty_grpc.domain.errors import Codigo, LoyaltyError
+from loyalty_grpc.domain.errors import CodigoError, LoyaltyError
 from loyalty_grpc.domain.promos import EstadoCodigo
 from loyalty_grpc.domain.redeem import (
     Copia,
@@ -76,7 +76,7 @@ class CodeResult:
 
     codigo: str
     result: RedeemResult | None
-    error: Codigo | None
+    error: CodigoError | None
 
 
 @dataclass(frozen=True)
@@ -221,7 +221,7 @@ def _redeem(
             .all()
         )
         if sorted(done) != sorted(ids):  # the rows are locked: cannot happen
-            raise LoyaltyError(Codigo.ERROR_INTERNO, "canje: el estado cambió bajo bloqueo")
+            raise LoyaltyError(CodigoError.ERROR_INTERNO, "canje: el estado cambió bajo bloqueo")
     live = caller.earns_points
     if live:
         move_many(

@@ -52,7 +52,7 @@ from typing import Any, NamedTuple
 
 from sqlalchemy import Engine, Row, Select, select, text, tuple_
 
-from loyalty_grpc.domain.errors import Codigo, LoyaltyError
+from loyalty_grpc.domain.errors import CodigoError, LoyaltyError
 from loyalty_grpc.domain.promos import EstadoFan
 from loyalty_grpc.domain.roster_cursor import Fase, Posicion, decode_cursor, encode_cursor
 from loyalty_grpc.store.tables import fans
@@ -182,12 +182,12 @@ def _read(engine: Engine, programa_id: str, desde: Posicion | None, limite: int)
                 newest,
             )
             raise LoyaltyError(
-                Codigo.SERVICIO_NO_DISPONIBLE,
+                CodigoError.SERVICIO_NO_DISPONIBLE,
                 "el feed del padrón no está disponible; reintente más tarde",
             )
         if desde is not None and desde.xid > newest:
             raise LoyaltyError(
-                Codigo.CURSOR_INVALIDO,
+                CodigoError.CURSOR_INVALIDO,
                 "desde: el cursor apunta más allá de lo que esta base de "
                 "datos ha registrado (¿se restauró de otra copia?); omita "
                 "`desde` para empezar con una foto completa",

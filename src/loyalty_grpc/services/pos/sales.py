@@ -16,7 +16,7 @@ from sqlalchemy import Engine
 
 from loyalty_grpc.domain.amounts import points_for
 from loyalty_grpc.domain.caller import Caller
-from loyalty_grpc.domain.errors import Codigo, LoyaltyError
+from loyalty_grpc.domain.errors import CodigoError, LoyaltyError
 from loyalty_grpc.domain.fan_ref import FanRef, not_found
 from loyalty_grpc.domain.integers import INT32_MAX
 from loyalty_grpc.store.sale import SaleRow, SaleValues, insert_sale, original_sale
@@ -52,7 +52,8 @@ def _points(caller: Caller, centavos: int) -> int:
     puntos = points_for(centavos, caller.tasa_puntos)
     if puntos > MAX_PUNTOS:
         raise LoyaltyError(
-            Codigo.IMPORTE_INVALIDO, "importe: demasiado grande para los puntos de este programa"
+            CodigoError.IMPORTE_INVALIDO,
+            "importe: demasiado grande para los puntos de este programa",
         )
     return puntos
 
@@ -64,7 +65,7 @@ def _replay(engine: Engine, caller: Caller, sale: NewSale, fan: SaleRow) -> Sale
     if original.fan_pk != fan.fan_pk or original.centavos != sale.centavos:
         differs = "el fan" if original.fan_pk != fan.fan_pk else "el importe"
         raise LoyaltyError(
-            Codigo.ID_EXTERNO_EN_CONFLICTO,
+            CodigoError.ID_EXTERNO_EN_CONFLICTO,
             f"id_externo ya registrado (folio {original.folio}) con otro valor "
             f"en {differs}; use un id_externo nuevo para otra venta",
         )
@@ -81,7 +82,7 @@ def _replay(engine: Engine, caller: Caller, sale: NewSale, fan: SaleRow) -> Sale
 def register_sale(engine: Engine, caller: Caller, sale: NewSale) -> SaleResult:
     if sale.moneda.upper() != caller.moneda:
         raise LoyaltyError(
-            Codigo.MONEDA_NO_SOPORTADA,
+            CodigoError.MONEDA_NO_SOPORTADA,
             f"moneda: el programa opera en {caller.moneda}, llegó {sale.moneda!r}",
         )
     puntos = _points(caller, sale.centavos)
