@@ -6,16 +6,13 @@ from __future__ import annotations
 import json
 import secrets
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
 import httpx
 import pytest
-from sqlalchemy import Engine
 
 from loyalty_grpc.api.server import GrpcServer, ServerSettings, build_server
-from loyalty_grpc.gen.loyalty.v1 import backoffice_service_pb2 as bo
 from loyalty_grpc.gen.loyalty.v1 import backoffice_service_pb2_grpc as bo_grpc
 from loyalty_grpc.runtime.gateway.envoy import EnvoyProcess
 from loyalty_grpc.services.backoffice.fixtures import apply_fixture
@@ -23,69 +20,8 @@ from loyalty_grpc.store.db import make_engine
 from loyalty_grpc.store.migrate import upgrade
 from loyalty_grpc.store.uow import run_in_uow
 from loyalty_grpc.wallet import LocalProvider, WalletSender
+from tests.e2e.stack import ALL, Stack, new_key
 from tests.support import Admin, free_port
-
-ALL = ["fan:leer", "tx:escribir", "redeem:escribir", "codigos:escribir", "roster:leer"]
-
-
-def _key(modo: str) -> str:
-    return f"lp_{modo}_" + secrets.token_hex(16)
-
-
-STANDARD_KEYS = {
-    "todo": ("vivo", ALL),
-    "prueba": ("prueba", ALL),
-    "ping": ("vivo", []),
-    "tx": ("vivo", ["tx:escribir"]),
-    "redeem": ("vivo", ["redeem:escribir"]),
-}
-
-
-@dataclass
-class Stack:
-    base_url: str
-    grpc_target: str
-    envoy_port: int
-    admin: Admin
-    # integration name -> key
-    keys: dict[str, str]
-    # For assertions on what was stored (tests only read).
-    engine: Engine
-
-    def http(self) -> httpx.Client:
-        return httpx.Client(base_url=self.base_url, timeout=10)
-
-    def program(
-        self,
-        programa: str,
-        *,
-        tasa: str = "0.1",
-        fans: list[dict[str, object]],
-        promos: list[dict[str, object]] | None = None,
-    ) -> dict[str, str]:
-        """A program of the test module's own (so modules never see each other's rows),
-        applied through the back office; returns its keys by the names of STANDARD_KEYS."""
-        keys = {name: _key(modo) for name, (modo, _) in STANDARD_KEYS.items()}
-        document = {
-            "programas": [
-                {
-                    "id": programa,
-                    "nombre": f"Club {programa}",
-                    "tasa_puntos": tasa,
-                    "qr_url": f"https://{programa}.example/fan",
-                    "claves": [
-                        {"clave": keys[name], "integracion": f"Caja {name}", "permisos": perms}
-                        for name, (_, perms) in STANDARD_KEYS.items()
-                    ],
-                    "fans": fans,
-                    "promos": promos or [],
-                }
-            ]
-        }
-        self.admin.stub.ApplyFixture(
-            bo.ApplyFixtureRequest(fixture_json=json.dumps(document)), metadata=self.admin.md
-        )
-        return keys
 
 
 @pytest.fixture(scope="session")
@@ -95,10 +31,10 @@ def stack(
     url = create_database()
     upgrade(url)
     keys = {
-        "todo": _key("vivo"),
-        "prueba": _key("prueba"),
-        "ping": _key("vivo"),
-        "tx": _key("vivo"),
+        "todo": new_key("vivo"),
+        "prueba": new_key("prueba"),
+        "ping": new_key("vivo"),
+        "tx": new_key("vivo"),
     }
     fixture = {
         "programas": [

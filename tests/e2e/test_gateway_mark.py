@@ -29,7 +29,7 @@ from loyalty_grpc.api.gateway_protocol import (
 from loyalty_grpc.domain.errors import CATALOGO, CodigoError
 from loyalty_grpc.gen.loyalty.v1 import pos_service_pb2, pos_service_pb2_grpc
 from loyalty_grpc.runtime.gateway.envoy import EnvoyProcess
-from tests.e2e.conftest import Stack
+from tests.e2e.stack import Stack
 from tests.e2e.support import h2c
 from tests.support import free_port
 

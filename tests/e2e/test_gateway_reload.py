@@ -28,7 +28,7 @@ from google.protobuf import descriptor_pb2
 from loyalty_grpc.runtime.gateway.admin import LISTENERS, EnvoyAdmin
 from loyalty_grpc.runtime.gateway.config import EnvoyError, find_gateway_dir
 from loyalty_grpc.runtime.gateway.envoy import EnvoyProcess
-from tests.e2e.conftest import Stack
+from tests.e2e.stack import Stack
 from tests.support import free_port
 
 LOYALTY = [sys.executable, "-m", "loyalty_grpc.runtime.cli"]

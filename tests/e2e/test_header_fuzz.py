@@ -24,7 +24,7 @@ import httpx
 import pytest
 
 from loyalty_grpc.domain.errors import CATALOGO, CodigoError
-from tests.e2e.conftest import Stack
+from tests.e2e.stack import Stack
 from tests.e2e.support import TIMEOUT, h2c
 
 PROGRAM = "cabeceras"

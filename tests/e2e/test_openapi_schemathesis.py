@@ -30,7 +30,7 @@ from loyalty_grpc.domain.amounts import parse_centavos, parse_importe
 from loyalty_grpc.domain.errors import CodigoError, LoyaltyError
 from loyalty_grpc.domain.timestamps import parse_ts
 from loyalty_grpc.runtime.gateway.config import find_gateway_dir
-from tests.e2e.conftest import Stack
+from tests.e2e.stack import Stack
 
 DOCUMENT = "/api/v1/openapi.json"
 PROGRAM = "openapi"

@@ -14,7 +14,7 @@ from loyalty_grpc.api.errors import envelope
 from loyalty_grpc.domain.errors import CodigoError, LoyaltyError
 from loyalty_grpc.gen.loyalty.v1 import backoffice_service_pb2 as bo
 from loyalty_grpc.gen.loyalty.v1 import backoffice_service_pb2_grpc as bo_grpc
-from tests.e2e.conftest import ALL, Stack
+from tests.e2e.stack import ALL, Stack
 from tests.e2e.support import assert_clean_headers, assert_error, auth
 
 

@@ -15,7 +15,7 @@ from sqlalchemy import func, select
 from loyalty_grpc.domain.errors import CodigoError
 from loyalty_grpc.gen.loyalty.v1 import backoffice_service_pb2 as bo
 from loyalty_grpc.store.tables import codigos
-from tests.e2e.conftest import Stack
+from tests.e2e.stack import Stack
 from tests.e2e.support import assert_error, auth
 
 PROGRAM = "pcod"

@@ -19,7 +19,7 @@ from loyalty_grpc.domain.errors import CATALOGO, CodigoError
 from loyalty_grpc.gen.loyalty.v1 import pos_service_pb2 as pb
 from loyalty_grpc.gen.loyalty.v1 import pos_service_pb2_grpc as pb_grpc
 from loyalty_grpc.store.tables import claves, codigos, fans, movimientos, promos
-from tests.e2e.conftest import Stack
+from tests.e2e.stack import Stack
 from tests.e2e.support import assert_error, auth
 
 P = "red"

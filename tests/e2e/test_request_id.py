@@ -17,7 +17,7 @@ import pytest
 from loyalty_grpc.api.observability import CALLS_LOGGER, log_context
 from loyalty_grpc.runtime.gateway.envoy import EnvoyProcess
 from loyalty_grpc.runtime.logs import JsonFormatter
-from tests.e2e.conftest import Stack
+from tests.e2e.stack import Stack
 from tests.support import free_port
 
 FANS = [

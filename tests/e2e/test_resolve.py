@@ -7,7 +7,7 @@ import httpx
 import pytest
 
 from loyalty_grpc.domain.errors import CodigoError
-from tests.e2e.conftest import Stack
+from tests.e2e.stack import Stack
 from tests.e2e.support import assert_error, auth
 
 FANS: list[dict[str, object]] = [

@@ -20,7 +20,7 @@ from loyalty_grpc.domain.roster_cursor import Fase, Posicion, encode_cursor
 from loyalty_grpc.domain.timestamps import format_iso_utc
 from loyalty_grpc.gen.loyalty.v1 import backoffice_service_pb2 as bo
 from loyalty_grpc.store.tables import fans
-from tests.e2e.conftest import Stack
+from tests.e2e.stack import Stack
 from tests.e2e.support import assert_clean_headers, assert_error, auth
 
 PROGRAM = "ros"

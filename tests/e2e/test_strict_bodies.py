@@ -21,7 +21,7 @@ from sqlalchemy import ColumnElement, Table, func, select
 
 from loyalty_grpc.domain.errors import CodigoError
 from loyalty_grpc.store.tables import codigos, fans, movimientos, ventas
-from tests.e2e.conftest import Stack
+from tests.e2e.stack import Stack
 from tests.e2e.support import assert_error, auth
 
 P = "estricto"

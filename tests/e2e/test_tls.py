@@ -22,7 +22,7 @@ from cryptography import x509
 from loyalty_grpc.runtime.gateway.config import TlsFiles, find_gateway_dir
 from loyalty_grpc.runtime.gateway.envoy import EnvoyProcess
 from loyalty_grpc.runtime.gateway.reload import reload
-from tests.e2e.conftest import Stack
+from tests.e2e.stack import Stack
 from tests.support import free_port
 from tests.tls_certs import Ca, curl_http2, install_pair, make_ca, make_server_cert
 

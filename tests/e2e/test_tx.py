@@ -15,7 +15,7 @@ from sqlalchemy import func, select
 from loyalty_grpc.domain.errors import CodigoError
 from loyalty_grpc.store.tables import fans, movimientos, ventas, wallet_entregas
 from loyalty_grpc.wallet import LocalProvider, send_pending
-from tests.e2e.conftest import Stack
+from tests.e2e.stack import Stack
 from tests.e2e.support import assert_error, auth
 
 # Rate 100 points per peso: puntos_otorgados == the amount in cents, so every amount
