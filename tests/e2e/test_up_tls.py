@@ -163,6 +163,11 @@ def test_plain_http_on_the_tls_port_gets_no_answer(up: UpTls) -> None:
         client.post(f"http://127.0.0.1:{up.http_port}/api/v1/ping", headers=up.key_header)
 
 
+def test_the_banner_names_the_redirect_port(up_env: UpTls) -> None:
+    line = f"plain HTTP on port {up_env.redirect_port}: redirects GET/HEAD to https"
+    assert any(line in printed for printed in up_env.running.lines)
+
+
 def test_the_redirect_port_sends_get_to_https(up_env: UpTls) -> None:
     plain = f"http://127.0.0.1:{up_env.redirect_port}/api/v1/ping?x=1"
     with httpx.Client(timeout=5) as client:

@@ -93,6 +93,8 @@ def up(settings: Settings, *, demo: bool) -> int:
                     http_host=connect_host(proxy.listen_host),
                     http_port=settings.http_port,
                     https=proxy.tls,
+                    redirect_port=settings.http_redirect_port,
+                    grpc_tls=server.tls_cert is not None,
                     grpc_host=server.host,
                     grpc_port=supervisor.pool.port,
                     workers=settings.workers,
@@ -118,6 +120,8 @@ def _print_banner(
     grpc_port: int,
     workers: int,
     https: bool = False,
+    redirect_port: int | None = None,
+    grpc_tls: bool = False,
     data_dir: Path,
     db: Database,
     token_configured: bool,
@@ -131,7 +135,13 @@ def _print_banner(
     lines = [
         f"loyalty is up: HTTP API {'https' if https else 'http'}://"
         f"{_url_host(http_host)}:{http_port}/api/v1  "
-        f"gRPC {grpc_host}:{grpc_port} ({workers} workers)",
+        f"gRPC {grpc_host}:{grpc_port} ({workers} workers"
+        f"{', mutual TLS' if grpc_tls else ''})",
+        *(
+            [f"plain HTTP on port {redirect_port}: redirects GET/HEAD to https, refuses the rest"]
+            if redirect_port is not None
+            else []
+        ),
         f"database: {where}",
         "admin token: "
         + (
