@@ -33,11 +33,11 @@
 --   * body(true) on a headers-only (trailers-only) response returns an empty buffer
 --     that setBytes() can fill (it also sets content-length).
 --
--- The catalogue entries below must equal src/loyalty_grpc/domain/errors.py (CATALOGO):
--- tests/unit/test_gateway_config.py parses the block between the BEGIN/END markers
--- (one entry per line: codigo = {http status, "mensaje"}) and compares.
+-- The catalogue block below is generated from src/loyalty_grpc/domain/errors.py (CATALOGO)
+-- by scripts/gen_envelope.py: the codigos this file names (BY_HTTP_STATUS, BY_GRPC_STATUS,
+-- its fallbacks), each with its HTTP status and mensaje. A test keeps it fresh.
 
--- BEGIN CATALOGO
+-- BEGIN CATALOGO (written by scripts/gen_envelope.py from src/loyalty_grpc/domain/errors.py; do not edit by hand)
 local CATALOGO = {
   solicitud_invalida = {400, "La solicitud no es válida."},
   no_autenticado = {401, "Falta la clave de API."},

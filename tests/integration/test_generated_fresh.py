@@ -37,3 +37,8 @@ def test_readme_error_catalogue_is_fresh():
 def test_request_check_routes_are_fresh():
     result = _run("gen_request_check.py")
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_envelope_catalogue_is_fresh():
+    result = _run("gen_envelope.py")
+    assert result.returncode == 0, result.stdout + result.stderr

@@ -272,7 +272,7 @@ def test_body_limit_fits_the_largest_request(config: dict[str, Any]) -> None:
 
 
 def lua_catalogue(lua: str) -> dict[str, tuple[int, str]]:
-    block = re.search(r"-- BEGIN CATALOGO\n(.*?)-- END CATALOGO", lua, re.DOTALL)
+    block = re.search(r"-- BEGIN CATALOGO[^\n]*\n(.*?)-- END CATALOGO", lua, re.DOTALL)
     assert block is not None
     entries = dict[str, tuple[int, str]]()
     for line in block.group(1).splitlines():
