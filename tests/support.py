@@ -16,6 +16,7 @@ from google.rpc import error_details_pb2
 from grpc_status import rpc_status
 from sqlalchemy import Engine, insert, select
 
+from loyalty_grpc.api.backoffice_values import KEY_MODE
 from loyalty_grpc.domain.errors import CodigoError, LoyaltyError
 from loyalty_grpc.domain.rate_limit import WINDOW_SECONDS
 from loyalty_grpc.gen.loyalty.v1 import backoffice_service_pb2 as bo
@@ -70,7 +71,10 @@ class Admin:
     ) -> tuple[int, str]:
         response = self.stub.IssueKey(
             bo.IssueKeyRequest(
-                programa=programa, integracion=integracion, modo=modo, permisos=permisos
+                programa=programa,
+                integracion=integracion,
+                modo=KEY_MODE.number(modo),
+                permisos=permisos,
             ),
             metadata=self.md,
         )

@@ -12,6 +12,7 @@ import httpx
 import pytest
 from sqlalchemy import func, select
 
+from loyalty_grpc.api.backoffice_values import PROMO_STATE
 from loyalty_grpc.domain.errors import CodigoError
 from loyalty_grpc.gen.loyalty.v1 import backoffice_service_pb2 as bo
 from loyalty_grpc.store.tables import codigos
@@ -96,7 +97,10 @@ def new_promo(stack: Stack, programa: str = PROGRAM, estado: str = "activa") -> 
     nombre = f"Promo Depósito {next(_names)}"
     created = stack.admin.stub.CreatePromo(
         bo.CreatePromoRequest(
-            programa=programa, nombre=nombre, vigencia_fin="2099-12-31", estado=estado
+            programa=programa,
+            nombre=nombre,
+            vigencia_fin="2099-12-31",
+            estado=PROMO_STATE.number(estado),
         ),
         metadata=stack.admin.md,
     )
@@ -181,7 +185,7 @@ def test_inventory_follows_back_office_assign_and_release(stack, http, keys):
     first = stack.admin.stub.AssignNextCode(
         bo.AssignNextCodeRequest(programa=PROGRAM, promo_id=promo_id, fan="pc01"), metadata=md
     ).code
-    assert (first.codigo, first.estado, first.fan) == ("N-1", "asignado", "PC01")
+    assert (first.codigo, first.estado, first.fan) == ("N-1", bo.CODE_STATE_ASIGNADO, "PC01")
     stack.admin.stub.ReleaseCode(
         bo.ReleaseCodeRequest(programa=PROGRAM, promo_id=promo_id, codigo="n-3"), metadata=md
     )

@@ -4,6 +4,7 @@ readable output, --json, one-line errors with the catalogue's codigo, exit codes
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 from sqlalchemy import Engine, insert, select
@@ -43,11 +44,21 @@ def test_program_key_fan_promo_code_flow(admin_cli, engine: Engine):
     )
     assert issued["clave"].startswith("lp_vivo_")
     assert issued["key"]["permisos"] == ["fan:leer", "tx:escribir", "roster:leer"]
+    # --json prints the proto's JSON: enum value names, RFC 3339 Timestamps, unset left out.
+    assert issued["key"]["modo"] == "KEY_MODE_VIVO"
+    assert issued["key"]["creada"].endswith("Z")
+    assert "revocada" not in issued["key"]
     listed = ok(admin_cli("keys", "list", "-p", "cli"))
     assert issued["clave"] not in listed
     assert f"sufijo={issued['clave'][-4:]}" in listed
+    # The readable output: the Spanish words, ISO 8601 UTC with milliseconds.
+    assert "modo=vivo" in listed
+    assert re.search(r"creada=\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z(\s|$)", listed)
+    assert "revocada=" not in listed
     revoked = ok(admin_cli("--json", "keys", "revoke", str(issued["key"]["id"])))
     assert json.loads(revoked)["key"]["revocada"].endswith("Z")
+    listed = ok(admin_cli("keys", "list", "-p", "cli"))
+    assert re.search(r"revocada=\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z(\s|$)", listed)
 
     out = ok(
         admin_cli(
@@ -73,7 +84,9 @@ def test_program_key_fan_promo_code_flow(admin_cli, engine: Engine):
     assert "estado=baja" in ok(admin_cli("fans", "baja", "-p", "cli", "CLI1", "--motivo", "pide"))
     assert "estado=activo" in ok(admin_cli("fans", "reactivate", "-p", "cli", "CLI1"))
     fan = json.loads(ok(admin_cli("fans", "get", "-p", "cli", "cli1", "--json")))["fan"]
-    assert (fan["id"], fan["temporadas"], fan["baja_en"]) == ("CLI1", 3, "")
+    assert (fan["id"], fan["temporadas"], fan["estado"]) == ("CLI1", 3, "FAN_STATE_ACTIVO")
+    assert "baja_en" not in fan
+    assert fan["actualizado"].endswith("Z")
     assert "puntos=0" in ok(admin_cli("fans", "get", "-p", "cli", "CLI1"))
 
     promo = json.loads(
@@ -93,6 +106,7 @@ def test_program_key_fan_promo_code_flow(admin_cli, engine: Engine):
         )
     )
     promo_id = promo["promo"]["id"]
+    assert promo["promo"]["estado"] == "PROMO_STATE_ACTIVA"
     assert "estado=pausada" in ok(
         admin_cli("promos", "update", "-p", "cli", str(promo_id), "--estado", "pausada")
     )

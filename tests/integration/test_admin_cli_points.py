@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from sqlalchemy import Engine, func, insert, select
@@ -108,7 +109,8 @@ def test_adjust_ledger_void_flow(admin_cli, engine: Engine, clave_id: int):
     out = ok(admin_cli("sales", "void", str(folio), "-p", P, "--motivo", "devolución"))
     assert f"folio={folio}" in out
     assert "fan=CLIP1" in out
-    assert "anulada=" in out
+    assert re.search(r"  anulada=\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z(\s|$)", out)
+    assert "modo=vivo" in out
     assert "revertidos: 100" in out
     assert "ya_anulada: no" in out
     again = json.loads(
@@ -116,6 +118,8 @@ def test_adjust_ledger_void_flow(admin_cli, engine: Engine, clave_id: int):
     )
     assert (again["revertidos"], again["ya_anulada"]) == ("0", True)
     assert again["sale"]["id_externo"] == "T-1"
+    assert again["sale"]["modo"] == "KEY_MODE_VIVO"
+    assert again["sale"]["anulada"].endswith("Z")
 
     lines = ok(admin_cli("fans", "ledger", "CLIP1", "-p", P)).splitlines()
     assert "id=CLIP1" in lines[0]
@@ -131,6 +135,7 @@ def test_adjust_ledger_void_flow(admin_cli, engine: Engine, clave_id: int):
         "nota",
     ]
     rows = [line.split() for line in lines[2:]]
+    assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d", " ".join(rows[0][:2]))
     # fecha is two words (date and time), then motivo, puntos, [venta], saldo, nota…
     assert [r[2:] for r in rows] == [
         ["venta", "+100", str(folio), "100"],

@@ -261,3 +261,56 @@ def test_graceful_stop_finishes_in_flight_calls(db_url: str, engine: Engine):
     with pytest.raises(grpc.RpcError):
         health.Check(health_pb2.HealthCheckRequest(service=""), timeout=2)
     channel.close()
+
+
+def test_backoffice_states_modes_and_times(admin):
+    """Enums for states and modes (UNSPECIFIED = not given), Timestamps for times (unset =
+    none); a date stays YYYY-MM-DD text."""
+    stub, md = admin.stub, admin.md
+    error = fail(
+        stub.IssueKey,
+        bo.IssueKeyRequest(programa="grpc", integracion="Caja Sin Modo"),
+        md,
+    )
+    assert error_info(error).reason == "campo_requerido"
+    key = stub.IssueKey(
+        bo.IssueKeyRequest(programa="grpc", integracion="Caja Prueba", modo=bo.KEY_MODE_PRUEBA),
+        metadata=md,
+    ).key
+    assert key.modo == bo.KEY_MODE_PRUEBA
+    assert key.HasField("creada")
+    assert not key.HasField("revocada")
+    revoked = stub.RevokeKey(bo.RevokeKeyRequest(id=key.id), metadata=md).key
+    assert revoked.revocada.ToDatetime() >= revoked.creada.ToDatetime()
+
+    fan = stub.RegisterFan(
+        bo.RegisterFanRequest(
+            programa="grpc", id="ENUM1", nombre="Ana", correo="e1@x.mx", socio_desde=2020
+        ),
+        metadata=md,
+    ).fan
+    assert fan.estado == bo.FAN_STATE_ACTIVO
+    assert fan.HasField("actualizado")
+    assert not fan.HasField("baja_en")
+    fan = stub.DeactivateFan(
+        bo.DeactivateFanRequest(programa="grpc", id="ENUM1", motivo="pide"), metadata=md
+    ).fan
+    assert (fan.estado, fan.HasField("baja_en")) == (bo.FAN_STATE_BAJA, True)
+
+    promo = stub.CreatePromo(
+        bo.CreatePromoRequest(programa="grpc", nombre="Enum", vigencia_fin="2099-12-31"),
+        metadata=md,
+    ).promo
+    assert (promo.estado, promo.vigencia_fin) == (bo.PROMO_STATE_ACTIVA, "2099-12-31")
+    update = bo.UpdatePromoRequest(programa="grpc", id=promo.id, estado=bo.PROMO_STATE_PAUSADA)
+    assert stub.UpdatePromo(update, metadata=md).promo.estado == bo.PROMO_STATE_PAUSADA
+    unchanged = stub.UpdatePromo(
+        bo.UpdatePromoRequest(programa="grpc", id=promo.id, puntos_canje=3), metadata=md
+    ).promo
+    assert unchanged.estado == bo.PROMO_STATE_PAUSADA
+    error = fail(
+        stub.UpdatePromo,
+        bo.UpdatePromoRequest(programa="grpc", id=promo.id, estado=bo.PROMO_STATE_UNSPECIFIED),
+        md,
+    )
+    assert error_info(error).reason == "solicitud_invalida"

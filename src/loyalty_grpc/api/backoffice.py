@@ -7,16 +7,21 @@ and checks the admin token)."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import datetime
 from typing import Any
 
 import grpc
 from google.protobuf.message import Message
 from sqlalchemy import Engine
 
+from loyalty_grpc.api.backoffice_values import (
+    CODE_STATE,
+    FAN_STATE,
+    KEY_MODE,
+    PROMO_STATE,
+    timestamp,
+)
 from loyalty_grpc.domain.codes import PromoRef, code_batch_of_list
 from loyalty_grpc.domain.programs import format_tasa
-from loyalty_grpc.domain.timestamps import format_iso_utc
 from loyalty_grpc.gen.loyalty.v1 import backoffice_service_pb2 as pb
 from loyalty_grpc.gen.loyalty.v1 import backoffice_service_pb2_grpc as pb_grpc
 from loyalty_grpc.services.backoffice import codes, fans, keys, programs, promos
@@ -24,10 +29,6 @@ from loyalty_grpc.services.backoffice import points as points_admin
 from loyalty_grpc.services.backoffice.fixtures import apply_fixture
 from loyalty_grpc.services.pos import codes as code_deposit
 from loyalty_grpc.store.uow import run_in_uow, snapshot
-
-
-def _ts(moment: datetime | None) -> str:
-    return "" if moment is None else format_iso_utc(moment)
 
 
 def _program(p: programs.Programa) -> pb.Program:
@@ -45,11 +46,11 @@ def _key(k: keys.ClaveInfo) -> pb.ApiKey:
         id=k.id,
         programa=k.programa,
         integracion=k.integracion,
-        modo=k.modo.value,
+        modo=KEY_MODE.number(k.modo),
         permisos=k.permisos,
         sufijo=k.sufijo,
-        creada=_ts(k.creada),
-        revocada=_ts(k.revocada),
+        creada=timestamp(k.creada),
+        revocada=timestamp(k.revocada),
     )
 
 
@@ -63,10 +64,10 @@ def _fan(f: fans.FanInfo) -> pb.FanRecord:
         temporadas=f.temporadas,
         qr_token=f.qr_token,
         puntos=f.puntos,
-        estado=f.estado.value,
-        baja_en=_ts(f.baja_en),
+        estado=FAN_STATE.number(f.estado),
+        baja_en=timestamp(f.baja_en),
         baja_motivo=f.baja_motivo or "",
-        actualizado=_ts(f.actualizado),
+        actualizado=timestamp(f.actualizado),
     )
 
 
@@ -76,7 +77,7 @@ def _promo(p: promos.PromoInfo) -> pb.PromoRecord:
         id=p.id,
         nombre=p.nombre,
         descripcion=p.descripcion,
-        estado=p.estado.value,
+        estado=PROMO_STATE.number(p.estado),
         vigencia_fin=p.vigencia_fin.isoformat(),
         puntos_canje=p.puntos_canje,
     )
@@ -84,7 +85,10 @@ def _promo(p: promos.PromoInfo) -> pb.PromoRecord:
 
 def _code(c: codes.CodigoInfo) -> pb.CodeRecord:
     return pb.CodeRecord(
-        promo_id=c.promo_id, codigo=c.codigo, estado=c.estado.value, fan=c.fan or ""
+        promo_id=c.promo_id,
+        codigo=c.codigo,
+        estado=CODE_STATE.number(c.estado),
+        fan=c.fan or "",
     )
 
 
@@ -96,7 +100,7 @@ def _ledger_entry(e: points_admin.LedgerEntryInfo) -> pb.LedgerEntry:
         venta=e.venta_id or 0,
         codigo=e.codigo or "",
         nota=e.nota,
-        creado=_ts(e.creado),
+        creado=timestamp(e.creado),
         saldo=e.saldo,
     )
 
@@ -105,15 +109,15 @@ def _sale(v: points_admin.VentaInfo) -> pb.Sale:
     return pb.Sale(
         folio=v.folio,
         id_externo=v.id_externo,
-        modo=v.modo.value,
+        modo=KEY_MODE.number(v.modo),
         fan=v.fan,
         importe_centavos=v.importe_centavos,
         moneda=v.moneda,
         terminal=v.terminal or "",
         sitio=v.sitio or "",
-        ts=_ts(v.ts),
+        ts=timestamp(v.ts),
         puntos=v.puntos,
-        anulada=_ts(v.anulada_en),
+        anulada=timestamp(v.anulada_en),
     )
 
 
@@ -181,7 +185,7 @@ class BackofficeServicer(pb_grpc.BackofficeServiceServicer):
             keys.issue_key,
             request.programa,
             request.integracion,
-            request.modo,
+            KEY_MODE.text(request.modo),
             request.permisos,
         )
         self._on_keys_changed()
@@ -258,7 +262,7 @@ class BackofficeServicer(pb_grpc.BackofficeServiceServicer):
             request.nombre,
             vigencia_fin=request.vigencia_fin,
             descripcion=request.descripcion,
-            estado=request.estado,
+            estado=PROMO_STATE.text(request.estado),
             puntos_canje=request.puntos_canje,
         )
         return pb.CreatePromoResponse(promo=_promo(promo))
@@ -266,8 +270,11 @@ class BackofficeServicer(pb_grpc.BackofficeServiceServicer):
     def UpdatePromo(
         self, request: pb.UpdatePromoRequest, context: grpc.ServicerContext
     ) -> pb.UpdatePromoResponse:
+        changes = _changes(request)
+        if changes["estado"] is not None:
+            changes["estado"] = PROMO_STATE.text(changes["estado"])
         promo = run_in_uow(
-            self._engine, promos.update_promo, request.programa, request.id, **_changes(request)
+            self._engine, promos.update_promo, request.programa, request.id, **changes
         )
         return pb.UpdatePromoResponse(promo=_promo(promo))
 

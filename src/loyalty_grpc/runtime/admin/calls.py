@@ -13,6 +13,7 @@ from google.protobuf.message import Message
 from google.rpc import error_details_pb2
 from grpc_status import rpc_status
 
+from loyalty_grpc.api.backoffice_values import KEY_MODE, PROMO_STATE
 from loyalty_grpc.domain.errors import CodigoError
 from loyalty_grpc.gen.loyalty.v1 import backoffice_service_pb2 as pb
 from loyalty_grpc.gen.loyalty.v1 import backoffice_service_pb2_grpc as pb_grpc
@@ -45,7 +46,10 @@ def key_issue(stub: Stub, a: argparse.Namespace, t: float, md: Metadata) -> Mess
     permisos = [n for item in a.permisos for n in item.replace(",", " ").split()]
     return stub.IssueKey(
         pb.IssueKeyRequest(
-            programa=a.programa, integracion=a.integracion, modo=a.modo, permisos=permisos
+            programa=a.programa,
+            integracion=a.integracion,
+            modo=KEY_MODE.number(a.modo),
+            permisos=permisos,
         ),
         timeout=t,
         metadata=md,
@@ -114,7 +118,7 @@ def promo_create(stub: Stub, a: argparse.Namespace, t: float, md: Metadata) -> M
             programa=a.programa,
             nombre=a.nombre,
             descripcion=a.descripcion,
-            estado=a.estado,
+            estado=PROMO_STATE.number(a.estado),
             vigencia_fin=a.vigencia_fin,
             puntos_canje=a.puntos_canje,
         ),
@@ -125,6 +129,8 @@ def promo_create(stub: Stub, a: argparse.Namespace, t: float, md: Metadata) -> M
 
 def promo_update(stub: Stub, a: argparse.Namespace, t: float, md: Metadata) -> Message:
     fields = _given(a, "estado", "vigencia_fin", "puntos_canje", "descripcion")
+    if "estado" in fields:
+        fields["estado"] = PROMO_STATE.number(a.estado)
     return stub.UpdatePromo(
         pb.UpdatePromoRequest(programa=a.programa, id=a.id, **fields),  # type: ignore[arg-type]
         timeout=t,

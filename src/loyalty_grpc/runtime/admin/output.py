@@ -1,4 +1,5 @@
-"""The readable output of `loyalty admin` (`--json` prints the message as JSON instead)."""
+"""The readable output of `loyalty admin` (`--json` prints the message as JSON instead):
+enum values as the domain's Spanish words, Timestamps as ISO 8601 UTC text."""
 
 from __future__ import annotations
 
@@ -6,7 +7,9 @@ import json
 from collections.abc import Iterable
 
 from google.protobuf.message import Message
+from google.protobuf.timestamp_pb2 import Timestamp
 
+from loyalty_grpc.api.backoffice_values import TABLES, iso_text
 from loyalty_grpc.gen.loyalty.v1 import backoffice_service_pb2 as pb
 
 
@@ -20,7 +23,7 @@ def render(message: Message) -> list[str]:
     for descriptor in message.DESCRIPTOR.fields:
         value = getattr(message, descriptor.name)
         if descriptor.message_type is None:
-            lines.append(f"{descriptor.name}: {_text(value)}")
+            lines.append(f"{descriptor.name}: {_text(_plain(message, descriptor.name))}")
         elif descriptor.is_repeated:
             lines.extend(_record(item) for item in value)
         elif message.HasField(descriptor.name):
@@ -40,7 +43,9 @@ def ledger_table(entries: Iterable[pb.LedgerEntry]) -> list[str]:
     credits with `+`."""
     rows = [
         (
-            e.creado.replace("T", " ").removesuffix("Z")[:19],
+            (iso_text(e.creado) if e.HasField("creado") else "")
+            .replace("T", " ")
+            .removesuffix("Z")[:19],
             e.motivo,
             f"{e.puntos:+d}",
             str(e.venta) if e.venta else "",
@@ -67,12 +72,24 @@ def ledger_table(entries: Iterable[pb.LedgerEntry]) -> list[str]:
 def _record(message: Message) -> str:
     """`campo=valor` for every field; empty text and empty lists are left out (numbers and
     booleans always show, 0 included)."""
-    pairs = ((d.name, getattr(message, d.name)) for d in message.DESCRIPTOR.fields)
+    pairs = ((d.name, _plain(message, d.name)) for d in message.DESCRIPTOR.fields)
     return "  ".join(
         f"{name}={_text(value)}"
         for name, value in pairs
         if not (isinstance(value, str) or hasattr(value, "__len__")) or len(value) > 0
     )
+
+
+def _plain(message: Message, name: str) -> object:
+    """A field's value as plain data: an enum value as its domain text ("" when
+    unspecified), a Timestamp as ISO 8601 UTC text ("" when unset), anything else as is."""
+    descriptor = message.DESCRIPTOR.fields_by_name[name]
+    value = getattr(message, name)
+    if descriptor.enum_type is not None:
+        return TABLES[descriptor.enum_type.full_name].text(value)
+    if descriptor.message_type is Timestamp.DESCRIPTOR:
+        return iso_text(value) if message.HasField(name) else ""
+    return value
 
 
 def _text(value: object) -> str:

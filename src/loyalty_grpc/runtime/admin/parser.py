@@ -6,6 +6,7 @@ import argparse
 from collections.abc import Callable
 
 from loyalty_grpc.domain.codes import MAX_CODES_PER_CALL
+from loyalty_grpc.domain.keys import Modo
 from loyalty_grpc.domain.promos import EstadoPromo
 from loyalty_grpc.runtime.admin.calls import (
     DEFAULT_TIMEOUT_SECONDS,
@@ -106,7 +107,7 @@ def _key_commands(sub: _Sub[argparse.ArgumentParser]) -> None:
     p = _command(sub, "issue", key_issue, "issue a key (its secret is shown once)")
     _programa(p)
     p.add_argument("--integracion", required=True)
-    p.add_argument("--modo", choices=["vivo", "prueba"], default="vivo")
+    p.add_argument("--modo", choices=[modo.value for modo in Modo], default=Modo.VIVO.value)
     p.add_argument(
         "--permisos", nargs="*", default=[], help="permission names, separated by spaces or commas"
     )

@@ -7,8 +7,10 @@ Every call needs `authorization: Bearer <admin token>` metadata (LOYALTY_ADMIN_T
 
 Conventions of the comments below: `programa` in a request is the program's id
 (lower-case letters, digits, `-`, `_`; programa_no_encontrado when unknown); a Fan ID is
-matched canonically (upper case, no whitespace); times are ISO 8601 UTC text ending in
-`Z`, empty when there is none; dates are `YYYY-MM-DD`. Failures are gRPC statuses with
+matched canonically (upper case, no whitespace); times are google.protobuf.Timestamp,
+unset when there is none; dates are `YYYY-MM-DD` text; states and modes are the enums
+below, whose values are the contract's Spanish words (FAN_STATE_BAJA is `baja`), and
+whose `_UNSPECIFIED` zero value in a request means "not given". Failures are gRPC statuses with
 google.rpc.ErrorInfo(reason=<codigo>) from the error catalogue (DESIGN.md §2 and
 domain/errors.py). The `loyalty admin` CLI is the client.
 """
@@ -16,7 +18,9 @@ domain/errors.py). The `loyalty admin` CLI is the client.
 from collections import abc as _abc
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
+from google.protobuf import timestamp_pb2 as _timestamp_pb2
 from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 import builtins as _builtins
 import sys
 import typing as _typing
@@ -27,6 +31,117 @@ else:
     from typing_extensions import TypeAlias as _TypeAlias, Never as _Never
 
 DESCRIPTOR: _descriptor.FileDescriptor
+
+class _FanState:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _FanStateEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_FanState.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    FAN_STATE_UNSPECIFIED: _FanState.ValueType  # 0
+    """Not given."""
+    FAN_STATE_ACTIVO: _FanState.ValueType  # 1
+    """`activo`: the POS API finds the fan."""
+    FAN_STATE_BAJA: _FanState.ValueType  # 2
+    """`baja`: deactivated; the POS API does not find the fan."""
+
+class FanState(_FanState, metaclass=_FanStateEnumTypeWrapper):
+    """---------------------------------------------------------------- states and modes
+
+    The state of a fan.
+    """
+
+FAN_STATE_UNSPECIFIED: FanState.ValueType  # 0
+"""Not given."""
+FAN_STATE_ACTIVO: FanState.ValueType  # 1
+"""`activo`: the POS API finds the fan."""
+FAN_STATE_BAJA: FanState.ValueType  # 2
+"""`baja`: deactivated; the POS API does not find the fan."""
+Global___FanState: _TypeAlias = FanState  # noqa: Y015
+
+class _PromoState:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _PromoStateEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_PromoState.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    PROMO_STATE_UNSPECIFIED: _PromoState.ValueType  # 0
+    """Not given (CreatePromo: activa)."""
+    PROMO_STATE_ACTIVA: _PromoState.ValueType  # 1
+    """`activa`: in force."""
+    PROMO_STATE_PAUSADA: _PromoState.ValueType  # 2
+    """`pausada`: paused; it can be made activa again."""
+    PROMO_STATE_TERMINADA: _PromoState.ValueType  # 3
+    """`terminada`: ended, final."""
+
+class PromoState(_PromoState, metaclass=_PromoStateEnumTypeWrapper):
+    """The state of a promotion."""
+
+PROMO_STATE_UNSPECIFIED: PromoState.ValueType  # 0
+"""Not given (CreatePromo: activa)."""
+PROMO_STATE_ACTIVA: PromoState.ValueType  # 1
+"""`activa`: in force."""
+PROMO_STATE_PAUSADA: PromoState.ValueType  # 2
+"""`pausada`: paused; it can be made activa again."""
+PROMO_STATE_TERMINADA: PromoState.ValueType  # 3
+"""`terminada`: ended, final."""
+Global___PromoState: _TypeAlias = PromoState  # noqa: Y015
+
+class _CodeState:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _CodeStateEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_CodeState.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    CODE_STATE_UNSPECIFIED: _CodeState.ValueType  # 0
+    """Not given."""
+    CODE_STATE_DISPONIBLE: _CodeState.ValueType  # 1
+    """`disponible`: in the inventory, not delivered."""
+    CODE_STATE_ASIGNADO: _CodeState.ValueType  # 2
+    """`asignado`: delivered to a fan."""
+    CODE_STATE_CANJEADO: _CodeState.ValueType  # 3
+    """`canjeado`: burned at a point of sale."""
+    CODE_STATE_LIBERADO: _CodeState.ValueType  # 4
+    """`liberado`: taken out of circulation."""
+
+class CodeState(_CodeState, metaclass=_CodeStateEnumTypeWrapper):
+    """The state of a coupon code."""
+
+CODE_STATE_UNSPECIFIED: CodeState.ValueType  # 0
+"""Not given."""
+CODE_STATE_DISPONIBLE: CodeState.ValueType  # 1
+"""`disponible`: in the inventory, not delivered."""
+CODE_STATE_ASIGNADO: CodeState.ValueType  # 2
+"""`asignado`: delivered to a fan."""
+CODE_STATE_CANJEADO: CodeState.ValueType  # 3
+"""`canjeado`: burned at a point of sale."""
+CODE_STATE_LIBERADO: CodeState.ValueType  # 4
+"""`liberado`: taken out of circulation."""
+Global___CodeState: _TypeAlias = CodeState  # noqa: Y015
+
+class _KeyMode:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _KeyModeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_KeyMode.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    KEY_MODE_UNSPECIFIED: _KeyMode.ValueType  # 0
+    """Not given (IssueKey: campo_requerido)."""
+    KEY_MODE_VIVO: _KeyMode.ValueType  # 1
+    """`vivo`: live; sales credit points."""
+    KEY_MODE_PRUEBA: _KeyMode.ValueType  # 2
+    """`prueba`: test; sales credit no points."""
+
+class KeyMode(_KeyMode, metaclass=_KeyModeEnumTypeWrapper):
+    """The mode of an API key, and of the sales registered with it."""
+
+KEY_MODE_UNSPECIFIED: KeyMode.ValueType  # 0
+"""Not given (IssueKey: campo_requerido)."""
+KEY_MODE_VIVO: KeyMode.ValueType  # 1
+"""`vivo`: live; sales credit points."""
+KEY_MODE_PRUEBA: KeyMode.ValueType  # 2
+"""`prueba`: test; sales credit no points."""
+Global___KeyMode: _TypeAlias = KeyMode  # noqa: Y015
 
 @_typing.final
 class ApplyFixtureRequest(_message.Message):
@@ -270,17 +385,21 @@ class ApiKey(_message.Message):
     """Id of the program the key points to."""
     integracion: _builtins.str
     """Integration name (what ping shows as `integracion`)."""
-    modo: _builtins.str
-    """"vivo" or "prueba"."""
+    modo: Global___KeyMode.ValueType
+    """vivo or prueba."""
     sufijo: _builtins.str
     """The last four characters of the secret, to tell keys apart."""
-    creada: _builtins.str
-    """When the key was issued, ISO 8601 UTC."""
-    revocada: _builtins.str
-    """When the key was revoked, ISO 8601 UTC; empty while the key is in force."""
     @_builtins.property
     def permisos(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """Permission names, e.g. "fan:leer"."""
+
+    @_builtins.property
+    def creada(self) -> _timestamp_pb2.Timestamp:
+        """When the key was issued."""
+
+    @_builtins.property
+    def revocada(self) -> _timestamp_pb2.Timestamp:
+        """When the key was revoked; unset while the key is in force."""
 
     def __init__(
         self,
@@ -288,13 +407,13 @@ class ApiKey(_message.Message):
         id: _builtins.int = ...,
         programa: _builtins.str = ...,
         integracion: _builtins.str = ...,
-        modo: _builtins.str = ...,
+        modo: Global___KeyMode.ValueType = ...,
         permisos: _abc.Iterable[_builtins.str] | None = ...,
         sufijo: _builtins.str = ...,
-        creada: _builtins.str = ...,
-        revocada: _builtins.str = ...,
+        creada: _timestamp_pb2.Timestamp | None = ...,
+        revocada: _timestamp_pb2.Timestamp | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["creada", b"creada", "revocada", b"revocada"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
     _ClearFieldArgType: _TypeAlias = _typing.Literal["creada", b"creada", "id", b"id", "integracion", b"integracion", "modo", b"modo", "permisos", b"permisos", "programa", b"programa", "revocada", b"revocada", "sufijo", b"sufijo"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
@@ -316,8 +435,8 @@ class IssueKeyRequest(_message.Message):
     """Program id."""
     integracion: _builtins.str
     """Integration name, one line."""
-    modo: _builtins.str
-    """"vivo" or "prueba": the secret's prefix lp_vivo_ or lp_prueba_."""
+    modo: Global___KeyMode.ValueType
+    """vivo or prueba (required): the secret's prefix lp_vivo_ or lp_prueba_."""
     @_builtins.property
     def permisos(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """Permission names of the contract (fan:leer, tx:escribir, redeem:escribir,
@@ -329,7 +448,7 @@ class IssueKeyRequest(_message.Message):
         *,
         programa: _builtins.str = ...,
         integracion: _builtins.str = ...,
-        modo: _builtins.str = ...,
+        modo: Global___KeyMode.ValueType = ...,
         permisos: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
@@ -497,14 +616,18 @@ class FanRecord(_message.Message):
     """Token of the fan's QR code, unique in the program."""
     puntos: _builtins.int
     """Points balance (equal to the ledger's last `saldo`)."""
-    estado: _builtins.str
-    """"activo" or "baja"."""
-    baja_en: _builtins.str
-    """When the fan went to baja, ISO 8601 UTC; empty while activo."""
+    estado: Global___FanState.ValueType
+    """activo or baja."""
     baja_motivo: _builtins.str
     """Why the fan went to baja; empty while activo."""
-    actualizado: _builtins.str
-    """Last change of the fan's roster fields, ISO 8601 UTC (the roster's actualizado)."""
+    @_builtins.property
+    def baja_en(self) -> _timestamp_pb2.Timestamp:
+        """When the fan went to baja; unset while activo."""
+
+    @_builtins.property
+    def actualizado(self) -> _timestamp_pb2.Timestamp:
+        """Last change of the fan's roster fields (the roster's actualizado)."""
+
     def __init__(
         self,
         *,
@@ -516,12 +639,12 @@ class FanRecord(_message.Message):
         temporadas: _builtins.int = ...,
         qr_token: _builtins.str = ...,
         puntos: _builtins.int = ...,
-        estado: _builtins.str = ...,
-        baja_en: _builtins.str = ...,
+        estado: Global___FanState.ValueType = ...,
+        baja_en: _timestamp_pb2.Timestamp | None = ...,
         baja_motivo: _builtins.str = ...,
-        actualizado: _builtins.str = ...,
+        actualizado: _timestamp_pb2.Timestamp | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["actualizado", b"actualizado", "baja_en", b"baja_en"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
     _ClearFieldArgType: _TypeAlias = _typing.Literal["actualizado", b"actualizado", "baja_en", b"baja_en", "baja_motivo", b"baja_motivo", "correo", b"correo", "estado", b"estado", "id", b"id", "nombre", b"nombre", "programa", b"programa", "puntos", b"puntos", "qr_token", b"qr_token", "socio_desde", b"socio_desde", "temporadas", b"temporadas"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
@@ -866,8 +989,8 @@ class PromoRecord(_message.Message):
     """Name, unique in the program (case-insensitive)."""
     descripcion: _builtins.str
     """Text offered to the fan (fan/resolve's promo.descripcion)."""
-    estado: _builtins.str
-    """"activa", "pausada" or "terminada"."""
+    estado: Global___PromoState.ValueType
+    """activa, pausada or terminada."""
     vigencia_fin: _builtins.str
     """Last day in force, YYYY-MM-DD."""
     puntos_canje: _builtins.int
@@ -879,7 +1002,7 @@ class PromoRecord(_message.Message):
         id: _builtins.int = ...,
         nombre: _builtins.str = ...,
         descripcion: _builtins.str = ...,
-        estado: _builtins.str = ...,
+        estado: Global___PromoState.ValueType = ...,
         vigencia_fin: _builtins.str = ...,
         puntos_canje: _builtins.int = ...,
     ) -> None: ...
@@ -909,8 +1032,8 @@ class CreatePromoRequest(_message.Message):
     """Name, unique in the program (case-insensitive)."""
     descripcion: _builtins.str
     """Text offered to the fan."""
-    estado: _builtins.str
-    """"activa", "pausada" or "terminada"; empty -> activa."""
+    estado: Global___PromoState.ValueType
+    """activa, pausada or terminada; unspecified -> activa."""
     vigencia_fin: _builtins.str
     """Last day in force, YYYY-MM-DD (required)."""
     puntos_canje: _builtins.int
@@ -921,7 +1044,7 @@ class CreatePromoRequest(_message.Message):
         programa: _builtins.str = ...,
         nombre: _builtins.str = ...,
         descripcion: _builtins.str = ...,
-        estado: _builtins.str = ...,
+        estado: Global___PromoState.ValueType = ...,
         vigencia_fin: _builtins.str = ...,
         puntos_canje: _builtins.int = ...,
     ) -> None: ...
@@ -973,8 +1096,10 @@ class UpdatePromoRequest(_message.Message):
     """Program id."""
     id: _builtins.int
     """Promotion id."""
-    estado: _builtins.str
-    """New state: "activa", "pausada" or "terminada" (final)."""
+    estado: Global___PromoState.ValueType
+    """New state: activa, pausada or terminada (final); PROMO_STATE_UNSPECIFIED is
+    solicitud_invalida.
+    """
     vigencia_fin: _builtins.str
     """New last day in force, YYYY-MM-DD."""
     puntos_canje: _builtins.int
@@ -986,7 +1111,7 @@ class UpdatePromoRequest(_message.Message):
         *,
         programa: _builtins.str = ...,
         id: _builtins.int = ...,
-        estado: _builtins.str | None = ...,
+        estado: Global___PromoState.ValueType | None = ...,
         vigencia_fin: _builtins.str | None = ...,
         puntos_canje: _builtins.int | None = ...,
         descripcion: _builtins.str | None = ...,
@@ -1055,8 +1180,8 @@ class CodeRecord(_message.Message):
     """Id of the promotion the code belongs to."""
     codigo: _builtins.str
     """The code, upper case."""
-    estado: _builtins.str
-    """"disponible", "asignado", "canjeado" or "liberado"."""
+    estado: Global___CodeState.ValueType
+    """disponible, asignado, canjeado or liberado."""
     fan: _builtins.str
     """Fan ID the code was delivered to; empty when never delivered."""
     def __init__(
@@ -1064,7 +1189,7 @@ class CodeRecord(_message.Message):
         *,
         promo_id: _builtins.int = ...,
         codigo: _builtins.str = ...,
-        estado: _builtins.str = ...,
+        estado: Global___CodeState.ValueType = ...,
         fan: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
@@ -1216,10 +1341,12 @@ class LedgerEntry(_message.Message):
     """The coupon code burned (canje); empty otherwise."""
     nota: _builtins.str
     """Free text: the reason of an ajuste or anulacion; empty otherwise."""
-    creado: _builtins.str
-    """ISO 8601 UTC."""
     saldo: _builtins.int
     """Balance after this entry."""
+    @_builtins.property
+    def creado(self) -> _timestamp_pb2.Timestamp:
+        """When the entry was made."""
+
     def __init__(
         self,
         *,
@@ -1229,10 +1356,10 @@ class LedgerEntry(_message.Message):
         venta: _builtins.int = ...,
         codigo: _builtins.str = ...,
         nota: _builtins.str = ...,
-        creado: _builtins.str = ...,
+        creado: _timestamp_pb2.Timestamp | None = ...,
         saldo: _builtins.int = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["creado", b"creado"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
     _ClearFieldArgType: _TypeAlias = _typing.Literal["codigo", b"codigo", "creado", b"creado", "id", b"id", "motivo", b"motivo", "nota", b"nota", "puntos", b"puntos", "saldo", b"saldo", "venta", b"venta"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
@@ -1377,8 +1504,8 @@ class Sale(_message.Message):
     """Internal folio (`tx` in the POS response)."""
     id_externo: _builtins.str
     """The caller's sale id (idempotency key)."""
-    modo: _builtins.str
-    """"vivo" or "prueba"."""
+    modo: Global___KeyMode.ValueType
+    """The mode of the key that registered it: vivo or prueba."""
     fan: _builtins.str
     """Fan ID."""
     importe_centavos: _builtins.int
@@ -1389,28 +1516,32 @@ class Sale(_message.Message):
     """Point of sale; empty when not sent."""
     sitio: _builtins.str
     """Venue; empty when not sent."""
-    ts: _builtins.str
-    """Time of the sale, ISO 8601 UTC."""
     puntos: _builtins.int
     """Points the sale credited (0 for a test key)."""
-    anulada: _builtins.str
-    """ISO 8601 UTC; empty while the sale stands."""
+    @_builtins.property
+    def ts(self) -> _timestamp_pb2.Timestamp:
+        """Time of the sale."""
+
+    @_builtins.property
+    def anulada(self) -> _timestamp_pb2.Timestamp:
+        """When the sale was voided; unset while the sale stands."""
+
     def __init__(
         self,
         *,
         folio: _builtins.int = ...,
         id_externo: _builtins.str = ...,
-        modo: _builtins.str = ...,
+        modo: Global___KeyMode.ValueType = ...,
         fan: _builtins.str = ...,
         importe_centavos: _builtins.int = ...,
         moneda: _builtins.str = ...,
         terminal: _builtins.str = ...,
         sitio: _builtins.str = ...,
-        ts: _builtins.str = ...,
+        ts: _timestamp_pb2.Timestamp | None = ...,
         puntos: _builtins.int = ...,
-        anulada: _builtins.str = ...,
+        anulada: _timestamp_pb2.Timestamp | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["anulada", b"anulada", "ts", b"ts"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
     _ClearFieldArgType: _TypeAlias = _typing.Literal["anulada", b"anulada", "fan", b"fan", "folio", b"folio", "id_externo", b"id_externo", "importe_centavos", b"importe_centavos", "modo", b"modo", "moneda", b"moneda", "puntos", b"puntos", "sitio", b"sitio", "terminal", b"terminal", "ts", b"ts"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...

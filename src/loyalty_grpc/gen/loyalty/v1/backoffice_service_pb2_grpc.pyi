@@ -7,8 +7,10 @@ Every call needs `authorization: Bearer <admin token>` metadata (LOYALTY_ADMIN_T
 
 Conventions of the comments below: `programa` in a request is the program's id
 (lower-case letters, digits, `-`, `_`; programa_no_encontrado when unknown); a Fan ID is
-matched canonically (upper case, no whitespace); times are ISO 8601 UTC text ending in
-`Z`, empty when there is none; dates are `YYYY-MM-DD`. Failures are gRPC statuses with
+matched canonically (upper case, no whitespace); times are google.protobuf.Timestamp,
+unset when there is none; dates are `YYYY-MM-DD` text; states and modes are the enums
+below, whose values are the contract's Spanish words (FAN_STATE_BAJA is `baja`), and
+whose `_UNSPECIFIED` zero value in a request means "not given". Failures are gRPC statuses with
 google.rpc.ErrorInfo(reason=<codigo>) from the error catalogue (DESIGN.md §2 and
 domain/errors.py). The `loyalty admin` CLI is the client.
 """
