@@ -322,7 +322,7 @@ def test_void_reverses_once_and_keeps_the_sale(engine, clave):
 
     result = run_in_uow(engine, points_admin.void_sale, P, folio, " devolución en caja ")
     assert (result.revertidos, result.ya_anulada) == (100, False)
-    sale = result.venta
+    sale = result.sale
     assert (
         sale.folio,
         sale.programa,
@@ -351,7 +351,7 @@ def test_void_reverses_once_and_keeps_the_sale(engine, clave):
     state = snapshot(engine)
     again = run_in_uow(engine, points_admin.void_sale, P, folio, "otra vez")
     assert (again.revertidos, again.ya_anulada) == (0, True)
-    assert again.venta == sale
+    assert again.sale == sale
     assert snapshot(engine) == state
     assert sale_row(engine, other)["anulada_en"] is None
 
@@ -392,8 +392,8 @@ def test_void_of_a_test_sale_writes_no_ledger_entry(engine, clave):
     run_in_uow(engine, points_admin.adjust_points, P, fan.fan_id, 10, "inicial")
     folio = new_sale(engine, clave, fan, 55, modo=Modo.PRUEBA)
     result = run_in_uow(engine, points_admin.void_sale, P, folio, "prueba")
-    assert (result.revertidos, result.ya_anulada, result.venta.modo) == (0, False, Modo.PRUEBA)
-    assert result.venta.anulada_en is not None
+    assert (result.revertidos, result.ya_anulada, result.sale.modo) == (0, False, Modo.PRUEBA)
+    assert result.sale.anulada_en is not None
     assert ledger_rows(engine, fan) == [(10, "ajuste", None, "inicial")]
     assert balance(engine, fan) == 10
     assert run_in_uow(engine, points_admin.void_sale, P, folio, "prueba").ya_anulada

@@ -105,7 +105,7 @@ def _ledger_entry(e: points_admin.LedgerEntryInfo) -> pb.LedgerEntry:
     )
 
 
-def _sale(v: points_admin.VentaInfo) -> pb.Sale:
+def _sale(v: points_admin.SaleInfo) -> pb.Sale:
     return pb.Sale(
         folio=v.folio,
         id_externo=v.id_externo,
@@ -353,7 +353,7 @@ class BackofficeServicer(pb_grpc.BackofficeServiceServicer):
             self._engine, points_admin.void_sale, request.programa, request.folio, request.motivo
         )
         return pb.VoidSaleResponse(
-            sale=_sale(result.venta), revertidos=result.revertidos, ya_anulada=result.ya_anulada
+            sale=_sale(result.sale), revertidos=result.revertidos, ya_anulada=result.ya_anulada
         )
 
 

@@ -70,7 +70,7 @@ class LedgerEntryInfo:
 
 
 @dataclass(frozen=True)
-class VentaInfo:
+class SaleInfo:
     folio: int
     programa: str
     modo: Modo
@@ -90,7 +90,7 @@ class VentaInfo:
 
 @dataclass(frozen=True)
 class VoidResult:
-    venta: VentaInfo
+    sale: SaleInfo
     # Points taken back by this call (0 when it had been voided before, or credited none).
     revertidos: int
     # True when the sale had been voided before: nothing changed.
@@ -189,8 +189,8 @@ def _sale_query(programa: str, folio: int) -> Select[Any]:
     )
 
 
-def _venta(row: Row[*tuple[Any, ...]]) -> VentaInfo:
-    return VentaInfo(
+def _sale_info(row: Row[*tuple[Any, ...]]) -> SaleInfo:
+    return SaleInfo(
         folio=row.id,
         programa=row.programa_id,
         modo=Modo(row.modo),
@@ -229,7 +229,7 @@ def void_sale(conn: Connection, programa: str, folio: int, motivo: str) -> VoidR
             CodigoError.VENTA_NO_ENCONTRADA, f"folio: no existe la venta {folio} en {programa}"
         )
     if sale.anulada_en is not None:
-        return VoidResult(_venta(sale), revertidos=0, ya_anulada=True)
+        return VoidResult(_sale_info(sale), revertidos=0, ya_anulada=True)
     anulada_en = conn.execute(
         update(ventas)
         .where(ventas.c.id == folio)
@@ -246,5 +246,5 @@ def void_sale(conn: Connection, programa: str, folio: int, motivo: str) -> VoidR
     if credited != 0:
         move_points(conn, sale.fan_pk, -credited, Motivo.ANULACION, venta_id=folio, nota=nota)
     return VoidResult(
-        replace(_venta(sale), anulada_en=anulada_en), revertidos=credited, ya_anulada=False
+        replace(_sale_info(sale), anulada_en=anulada_en), revertidos=credited, ya_anulada=False
     )
