@@ -13,10 +13,11 @@ internal (never sent), stops the script.
 
 from __future__ import annotations
 
-import argparse
 import re
 import sys
 from pathlib import Path
+
+from generated_block import main, replace_block
 
 from loyalty_grpc.domain.errors import CATALOGO, CodigoError
 
@@ -28,7 +29,6 @@ HEADER = (
     f"{BEGIN} (written by scripts/gen_envelope.py from src/loyalty_grpc/domain/errors.py; "
     "do not edit by hand)"
 )
-_BLOCK = re.compile(re.escape(BEGIN) + r".*?" + re.escape(END), re.DOTALL)
 
 
 def _table(text: str, name: str) -> list[str]:
@@ -40,7 +40,7 @@ def _table(text: str, name: str) -> list[str]:
 
 def used_codigos(text: str) -> list[str]:
     """The codigos envelope.lua answers, outside the generated block, in catalogue order."""
-    rest = _BLOCK.sub("", text)
+    rest = replace_block(text, BEGIN, END, "", LUA.name)
     used = {
         *_table(rest, "BY_HTTP_STATUS"),
         *_table(rest, "BY_GRPC_STATUS"),
@@ -66,28 +66,8 @@ def block(text: str) -> str:
 
 
 def render(text: str) -> str:
-    if not _BLOCK.search(text):
-        raise SystemExit(f"{LUA.name} lacks the {BEGIN} ... {END} markers")
-    fresh = block(text)
-    return _BLOCK.sub(lambda _: fresh, text, count=1)
-
-
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--check", action="store_true", help="fail when the block is stale")
-    args = parser.parse_args()
-    text = LUA.read_text(encoding="utf-8")
-    fresh = render(text)
-    if args.check:
-        if fresh != text:
-            print(f"{LUA.relative_to(ROOT)} is stale: run python scripts/gen_envelope.py")
-            return 1
-        print(f"{LUA.relative_to(ROOT)} is fresh")
-        return 0
-    LUA.write_text(fresh, encoding="utf-8")
-    print(f"wrote the CATALOGO block of {LUA.relative_to(ROOT)}")
-    return 0
+    return replace_block(text, BEGIN, END, block(text), LUA.name)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(LUA, render, doc=__doc__ or "", what="CATALOGO", script="gen_envelope.py"))

@@ -18,11 +18,11 @@ Any other field type stops the script: decide its JSON rule in request_check.lua
 
 from __future__ import annotations
 
-import argparse
 import re
 import sys
 from pathlib import Path
 
+from generated_block import main, replace_block
 from google.api import annotations_pb2
 from google.protobuf.descriptor import Descriptor, FieldDescriptor, MethodDescriptor
 
@@ -111,29 +111,8 @@ def block() -> str:
 
 
 def render(text: str) -> str:
-    pattern = re.compile(re.escape(BEGIN) + r".*?" + re.escape(END), re.DOTALL)
-    if not pattern.search(text):
-        raise SystemExit(f"{LUA.name} lacks the {BEGIN} ... {END} markers")
-    fresh = block()
-    return pattern.sub(lambda _: fresh, text, count=1)
-
-
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--check", action="store_true", help="fail when the block is stale")
-    args = parser.parse_args()
-    text = LUA.read_text(encoding="utf-8")
-    fresh = render(text)
-    if args.check:
-        if fresh != text:
-            print(f"{LUA.relative_to(ROOT)} is stale: run python scripts/gen_request_check.py")
-            return 1
-        print(f"{LUA.relative_to(ROOT)} is fresh")
-        return 0
-    LUA.write_text(fresh, encoding="utf-8")
-    print(f"wrote the ROUTES block of {LUA.relative_to(ROOT)}")
-    return 0
+    return replace_block(text, BEGIN, END, block(), LUA.name)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(LUA, render, doc=__doc__ or "", what="ROUTES", script="gen_request_check.py"))
