@@ -329,20 +329,19 @@ def _gateway(args: argparse.Namespace, settings: Settings) -> int:
             settings.log_format_for(_command_name(args)),
             upstreams=settings.gateway_upstreams,
         )
-    from loyalty_grpc.runtime.gateway.envoy import run_gateway
+    from loyalty_grpc.runtime.gateway.envoy import gateway_spec, run_gateway
 
-    return run_gateway(
+    spec = gateway_spec(
         http_port=settings.http_port,
-        listen_host=settings.http_host,
-        log_format=settings.log_format_for(GATEWAY_RUN),
         upstreams=settings.upstreams,
         admin_port=settings.envoy_admin_port,
-        work_dir=work_dir,
         gateway_dir=args.gateway_dir,
+        listen_host=settings.http_host,
         tls=_tls(settings),
         redirect_port=settings.http_redirect_port,
         upstream_tls=settings.grpc_tls(),
     )
+    return run_gateway(spec, work_dir=work_dir, log_format=settings.log_format_for(GATEWAY_RUN))
 
 
 def _tls(settings: Settings) -> TlsFiles | None:

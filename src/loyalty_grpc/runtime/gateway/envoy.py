@@ -140,7 +140,7 @@ class EnvoyProcess:
         """
         if http_port <= 0:
             raise ValueError("http_port must be a real port (Envoy would pick one we never learn)")
-        spec = _spec(
+        spec = gateway_spec(
             http_port=http_port,
             upstreams=upstreams,
             admin_port=admin_port,
@@ -354,7 +354,7 @@ def _first_line(exc: Exception) -> str:
     return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
 
 
-def _spec(
+def gateway_spec(
     *,
     http_port: int,
     upstreams: tuple[str, ...],
@@ -412,35 +412,14 @@ def supervised(
 # ---------------------------------------------------------------- `loyalty gateway run`
 
 
-def run_gateway(
-    *,
-    http_port: int,
-    listen_host: str | None = None,
-    log_format: LogFormat = "text",
-    upstreams: tuple[str, ...],
-    admin_port: int,
-    work_dir: Path,
-    gateway_dir: Path | None = None,
-    tls: TlsFiles | None = None,
-    redirect_port: int | None = None,
-    upstream_tls: GrpcTls | None = None,
-) -> int:
-    """Render, validate and run Envoy in the foreground (its output on our stderr) until
-    SIGTERM/SIGINT (Envoy is stopped; 0). An Envoy that dies is started again
-    (runtime/process/supervision.py); one that cannot start at all ends the command (1)."""
+def run_gateway(spec: GatewaySpec, *, work_dir: Path, log_format: LogFormat = "text") -> int:
+    """Render, validate and run Envoy (`spec`, see `gateway_spec`) in the foreground (its
+    output on our stderr) until SIGTERM/SIGINT (Envoy is stopped; 0). An Envoy that dies is
+    started again (runtime/process/supervision.py); one that cannot start at all ends the
+    command (1)."""
     from loyalty_grpc.runtime.process.signals import stop_event
 
     stop = stop_event()
-    spec = _spec(
-        http_port=http_port,
-        upstreams=upstreams,
-        admin_port=admin_port,
-        gateway_dir=gateway_dir,
-        listen_host=listen_host,
-        tls=tls,
-        redirect_port=redirect_port,
-        upstream_tls=upstream_tls,
-    )
     try:
         work = install(spec, work_dir)
     except EnvoyError as exc:
@@ -448,11 +427,11 @@ def run_gateway(
         return 2
     proxy = EnvoyProcess(
         work=work,
-        http_port=http_port,
+        http_port=spec.http_port,
         listen_host=listen_host_of(work.static),
         log_format=log_format,
         log_to_file=False,
-        tls=tls is not None,
+        tls=spec.tls is not None,
     )
     try:
         proxy.launch()
@@ -460,10 +439,10 @@ def run_gateway(
         say(f"error: {exc}")
         return 1
     announce(
-        f"Envoy (pid {proxy.pid}) serving {proxy.listen_host}:{http_port} /api/v1 "
-        f"({'HTTPS only' if tls else 'plain HTTP'}) -> gRPC"
-        f"{' with mutual TLS' if upstream_tls else ''} "
-        f"{', '.join(upstreams)} (config {work.static}; apply changes to "
+        f"Envoy (pid {proxy.pid}) serving {proxy.listen_host}:{spec.http_port} /api/v1 "
+        f"({'HTTPS only' if spec.tls else 'plain HTTP'}) -> gRPC"
+        f"{' with mutual TLS' if spec.upstream_tls else ''} "
+        f"{', '.join(spec.upstreams)} (config {work.static}; apply changes to "
         f"{spec.gateway_dir} with `{command('gateway reload')} --work-dir {work.path}`)",
         log_format,
     )
@@ -479,4 +458,4 @@ def run_gateway(
     return 0
 
 
-__all__ = ["EnvoyProcess", "log_tail", "run_gateway", "supervised"]
+__all__ = ["EnvoyProcess", "gateway_spec", "log_tail", "run_gateway", "supervised"]
