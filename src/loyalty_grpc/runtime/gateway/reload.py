@@ -92,6 +92,7 @@ def reload(
     work = WorkDir(work_dir.resolve())
     with work.locked():
         spec = work.load_spec()
+        running = spec.upstreams
         if gateway_dir is not None:
             spec = dataclasses.replace(spec, gateway_dir=gateway_dir.resolve())
         if upstreams is not None:
@@ -99,7 +100,7 @@ def reload(
         admin = _running_admin(work)
         try:
             if upstreams is not None:
-                check_upstreams(spec, running=work.load_spec().upstreams)
+                check_upstreams(spec, running=running)
             generation = prepare_generation(spec, work)
             _check_bootstrap_unchanged(generation, work)
             changed = _hand_over(generation, work, admin, timeout)
