@@ -6,39 +6,28 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _run(script: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
+# Each generator, with what it derives (and from what).
+GENERATORS = {
+    "gen_proto.py": "proto code and Envoy's descriptor set",
+    "gen_openapi.py": "the OpenAPI document",
+    "gen_docs.py": "the README's error catalogue and configuration table",
+    "gen_request_check.py": "request_check.lua's routes",
+    "gen_envelope.py": "envelope.lua's catalogue",
+}
+
+
+@pytest.mark.parametrize("script", list(GENERATORS))
+def test_generated_file_is_fresh(script: str) -> None:
+    result = subprocess.run(
         [sys.executable, str(ROOT / "scripts" / script), "--check"],
         capture_output=True,
         text=True,
         check=False,
         cwd=ROOT,
     )
-
-
-def test_generated_proto_code_and_descriptor_are_fresh():
-    result = _run("gen_proto.py")
-    assert result.returncode == 0, result.stdout + result.stderr
-
-
-def test_openapi_document_is_fresh():
-    result = _run("gen_openapi.py")
-    assert result.returncode == 0, result.stdout + result.stderr
-
-
-def test_readme_error_catalogue_is_fresh():
-    result = _run("gen_docs.py")
-    assert result.returncode == 0, result.stdout + result.stderr
-
-
-def test_request_check_routes_are_fresh():
-    result = _run("gen_request_check.py")
-    assert result.returncode == 0, result.stdout + result.stderr
-
-
-def test_envelope_catalogue_is_fresh():
-    result = _run("gen_envelope.py")
-    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.returncode == 0, f"{GENERATORS[script]}: " + result.stdout + result.stderr
