@@ -2,7 +2,7 @@
 sources: the HTTP bindings and messages of loyalty.v1.PosService (the compiled proto
 descriptors), the error catalogue (domain/errors.py CATALOGO), the permission table
 (domain/permissions.py REQUIRED), the limits of the request parsers (imported from the
-modules that enforce them) and the demo fixture (runtime/demo_fixture.json: every example
+modules that enforce them) and the demo fixture (runtime/cli/demo_fixture.json: every example
 names its fans, codes and promotions). Envoy serves the file at /api/v1/openapi.json.
 
     python scripts/gen_openapi.py           # rewrite gateway/openapi.json
@@ -643,7 +643,7 @@ SUMMARIES = {
 
 def demo_program() -> ProgramaFixture:
     """The first program of the demo fixture (`up --demo`), which the examples name."""
-    text = (resources.files("loyalty_grpc.runtime") / "demo_fixture.json").read_text(
+    text = (resources.files("loyalty_grpc.runtime.cli") / "demo_fixture.json").read_text(
         encoding="utf-8"
     )
     return parse_fixture(text).programas[0]

@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from loyalty_grpc.domain.fixture import parse_fixture
-from loyalty_grpc.runtime.demo import demo_document, demo_lines
+from loyalty_grpc.runtime.cli.demo import demo_document, demo_lines
 from tests.e2e.processes import DEMO_KEY, LOYALTY, READY_LINE, Running, loyalty_env
 from tests.support import free_port
 
@@ -168,7 +168,7 @@ def test_wheel_ships_gateway_migrations_and_demo(tmp_path: Path):
         "loyalty_grpc/gateway/request_check.lua",
         "loyalty_grpc/gateway/loyalty_pos.pb",
         "loyalty_grpc/gateway/openapi.json",
-        "loyalty_grpc/runtime/demo_fixture.json",
+        "loyalty_grpc/runtime/cli/demo_fixture.json",
         "loyalty_grpc/store/migrations/env.py",
         "loyalty_grpc/store/migrations/versions/0001_initial.py",
         "loyalty_grpc/gen/loyalty/v1/pos_service_pb2.py",

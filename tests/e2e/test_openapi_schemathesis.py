@@ -5,7 +5,7 @@ type, headers, body) is one the document allows, every request the document allo
 accepted and every request it refuses is refused, and the key is enforced.
 
 The examples of the document name the demo program's fans, codes and promotions
-(src/loyalty_grpc/runtime/demo_fixture.json); this module's program holds the same ones, so
+(src/loyalty_grpc/runtime/cli/demo_fixture.json); this module's program holds the same ones, so
 the explicit examples reach the success paths."""
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ CODEC_UNKNOWN_METHODS = {"QUERY"}
 
 
 def _demo_program() -> dict[str, Any]:
-    text = (resources.files("loyalty_grpc.runtime") / "demo_fixture.json").read_text("utf-8")
+    text = (resources.files("loyalty_grpc.runtime.cli") / "demo_fixture.json").read_text("utf-8")
     program: dict[str, Any] = json.loads(text)["programas"][0]
     return program
 

@@ -14,7 +14,7 @@ import grpc
 import pytest
 
 from loyalty_grpc.api.server import GrpcServer, ServerSettings, build_server
-from loyalty_grpc.runtime.cli import build_parser
+from loyalty_grpc.runtime.cli.parser import build_parser
 from loyalty_grpc.runtime.settings import Settings
 from tests.support import ADMIN_TOKEN
 
@@ -58,7 +58,7 @@ def admin_cli(
         args = build_parser().parse_args(
             ["admin", "--target", target or f"127.0.0.1:{server.port}", *argv]
         )
-        from loyalty_grpc.runtime.admin import run_admin
+        from loyalty_grpc.runtime.cli.admin import run_admin
 
         if tty:
             monkeypatch.setattr(sys.stderr, "isatty", lambda: True)

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine, select, text
 
-import loyalty_grpc.runtime
+import loyalty_grpc.runtime.cli
 from loyalty_grpc.domain.errors import CodigoError, LoyaltyError
 from loyalty_grpc.domain.keys import key_hash
 from loyalty_grpc.services.backoffice.fixtures import ENTIDADES, ApplyCount, apply_fixture
@@ -563,7 +563,7 @@ def test_many_fans_and_codes(engine: Engine) -> None:
 
 
 def test_demo_fixture_applies(engine: Engine) -> None:
-    document = (Path(loyalty_grpc.runtime.__file__).parent / "demo_fixture.json").read_text()
+    document = (Path(loyalty_grpc.runtime.cli.__file__).parent / "demo_fixture.json").read_text()
     assert counts(run_in_uow(engine, apply_fixture, document)) == {
         "programas": (1, 0, 0),
         "claves": (4, 0, 0),

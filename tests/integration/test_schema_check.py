@@ -193,7 +193,7 @@ def test_wallet_send_applies_the_same_rule(
 
 
 def test_status_reports_a_newer_schema_as_usable(create_database: Callable[[], str]) -> None:
-    from loyalty_grpc.runtime.status import database_lines
+    from loyalty_grpc.runtime.cli.status import database_lines
     from loyalty_grpc.store.db import make_engine
 
     url = create_database()

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from loyalty_grpc.runtime.cli import build_parser
+from loyalty_grpc.runtime.cli.parser import build_parser
 from loyalty_grpc.runtime.settings import Settings, documented_names
 
 ROOT = Path(__file__).resolve().parents[2]

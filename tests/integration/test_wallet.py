@@ -887,7 +887,7 @@ def test_backlog_figures(engine: Engine, new_fan: Callable[[], int]) -> None:
 
 
 def test_the_status_line_says_when_it_estimates() -> None:
-    from loyalty_grpc.runtime.status import _backlog_text
+    from loyalty_grpc.runtime.cli.status import _backlog_text
 
     assert _backlog_text(Backlog(fans=0, waiting=0, oldest_seconds=0, exact=True)) == (
         "0 fans pending"

@@ -1,4 +1,4 @@
-"""What `up --demo` prints about the demo (runtime/demo.py), read from the fixture file, and
+"""What `up --demo` prints about the demo (runtime/cli/demo.py), read from the fixture file, and
 how the commands the CLI suggests are named (runtime/console.py)."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import json
 import pytest
 
 from loyalty_grpc.domain.fixture import parse_fixture
+from loyalty_grpc.runtime.cli.demo import CODES_PER_STATE, demo_document, demo_lines
 from loyalty_grpc.runtime.console import command, program
-from loyalty_grpc.runtime.demo import CODES_PER_STATE, demo_document, demo_lines
 
 STATES = ("disponible", "asignado", "canjeado", "liberado")
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-import loyalty_grpc.runtime
+import loyalty_grpc.runtime.cli
 from loyalty_grpc.domain.errors import CodigoError, LoyaltyError
 from loyalty_grpc.domain.fixture import (
     ClaveFixture,
@@ -223,7 +223,7 @@ def test_empty_program_list_is_valid() -> None:
 
 
 def test_demo_fixture_parses() -> None:
-    path = Path(loyalty_grpc.runtime.__file__).parent / "demo_fixture.json"
+    path = Path(loyalty_grpc.runtime.cli.__file__).parent / "demo_fixture.json"
     demo = parse_fixture(path.read_text()).programas[0]
     assert (demo.id, demo.nombre, demo.tasa_puntos) == ("demo", "Club Demo", Decimal("0.1"))
     assert [c.modo for c in demo.claves] == [Modo.VIVO, Modo.PRUEBA, Modo.VIVO, Modo.VIVO]

@@ -251,7 +251,9 @@ def test_deposit_bodies(body: dict[str, object], valid: bool) -> None:
 def test_examples_name_the_demo_program() -> None:
     """Every fan, code and promotion an example names is in the demo fixture, so each
     explicit example reaches a success path on `up --demo` (and in the e2e test)."""
-    text = (ROOT / "src" / "loyalty_grpc" / "runtime" / "demo_fixture.json").read_text("utf-8")
+    text = (ROOT / "src" / "loyalty_grpc" / "runtime" / "cli" / "demo_fixture.json").read_text(
+        "utf-8"
+    )
     programa = parse_fixture(text).programas[0]
     fans = {f.fan_id: f for f in programa.fans if f.estado is EstadoFan.ACTIVO}
     codes = {c.codigo: c for p in programa.promos for c in p.codigos}

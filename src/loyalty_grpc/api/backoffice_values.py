@@ -1,7 +1,7 @@
 """The back office's proto enums and Timestamps <-> the domain's values: one table per enum,
 derived (proto value name = the enum's prefix + the domain value upper-cased, e.g.
 EstadoFan.BAJA "baja" <-> FAN_STATE_BAJA), used by the servicer (api/backoffice.py) and
-the `loyalty admin` CLI (runtime/admin)."""
+the `loyalty admin` CLI (runtime/cli/admin)."""
 
 from __future__ import annotations
 

@@ -1,25 +1,16 @@
-"""The wallet sender in the server process (`loyalty up`, `loyalty serve`) and
-`loyalty wallet send`."""
+"""The wallet sender in the server process (`loyalty up`, `loyalty serve`; the command
+`loyalty wallet send` is runtime/cli/wallet.py): its configuration and its engine."""
 
 from __future__ import annotations
-
-from pathlib import Path
 
 from sqlalchemy import Engine
 from sqlalchemy.engine import make_url
 
-from loyalty_grpc.runtime.console import say
-from loyalty_grpc.runtime.postgres import open_database
-from loyalty_grpc.runtime.schema import require_usable_schema
-from loyalty_grpc.store.db import make_engine
 from loyalty_grpc.wallet import (
     WalletConfigError,
     WalletSender,
     WalletSettings,
-    drain,
-    pending_fans,
 )
-from loyalty_grpc.wallet.providers import SupportsClose
 
 # The sender's connections in pg_stat_activity.application_name.
 SENDER_APPLICATION = "loyalty-wallet-sender"
@@ -48,29 +39,3 @@ def start_sender(engine: Engine, settings: WalletSettings) -> WalletSender:
     )
     sender.start()
     return sender
-
-
-def send_command(data_dir: Path, database_url: str | None, *, batch: int | None = None) -> int:
-    """`loyalty wallet send`: run the sender until nothing is due, print what it did."""
-    settings = load_settings()
-    db = open_database(data_dir, database_url)
-    try:
-        require_usable_schema(db.url)  # the rule `loyalty serve` applies (runtime/schema.py)
-    except BaseException:
-        db.stop()
-        raise
-    engine = make_engine(db.url, pool_size=4)
-    provider = settings.build_provider(engine)
-    try:
-        total = drain(engine, provider, batch=batch or settings.batch)
-        pending, waiting = pending_fans(engine)
-    finally:
-        if isinstance(provider, SupportsClose):
-            provider.close()
-        engine.dispose()
-        db.stop()
-    say(
-        f"wallet ({settings.provider}): {total.summary()}; "
-        f"{pending} fans pending, {waiting} of them waiting for a retry"
-    )
-    return 0

@@ -1,28 +1,22 @@
-"""`loyalty serve`: the gRPC workers alone (the database must exist and be migrated), and
-`serving()`, the parent's part that `loyalty up` shares: worker processes on one port, the
-wallet sender (exactly one per parent, whatever the worker count, and untouched by a
-worker restart) and the supervision loop (runtime/process/supervision.py)."""
+"""The serving parent that `loyalty serve` and `loyalty up` share (`serving()`): worker
+processes on one port, the wallet sender (exactly one per parent, whatever the worker
+count, and untouched by a worker restart) and the supervision loop
+(runtime/process/supervision.py)."""
 
 from __future__ import annotations
 
 import contextlib
-import logging
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from loyalty_grpc.api.server import ServerSettings
 from loyalty_grpc.runtime import metrics, wallet
-from loyalty_grpc.runtime.console import announce
 from loyalty_grpc.runtime.process.process_file import ProcessFile, live_writer
-from loyalty_grpc.runtime.process.signals import stop_event
 from loyalty_grpc.runtime.process.supervision import Child, supervise
 from loyalty_grpc.runtime.process.workers import WorkerPool
-from loyalty_grpc.runtime.schema import require_usable_schema
-from loyalty_grpc.runtime.settings import SERVE, ConfigError, Settings
+from loyalty_grpc.runtime.settings import ConfigError, Settings
 from loyalty_grpc.store.db import make_engine
-
-log = logging.getLogger(__name__)
 
 
 def server_settings(settings: Settings, *, database_url: str, admin_token: str) -> ServerSettings:
@@ -107,21 +101,3 @@ def serving(
         pool.stop()
         engine.dispose()
         table.remove()
-
-
-def serve(
-    settings: Settings, *, database_url: str, admin_token: str, share_port: bool = False
-) -> int:
-    # Before anything starts: a schema older than this code needs stops here (one line,
-    # exit code 2); a newer one (a later version migrated it) is logged and served.
-    require_usable_schema(database_url)
-    stop = stop_event()
-    server = server_settings(settings, database_url=database_url, admin_token=admin_token)
-    with serving(settings, server, command=SERVE, share_port=share_port) as supervisor:
-        announce(
-            f"gRPC: {server.host}:{supervisor.pool.port} ({settings.workers} workers)",
-            settings.log_format_for(SERVE),
-        )
-        supervisor.run(stop)
-        log.info("stopping")
-    return 0

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from loyalty_grpc.domain.codes import MAX_CODES_PER_CALL
 from loyalty_grpc.domain.keys import Modo
 from loyalty_grpc.domain.promos import EstadoPromo
-from loyalty_grpc.runtime.admin.calls import (
+from loyalty_grpc.runtime.cli.admin.calls import (
     DEFAULT_TIMEOUT_SECONDS,
     Call,
     apply,
@@ -31,7 +31,7 @@ from loyalty_grpc.runtime.admin.calls import (
     promo_update,
     sale_void,
 )
-from loyalty_grpc.runtime.admin.code_import import code_import
+from loyalty_grpc.runtime.cli.admin.code_import import code_import
 from loyalty_grpc.runtime.console import command
 
 

@@ -8,7 +8,7 @@ JSON); a failure prints one line `error: <codigo>: <detalle>` and exits with 1.
 
 from __future__ import annotations
 
-from loyalty_grpc.runtime.admin.parser import add_admin_commands
-from loyalty_grpc.runtime.admin.run import run_admin
+from loyalty_grpc.runtime.cli.admin.parser import add_admin_commands
+from loyalty_grpc.runtime.cli.admin.run import run_admin
 
 __all__ = ["add_admin_commands", "run_admin"]

@@ -1,4 +1,6 @@
-"""`loyalty up` (everything, one command), `loyalty serve` and `loyalty migrate`."""
+"""`loyalty up`: everything on one machine, in one command: PostgreSQL (embedded unless
+LOYALTY_DATABASE_URL), migrations, the gRPC workers and Envoy, supervised, and a banner
+of where each one is."""
 
 from __future__ import annotations
 
@@ -7,14 +9,14 @@ from pathlib import Path
 
 from loyalty_grpc.runtime import metrics
 from loyalty_grpc.runtime.admin_token import ensure_admin_token
-from loyalty_grpc.runtime.console import command, say
-from loyalty_grpc.runtime.demo import demo_lines, load_demo
+from loyalty_grpc.runtime.cli.demo import demo_lines, load_demo
+from loyalty_grpc.runtime.console import say
 from loyalty_grpc.runtime.gateway import envoy
 from loyalty_grpc.runtime.gateway.config import TlsFiles
 from loyalty_grpc.runtime.postgres import Database, open_database
+from loyalty_grpc.runtime.process.serving import server_settings, serving
 from loyalty_grpc.runtime.process.signals import stop_event
-from loyalty_grpc.runtime.serve import serve, server_settings, serving
-from loyalty_grpc.runtime.settings import UP, ConfigError, Settings, connect_host, join_target
+from loyalty_grpc.runtime.settings import UP, Settings, connect_host, join_target
 from loyalty_grpc.store import migrate
 
 log = logging.getLogger(__name__)
@@ -23,42 +25,6 @@ log = logging.getLogger(__name__)
 def _up_admin_token(settings: Settings) -> str:
     """`up` (one machine): the configured token, else one generated into the data dir."""
     return settings.configured_admin_token() or ensure_admin_token(settings.data_dir)
-
-
-def _serve_admin_token(settings: Settings) -> str:
-    """`serve` (any number of hosts): the configured token, never a generated one, which
-    would differ from host to host."""
-    token = settings.configured_admin_token()
-    if token is None:
-        raise ConfigError(
-            f"`{command('serve')}` needs the back-office token, the same on every host: set "
-            "LOYALTY_ADMIN_TOKEN or LOYALTY_ADMIN_TOKEN_FILE "
-            f"(`{command('up')}` generates one for a single machine)"
-        )
-    return token
-
-
-def migrate_command(data_dir: Path, database_url: str | None) -> int:
-    db = open_database(data_dir, database_url)
-    try:
-        migrate.upgrade(db.url)
-        say(f"database at revision {migrate.current(db.url)}")
-    finally:
-        db.stop()
-    return 0
-
-
-def serve_command(settings: Settings, *, share_port: bool = False) -> int:
-    if not settings.database_url:
-        raise ConfigError(
-            f"`{command('serve')}` needs LOYALTY_DATABASE_URL (or use `{command('up')}`)"
-        )
-    if share_port and settings.grpc_port == 0:
-        raise ConfigError("--share-port needs the port of the running `serve`, not 0")
-    token = _serve_admin_token(settings)
-    return serve(
-        settings, database_url=settings.database_url, admin_token=token, share_port=share_port
-    )
 
 
 def up(settings: Settings, *, demo: bool) -> int:

@@ -17,7 +17,7 @@ CODES_PER_STATE = 3
 
 
 def demo_document() -> str:
-    return (resources.files("loyalty_grpc.runtime") / "demo_fixture.json").read_text(
+    return (resources.files("loyalty_grpc.runtime.cli") / "demo_fixture.json").read_text(
         encoding="utf-8"
     )
 

@@ -17,7 +17,7 @@ from google.protobuf.message import Message
 from loyalty_grpc.domain.codes import MAX_CODES_PER_CALL, code_batch, split_code_stream
 from loyalty_grpc.domain.errors import CodigoError, LoyaltyError
 from loyalty_grpc.gen.loyalty.v1 import backoffice_service_pb2 as pb
-from loyalty_grpc.runtime.admin.calls import Metadata, Stub, error_of
+from loyalty_grpc.runtime.cli.admin.calls import Metadata, Stub, error_of
 
 
 class CommandStoppedError(Exception):
