@@ -12,8 +12,8 @@ The data set (program `bench`, rate 0.1 point per peso):
 - FANS fans `F000001`…, e-mail `f1@example.com`…, QR token `qr-1`…;
 - promotion `Resolver`: code `R00000001`… delivered (`asignado`) to fan 1…, the promotion
   `fan/resolve` offers and the code it can identify the fan by;
-- promotion `Canje` (50 points a burn): CODES codes `C00000001`… delivered round-robin to
-  the fans, burned by `redeem` (the first half by wrk, the second half by pgbench).
+- promotion `Canje` (50 points a redemption): CODES codes `C00000001`… delivered round-robin
+  to the fans, redeemed by `redeem` (the first half by wrk, the second half by pgbench).
 """
 
 from __future__ import annotations

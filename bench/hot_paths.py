@@ -19,7 +19,7 @@ The pgbench side of each operation (durable commits, like the server's):
 - tx: the sale as the 7 round trips of shared/bench/tx_vs_pgbench.sh (BEGIN, key, program,
   fan, insert sale, balance+ledger+outbox, COMMIT);
 - resolve-*: key, the fan by that form's own index, the fan's current promotion (3);
-- redeem: BEGIN, key, lock the code, burn it, balance+ledger+outbox, COMMIT (6);
+- redeem: BEGIN, key, lock the code, redeem it, balance+ledger+outbox, COMMIT (6);
 - ping: the key lookup alone (1).
 
 `--profile tx:8` records py-spy profiles (raw, --gil) of every server process during that
@@ -135,7 +135,7 @@ INSERT INTO ventas (programa_id, modo, id_externo, fan_pk, importe_centavos, mon
         "'R' || lpad(:g::text, 8, '0') AND estado IN ('asignado', 'canjeado') LIMIT 1)",
     ),
     _resolve("qr", '"qr-" .. g', "qr_token = 'qr-' || :g"),
-    # wrk burns the first half of the `Canje` codes, pgbench the second half.
+    # wrk redeems the first half of the `Canje` codes, pgbench the second half.
     Op(
         name="redeem",
         wrk="""

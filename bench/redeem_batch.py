@@ -5,7 +5,7 @@
 On `loyalty up` with the data set of bench/_fullstack.py (all features on), it times one
 call at a time through Envoy over HTTP/1.1 keep-alive:
 
-(a) fresh: 500 `asignado` codes of 500 different fans, never burned (every call burns 500
+(a) fresh: 500 `asignado` codes of 500 different fans, never redeemed (every call redeems 500
     and credits 500 fans, in one transaction);
 (b) again: the same 500 codes (every call answers 500 `duplicado`, nothing written).
 
@@ -40,7 +40,7 @@ def run(args: argparse.Namespace) -> int:
         ) as http,
     ):
 
-        def burn(batch: list[str], canjeados: int) -> float:
+        def redeem(batch: list[str], canjeados: int) -> float:
             started = time.perf_counter()
             response = http.post("/api/v1/redeem", json={"codigos": batch})
             seconds = time.perf_counter() - started
@@ -54,14 +54,14 @@ def run(args: argparse.Namespace) -> int:
             [f"C{n:08d}" for n in range(1 + i * BATCH, 1 + (i + 1) * BATCH)]
             for i in range(args.runs + 1)
         ]
-        burn(batches[-1], BATCH)  # warm-up
-        fresh = [burn(batch, BATCH) for batch in batches[:-1]]
-        again = [burn(batch, 0) for batch in batches[:-1]]
+        redeem(batches[-1], BATCH)  # warm-up
+        fresh = [redeem(batch, BATCH) for batch in batches[:-1]]
+        again = [redeem(batch, 0) for batch in batches[:-1]]
         print(
             f"{'redeem, 500 codes per call':40} {'runs':>4} {'min ms':>8} {'median':>8} {'max':>8}"
         )
         for label, seconds in (
-            ("fresh (500 burns, 500 fans credited)", fresh),
+            ("fresh (500 redeemed, 500 fans credited)", fresh),
             ("again (500 duplicados)", again),
         ):
             ms = sorted(s * 1000 for s in seconds)

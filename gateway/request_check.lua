@@ -8,7 +8,7 @@
 -- (Envoy 1.40, measured) accepts trailing commas, single-quoted strings, unquoted keys,
 -- `1.`, raw control characters in strings, unknown escapes ("\x" -> "x"), a vertical tab
 -- as whitespace; lets a duplicated key win (and a repeated field append); flattens nested
--- lists into a repeated string field ({"codigos":[[["hd-1"]],[]]} burned HD-1) and drops
+-- lists into a repeated string field ({"codigos":[[["hd-1"]],[]]} redeemed HD-1) and drops
 -- nulls from it; reads a lone string as a list of one; maps query parameters of a POST onto
 -- body fields; reads a GET's body; and answers what it refuses in English, several lines
 -- long, quoting the body around a caret.

@@ -590,7 +590,7 @@ FORMS: dict[str, dict[str, tuple[list[str], str]]] = {
 EXTRA_SCHEMAS: dict[str, Schema] = {
     "RedeemBatchEntryOk": {
         "type": "object",
-        "description": "An entry of a batch whose code was burned, now or before.",
+        "description": "An entry of a batch whose code was redeemed, now or before.",
         "properties": {
             "codigo": {"type": "string"},
             "ok": {"const": True},
@@ -605,7 +605,7 @@ EXTRA_SCHEMAS: dict[str, Schema] = {
     },
     "RedeemBatchEntryError": {
         "type": "object",
-        "description": "An entry of a batch whose code was not burned.",
+        "description": "An entry of a batch whose code was not redeemed.",
         "properties": {
             "codigo": {"type": "string"},
             "ok": {"const": False},

@@ -1,6 +1,6 @@
 """POST /api/v1/redeem through Envoy: every state of the contract's table, both forms,
 normalisation, terminal/caja/ts as stored, test keys, fan.correo and fan:leer, codes in
-several promotions, repeats and limits in a batch, every error, and concurrent burns."""
+several promotions, repeats and limits in a batch, every error, and concurrent redemptions."""
 
 from __future__ import annotations
 
@@ -105,7 +105,7 @@ _pool = itertools.count(1)
 
 
 def fresh() -> str:
-    """An `asignado` code of RED01 no other test burns."""
+    """An `asignado` code of RED01 no other test redeems."""
     number = next(_pool)
     assert number <= POOL, "raise POOL"
     return f"HD-{number:03}"
@@ -203,7 +203,7 @@ def correo(fan_id: str) -> dict[str, str]:
 # ---------------------------------------------------------------- single form
 
 
-def test_burn_credits_records_and_then_is_a_duplicate(stack, http, keys):
+def test_redeem_credits_records_and_then_is_a_duplicate(stack, http, keys):
     codigo = fresh()
     before = balance(stack, "RED01")
     response = redeem(
@@ -278,7 +278,7 @@ def test_without_ts_or_terminal_the_server_time_is_recorded(stack, http, keys):
     assert abs(datetime.now(UTC) - row["canjeado_en"]) < timedelta(minutes=1)
 
 
-def test_test_key_burns_without_points(stack, http, keys):
+def test_test_key_redeems_without_points(stack, http, keys):
     codigo = fresh()
     before, entries = balance(stack, "RED01"), ledger_total(stack)
     data = ok(redeem(http, keys["prueba"], {"codigo": codigo}))
@@ -286,7 +286,7 @@ def test_test_key_burns_without_points(stack, http, keys):
     row = stored(stack, codigo)
     assert (row["estado"], row["canje_clave_id"]) == ("canjeado", key_id(stack, "Caja prueba"))
     assert (balance(stack, "RED01"), ledger_total(stack)) == (before, entries)
-    # Burned for good: a live key now gets the duplicate, still no points.
+    # Redeemed for good: a live key now gets the duplicate, still no points.
     live = ok(redeem(http, keys["todo"], {"codigo": codigo}))
     assert (live["duplicado"], live["puntos_otorgados"]) == (True, 0)
     assert balance(stack, "RED01") == before
@@ -302,7 +302,7 @@ def test_correo_only_with_fan_leer(stack, http, keys):
     assert ok(redeem(http, keys["redeem"], {"codigo": codigo}))["fan"] == {}
 
 
-def test_already_burned_in_the_fixture(stack, http, keys):
+def test_already_redeemed_in_the_fixture(stack, http, keys):
     before = balance(stack, "RED02")
     data = ok(redeem(http, keys["todo"], {"codigo": "hd-c01"}))
     assert data == {
@@ -318,7 +318,7 @@ def test_already_burned_in_the_fixture(stack, http, keys):
 
 def test_no_other_condition_applies(stack, http, keys):
     """The state table has no condition: a code of a `terminada` promotion, and a code of a
-    fan in `baja`, burn and credit like any other; a promotion worth 0 points credits 0."""
+    fan in `baja`, are redeemed and credit like any other; a promotion worth 0 points credits 0."""
     before = balance(stack, "RED02")
     data = ok(redeem(http, keys["todo"], {"codigo": "TER-1"}))
     assert (data["duplicado"], data["promo"], data["puntos_otorgados"]) == (False, "Terminada", 10)
@@ -337,7 +337,7 @@ def test_no_other_condition_applies(stack, http, keys):
 
 
 def test_one_text_in_several_promotions(stack, http, keys):
-    """A burnable (asignado) copy first, oldest first; once all are burned, the duplicate
+    """A redeemable (asignado) copy first, oldest first; once all are redeemed, the duplicate
     of the oldest; canjeado before liberado before disponible."""
     red01, red02 = balance(stack, "RED01"), balance(stack, "RED02")
     first = ok(redeem(http, keys["todo"], {"codigo": "multi-1"}))
@@ -410,7 +410,7 @@ def test_state_errors_change_nothing(stack, http, keys, codigo, error):
         ({"codigos": ["{c}"], "caja": "a\u0001b"}, CodigoError.SOLICITUD_INVALIDA, "caja"),
     ],
 )
-def test_request_errors_burn_nothing(stack, http, keys, body, error, hint):
+def test_request_errors_redeem_nothing(stack, http, keys, body, error, hint):
     codigo = fresh()
 
     def fill(value: object) -> object:
@@ -438,7 +438,7 @@ def test_permission(stack, http, keys):
         )
 
 
-def test_twenty_concurrent_burns_credit_once(stack, keys):
+def test_twenty_concurrent_redemptions_credit_once(stack, keys):
     codigo = fresh()
     before = balance(stack, "RED01")
     results: list[httpx.Response] = []
@@ -504,7 +504,7 @@ def test_batch_answers_each_code_as_the_single_form_would(stack, http, keys):
     assert list(data) == ["resumen", "resultados"]
     assert data["resumen"] == {"recibidos": 10, "canjeados": 2, "duplicados": 4, "rechazados": 4}
 
-    def burned(
+    def redeemed(
         codigo: str, duplicado: bool, promo: str = "Hot Dog", fan_id: str = "RED01"
     ) -> dict[str, object]:
         return {
@@ -518,16 +518,16 @@ def test_batch_answers_each_code_as_the_single_form_would(stack, http, keys):
         }
 
     assert data["resultados"] == [
-        burned(a, False),
-        burned(b, False),
-        burned(a, True),
+        redeemed(a, False),
+        redeemed(b, False),
+        redeemed(a, True),
         error_entry("HD-L01", CodigoError.CODIGO_LIBERADO),
         error_entry("HD-D01", CodigoError.CODIGO_NO_ASIGNADO),
         error_entry("NADA", CodigoError.CODIGO_NO_ENCONTRADO),
         error_entry("", CodigoError.CODIGO_NO_ENCONTRADO),
-        burned("MULTI-2", True, "Gorra", "RED02"),
-        burned("HD-C01", True, fan_id="RED02"),
-        burned(b, True),
+        redeemed("MULTI-2", True, "Gorra", "RED02"),
+        redeemed("HD-C01", True, fan_id="RED02"),
+        redeemed(b, True),
     ]
     assert balance(stack, "RED01") == before + 100
     for codigo in (a, b):
@@ -563,7 +563,7 @@ def test_batch_entry_fields(stack, http, keys):
 
 
 def test_batch_repeats_a_text_in_several_promotions(stack, http, keys):
-    """A text repeated in a batch is answered as successive single burns: the older
+    """A text repeated in a batch is answered as successive single redemptions: the older
     asignado copy, then the newer one, then the duplicate of the older."""
     red01, red02 = balance(stack, "RED01"), balance(stack, "RED02")
     data = ok(
@@ -596,7 +596,7 @@ def test_batch_repeats_a_text_in_several_promotions(stack, http, keys):
 
 def test_a_string_in_codigos_is_refused(stack, http, keys):
     """The contract's `codigos` is string[]: protobuf's JSON reader would take a lone string
-    as a list of one; the gateway's request check refuses it, and nothing is burned."""
+    as a list of one; the gateway's request check refuses it, and nothing is redeemed."""
     codigo = fresh()
     before = balance(stack, "RED01")
     detalle = assert_error(

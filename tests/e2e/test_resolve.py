@@ -116,7 +116,7 @@ def resolve(http: httpx.Client, key: str, body: object) -> httpx.Response:
         ({"fan": "  res 0001 "}, "RES0001", GORRA),  # case and spaces normalised
         ({"fan": "\tR E S 0 0 0 1\n"}, "RES0001", GORRA),
         ({"fan": "hd-0001"}, "RES0001", HOTDOG_HD1),  # identified by the code: that code
-        ({"fan": "HD-0003"}, "RES0003", HOTDOG_CARLA),  # a burned code still names its fan
+        ({"fan": "HD-0003"}, "RES0003", HOTDOG_CARLA),  # a redeemed code still names its fan
         ({"fan": "q7Hk2Pz"}, "RES0001", GORRA),  # raw QR token
         ({"fan": "https://res.example/fan/v/q7Hk2Pz"}, "RES0001", GORRA),
         ({"fan": "HTTPS://res.example/fan/v/q7Hk2Pz/?x=1#y"}, "RES0001", GORRA),

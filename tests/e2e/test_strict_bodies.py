@@ -2,7 +2,7 @@
 issue 11 part 3 and every google.protobuf.Value field of the POS API. Each refusal is the
 envelope with its catalogue codigo, a one-line detalle that names the field and never
 repeats the body (no Fan ID, no code), and nothing is written: no sale, no ledger entry,
-no balance change, no code burned or deposited.
+no balance change, no code redeemed or deposited.
 
 The gateway's grammar and types in depth (against an in-test server): test_strict_json.py.
 """
@@ -147,7 +147,7 @@ def refused(response: httpx.Response, codigo: CodigoError, body: str | bytes) ->
 
 @pytest.mark.usefixtures("unchanged")
 @pytest.mark.parametrize("body", ['{"codigos":[["HD-0003"]]}', '{"codigos":[[["hd-0003"]],[]]}'])
-def test_nested_codigos_burn_nothing(stack, http, key, body):
+def test_nested_codigos_redeem_nothing(stack, http, key, body):
     detalle = refused(post(http, key, "/api/v1/redeem", body), CodigoError.SOLICITUD_INVALIDA, body)
     assert detalle == "codigos[0]: debe ser un texto; llegó una lista"
 

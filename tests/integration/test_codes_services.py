@@ -223,7 +223,7 @@ def test_listing_is_one_statement_with_every_state(engine, statements):
     run_in_uow(engine, codes.assign_code, P, promo_id, "L1", "D001")
     run_in_uow(engine, codes.release_code, P, promo_id, "L1")
     run_in_uow(engine, codes.release_code, P, promo_id, "L2")
-    with engine.begin() as conn:  # a burn (the redeem use case is not this module's)
+    with engine.begin() as conn:  # a redemption (the redeem use case is not this module's)
         conn.execute(
             codigos.update()
             .where(codigos.c.promo_id == promo_id, codigos.c.codigo == "L0")

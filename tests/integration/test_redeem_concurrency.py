@@ -1,7 +1,7 @@
-"""The redeem use cases on a real PostgreSQL, under concurrency: 20 burns of one code
-credit once; a batch racing a single burn credits once; batches over the same codes in
-different orders (and sales on the same fans) never deadlock and credit each code once;
-a batch that fails half-way leaves nothing; the ledger always sums to the balances."""
+"""The redeem use cases on a real PostgreSQL, under concurrency: 20 redemptions of one
+code credit once; a batch racing a single redemption credits once; batches over the same
+codes in different orders (and sales on the same fans) never deadlock and credit each code
+once; a batch that fails half-way leaves nothing; the ledger always sums to the balances."""
 
 from __future__ import annotations
 
@@ -39,7 +39,7 @@ CLAVE = "lp_vivo_" + secrets.token_hex(16)
 _ids = itertools.count()
 
 
-def burn() -> Redemption:
+def redemption() -> Redemption:
     now = datetime.now(UTC)
     return Redemption(terminal="Caja 1", ts=now, now=now)
 
@@ -163,11 +163,11 @@ def assert_ledger_consistent(engine: Engine) -> None:
         assert conn.execute(text(LEDGER_MISMATCH_SQL)).all() == []
 
 
-def test_twenty_concurrent_burns_of_one_code_credit_once(engine, caller):
+def test_twenty_concurrent_redemptions_of_one_code_credit_once(engine, caller):
     [codigo] = take(1)
     before = total_points(engine)
     results = run_together(
-        [lambda: redeem_code(engine, caller, codigo.lower(), burn()) for _ in range(20)]
+        [lambda: redeem_code(engine, caller, codigo.lower(), redemption()) for _ in range(20)]
     )
     assert sorted(r.duplicado for r in results) == [False] + [True] * 19
     assert sum(r.puntos_otorgados for r in results) == PUNTOS
@@ -176,18 +176,18 @@ def test_twenty_concurrent_burns_of_one_code_credit_once(engine, caller):
     assert_ledger_consistent(engine)
 
 
-def test_a_batch_racing_single_burns_credits_each_code_once(engine, caller):
+def test_a_batch_racing_single_redemptions_credits_each_code_once(engine, caller):
     texts = take(30)
     before = total_points(engine)
-    calls: list[Callable[[], Any]] = [lambda: redeem_codes(engine, caller, texts, burn())]
-    calls += [partial(redeem_code, engine, caller, c, burn()) for c in reversed(texts)]
+    calls: list[Callable[[], Any]] = [lambda: redeem_codes(engine, caller, texts, redemption())]
+    calls += [partial(redeem_code, engine, caller, c, redemption()) for c in reversed(texts)]
     batch, *singles = run_together(calls)
-    burned_by_batch = {
+    redeemed_by_batch = {
         e.codigo for e in batch.resultados if e.result is not None and not e.result.duplicado
     }
-    burned_by_single = {s.codigo for s in singles if not s.duplicado}
-    assert burned_by_batch | burned_by_single == set(texts)
-    assert burned_by_batch & burned_by_single == set()
+    redeemed_by_single = {s.codigo for s in singles if not s.duplicado}
+    assert redeemed_by_batch | redeemed_by_single == set(texts)
+    assert redeemed_by_batch & redeemed_by_single == set()
     assert batch.resumen.canjeados + batch.resumen.duplicados == 30
     assert total_points(engine) == before + 30 * PUNTOS
     assert credits_per_code(engine, texts) == dict.fromkeys(texts, 1)
@@ -205,7 +205,7 @@ def test_overlapping_batches_in_different_orders_never_deadlock(engine, caller):
         orders = [rng.sample(texts, len(texts)) for _ in range(8)]
         orders[0] = orders[0] + orders[0][:5]  # repeats within a batch
         calls: list[Callable[[], Any]] = [
-            partial(redeem_codes, engine, caller, order, burn()) for order in orders
+            partial(redeem_codes, engine, caller, order, redemption()) for order in orders
         ]
         calls += [
             partial(
@@ -241,7 +241,9 @@ def test_batches_over_different_codes_of_the_same_fans_never_deadlock(engine, ca
         texts = take(80)
         before = total_points(engine)
         groups = [rng.sample(texts[10 * i : 10 * i + 10], 10) for i in range(8)]
-        results = run_together([partial(redeem_codes, engine, caller, g, burn()) for g in groups])
+        results = run_together(
+            [partial(redeem_codes, engine, caller, g, redemption()) for g in groups]
+        )
         assert [b.resumen.canjeados for b in results] == [10] * 8
         assert total_points(engine) == before + 80 * PUNTOS
         assert credits_per_code(engine, texts) == dict.fromkeys(texts, 1)
@@ -254,12 +256,12 @@ def test_a_batch_that_fails_half_way_leaves_nothing(engine, caller, monkeypatch)
     real = move_many
 
     def failing(*args: Any, **kwargs: Any) -> dict[int, int]:
-        real(*args, **kwargs)  # the burns and their credits are written, then:
+        real(*args, **kwargs)  # the redemptions and their credits are written, then:
         raise RuntimeError("la base se cayó")
 
     monkeypatch.setattr("loyalty_grpc.services.pos.redeem.move_many", failing)
     with pytest.raises(RuntimeError):
-        redeem_codes(engine, caller, texts, burn())
+        redeem_codes(engine, caller, texts, redemption())
     monkeypatch.undo()
     with engine.connect() as conn:
         states = (
@@ -275,6 +277,6 @@ def test_a_batch_that_fails_half_way_leaves_nothing(engine, caller, monkeypatch)
     assert total_points(engine) == before
     assert credits_per_code(engine, texts) == dict.fromkeys(texts, 0)
     # And the same batch then goes through whole.
-    assert redeem_codes(engine, caller, texts, burn()).resumen.canjeados == 6
+    assert redeem_codes(engine, caller, texts, redemption()).resumen.canjeados == 6
     assert total_points(engine) == before + 6 * PUNTOS
     assert_ledger_consistent(engine)

@@ -10,7 +10,8 @@ retry as the README tells integrators to, a load of such clients, and the exact 
   final. Every attempt is written to a `Journal`.
 - `Book`: what the clients sent and what the service acknowledged (200), with every reply
   checked against what was sent.
-- `Load`: client threads sending sales and burns (each retried to an answer) until stopped.
+- `Load`: client threads sending sales and redemptions (each retried to an answer) until
+  stopped.
 - `audit`: the database against the book, exactly (see its doc).
 """
 
@@ -49,7 +50,7 @@ RATE = Decimal("0.1")  # the program's points per peso
 KEY = "lp_vivo_ReliabilityCajaTodos000000001"
 PERMISSIONS = ["fan:leer", "tx:escribir", "redeem:escribir", "codigos:escribir", "roster:leer"]
 PROMO = "Rel Promo"
-PUNTOS_CANJE = 25  # what burning one of the promotion's codes credits to its fan
+PUNTOS_CANJE = 25  # what redeeming one of the promotion's codes credits to its fan
 ADMIN_TOKEN = "reliability-admin-token-0123456789"
 # A restarted child logs `<name> restarted (pid M, restart K)` (runtime/process/supervision.py).
 RESTARTED = " restarted (pid "
@@ -584,7 +585,7 @@ class Book:
                 )
         return reply
 
-    def burn(self, client: Client, code: str) -> Reply:
+    def redeem(self, client: Client, code: str) -> Reply:
         with self._lock:
             self.sent_codes.add(code)
         reply = client.call("/api/v1/redeem", {"codigo": code, "terminal": "rel-1"})
@@ -616,8 +617,8 @@ def _why(reply: Reply) -> str:
 
 class Load:
     """`clients` threads, each a `Client` sending sales (fresh `id_externo`s, random fans and
-    amounts) and, `burn_share` of the time while the stack's pool lasts, burns of fresh codes;
-    every call retried to an answer. Use as a context manager around the faults."""
+    amounts) and, `redeem_share` of the time while the stack's pool lasts, redemptions of fresh
+    codes; every call retried to an answer. Use as a context manager around the faults."""
 
     def __init__(
         self,
@@ -626,13 +627,13 @@ class Load:
         tag: str,
         *,
         clients: int = 8,
-        burn_share: float = 0.3,
+        redeem_share: float = 0.3,
         pause: float = 0.0,
     ) -> None:
         self.stack = stack
         self.journal = journal
         self.tag = tag
-        self.burn_share = burn_share
+        self.redeem_share = redeem_share
         self.pause = pause
         self.calls = 0
         self._stop = threading.Event()
@@ -667,9 +668,9 @@ class Load:
             with Client(self.stack.base_url, self.journal, abort=self._abort) as client:
                 count = 0
                 while not self._stop.is_set():
-                    codes = self.stack.take_codes(1) if rng.random() < self.burn_share else []
+                    codes = self.stack.take_codes(1) if rng.random() < self.redeem_share else []
                     if codes:
-                        book.burn(client, codes[0])
+                        book.redeem(client, codes[0])
                     else:
                         count += 1
                         book.sale(
@@ -691,11 +692,11 @@ class Load:
 @dataclass(frozen=True)
 class Audited:
     sales: int
-    burns: int
+    redemptions: int
     fans: int
 
     def __str__(self) -> str:
-        return f"audit exact: {self.sales} sales, {self.burns} burns, {self.fans} fans"
+        return f"audit exact: {self.sales} sales, {self.redemptions} redemptions, {self.fans} fans"
 
 
 def audit(stack: Stack) -> Audited:

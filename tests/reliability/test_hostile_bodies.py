@@ -313,7 +313,7 @@ def redeem_cases() -> list[Case]:
         Case(REDEEM, "codigos-null", dumps({"codigos": [fresh_code(), None]})),
         Case(REDEEM, "codigos-object", dumps({"codigos": {"a": fresh_code()}})),
         Case(REDEEM, "codigos-list-of-objects", dumps({"codigos": [{"codigo": fresh_code()}]})),
-        # Being made strict right now (issue 11 §3): they burned the code.
+        # Being made strict right now (issue 11 §3): they redeemed the code.
         Case(REDEEM, "codigos-nested", dumps({"codigos": [[fresh_code()]]})),
         Case(REDEEM, "codigos-nested-deeper", dumps({"codigos": [[[fresh_code()]], []]})),
         Case(REDEEM, "codigo-and-codigos", dumps({"codigo": code, "codigos": [code]})),

@@ -1,5 +1,5 @@
 """Issue 11 §1: the supervisor never gives up on a child that served. A worker SIGKILLed 10
-times and Envoy 10 times, 2 s apart, under a light load of sales and burns: the stack
+times and Envoy 10 times, 2 s apart, under a light load of sales and redemptions: the stack
 answers after every kill, `loyalty status` and /metrics count the restarts, and the audit
 is exact."""
 

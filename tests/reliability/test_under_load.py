@@ -1,6 +1,6 @@
 """Issue 11 §4: processes SIGKILLed in the middle of a load of 8 retrying POS clients
-(sales and burns), and a retry storm. One stack for the module; each test ends in the exact
-audit of everything the stack was sent so far. The storm comes first: the loads burn
+(sales and redemptions), and a retry storm. One stack for the module; each test ends in the exact
+audit of everything the stack was sent so far. The storm comes first: the loads redeem
 codes from the stack's pool for as long as it lasts."""
 
 from __future__ import annotations
@@ -29,8 +29,8 @@ STORM_ITEMS = 30  # sales, and as many codes
 
 
 def test_retry_storm(stack: Stack, journal: Journal):
-    """32 clients send the same sales (same id_externo, same body) and burn the same codes,
-    in the same order, at the same moment: each sale is credited once, each code burned
+    """32 clients send the same sales (same id_externo, same body) and redeem the same codes,
+    in the same order, at the same moment: each sale is credited once, each code redeemed
     once, and every client gets the same folio for a sale."""
     fans = sorted(stack.world.fans)
     sales = [Sale(f"storm-{i}", fans[i % len(fans)], 10_000 + 137 * i) for i in range(STORM_ITEMS)]
@@ -45,7 +45,7 @@ def test_retry_storm(stack: Stack, journal: Journal):
                 start.wait(30)
                 for sale, code in zip(sales, codes, strict=True):
                     stack.book.sale(client, sale)
-                    stack.book.burn(client, code)
+                    stack.book.redeem(client, code)
         except BaseException as exc:
             failures.append(exc)
 

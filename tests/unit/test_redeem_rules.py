@@ -53,7 +53,7 @@ def test_unknown_text_is_not_found():
 @pytest.mark.parametrize(
     ("copias", "elegida"),
     [
-        ([Copia(1, C), Copia(2, A)], 2),  # a burnable copy first, even a newer one
+        ([Copia(1, C), Copia(2, A)], 2),  # a redeemable copy first, even a newer one
         ([Copia(3, A), Copia(2, A)], 2),  # then the oldest
         ([Copia(1, D), Copia(2, L), Copia(3, C)], 3),  # canjeado before liberado
         ([Copia(1, D), Copia(2, L)], 2),  # liberado before disponible
@@ -66,14 +66,14 @@ def test_choice_among_copies(copias, elegida):
     assert (chosen.id if chosen else None) == elegida
 
 
-def test_a_batch_is_successive_single_burns():
+def test_a_batch_is_successive_single_redemptions():
     copias = {"X": [Copia(1, A), Copia(2, A)], "Y": [Copia(3, A)], "Z": [Copia(4, L)]}
     pasos = plan(["X", "Y", "X", "X", "Y", "Z", "Z", "", "W"], copias)
     assert [(p.codigo, p.copia, p.desenlace) for p in pasos] == [
         ("X", 1, Desenlace.CANJEADO),
         ("Y", 3, Desenlace.CANJEADO),
         ("X", 2, Desenlace.CANJEADO),  # the next asignado copy
-        ("X", 1, Desenlace.DUPLICADO),  # all burned: the oldest
+        ("X", 1, Desenlace.DUPLICADO),  # all redeemed: the oldest
         ("Y", 3, Desenlace.DUPLICADO),
         ("Z", 4, Desenlace.LIBERADO),
         ("Z", 4, Desenlace.LIBERADO),

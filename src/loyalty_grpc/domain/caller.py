@@ -24,7 +24,7 @@ class Caller:
 
     @property
     def earns_points(self) -> bool:
-        """Only a live key's sales and burns move points; a test key's (`prueba`) are
+        """Only a live key's sales and redemptions move points; a test key's (`prueba`) are
         recorded with 0 points."""
         return self.modo is Modo.VIVO
 

@@ -133,7 +133,7 @@ def parse_fecha(text: str, campo: str = "vigencia_fin") -> date:
 
 
 def check_puntos_canje(puntos: int, campo: str = "puntos_canje") -> int:
-    """Points a live burn credits: 0 or more."""
+    """Points a live redemption credits: 0 or more."""
     if puntos < 0:
         raise LoyaltyError(CodigoError.SOLICITUD_INVALIDA, f"{campo}: no puede ser negativo")
     return puntos

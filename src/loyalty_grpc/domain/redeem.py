@@ -1,21 +1,21 @@
-"""Burning coupon codes (`redeem`): the contract's state table, the choice among copies of
-one code text, batches. Pure, no I/O.
+"""Redeeming coupon codes (`redeem`): the contract's state table, the choice among copies
+of one code text, batches. Pure, no I/O.
 
-State table (spec, "Coupon code states"): `asignado` → `canjeado` (burned now, `duplicado`
+State table (spec, "Coupon code states"): `asignado` → `canjeado` (redeemed now, `duplicado`
 false); `canjeado` → unchanged, `duplicado` true; `liberado` → 409 `codigo_liberado`;
 `disponible` → 409 `codigo_no_asignado`; a text the program does not have → 404
 `codigo_no_encontrado`. No other condition applies (the promotion's state or end date, or
-the fan being in `baja`, do not stop a burn).
+the fan being in `baja`, do not stop a redemption).
 
 Several copies of one text: the pair (promotion, code) is unique, the text alone is not.
-A burn acts on one copy, chosen deterministically by RANGO (a burnable `asignado` copy
-first, then `canjeado`, `liberado`, `disponible`), then by the oldest row (lowest id) —
-the same order `fan/resolve` uses for the codes it reads. So while an `asignado` copy is
-left the text burns; once all are burned the answer is `duplicado`.
+A redemption acts on one copy, chosen deterministically by RANGO (a redeemable `asignado`
+copy first, then `canjeado`, `liberado`, `disponible`), then by the oldest row (lowest
+id) — the same order `fan/resolve` uses for the codes it reads. So while an `asignado`
+copy is left the text is redeemed; once all are redeemed the answer is `duplicado`.
 
 A batch is answered as the single form would answer its codes one after the other, in
-input order: a text repeated in a batch burns at its first occurrence and is `duplicado`
-(or burns the next `asignado` copy) at the next one.
+input order: a text repeated in a batch is redeemed at its first occurrence and is
+`duplicado` (or redeems the next `asignado` copy) at the next one.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from loyalty_grpc.domain.promos import EstadoCodigo
 # Spec, Limits: codes per `redeem` batch.
 MAX_CODIGOS = 500
 
-# Which copy of a text a burn acts on: lowest rank first, then lowest id.
+# Which copy of a text a redemption acts on: lowest rank first, then lowest id.
 RANGO: dict[EstadoCodigo, int] = {
     EstadoCodigo.ASIGNADO: 0,
     EstadoCodigo.CANJEADO: 1,
@@ -48,8 +48,8 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 class Desenlace(StrEnum):
     """What one code of a request comes to."""
 
-    CANJEADO = "canjeado"  # burned by this request: 200, duplicado false
-    DUPLICADO = "duplicado"  # burned before: 200, duplicado true, 0 points
+    CANJEADO = "canjeado"  # redeemed by this request: 200, duplicado false
+    DUPLICADO = "duplicado"  # redeemed before: 200, duplicado true, 0 points
     LIBERADO = "liberado"  # 409 codigo_liberado
     NO_ASIGNADO = "no_asignado"  # 409 codigo_no_asignado
     NO_ENCONTRADO = "no_encontrado"  # 404 codigo_no_encontrado
@@ -135,14 +135,14 @@ def check_batch_size(n: int) -> None:
 
 
 def choose(copias: Iterable[Copia]) -> Copia | None:
-    """The copy a burn of the text acts on (RANGO, then the oldest), or None."""
+    """The copy a redemption of the text acts on (RANGO, then the oldest), or None."""
     return min(copias, key=lambda c: (RANGO[c.estado], c.id), default=None)
 
 
 def plan(codigos: Sequence[str], copias: Mapping[str, Sequence[Copia]]) -> list[Paso]:
     """The outcome of each normalised text of `codigos`, in order, as successive single
-    burns would give it, given the current copies of each text (texts absent from
-    `copias` are not found). A copy burned by an earlier entry counts as `canjeado` for the
+    redemptions would give it, given the current copies of each text (texts absent from
+    `copias` are not found). A copy redeemed by an earlier entry counts as `canjeado` for the
     later ones."""
     estados = {c.id: c.estado for grupo in copias.values() for c in grupo}
     pasos: list[Paso] = []

@@ -67,7 +67,7 @@ def _muestra(texto: str) -> str:
 
 
 def parse_ts(value: JsonValue, now: datetime, campo: str = "ts") -> datetime:
-    """The time of a sale or burn as the client sent it → an aware UTC datetime, within
+    """The time of a sale or redemption as the client sent it → an aware UTC datetime, within
     [MIN_TS, now + MAX_ADELANTO]. Anything else raises `LoyaltyError(TS_INVALIDO)`.
     A naive `now` is UTC."""
     if now.tzinfo is None:

@@ -22,7 +22,7 @@ _BY_CORREO = f"""SELECT {_FAN}, NULL::bigint AS via_codigo FROM fans f
   WHERE {_ACTIVE} AND lower(f.correo) = %(valor)s"""  # noqa: S608 (constants)
 
 # A Fan ID, else a coupon code delivered to a fan (of several copies of one text, a
-# burnable `asignado` one first, then the oldest), else the raw value as a QR token.
+# redeemable `asignado` one first, then the oldest), else the raw value as a QR token.
 _BY_TEXT = f"""SELECT pk, fan_id, nombre, correo, socio_desde, temporadas, puntos, via_codigo
 FROM (
   SELECT {_FAN}, NULL::bigint AS via_codigo, 1 AS prio, 0 AS orden FROM fans f

@@ -3,9 +3,9 @@ outbox change together, in the caller's statement and transaction.
 
 `move_ctes` is that rule as SQL: CTEs that credit each row of a source relation (columns
 fan_pk, puntos, venta_id, codigo_id) to its fan. `move_points` runs it for one fan inside a
-unit of work (back office, fixtures), `move_many` for a set (a batch of burns); the hot
+unit of work (back office, fixtures), `move_many` for a set (a batch of redemptions); the hot
 paths' single statements (store/sale.py, store/redeem.py) put the same CTEs after their own
-source, so a sale or a burn is one round trip and the rule is still written once.
+source, so a sale or a redemption is one round trip and the rule is still written once.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ def move_ctes(source: str, *, one_fan: bool = False) -> str:
 
     Several fans: their rows are locked first, in pk order (`bloqueados`), the order every
     multi-fan writer keeps, so that two of them cannot deadlock. One fan (`one_fan`: the
-    sale, a single burn, a single move): the UPDATE takes the row lock itself, and nothing
+    sale, a single redemption, a single move): the UPDATE takes the row lock itself, and nothing
     else. Locking it first and then updating would take the lock twice: when the
     statement's snapshot is older than the version locked, the UPDATE locks that version
     again (EvalPlanQual), queued behind a transaction waiting for ours: a deadlock,
@@ -138,7 +138,7 @@ SELECT fan_pk, saldo FROM movido
 def move_many(
     conn: Connection, moves: Sequence[Move], motivo: Motivo, *, nota: str = ""
 ) -> dict[int, int]:
-    """`move_points` for a set of entries in one statement (e.g. the burns of a batch):
+    """`move_points` for a set of entries in one statement (e.g. the redemptions of a batch):
     one ledger entry each, one balance change and outbox row per fan. Returns the new
     balance of each fan that moved."""
     if not moves:

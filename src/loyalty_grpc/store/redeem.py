@@ -1,13 +1,14 @@
-"""Burning ONE coupon code (the single form of `redeem`) as one statement: lock every copy
-of the text in the program (in id order, as every burn does), choose the copy by the
-domain's order of preference (domain/redeem.py PREFERENCIA, then the oldest), burn it if it
-is `asignado`, credit its promotion's `puntos_canje` to its fan through the ledger's CTEs
-(store/ledger.py), and return the chosen copy's state before the burn; one round trip,
-atomic (store/autocommit.py).
+"""Redeeming ONE coupon code (the single form of `redeem`) as one statement: lock every
+copy of the text in the program (in id order, as every redemption does), choose the copy by
+the domain's order of preference (domain/redeem.py PREFERENCIA, then the oldest), redeem it
+if it is `asignado`, credit its promotion's `puntos_canje` to its fan through the ledger's
+CTEs (store/ledger.py), and return the chosen copy's state before the redemption; one round
+trip, atomic (store/autocommit.py).
 
-A concurrent burn of the same text waits on the copies' row locks and then reads the state
-the other one committed, so of 20 concurrent burns one burns and credits. Locks are taken
-codes first, then the fan (the balance UPDATE), the order every other burn and sale keeps.
+A concurrent redemption of the same text waits on the copies' row locks and then reads the
+state the other one committed, so of 20 concurrent redemptions one redeems and credits.
+Locks are taken codes first, then the fan (the balance UPDATE), the order every other
+redemption and sale keeps.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from loyalty_grpc.domain.redeem import PREFERENCIA
 from loyalty_grpc.store.autocommit import fetch_one
 from loyalty_grpc.store.ledger import Motivo, move_ctes
 
-BURN = f"""
+REDEEM = f"""
 WITH copias AS (
   SELECT id, estado, fan_pk, promo_id FROM codigos
   WHERE programa_id = %(programa)s AND codigo = %(codigo)s
@@ -53,8 +54,8 @@ LEFT JOIN fans f ON f.pk = elegida.fan_pk
 
 @dataclass(frozen=True)
 class RedeemRow:
-    """The copy the burn acted on, as it was before: its id, state, promotion's name and
-    points per burn, and its fan's e-mail ("" when it has no fan)."""
+    """The copy the redemption acted on, as it was before: its id, state, promotion's name
+    and points per redemption, and its fan's e-mail ("" when it has no fan)."""
 
     copia: int
     estado: EstadoCodigo
@@ -67,28 +68,28 @@ class RedeemRow:
 class RedeemValues:
     programa: str
     codigo: str  # normalised (domain/redeem.code_text)
-    vivo: bool  # a live key: the burn credits the promotion's points
+    vivo: bool  # a live key: the redemption credits the promotion's points
     clave_id: int
     terminal: str | None
-    ts: datetime  # the POS's time of the burn
+    ts: datetime  # the POS's time of the redemption
     ahora: datetime  # when the server recorded it
 
 
-def redeem_one(engine: Engine, burn: RedeemValues) -> RedeemRow | None:
+def redeem_one(engine: Engine, values: RedeemValues) -> RedeemRow | None:
     """Redeem the text's preferred copy if it is `asignado`; None when the program has no
     copy of it."""
     row = fetch_one(
         engine,
-        BURN,
+        REDEEM,
         {
-            "programa": burn.programa,
-            "codigo": burn.codigo,
+            "programa": values.programa,
+            "codigo": values.codigo,
             "preferencia": list(PREFERENCIA),
-            "ts": burn.ts,
-            "terminal": burn.terminal,
-            "clave_id": burn.clave_id,
-            "ahora": burn.ahora,
-            "vivo": burn.vivo,
+            "ts": values.ts,
+            "terminal": values.terminal,
+            "clave_id": values.clave_id,
+            "ahora": values.ahora,
+            "vivo": values.vivo,
             "motivo": Motivo.CANJE.value,
             "nota": "",
         },

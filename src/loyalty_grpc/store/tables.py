@@ -142,7 +142,7 @@ promos = Table(
     Column("descripcion", Text, nullable=False, server_default=""),
     Column("estado", Text, nullable=False, server_default=EstadoPromo.ACTIVA.value),
     Column("vigencia_fin", Date, nullable=False),
-    # What a live burn of one of its codes credits to the code's fan.
+    # What a live redemption of one of its codes credits to the code's fan.
     Column("puntos_canje", Integer, nullable=False, server_default="0"),
     _now(),
     CheckConstraint(_one_of("estado", EstadoPromo), name="estado"),
@@ -163,8 +163,8 @@ codigos = Table(
     # The fan the code was delivered to (asignado, canjeado, and liberado after delivery).
     Column("fan_pk", BigInteger, ForeignKey("fans.pk")),
     Column("asignado_en", DateTime(timezone=True)),
-    # The burn: the POS's time (`ts`, or the server's when absent), its terminal, the key
-    # that burned it (a test key burns too) and when the server recorded it.
+    # The redemption: the POS's time (`ts`, or the server's when absent), its terminal, the
+    # key that redeemed it (a test key redeems too) and when the server recorded it.
     Column("canjeado_en", DateTime(timezone=True)),
     Column("canje_terminal", Text),
     Column("canje_clave_id", BigInteger, ForeignKey("claves.id")),

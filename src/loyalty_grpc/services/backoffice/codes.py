@@ -1,7 +1,7 @@
 """Back office: delivering a code to a fan (a named code, or the promotion's next
 available one) and taking a code out of circulation.
 
-The code's row is locked for the change, so a concurrent POS burn of the same code waits
+The code's row is locked for the change, so a concurrent POS redemption of the same code waits
 and then sees the new state. (Deposits: services.code_deposit.)"""
 
 from __future__ import annotations

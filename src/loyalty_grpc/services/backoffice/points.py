@@ -7,7 +7,7 @@ stay equal. Decisions:
   `snapshot(engine)`, store/uow.py): the fan's balance and the last running balance come
   from the same snapshot, even while sales go on.
 - An adjustment locks the fan's row first (FOR UPDATE), so the "no debit below 0" check and
-  the debit are atomic against concurrent sales, burns and adjustments. A credit is always
+  the debit are atomic against concurrent sales, redemptions and adjustments. A credit is always
   allowed, even when the balance stays negative (it can be negative after a void).
 - A fan in `baja` can be adjusted and its sales voided: `baja` hides the fan from the POS
   API, not from the back office, and support must still be able to correct the record.
@@ -61,7 +61,7 @@ class LedgerEntryInfo:
     motivo: Motivo
     # The sale's folio (venta, anulacion); None otherwise.
     venta_id: int | None
-    # The coupon code burned (canje); None otherwise.
+    # The coupon code redeemed (canje); None otherwise.
     codigo: str | None
     nota: str
     creado: datetime

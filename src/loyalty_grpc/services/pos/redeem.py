@@ -1,13 +1,13 @@
-"""`redeem`: burn one coupon code or a batch, in the calling key's program.
+"""`redeem`: redeem one coupon code or a batch, in the calling key's program.
 
 The single form is one statement (store/redeem.py), the cashier's hot path. A batch is one
-transaction: the burns and their points commit together or not at all. Three steps,
+transaction: the redemptions and their points commit together or not at all. Three steps,
 concurrency left to PostgreSQL's row locks:
 
 1. Lock every copy of every requested text (`SELECT … ORDER BY id FOR NO KEY UPDATE`, one
-   round trip; it also reads each copy's promotion and fan). A concurrent burn of the same code
-   waits here and then reads the state the other committed, so of 20 concurrent burns one
-   is `duplicado: false` and one credits.
+   round trip; it also reads each copy's promotion and fan). A concurrent redemption of the
+   same code waits here and then reads the state the other committed, so of 20 concurrent
+   redemptions one is `duplicado: false` and one credits.
 2. Decide every outcome with the pure rules of domain/redeem.py (state table, choice among
    copies, repeats in a batch) on the locked, current states.
 3. Redeem the chosen `asignado` copies (one UPDATE) and credit their points through
@@ -16,7 +16,7 @@ concurrency left to PostgreSQL's row locks:
 
 Locks are always taken codes first (ascending id), then fans (ascending pk: the ledger's
 CTEs lock them in that order), and a sale only locks its fan: the same global order
-everywhere, so concurrent batches, single burns and sales never deadlock.
+everywhere, so concurrent batches, single redemptions and sales never deadlock.
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ from loyalty_grpc.store.uow import UnitOfWork
 
 @dataclass(frozen=True)
 class Redemption:
-    """What the POS says about the burn: its terminal, its time (`ts`, or the server's
+    """What the POS says about the redemption: its terminal, its time (`ts`, or the server's
     when absent) and the server's time (recorded as `canje_registrado`)."""
 
     terminal: str | None
@@ -135,7 +135,7 @@ def redeem_codes(
     engine: Engine, caller: Caller, texts: Sequence[str], redemption: Redemption
 ) -> BatchResult:
     """The batch form: every code handled as the single form would, in input order, in one
-    transaction. Over MAX_CODIGOS → demasiados_codigos and nothing is burned."""
+    transaction. Over MAX_CODIGOS → demasiados_codigos and nothing is redeemed."""
     check_batch_size(len(texts))
     with UnitOfWork(engine) as uow:
         outcomes = _redeem(uow.conn, caller, [code_text(t) for t in texts], redemption)
@@ -172,7 +172,7 @@ def _lock(
             codigos.c.codigo == any_(bindparam("texts", texts, type_=ARRAY(Text))),
         )
         .order_by(codigos.c.id)
-        # FOR NO KEY UPDATE: what the burn's UPDATE needs, without blocking foreign-key
+        # FOR NO KEY UPDATE: what the redemption's UPDATE needs, without blocking foreign-key
         # checks of rows that merely reference the code (the ledger entry).
         .with_for_update(of=codigos, key_share=True)
     ).all()
@@ -196,11 +196,11 @@ def _redeem(
     wanted = sorted({t for t in texts if could_exist(t)})
     copias, rows = _lock(conn, caller.programa_id, wanted)
     pasos = plan(texts, copias)
-    burned = [
+    redeemed = [
         rows[p.copia] for p in pasos if p.desenlace is Desenlace.CANJEADO and p.copia is not None
     ]
-    if burned:
-        ids = [row.id for row in burned]
+    if redeemed:
+        ids = [row.id for row in redeemed]
         done = (
             conn.execute(
                 update(codigos)
@@ -228,7 +228,7 @@ def _redeem(
             conn,
             [
                 Move(row.fan_pk, row.puntos_canje, codigo_id=row.id)
-                for row in burned
+                for row in redeemed
                 if row.puntos_canje and row.fan_pk is not None
             ],
             Motivo.CANJE,

@@ -100,7 +100,7 @@ class _CodeStateEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_CodeState.V
     CODE_STATE_ASIGNADO: _CodeState.ValueType  # 2
     """`asignado`: delivered to a fan."""
     CODE_STATE_CANJEADO: _CodeState.ValueType  # 3
-    """`canjeado`: burned at a point of sale."""
+    """`canjeado`: redeemed at a point of sale."""
     CODE_STATE_LIBERADO: _CodeState.ValueType  # 4
     """`liberado`: taken out of circulation."""
 
@@ -114,7 +114,7 @@ CODE_STATE_DISPONIBLE: CodeState.ValueType  # 1
 CODE_STATE_ASIGNADO: CodeState.ValueType  # 2
 """`asignado`: delivered to a fan."""
 CODE_STATE_CANJEADO: CodeState.ValueType  # 3
-"""`canjeado`: burned at a point of sale."""
+"""`canjeado`: redeemed at a point of sale."""
 CODE_STATE_LIBERADO: CodeState.ValueType  # 4
 """`liberado`: taken out of circulation."""
 Global___CodeState: _TypeAlias = CodeState  # noqa: Y015
@@ -994,7 +994,7 @@ class PromoRecord(_message.Message):
     vigencia_fin: _builtins.str
     """Last day in force, YYYY-MM-DD."""
     puntos_canje: _builtins.int
-    """Points a live burn of one of its codes credits to the code's fan; 0 or more."""
+    """Points a live redemption of one of its codes credits to the code's fan; 0 or more."""
     def __init__(
         self,
         *,
@@ -1037,7 +1037,7 @@ class CreatePromoRequest(_message.Message):
     vigencia_fin: _builtins.str
     """Last day in force, YYYY-MM-DD (required)."""
     puntos_canje: _builtins.int
-    """Points a live burn credits; 0 or more."""
+    """Points a live redemption credits; 0 or more."""
     def __init__(
         self,
         *,
@@ -1103,7 +1103,7 @@ class UpdatePromoRequest(_message.Message):
     vigencia_fin: _builtins.str
     """New last day in force, YYYY-MM-DD."""
     puntos_canje: _builtins.int
-    """New points per live burn; 0 or more."""
+    """New points per live redemption; 0 or more."""
     descripcion: _builtins.str
     """New text offered to the fan."""
     def __init__(
@@ -1338,7 +1338,7 @@ class LedgerEntry(_message.Message):
     venta: _builtins.int
     """Folio of the sale (venta, anulacion); 0 otherwise."""
     codigo: _builtins.str
-    """The coupon code burned (canje); empty otherwise."""
+    """The coupon code redeemed (canje); empty otherwise."""
     nota: _builtins.str
     """Free text: the reason of an ajuste or anulacion; empty otherwise."""
     saldo: _builtins.int

@@ -580,7 +580,7 @@ class RedeemRequest(_message.Message):
 
     @_builtins.property
     def ts(self) -> _struct_pb2.Value:
-        """Time of the burn, in the formats of RegisterTxRequest.ts; absent -> now."""
+        """Time of the redemption, in the formats of RegisterTxRequest.ts; absent -> now."""
 
     def __init__(
         self,
@@ -649,7 +649,7 @@ class RedeemData(_message.Message):
     estado: _builtins.str
     """Always "canjeado" on success."""
     duplicado: _builtins.bool
-    """True when the code had already been burned (nothing credited)."""
+    """True when the code had already been redeemed (nothing credited)."""
     promo: _builtins.str
     """Name of the promotion the code belongs to."""
     puntos_otorgados: _builtins.int
@@ -744,9 +744,9 @@ class RedeemResumen(_message.Message):
     recibidos: _builtins.int
     """Entries in `codigos`, repeats included."""
     canjeados: _builtins.int
-    """Codes burned by this call."""
+    """Codes redeemed by this call."""
     duplicados: _builtins.int
-    """Codes that had already been burned."""
+    """Codes that had already been redeemed."""
     rechazados: _builtins.int
     """Codes refused (their `resultados` entry carries the error)."""
     def __init__(
@@ -896,7 +896,7 @@ class Inventario(_message.Message):
     asignados: _builtins.int
     """Codes in state `asignado` (delivered to a fan)."""
     canjeados: _builtins.int
-    """Codes in state `canjeado` (burned)."""
+    """Codes in state `canjeado` (redeemed)."""
     liberados: _builtins.int
     """Codes in state `liberado` (out of circulation)."""
     def __init__(

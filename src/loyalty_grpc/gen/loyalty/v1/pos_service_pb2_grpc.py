@@ -124,7 +124,7 @@ class PosServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def Redeem(self, request, context):
-        """POST /api/v1/redeem: burns one coupon code (`codigo`) or a batch (`codigos`).
+        """POST /api/v1/redeem: redeems one coupon code (`codigo`) or a batch (`codigos`).
         Permission redeem:escribir. Idempotent by code. Errors of the single form:
         codigo_no_encontrado (404), codigo_liberado and codigo_no_asignado (409); batch
         over 500 codes: demasiados_codigos.

@@ -67,7 +67,7 @@ class PosServiceStub:
     fan_no_encontrado, id_externo_en_conflicto (422), operacion_en_curso.
     """
     Redeem: _grpc.UnaryUnaryMultiCallable[_pos_service_pb2.RedeemRequest, _pos_service_pb2.RedeemResponse]
-    """POST /api/v1/redeem: burns one coupon code (`codigo`) or a batch (`codigos`).
+    """POST /api/v1/redeem: redeems one coupon code (`codigo`) or a batch (`codigos`).
     Permission redeem:escribir. Idempotent by code. Errors of the single form:
     codigo_no_encontrado (404), codigo_liberado and codigo_no_asignado (409); batch
     over 500 codes: demasiados_codigos.
@@ -113,7 +113,7 @@ class PosServiceAsyncStub(PosServiceStub):
     fan_no_encontrado, id_externo_en_conflicto (422), operacion_en_curso.
     """
     Redeem: _aio.UnaryUnaryMultiCallable[_pos_service_pb2.RedeemRequest, _pos_service_pb2.RedeemResponse]  # type: ignore[assignment]
-    """POST /api/v1/redeem: burns one coupon code (`codigo`) or a batch (`codigos`).
+    """POST /api/v1/redeem: redeems one coupon code (`codigo`) or a batch (`codigos`).
     Permission redeem:escribir. Idempotent by code. Errors of the single form:
     codigo_no_encontrado (404), codigo_liberado and codigo_no_asignado (409); batch
     over 500 codes: demasiados_codigos.
@@ -186,7 +186,7 @@ class PosServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _pos_service_pb2.RedeemRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_pos_service_pb2.RedeemResponse, _abc.Awaitable[_pos_service_pb2.RedeemResponse]]:
-        """POST /api/v1/redeem: burns one coupon code (`codigo`) or a batch (`codigos`).
+        """POST /api/v1/redeem: redeems one coupon code (`codigo`) or a batch (`codigos`).
         Permission redeem:escribir. Idempotent by code. Errors of the single form:
         codigo_no_encontrado (404), codigo_liberado and codigo_no_asignado (409); batch
         over 500 codes: demasiados_codigos.
