@@ -218,6 +218,17 @@ def test_decimal_rate_is_exact_never_float() -> None:
     assert parse_fixture(doc).programas[0].tasa_puntos == Decimal("0.123456")
 
 
+def test_integers_are_json_numbers_with_an_integer_value() -> None:
+    """`2018.0` is the integer 2018 here as in every request field (domain.integers)."""
+    doc = valid()
+    doc["programas"][0]["fans"][1]["socio_desde"] = 2018.0
+    doc["programas"][0]["fans"][1]["puntos"] = 1.5e2
+    fan = parse_fixture(json.dumps(doc)).programas[0].fans[1]
+    assert (fan.socio_desde, fan.puntos) == (2018, 150)
+    assert isinstance(fan.socio_desde, int)
+    assert isinstance(fan.puntos, int)
+
+
 def test_empty_program_list_is_valid() -> None:
     assert parse_fixture('{"programas": []}') == Fixture(())
 

@@ -49,6 +49,7 @@ from decimal import (
 )
 
 from loyalty_grpc.domain.errors import CodigoError, LoyaltyError
+from loyalty_grpc.domain.integers import integral
 from loyalty_grpc.domain.json_value import JsonValue, json_type_name
 
 MAX_CENTAVOS = 1_000_000_000
@@ -289,20 +290,15 @@ def parse_centavos(value: JsonValue, campo: str = "importe_centavos") -> int:
     else (text included) raises `LoyaltyError(IMPORTE_INVALIDO)`."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise _tipo(campo, value, "un número entero de centavos")
-    if isinstance(value, float):
+    mostrado = repr(value)
+    centavos = integral(value)
+    if centavos is None:
         if not math.isfinite(value):
-            raise _error(campo, f"{value!r} no es un número finito")
-        if not value.is_integer():
-            raise _error(
-                campo,
-                f"{value!r} no es un número entero de centavos "
-                "(para pesos con decimales use importe)",
-            )
-        centavos = int(value)
-        mostrado = repr(value)
-    else:
-        centavos = value
-        mostrado = str(value)
+            raise _error(campo, f"{mostrado} no es un número finito")
+        raise _error(
+            campo,
+            f"{mostrado} no es un número entero de centavos (para pesos con decimales use importe)",
+        )
     if centavos < 0:
         raise _error(campo, f"{mostrado} es negativo")
     if centavos > MAX_CENTAVOS:

@@ -50,7 +50,7 @@ from loyalty_grpc.domain.fans import (
     new_fan_id,
     normalize_email,
 )
-from loyalty_grpc.domain.integers import INT32_MAX, INT32_MIN
+from loyalty_grpc.domain.integers import INT32_MAX, INT32_MIN, integral
 from loyalty_grpc.domain.keys import Modo, mode_of, require_well_formed
 from loyalty_grpc.domain.permissions import Permiso, parse_permisos
 from loyalty_grpc.domain.programs import check_qr_url, parse_tasa, program_id
@@ -410,18 +410,22 @@ class _Obj:
     def integer(
         self, name: str, *, rule: Callable[[int, str], int], default: int | None = None
     ) -> int:
-        """A JSON integer (``5``, not ``5.0`` or ``"5"``) the store can hold, read by a
-        domain `rule`; absent → `default`, or falta when there is none."""
+        """A JSON number with an integer value (``5`` or ``5.0``, as everywhere: domain
+        .integers.integral; not ``5.5`` or ``"5"``) the store can hold, read by a domain
+        `rule`; absent → `default`, or falta when there is none."""
         raw = self.get(name)
         if raw is _MISSING:
             if default is None:
                 _fail(self.at(name), "falta el campo")
             return default
-        if isinstance(raw, bool) or not isinstance(raw, int):
+        if isinstance(raw, bool) or not isinstance(raw, int | Decimal):
             _fail(self.at(name), f"debe ser un número entero, no {_type_name(raw)}")
         if not INT32_MIN <= raw <= INT32_MAX:
             _fail(self.at(name), f"{raw} fuera de rango")
-        return _domain(rule, raw, self.at(name), show=True)
+        whole = integral(raw)
+        if whole is None:
+            _fail(self.at(name), f"debe ser un número entero, no {_type_name(raw)}")
+        return _domain(rule, whole, self.at(name), show=True)
 
     def items(self, name: str, *, required: bool = False) -> Iterator[tuple[str, object]]:
         """The elements of a list field with their paths; absent → none (or falta)."""
