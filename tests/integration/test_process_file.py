@@ -99,6 +99,17 @@ def _written_by(tmp_path: Path, pid: int) -> Path:
     return tmp_path
 
 
+def _exec_done(process: subprocess.Popen[bytes]) -> subprocess.Popen[bytes]:
+    """`process` once the kernel shows its new command line: Popen returns as soon as the
+    exec has replaced the memory, a moment before /proc/PID/cmdline holds the new
+    arguments (an empty read then; seen once under a loaded full run)."""
+    deadline = time.monotonic() + 10
+    while not Path(f"/proc/{process.pid}/cmdline").read_bytes():
+        assert time.monotonic() < deadline, "the child never showed its command line"
+        time.sleep(0.01)
+    return process
+
+
 def test_a_live_loyalty_writer_is_named_and_anything_else_is_not(tmp_path: Path):
     """What keeps a second `serve` out of a data dir: only a live `loyalty` process. A pid
     that belongs to another program now (reused after a crash and a reboot), a dead one,
@@ -109,6 +120,8 @@ def test_a_live_loyalty_writer_is_named_and_anything_else_is_not(tmp_path: Path)
         subprocess.Popen([*sleep, "loyalty", "serve"]) as loyalty,
         subprocess.Popen([*sleep, "something-else"]) as other,
     ):
+        _exec_done(loyalty)
+        _exec_done(other)
         try:
             assert live_writer(_written_by(tmp_path, loyalty.pid)) == Writer("serve", loyalty.pid)
             assert live_writer(_written_by(tmp_path, other.pid)) is None
