@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from loyalty_grpc.domain.codes import code_text
 from loyalty_grpc.domain.errors import CodigoError, LoyaltyError
 from loyalty_grpc.domain.promos import EstadoCodigo
 from loyalty_grpc.domain.redeem import (
@@ -15,7 +16,6 @@ from loyalty_grpc.domain.redeem import (
     Resumen,
     check_batch_size,
     choose,
-    code_text,
     could_exist,
     plan,
     summarize,

@@ -1,7 +1,8 @@
 """Promotion code text rules: the one source for every path that reads codes (POST
 /api/v1/codes, the back office, fixtures, `loyalty admin codes import`). Pure, no I/O.
 
-- A code is stored and compared trimmed and upper-cased (`normalize_code`).
+- A code is stored and compared trimmed and upper-cased (`code_text`; `normalize_code`
+  also refuses an empty one).
 - A new code (deposited, imported or in a fixture) must also be valid (`check_new_code`):
   not empty, at most MAX_CODE_LENGTH characters, no control characters, and none of the
   characters that separate codes in pasted text (whitespace, ``,``, ``;``) — so the array
@@ -24,6 +25,7 @@ from loyalty_grpc.domain.errors import CodigoError, LoyaltyError
 from loyalty_grpc.domain.integers import INT32_MAX, integral
 from loyalty_grpc.domain.json_value import JsonValue, json_type_name
 from loyalty_grpc.domain.promos import EstadoPromo
+from loyalty_grpc.domain.text import has_control_characters
 
 MAX_CODE_LENGTH = 64
 MAX_CODES_PER_CALL = 5000
@@ -36,13 +38,16 @@ _SHOWN_CHARS = 24
 _SEPARATOR = re.compile(r"[\s,;]")
 _SEPARATORS = re.compile(r"[\s,;]+")
 _PIECE = re.compile(r"[^\s,;]+")
-# C0 and C1 control characters (tab and newline are separators, found first).
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def code_text(text: str) -> str:
+    """A code as stored and compared: trimmed, upper case (may be empty)."""
+    return text.strip().upper()
 
 
 def normalize_code(text: str, campo: str = "codigo") -> str:
-    """A code as stored and compared: trimmed, upper case. Empty → campo_requerido."""
-    codigo = text.strip().upper()
+    """A code as stored and compared (`code_text`). Empty → campo_requerido."""
+    codigo = code_text(text)
     if not codigo:
         raise LoyaltyError(CodigoError.CAMPO_REQUERIDO, f"{campo}: vacío")
     return codigo
@@ -54,7 +59,7 @@ def code_problem(codigo: str) -> str | None:
         return "vacío"
     if len(codigo) > MAX_CODE_LENGTH:
         return f"más de {MAX_CODE_LENGTH} caracteres ({len(codigo)})"
-    if _CONTROL.search(codigo):
+    if has_control_characters(codigo):  # C0/C1; in pasted text tab and newline split first
         return "contiene caracteres de control"
     if _SEPARATOR.search(codigo):
         return "contiene espacios, comas o punto y coma (separan códigos)"
@@ -63,7 +68,7 @@ def code_problem(codigo: str) -> str | None:
 
 def check_new_code(text: str, campo: str = "codigo") -> str:
     """A new code, normalised; codigo_invalido when it breaks a rule."""
-    codigo = text.strip().upper()
+    codigo = code_text(text)
     problem = code_problem(codigo)
     if problem is not None:
         raise LoyaltyError(CodigoError.CODIGO_INVALIDO, f"{campo}: {problem}")
@@ -209,7 +214,7 @@ def code_batch(
                 CodigoError.DEMASIADOS_CODIGOS,
                 f"{campo}: más de {MAX_CODES_PER_CALL} códigos en una llamada; envíelos en varias",
             )
-        codigo = item.strip().upper()
+        codigo = code_text(item)
         problem = code_problem(codigo)
         if problem is not None:
             where = (

@@ -20,7 +20,6 @@ input order: a text repeated in a batch is redeemed at its first occurrence and 
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
@@ -28,6 +27,7 @@ from enum import StrEnum
 from loyalty_grpc.domain.codes import MAX_CODE_LENGTH, shown_code
 from loyalty_grpc.domain.errors import CodigoError, LoyaltyError
 from loyalty_grpc.domain.promos import EstadoCodigo
+from loyalty_grpc.domain.text import has_control_characters
 
 # Spec, Limits: codes per `redeem` batch.
 MAX_CODIGOS = 500
@@ -41,8 +41,6 @@ RANGO: dict[EstadoCodigo, int] = {
 }
 # RANGO as the states in order of preference (store/redeem.py's SQL sorts copies by it).
 PREFERENCIA: tuple[str, ...] = tuple(e.value for e in sorted(RANGO, key=RANGO.__getitem__))
-
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 
 class Desenlace(StrEnum):
@@ -114,16 +112,11 @@ class Resumen:
     rechazados: int
 
 
-def code_text(text: str) -> str:
-    """A code as stored and compared: trimmed, upper case (may be empty)."""
-    return text.strip().upper()
-
-
 def could_exist(codigo: str) -> bool:
     """False for a normalised text no stored code can have (empty, over MAX_CODE_LENGTH,
     control characters): such a code is not found without asking the store. (Separators
     are not checked: a code stored before that rule may contain a space.)"""
-    return 0 < len(codigo) <= MAX_CODE_LENGTH and not _CONTROL.search(codigo)
+    return 0 < len(codigo) <= MAX_CODE_LENGTH and not has_control_characters(codigo)
 
 
 def check_batch_size(n: int) -> None:

@@ -6,8 +6,14 @@ import re
 
 from loyalty_grpc.domain.errors import CodigoError, LoyaltyError
 
+# C0 and C1 control characters: no single-line text of the service holds one (codes
+# included: domain/codes.py).
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 _CONTROL_MULTILINE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def has_control_characters(text: str) -> bool:
+    return _CONTROL.search(text) is not None
 
 
 def single_line(
@@ -23,7 +29,7 @@ def single_line(
             CodigoError.SOLICITUD_INVALIDA,
             f"{campo}: más de {max_length} caracteres ({len(value)})",
         )
-    if _CONTROL.search(value):
+    if has_control_characters(value):
         raise LoyaltyError(
             CodigoError.SOLICITUD_INVALIDA, f"{campo}: contiene caracteres de control"
         )

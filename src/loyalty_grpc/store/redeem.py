@@ -67,7 +67,7 @@ class RedeemRow:
 @dataclass(frozen=True)
 class RedeemValues:
     programa: str
-    codigo: str  # normalised (domain/redeem.code_text)
+    codigo: str  # normalised (domain/codes.code_text)
     vivo: bool  # a live key: the redemption credits the promotion's points
     clave_id: int
     terminal: str | None

@@ -30,6 +30,7 @@ from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.types import Text
 
 from loyalty_grpc.domain.caller import Caller
+from loyalty_grpc.domain.codes import code_text
 from loyalty_grpc.domain.errors import CodigoError, LoyaltyError
 from loyalty_grpc.domain.promos import EstadoCodigo
 from loyalty_grpc.domain.redeem import (
@@ -38,7 +39,6 @@ from loyalty_grpc.domain.redeem import (
     Paso,
     Resumen,
     check_batch_size,
-    code_text,
     could_exist,
     plan,
     summarize,
