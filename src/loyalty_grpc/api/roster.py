@@ -10,10 +10,10 @@ a number: a JSON text there is solicitud_invalida). Both end in the same rules: 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from decimal import Decimal
 
 from loyalty_grpc.api.requests import strings, values
 from loyalty_grpc.domain.errors import CodigoError, LoyaltyError
+from loyalty_grpc.domain.integers import integral
 from loyalty_grpc.domain.json_value import JsonValue, json_type_name
 from loyalty_grpc.domain.promos import EstadoFan
 from loyalty_grpc.domain.roster import limite_invalido, parse_limite
@@ -38,8 +38,8 @@ def _desde(value: JsonValue) -> str | None:
     if isinstance(value, int | float) and not isinstance(value, bool):
         # A JSON number is allowed by the contract but is never one of our cursors: the
         # service refuses it as cursor_invalido, naming what arrived.
-        exact = Decimal(value)
-        return str(int(exact)) if exact == exact.to_integral_value() else str(value)
+        whole = integral(value)
+        return str(whole) if whole is not None else str(value)
     raise LoyaltyError(
         CodigoError.SOLICITUD_INVALIDA,
         f"desde: debe ser el texto `siguiente` de la llamada anterior; "
