@@ -26,7 +26,7 @@ class PosKeys:
         token = keys.bearer_token(metadata_value(context, "authorization"))
         caller = self._keys.get(token) if keys.mode_of(token) else None
         if caller is None:
-            raise LoyaltyError(CodigoError.CLAVE_INVALIDA, "la clave no existe o fue revocada")
+            raise LoyaltyError(CodigoError.CLAVE_INVALIDA, keys.CLAVE_DESCONOCIDA)
         return caller
 
 

@@ -24,7 +24,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
-from loyalty_grpc.domain.codes import MAX_CODE_LENGTH, shown_code
+from loyalty_grpc.domain.codes import MAX_CODE_LENGTH, shown_code, too_many_codes
 from loyalty_grpc.domain.errors import CodigoError, LoyaltyError
 from loyalty_grpc.domain.promos import EstadoCodigo
 from loyalty_grpc.domain.text import has_control_characters
@@ -121,10 +121,7 @@ def could_exist(codigo: str) -> bool:
 
 def check_batch_size(n: int) -> None:
     if n > MAX_CODIGOS:
-        raise LoyaltyError(
-            CodigoError.DEMASIADOS_CODIGOS,
-            f"codigos: {n} códigos; máximo {MAX_CODIGOS} por llamada",
-        )
+        raise LoyaltyError(CodigoError.DEMASIADOS_CODIGOS, too_many_codes("codigos", MAX_CODIGOS))
 
 
 def choose(copias: Iterable[Copia]) -> Copia | None:
