@@ -359,6 +359,8 @@ local ADDRESS_BLOCKED = "x-loyalty-address-blocked"
 -- Route names of envoy.yaml besides the bindings that the edge answers itself.
 local NATIVE_GRPC_ROUTE = "native_grpc"
 local UNKNOWN_API_ROUTE = "api_v1"
+-- The response header that marks the edge's own refusals (never leaves Envoy).
+local EDGE_MARK = "x-loyalty-edge"
 
 local byte, find, match, sub = string.byte, string.find, string.match, string.sub
 local bxor, lshift, tobit = bit.bxor, bit.lshift, bit.tobit
@@ -457,20 +459,27 @@ local function client_address(info)
   return match(address, "^(.*):%d+$") or address
 end
 
--- Refuse the request with `codigo` (its catalogue status) and `detalle`; envoy_on_response
--- writes the envelope from the metadata (or `body`, a whole envelope, when given).
-local function refuse(handle, info, codigo, detalle, extra_headers, body)
-  local metadata = info:dynamicMetadata()
-  metadata:set(METADATA_NAMESPACE, "codigo", codigo)
-  metadata:set(METADATA_NAMESPACE, "detalle", detalle)
-  if body ~= nil then
+-- Refuse the request with `codigo` (its catalogue status) and `detalle`, or `body` (a
+-- whole envelope) when given. The reply is already the envelope, marked EDGE_MARK for
+-- envoy_on_response, which then only removes the mark. Envoy turns a reply to a request
+-- labelled application/grpc into a gRPC status: for those (`grpc`) the refusal also goes
+-- into the dynamic metadata, from which envoy_on_response writes it again.
+local function refuse(handle, info, codigo, detalle, grpc, extra_headers, body)
+  body = body or envelope(codigo, detalle)
+  if grpc then
+    local metadata = info:dynamicMetadata()
+    metadata:set(METADATA_NAMESPACE, "codigo", codigo)
     metadata:set(METADATA_NAMESPACE, "cuerpo", body)
   end
-  local headers = {[":status"] = tostring(CATALOGO[codigo][1])}
+  local headers = {
+    [":status"] = tostring(CATALOGO[codigo][1]),
+    ["content-type"] = "application/json",
+    [EDGE_MARK] = "1",
+  }
   for name, value in pairs(extra_headers or {}) do
     headers[name] = value
   end
-  handle:respond(headers, detalle)
+  handle:respond(headers, body)
   return true
 end
 
@@ -496,8 +505,8 @@ local function refused_address(handle, info, hash)
   if until_when ~= nil and until_when > now then
     return false
   end
-  return refuse(handle, info, "demasiadas_llamadas", "", {["retry-after"] = tostring(left)},
-                entry[2])
+  return refuse(handle, info, "demasiadas_llamadas", "", false,
+                {["retry-after"] = tostring(left)}, entry[2])
 end
 
 -- What the edge decides from the headers of a request (`line`: "METHOD /path", `path`
@@ -508,9 +517,10 @@ local function edge(handle, headers, info, path, line)
   local binding = BINDINGS[route]
   if binding == nil then
     if route == NATIVE_GRPC_ROUTE and sub(path, 1, 8) == "/api/v1/" then
-      return refuse(handle, info, "solicitud_invalida", CONTENT_TYPE_JSON)
+      return refuse(handle, info, "solicitud_invalida", CONTENT_TYPE_JSON, true)
     elseif route == NATIVE_GRPC_ROUTE or route == UNKNOWN_API_ROUTE then
-      return refuse(handle, info, "ruta_no_encontrada", "No existe " .. line .. ".")
+      return refuse(handle, info, "ruta_no_encontrada", "No existe " .. line .. ".",
+                    route == NATIVE_GRPC_ROUTE)
     end
     return false
   end
@@ -583,6 +593,11 @@ end
 
 local function on_response(handle)
   local headers = handle:headers()
+  if header(headers, EDGE_MARK) ~= nil and header(headers, "content-type") == "application/json"
+  then
+    headers:remove(EDGE_MARK)  -- the edge's refusal, written whole (see refuse)
+    return
+  end
   local info = handle:streamInfo()
   local status = number_or_nil(header(headers, ":status"))
   local grpc_status = header(headers, "grpc-status")
