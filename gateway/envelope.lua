@@ -246,7 +246,8 @@ local function strip_all(map)
 end
 
 -- What this gateway recorded for the request in the stream's dynamic metadata (a table,
--- empty when nothing was): `request` "METHOD /path" (no query string: envoy_on_request);
+-- empty when nothing was): `request` "METHOD /path" (no query string) on a route that is
+-- not a binding;
 -- when the edge or request_check.lua refused it, `codigo` and `detalle` (and `cuerpo`, a
 -- whole envelope to answer instead); for a binding call the edge let through, `clave`,
 -- the hash of its key.
@@ -510,8 +511,9 @@ local function refused_address(handle, info, hash)
 end
 
 -- What the edge decides from the headers of a request (`line`: "METHOD /path", `path`
--- without the query string). True when it refused the request; otherwise a binding's key
--- hash is recorded for the response.
+-- without the query string). True when it refused the request; otherwise it records a
+-- binding's key hash for the response, and for any other route the request line (the
+-- detalle of a 404 Envoy answers there: one metadata write per call either way).
 local function edge(handle, headers, info, path, line)
   local route = info:routeName()
   local binding = BINDINGS[route]
@@ -522,6 +524,7 @@ local function edge(handle, headers, info, path, line)
       return refuse(handle, info, "ruta_no_encontrada", "No existe " .. line .. ".",
                     route == NATIVE_GRPC_ROUTE)
     end
+    info:dynamicMetadata():set(METADATA_NAMESPACE, "request", line)
     return false
   end
   local token, refusal = credential(header(headers, "authorization"))
@@ -774,7 +777,6 @@ local function on_request(handle)
   end
   local info = handle:streamInfo()
   local line = string.sub(method .. " " .. path, 1, 200)
-  info:dynamicMetadata():set(METADATA_NAMESPACE, "request", line)
   if edge(handle, headers, info, path, line) then
     return nil
   end
