@@ -23,6 +23,9 @@ from loyalty_grpc.wallet import WalletConfigError, WalletSettings
 
 # The exit code of a configuration error (as argparse uses for a bad flag).
 EXIT_CONFIG = 2
+# The default of LOYALTY_FAILED_KEY_CHECKS_PER_MINUTE (api/failed_checks.py DEFAULT_LIMIT;
+# a test ties them: this module does not import the server's).
+DEFAULT_FAILED_KEY_CHECKS = 60
 MAX_WORKERS = 64
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 LOG_FORMATS = FORMATS
@@ -152,6 +155,14 @@ VARIABLES: tuple[Variable, ...] = (
         "how long a worker trusts an API-key lookup and the program terms that come "
         "with it (delay of a revocation or a rate change in other processes); "
         "0 = no cache",
+    ),
+    Variable(
+        "LOYALTY_FAILED_KEY_CHECKS_PER_MINUTE",
+        f"`{DEFAULT_FAILED_KEY_CHECKS}`",
+        "key checks that may fail per client address and minute in each worker (unknown "
+        "or revoked keys, from the database or the key cache); beyond it, until the "
+        "minute passes, a call whose key has not worked recently gets 429 "
+        "`demasiadas_llamadas` without a lookup; 0 = no limit",
     ),
     Variable("LOYALTY_LOG_LEVEL", "`INFO`", f"{', '.join(LOG_LEVELS)} (`--log-level`)"),
     Variable(
@@ -326,6 +337,9 @@ _RULES: dict[str, _Rule] = {
     "rate_limit_per_minute": _Rule("LOYALTY_RATE_LIMIT_PER_MINUTE", None, _integer(0, 1_000_000)),
     "rate_limit_batch": _Rule("LOYALTY_RATE_LIMIT_BATCH", None, _integer(0, 10_000)),
     "key_cache_seconds": _Rule("LOYALTY_KEY_CACHE_SECONDS", None, _seconds),
+    "failed_key_checks_per_minute": _Rule(
+        "LOYALTY_FAILED_KEY_CHECKS_PER_MINUTE", None, _integer(0, 1_000_000)
+    ),
     "log_level": _Rule("LOYALTY_LOG_LEVEL", "--log-level", _choice(LOG_LEVELS, upper=True)),
     "log_format": _Rule("LOYALTY_LOG_FORMAT", "--log-format", _choice(LOG_FORMATS, upper=False)),
     "grpc_target": _Rule("LOYALTY_GRPC_TARGET", "--target", _target),
@@ -362,6 +376,7 @@ class Settings:
     rate_limit_per_minute: int = 600
     rate_limit_batch: int = 0
     key_cache_seconds: float = 5.0
+    failed_key_checks_per_minute: int = DEFAULT_FAILED_KEY_CHECKS
     log_level: str = "INFO"
     # None: the command's default (`up`: text for a person; `serve`: json for a collector).
     log_format: str | None = None
