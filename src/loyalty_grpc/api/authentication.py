@@ -19,7 +19,7 @@ import grpc
 
 from loyalty_grpc.api.call_metadata import Metadata, metadata_value
 from loyalty_grpc.api.client_address import ClientAddress, client_address
-from loyalty_grpc.api.failed_checks import Blocked, FailedChecks, Reservation
+from loyalty_grpc.api.failed_checks import Blocked, FailedChecks
 from loyalty_grpc.api.gateway_protocol import ADDRESS_BLOCKED_KEY
 from loyalty_grpc.api.key_cache import KeyCache
 from loyalty_grpc.domain import keys
@@ -59,25 +59,24 @@ class PosKeys:
         context: grpc.ServicerContext,
         extra: Metadata | None,
     ) -> Caller:
+        if self._keys.known(digest):  # it worked recently: looked up whatever the address
+            caller = self._keys.look_up(token, digest)
+            if caller is None:  # it no longer does (revoked): that counts
+                failed.failed(client_address(context).counted_as)
+                raise _invalid()
+            return caller
         address = client_address(context)
-        reservation: Reservation | None = None
-        if not self._keys.known(digest):
-            verdict = failed.reserve(address.counted_as)
-            if isinstance(verdict, Blocked):
-                raise _blocked(verdict, failed, address, extra)
-            reservation = verdict
+        verdict = failed.reserve(address.counted_as)
+        if isinstance(verdict, Blocked):
+            raise _blocked(verdict, failed, address, extra)
         try:
             caller = self._keys.look_up(token, digest)
         except BaseException:
-            if reservation is not None:  # the database failed, not the key
-                failed.succeeded(reservation)
+            failed.succeeded(verdict)  # the database failed, not the key
             raise
         if caller is None:
-            if reservation is None:  # a key that worked and no longer does
-                failed.failed(address.counted_as)
             raise _invalid()
-        if reservation is not None:
-            failed.succeeded(reservation)
+        failed.succeeded(verdict)
         return caller
 
 
