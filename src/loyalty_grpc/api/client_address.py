@@ -2,7 +2,7 @@
 
 A call through the gateway (it carries the gateway mark, api/gateway_protocol.py) is from
 the address Envoy puts in `x-loyalty-client-address`: the TCP peer of the HTTP
-connection, or, when the operator configured trusted proxies,
+connection, or, when the operator configured trusted proxies (LOYALTY_TRUSTED_PROXIES),
 the client address those proxies put in `X-Forwarded-For`. Envoy overwrites whatever a
 client sent under that name, and nothing here reads `X-Forwarded-For` (a client's own
 entries stay in it). A native gRPC call is from its gRPC peer (`context.peer()`); so is a
