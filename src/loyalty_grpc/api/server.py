@@ -97,8 +97,6 @@ class GrpcServer:
     settings: ServerSettings
     # The per-key call limiter (None: no limit); its batches are settled on stop.
     limiter: RateLimiter | None = None
-    # The limit on failed key checks per client address (None: no limit).
-    failed_checks: FailedChecks | None = None
     # reuse_port: called with the port before the server stops, returns once no client is
     # left to race the shutdown (module doc).
     hand_over: Callable[[int], None] | None = None
@@ -209,7 +207,6 @@ def build_server(
         engine,
         settings,
         limiter=limiter,
-        failed_checks=failed_checks,
         hand_over=hand_over,
     )
 
