@@ -228,7 +228,9 @@ CATALOGO: dict[CodigoError, Entrada] = {
             429,
             "RESOURCE_EXHAUSTED",
             "Demasiadas llamadas.",
-            "over 600 calls in a minute for the key; `Retry-After` set",
+            "over 600 calls in a minute for the key, or a key not known to work from a client "
+            "address with too many failed key checks that minute "
+            "(`LOYALTY_FAILED_KEY_CHECKS_PER_MINUTE`); `Retry-After` set",
         ),
         _e(C.ERROR_INTERNO, 500, "INTERNAL", "Error interno.", "a bug; no internals in `mensaje`"),
         _e(

@@ -10,6 +10,7 @@ providers that use them) and only listed here.
 
 from __future__ import annotations
 
+import ipaddress
 import math
 import os
 import re
@@ -23,6 +24,9 @@ from loyalty_grpc.wallet import WalletConfigError, WalletSettings
 
 # The exit code of a configuration error (as argparse uses for a bad flag).
 EXIT_CONFIG = 2
+# The default of LOYALTY_FAILED_KEY_CHECKS_PER_MINUTE (api/failed_checks.py DEFAULT_LIMIT;
+# a test ties them: this module does not import the server's).
+DEFAULT_FAILED_KEY_CHECKS = 60
 MAX_WORKERS = 64
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 LOG_FORMATS = FORMATS
@@ -152,6 +156,22 @@ VARIABLES: tuple[Variable, ...] = (
         "how long a worker trusts an API-key lookup and the program terms that come "
         "with it (delay of a revocation or a rate change in other processes); "
         "0 = no cache",
+    ),
+    Variable(
+        "LOYALTY_FAILED_KEY_CHECKS_PER_MINUTE",
+        f"`{DEFAULT_FAILED_KEY_CHECKS}`",
+        "key checks that may fail per client address and minute in each worker (unknown "
+        "or revoked keys, from the database or the key cache); beyond it, until the "
+        "minute passes, a call whose key has not worked recently gets 429 "
+        "`demasiadas_llamadas` without a lookup; 0 = no limit",
+    ),
+    Variable(
+        "LOYALTY_TRUSTED_PROXIES",
+        "none (the client address is the TCP peer)",
+        "`up` and `gateway run` (`--trusted-proxies`): CIDRs of the proxies in front of "
+        "Envoy, `10.0.0.0/8,2001:db8::/32`; a request from one of them is counted under the "
+        "last address of its `X-Forwarded-For`; `X-Forwarded-For` from anyone else is "
+        "ignored",
     ),
     Variable("LOYALTY_LOG_LEVEL", "`INFO`", f"{', '.join(LOG_LEVELS)} (`--log-level`)"),
     Variable(
@@ -294,6 +314,25 @@ def _targets(text: str) -> tuple[str, ...]:
     return targets
 
 
+def _cidrs(text: str) -> tuple[str, ...]:
+    """`CIDR,CIDR,...` (an address alone is its /32 or /128), normalized, each once; not
+    a range holding every address (it would trust any client's X-Forwarded-For)."""
+    networks = []
+    for part in text.split(","):
+        try:
+            network = ipaddress.ip_network(part.strip(), strict=False)
+        except ValueError:
+            raise ValueError("CIDRs separated by commas (10.0.0.0/8,2001:db8::/32)") from None
+        if network.prefixlen == 0:
+            raise ValueError(
+                f"CIDRs narrower than {network} (trusting every address lets any client "
+                "choose the address it is counted under)"
+            )
+        if str(network) not in networks:
+            networks.append(str(network))
+    return tuple(networks)
+
+
 def _path(text: str) -> Path:
     return Path(text.strip()).expanduser()
 
@@ -326,6 +365,10 @@ _RULES: dict[str, _Rule] = {
     "rate_limit_per_minute": _Rule("LOYALTY_RATE_LIMIT_PER_MINUTE", None, _integer(0, 1_000_000)),
     "rate_limit_batch": _Rule("LOYALTY_RATE_LIMIT_BATCH", None, _integer(0, 10_000)),
     "key_cache_seconds": _Rule("LOYALTY_KEY_CACHE_SECONDS", None, _seconds),
+    "failed_key_checks_per_minute": _Rule(
+        "LOYALTY_FAILED_KEY_CHECKS_PER_MINUTE", None, _integer(0, 1_000_000)
+    ),
+    "trusted_proxies": _Rule("LOYALTY_TRUSTED_PROXIES", "--trusted-proxies", _cidrs),
     "log_level": _Rule("LOYALTY_LOG_LEVEL", "--log-level", _choice(LOG_LEVELS, upper=True)),
     "log_format": _Rule("LOYALTY_LOG_FORMAT", "--log-format", _choice(LOG_FORMATS, upper=False)),
     "grpc_target": _Rule("LOYALTY_GRPC_TARGET", "--target", _target),
@@ -362,6 +405,9 @@ class Settings:
     rate_limit_per_minute: int = 600
     rate_limit_batch: int = 0
     key_cache_seconds: float = 5.0
+    failed_key_checks_per_minute: int = DEFAULT_FAILED_KEY_CHECKS
+    # Envoy: CIDRs whose X-Forwarded-For names the client (none: the TCP peer is).
+    trusted_proxies: tuple[str, ...] = ()
     log_level: str = "INFO"
     # None: the command's default (`up`: text for a person; `serve`: json for a collector).
     log_format: str | None = None

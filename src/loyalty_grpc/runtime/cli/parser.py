@@ -22,6 +22,7 @@ FLAGS = (
     "tls_cert",
     "tls_key",
     "http_redirect_port",
+    "trusted_proxies",
     "grpc_tls_cert",
     "grpc_tls_key",
     "grpc_tls_ca",
@@ -61,6 +62,15 @@ def _http_host_flag(parser: argparse.ArgumentParser) -> None:
         "--http-host",
         metavar="HOST",
         help="Envoy's listen address (env LOYALTY_HTTP_HOST, default 0.0.0.0)",
+    )
+
+
+def _trusted_proxies_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--trusted-proxies",
+        metavar="CIDR[,CIDR...]",
+        help="proxies in front of Envoy whose X-Forwarded-For names the client (env "
+        "LOYALTY_TRUSTED_PROXIES, default none: the client is the TCP peer)",
     )
 
 
@@ -150,6 +160,7 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--http-port", metavar="PORT", help="env LOYALTY_HTTP_PORT, default 8080")
     _http_host_flag(up)
     _tls_flags(up)
+    _trusted_proxies_flag(up)
     _serving_flags(up)
     up.add_argument("--demo", action="store_true", help="load the demo program and print its keys")
 
@@ -197,6 +208,7 @@ def build_parser() -> argparse.ArgumentParser:
     grun.add_argument("--http-port", metavar="PORT", help="env LOYALTY_HTTP_PORT, default 8080")
     _http_host_flag(grun)
     _tls_flags(grun)
+    _trusted_proxies_flag(grun)
     _grpc_tls_flags(grun)
     _upstream_flag(
         grun,

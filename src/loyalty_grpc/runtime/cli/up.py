@@ -48,6 +48,7 @@ def up(settings: Settings, *, demo: bool) -> int:
                 tls=TlsFiles(*tls_files) if tls_files is not None else None,
                 redirect_port=settings.http_redirect_port,
                 upstream_tls=settings.grpc_tls(),
+                trusted_proxies=settings.trusted_proxies,
             )
             try:
                 supervisor.add(

@@ -132,6 +132,7 @@ class EnvoyProcess:
         tls: TlsFiles | None = None,
         redirect_port: int | None = None,
         upstream_tls: GrpcTls | None = None,
+        trusted_proxies: tuple[str, ...] = (),
     ) -> Self:
         """Install the config into `work_dir` (see `install`) and start Envoy on it.
 
@@ -149,6 +150,7 @@ class EnvoyProcess:
             tls=tls,
             redirect_port=redirect_port,
             upstream_tls=upstream_tls,
+            trusted_proxies=trusted_proxies,
         )
         work = install(spec, work_dir)
         proxy = cls(
@@ -364,9 +366,11 @@ def gateway_spec(
     tls: TlsFiles | None,
     redirect_port: int | None,
     upstream_tls: GrpcTls | None,
+    trusted_proxies: tuple[str, ...] = (),
 ) -> GatewaySpec:
     """What `start` and `run_gateway` install: the gateway folder (default the packaged
-    one) with these ports, upstream servers, listen address and TLS files."""
+    one) with these ports, upstream servers, listen address, TLS files and trusted
+    proxies."""
     directory = gateway_dir if gateway_dir is not None else find_gateway_dir()
     return GatewaySpec(
         http_port=http_port,
@@ -377,6 +381,7 @@ def gateway_spec(
         tls_cert=tls.cert if tls is not None else None,
         tls_key=tls.key if tls is not None else None,
         redirect_port=redirect_port,
+        trusted_proxies=trusted_proxies,
     ).with_upstream_tls(upstream_tls)
 
 
