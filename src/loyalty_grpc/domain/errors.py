@@ -187,8 +187,8 @@ CATALOGO: dict[CodigoError, Entrada] = {
             408,
             "DEADLINE_EXCEEDED",
             "La solicitud no llegó a tiempo.",
-            "the request did not arrive whole in time (Envoy's timeouts); nothing was done, "
-            "safe to send again",
+            "the request did not arrive whole in time: headers within 10 s, headers and body "
+            "within 30 s, no pause of 20 s (Envoy); nothing was done, safe to send again",
         ),
         _e(
             C.CODIGO_LIBERADO,
