@@ -43,6 +43,7 @@ local CATALOGO = {
   no_autenticado = {401, "Falta la clave de API."},
   permiso_denegado = {403, "La clave no tiene permiso para esto."},
   ruta_no_encontrada = {404, "La ruta no existe."},
+  tiempo_agotado = {408, "La solicitud no llegó a tiempo."},
   solicitud_muy_grande = {413, "La solicitud es demasiado grande."},
   demasiadas_llamadas = {429, "Demasiadas llamadas."},
   error_interno = {500, "Error interno."},
@@ -59,6 +60,7 @@ local BY_HTTP_STATUS = {
   [403] = "permiso_denegado",
   [404] = "ruta_no_encontrada",
   [405] = "ruta_no_encontrada",
+  [408] = "tiempo_agotado",        -- headers, whole request or a pause over Envoy's timeouts
   [413] = "solicitud_muy_grande",
   [431] = "solicitud_muy_grande",   -- request headers too large
   [429] = "demasiadas_llamadas",
@@ -82,9 +84,11 @@ local BY_GRPC_STATUS = {
 }
 
 -- Fixed detalle for server-side failures: never Envoy's text (upstream addresses, reset
--- reasons) nor grpc-message (it may hold internals).
+-- reasons) nor grpc-message (it may hold internals); and for Envoy's timeouts, whose text
+-- is English ("request timeout", "stream timeout", "request header timeout").
 local DETALLE_FIJO = {
   servicio_no_disponible = "El servidor no responde; se puede reintentar.",
+  tiempo_agotado = "la solicitud no llegó completa a tiempo (cabeceras o cuerpo lentos o detenidos); no se hizo nada, envíela de nuevo",
   error_interno = "",
   no_implementado = "",
 }

@@ -525,7 +525,8 @@ def test_the_backstop_for_replies_that_skip_envelope_lua_is_the_catalogue_envelo
     """The local reply mapper (envoy.yaml) writes what envelope.lua would for a 502-504,
     and nothing else: it rewrites bodies before envelope.lua sees them, and envelope.lua
     shows Envoy's reason (the body) as `detalle` for other statuses."""
-    (mapper,) = hcm(config)["local_reply_config"]["mappers"]
+    # The last mapper (the first is the overload manager's: tests/unit/test_gateway_limits.py).
+    _overload, mapper = hcm(config)["local_reply_config"]["mappers"]
     override = mapper["body_format_override"]
     assert override["content_type"] == "application/json"
     body = override["text_format_source"]["inline_string"]

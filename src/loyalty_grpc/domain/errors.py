@@ -26,6 +26,7 @@ class CodigoError(StrEnum):
     CODIGO_NO_ENCONTRADO = "codigo_no_encontrado"
     PROMO_NO_ENCONTRADA = "promo_no_encontrada"
     RUTA_NO_ENCONTRADA = "ruta_no_encontrada"
+    TIEMPO_AGOTADO = "tiempo_agotado"
     CODIGO_LIBERADO = "codigo_liberado"
     CODIGO_NO_ASIGNADO = "codigo_no_asignado"
     PROMO_NO_ADMITE_CODIGOS = "promo_no_admite_codigos"
@@ -180,6 +181,14 @@ CATALOGO: dict[CodigoError, Entrada] = {
             "NOT_FOUND",
             "La ruta no existe.",
             "unknown path or method (Envoy)",
+        ),
+        _e(
+            C.TIEMPO_AGOTADO,
+            408,
+            "DEADLINE_EXCEEDED",
+            "La solicitud no llegó a tiempo.",
+            "the request did not arrive whole in time: headers within 10 s, headers and body "
+            "within 30 s, no pause of 20 s (Envoy); nothing was done, safe to send again",
         ),
         _e(
             C.CODIGO_LIBERADO,

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
 from loyalty_grpc.runtime.logs import FORMATS, LogFormat
+from loyalty_grpc.runtime.memory import available_memory
 from loyalty_grpc.wallet import WalletConfigError, WalletSettings
 
 # The exit code of a configuration error (as argparse uses for a bad flag).
@@ -28,6 +29,14 @@ EXIT_CONFIG = 2
 # a test ties them: this module does not import the server's).
 DEFAULT_FAILED_KEY_CHECKS = 60
 MAX_WORKERS = 64
+# Envoy's heap budget (envoy.yaml's overload_manager sheds load as it fills): by default
+# this share of the memory the machine (or its cgroup) gives a process, never less than
+# ENVOY_HEAP_MIN_MB, which is several times what Envoy holds idle (about 13 MiB with one
+# worker thread) and so the least a budget can be that leaves room for calls.
+ENVOY_HEAP_SHARE = 4
+ENVOY_HEAP_MIN_MB = 64
+ENVOY_HEAP_MAX_MB = 1024 * 1024
+MIB = 1024 * 1024
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 LOG_FORMATS = FORMATS
 # The commands that serve: their host and log-format defaults differ (see VARIABLES).
@@ -198,6 +207,16 @@ VARIABLES: tuple[Variable, ...] = (
         "`gateway run`: Envoy's admin interface port",
     ),
     Variable(
+        "LOYALTY_ENVOY_HEAP_MB",
+        f"1/{ENVOY_HEAP_SHARE} of the machine's memory (of its cgroup's limit when that "
+        f"is smaller), at least {ENVOY_HEAP_MIN_MB}",
+        "`up` and `gateway run`: Envoy's heap budget in MiB (`--envoy-heap-mb`, "
+        f"{ENVOY_HEAP_MIN_MB} to {ENVOY_HEAP_MAX_MB}): from 90 % of it Envoy resets the "
+        "HTTP/2 streams holding the most memory, from 95 % it answers new requests 503 "
+        "`servicio_no_disponible`, from 98 % it closes new connections (see "
+        "docs/security-gateway-limits.md); a change needs a restart of the gateway",
+    ),
+    Variable(
         "LOYALTY_PROG",
         "`loyalty`",
         "how the commands' help and hints name the command; `./dev` sets `./dev` (its "
@@ -219,6 +238,14 @@ VARIABLES: tuple[Variable, ...] = (
 
 def default_workers() -> int:
     return max(1, min(os.cpu_count() or 1, MAX_WORKERS))
+
+
+def default_envoy_heap_bytes(memory: int | None = None) -> int:
+    """Envoy's heap budget when none is configured: 1/ENVOY_HEAP_SHARE of `memory` (default:
+    what this machine or its cgroup gives a process), at least ENVOY_HEAP_MIN_MB, in whole
+    MiB."""
+    total = available_memory() if memory is None else memory
+    return max(ENVOY_HEAP_MIN_MB, total // ENVOY_HEAP_SHARE // MIB) * MIB
 
 
 # ---------------------------------------------------------------- parsers
@@ -374,6 +401,11 @@ _RULES: dict[str, _Rule] = {
     "grpc_target": _Rule("LOYALTY_GRPC_TARGET", "--target", _target),
     "gateway_upstreams": _Rule("LOYALTY_GATEWAY_UPSTREAMS", "--upstream", _targets),
     "envoy_admin_port": _Rule("LOYALTY_ENVOY_ADMIN_PORT", "--admin-port", _port),
+    "envoy_heap_mb": _Rule(
+        "LOYALTY_ENVOY_HEAP_MB",
+        "--envoy-heap-mb",
+        _integer(ENVOY_HEAP_MIN_MB, ENVOY_HEAP_MAX_MB, "a number of MiB"),
+    ),
 }
 
 
@@ -416,6 +448,8 @@ class Settings:
     # None: the one server of server_target (`upstreams`).
     gateway_upstreams: tuple[str, ...] | None = None
     envoy_admin_port: int = 0
+    # None: follows the machine (`envoy_heap_bytes`).
+    envoy_heap_mb: int | None = None
     wallet: WalletSettings = field(default_factory=WalletSettings)
 
     @classmethod
@@ -467,6 +501,14 @@ class Settings:
         """Where the gRPC server listens: LOYALTY_GRPC_HOST / --grpc-host, else loopback
         only (the back office shares the port: exposing it must be a choice)."""
         return self.grpc_host if self.grpc_host is not None else "127.0.0.1"
+
+    @property
+    def envoy_heap_bytes(self) -> int:
+        """Envoy's heap budget: LOYALTY_ENVOY_HEAP_MB / --envoy-heap-mb, else
+        `default_envoy_heap_bytes()`."""
+        if self.envoy_heap_mb is not None:
+            return self.envoy_heap_mb * MIB
+        return default_envoy_heap_bytes()
 
     def configured_admin_token(self) -> str | None:
         """The back-office token the operator configured: LOYALTY_ADMIN_TOKEN, else the

@@ -105,6 +105,7 @@ def _gateway(args: argparse.Namespace, settings: Settings) -> int:
         redirect_port=settings.http_redirect_port,
         upstream_tls=settings.grpc_tls(),
         trusted_proxies=settings.trusted_proxies,
+        max_heap_bytes=settings.envoy_heap_bytes,
     )
     return run_gateway(spec, work_dir=work_dir, log_format=settings.log_format_for(GATEWAY_RUN))
 

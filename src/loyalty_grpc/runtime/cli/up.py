@@ -49,6 +49,7 @@ def up(settings: Settings, *, demo: bool) -> int:
                 redirect_port=settings.http_redirect_port,
                 upstream_tls=settings.grpc_tls(),
                 trusted_proxies=settings.trusted_proxies,
+                max_heap_bytes=settings.envoy_heap_bytes,
             )
             try:
                 supervisor.add(

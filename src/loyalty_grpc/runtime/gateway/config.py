@@ -81,6 +81,17 @@ EARLY_HEADER_MUTATION_TYPE = (
     "HeaderMutation"
 )
 TRANSCODER_FILTER = "envoy.filters.http.grpc_json_transcoder"
+# The overload manager's heap monitor, whose budget is rendered (LOYALTY_ENVOY_HEAP_MB).
+HEAP_MONITOR = "envoy.resource_monitors.fixed_heap"
+# The connection manager's limits on slow and idle requests and on HTTP/2 (envoy.yaml says
+# why), which every HTTP listener rendered here takes from the API listener's.
+EDGE_LIMITS = (
+    "request_headers_timeout",
+    "request_timeout",
+    "stream_idle_timeout",
+    "common_http_protocol_options",
+    "http2_protocol_options",
+)
 
 # Defaults of the committed gateway/envoy.yaml (also what `loyalty gateway check` renders).
 DEFAULT_HTTP_PORT = 8080
@@ -504,7 +515,6 @@ def redirect_listener(address: str, port: int, https_port: int) -> dict[str, Any
         "merge_slashes": True,
         "server_header_transformation": "PASS_THROUGH",
         "use_remote_address": True,
-        "request_headers_timeout": "10s",
         "route_config": {
             "name": "plain_http_redirect",
             "request_headers_to_add": [gateway_mark(), client_address_header()],
@@ -535,6 +545,23 @@ def redirect_listener(address: str, port: int, https_port: int) -> dict[str, Any
             }
         ],
     }
+
+
+def edge_limits(manager: dict[str, Any]) -> dict[str, Any]:
+    """The timeouts and HTTP/2 limits (EDGE_LIMITS) of a connection manager's config."""
+    return {key: copy.deepcopy(manager[key]) for key in EDGE_LIMITS if key in manager}
+
+
+def _set_heap_budget(config: dict[str, Any], heap_bytes: int) -> None:
+    """The overload manager's heap monitor (HEAP_MONITOR) with a budget of `heap_bytes`."""
+    monitors = config.get("overload_manager", {}).get("resource_monitors", [])
+    found = [monitor for monitor in monitors if monitor.get("name") == HEAP_MONITOR]
+    if len(found) != 1:
+        raise EnvoyError(
+            f"{CONFIG_NAME}: the overload_manager needs one {HEAP_MONITOR} resource monitor "
+            "to take the heap budget (LOYALTY_ENVOY_HEAP_MB)"
+        )
+    found[0]["typed_config"]["max_heap_size_bytes"] = heap_bytes
 
 
 def _beside(directory: Path, configured: str) -> str:
@@ -578,6 +605,7 @@ def render_config(
     redirect_port: int | None = None,
     upstream_sds: tuple[Path, Path] | None = None,
     trusted_proxies: tuple[str, ...] = (),
+    max_heap_bytes: int | None = None,
 ) -> dict[str, Any]:
     """gateway/envoy.yaml with the given ports and upstream servers (`HOST:PORT`, one
     endpoint each), and absolute paths to the files its listener reads (so Envoy can run
@@ -591,6 +619,9 @@ def render_config(
     `upstream_sds` (the paths of the `upstream_secrets` files, written by the caller):
     mutual TLS to the servers. `trusted_proxies` (CIDRs, LOYALTY_TRUSTED_PROXIES): the
     listener takes the client address from their X-Forwarded-For (`trust_proxies`).
+    `max_heap_bytes`: Envoy's heap budget (the overload
+    manager's heap monitor; default: as configured). Every HTTP listener rendered here
+    (the redirect) gets the API listener's timeouts and HTTP/2 limits (`edge_limits`).
     """
     if redirect_port is not None and tls_secret_path is None:
         raise EnvoyError("a plain-HTTP redirect port needs TLS on the gateway's port")
@@ -606,15 +637,19 @@ def render_config(
             listen["address"] = listen_host
         if tls_secret_path is not None:
             _add_tls(listener, tls_secret_path)
-        if redirect_port is not None:
-            config["static_resources"]["listeners"].append(
-                redirect_listener(listen["address"], redirect_port, http_port)
-            )
-        if next(_connection_managers(listener), None) is None:
+        manager = next(_connection_managers(listener), None)
+        if manager is None:
             raise EnvoyError(
                 f"{CONFIG_NAME}: listener {LISTENER_NAME!r} has no HTTP connection manager"
             )
         trust_proxies(listener, trusted_proxies)
+        if redirect_port is not None:
+            redirect = redirect_listener(listen["address"], redirect_port, http_port)
+            for redirect_manager in _connection_managers(redirect):
+                redirect_manager.update(edge_limits(manager))
+            config["static_resources"]["listeners"].append(redirect)
+        if max_heap_bytes is not None:
+            _set_heap_budget(config, max_heap_bytes)
         check_gateway_mark(config)
         check_client_address(config)
         for holder, key in file_references(config):
@@ -693,6 +728,9 @@ class GatewaySpec:
     grpc_tls_ca: Path | None = None
     # CIDRs of the proxies whose X-Forwarded-For names the client (LOYALTY_TRUSTED_PROXIES).
     trusted_proxies: tuple[str, ...] = ()
+    # Envoy's heap budget in bytes (None: envoy.yaml's); kept so that a reload renders the
+    # same bootstrap (a new budget needs a restart).
+    max_heap_bytes: int | None = None
 
     @property
     def tls(self) -> TlsFiles | None:
@@ -737,6 +775,7 @@ class GatewaySpec:
             redirect_port=self.redirect_port,
             upstream_sds=upstream_sds if self.upstream_tls is not None else None,
             trusted_proxies=self.trusted_proxies,
+            max_heap_bytes=self.max_heap_bytes,
         )
 
     def to_json(self) -> str:
@@ -816,6 +855,8 @@ __all__ = [
     "DEFAULT_ADMIN_PORT",
     "DEFAULT_HTTP_PORT",
     "DEFAULT_UPSTREAM",
+    "EDGE_LIMITS",
+    "HEAP_MONITOR",
     "LISTENER_NAME",
     "REDIRECT_LISTENER_NAME",
     "TLS_ALPN",
@@ -827,6 +868,7 @@ __all__ = [
     "check_client_address",
     "check_gateway_mark",
     "client_address_header",
+    "edge_limits",
     "envoy_binary",
     "file_references",
     "find_gateway_dir",
