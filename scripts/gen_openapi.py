@@ -38,11 +38,12 @@ from loyalty_grpc.api.requests import MAX_ID_EXTERNO, MAX_LABEL
 from loyalty_grpc.domain.amounts import MAX_CENTAVOS
 from loyalty_grpc.domain.codes import MAX_CODE_LENGTH, MAX_CODES_PER_CALL
 from loyalty_grpc.domain.errors import CATALOGO, CodigoError
+from loyalty_grpc.domain.fan_ref import MAX_FAN_TEXT
 from loyalty_grpc.domain.fixture import FanFixture, ProgramaFixture, parse_fixture
 from loyalty_grpc.domain.integers import INT32_MAX
 from loyalty_grpc.domain.permissions import REQUIRED, Permiso
 from loyalty_grpc.domain.programs import MONEDA_POR_OMISION
-from loyalty_grpc.domain.promos import EstadoCodigo, EstadoFan, EstadoPromo
+from loyalty_grpc.domain.promos import MAX_NOMBRE, EstadoCodigo, EstadoFan, EstadoPromo
 from loyalty_grpc.domain.redeem import MAX_CODIGOS
 from loyalty_grpc.domain.roster import LIMITE_DEFAULT, LIMITE_MAX
 from loyalty_grpc.domain.timestamps import EPOCH_MS_DESDE, MIN_TS
@@ -318,7 +319,7 @@ CODES_DESCRIPTION = (
 )
 FAN_DESCRIPTION = (
     "The fan in any of the five forms: Fan ID, coupon code delivered to the fan, QR token, "
-    "full QR URL or e-mail."
+    f"full QR URL or e-mail; at most {MAX_FAN_TEXT} characters."
 )
 
 
@@ -333,7 +334,11 @@ def _alias(schema: Schema, of: str) -> Schema:
     return {**schema, "description": f"Alias of {of}."}
 
 
-_FAN_FIELD: Schema = {"type": ["string", "null"], "description": FAN_DESCRIPTION}
+_FAN_FIELD: Schema = {
+    "type": ["string", "null"],
+    "maxLength": MAX_FAN_TEXT,
+    "description": FAN_DESCRIPTION,
+}
 _ID_EXTERNO_FIELD: Schema = {
     "type": ["string", "null"],
     "description": f"The caller's sale id, the idempotency key: at most {MAX_ID_EXTERNO} "
@@ -348,8 +353,9 @@ _CENTAVOS_FIELD: Schema = {
 }
 _PROMO_FIELD: Schema = {
     "oneOf": [{"type": "integer", "minimum": 1, "maximum": MAX_ID}, {"type": "string"}, NULL],
-    "description": "Promotion id, or its exact name (case-insensitive); a text of digits is "
-    "the id, or the name when no promotion has that id.",
+    "description": "Promotion id, or its exact name (case-insensitive; at most "
+    f"{MAX_NOMBRE} characters after trimming); a text of digits is the id, or the name when "
+    "no promotion has that id.",
 }
 _CODES_FIELD: Schema = {
     "oneOf": [
@@ -368,7 +374,8 @@ _REDEEM_CODIGOS: Schema = {
     "items": {"type": "string"},
     "maxItems": MAX_CODIGOS,
     "description": f"Batch form, up to {MAX_CODIGOS} codes (an empty list is not sent); "
-    "an empty or unknown code is that entry's `codigo_no_encontrado`.",
+    "an empty or unknown code is that entry's `codigo_no_encontrado`; a code over "
+    f"{MAX_CODE_LENGTH} characters after trimming refuses the call (`codigo_invalido`).",
 }
 _LIMITE: Schema = {
     "minimum": 1,
@@ -414,7 +421,11 @@ FIELD_SCHEMAS: dict[str, Schema] = {
         "description": f"The program's currency, {MONEDA_POR_OMISION} (any case); blank or "
         f"absent: {MONEDA_POR_OMISION}.",
     },
-    "RedeemRequest.codigo": {"type": ["string", "null"], "description": "Single form."},
+    "RedeemRequest.codigo": {
+        "type": ["string", "null"],
+        "description": f"Single form: at most {MAX_CODE_LENGTH} characters after trimming "
+        "(longer: `codigo_invalido`).",
+    },
     "RedeemRequest.codigos": _REDEEM_CODIGOS,
     "RedeemRequest.terminal": _label(),
     "RedeemRequest.caja": _label("terminal"),

@@ -5,7 +5,14 @@ from __future__ import annotations
 import pytest
 
 from loyalty_grpc.domain.errors import CodigoError, LoyaltyError
-from loyalty_grpc.domain.fan_ref import FanRef, Forma, one_of, parse_fan_ref
+from loyalty_grpc.domain.fan_ref import (
+    FAN_FIELDS,
+    MAX_FAN_TEXT,
+    FanRef,
+    Forma,
+    one_of,
+    parse_fan_ref,
+)
 
 
 @pytest.mark.parametrize(
@@ -41,3 +48,22 @@ def test_one_of():
     with pytest.raises(LoyaltyError) as caught:
         one_of({"fan": "a", "fan_id": "b"})
     assert caught.value.codigo is CodigoError.SOLICITUD_INVALIDA
+
+
+# ---------------------------------------------------------------- the largest value
+
+
+@pytest.mark.parametrize("campo", FAN_FIELDS)
+def test_the_largest_value_is_read_and_one_more_character_is_refused(campo):
+    largest = "x" * (MAX_FAN_TEXT - len("@example.com")) + "@example.com"
+    assert parse_fan_ref(largest, campo).forma is Forma.CORREO
+    assert parse_fan_ref(" " * 6 + "H" * (MAX_FAN_TEXT - 6), campo).valor == "H" * 506
+    for too_long in ("x" * MAX_FAN_TEXT + "@example.com", "H" * (MAX_FAN_TEXT + 1), "H" * 60_000):
+        with pytest.raises(LoyaltyError) as caught:
+            parse_fan_ref(too_long, campo)
+        error = caught.value
+        assert error.codigo is CodigoError.SOLICITUD_INVALIDA
+        assert error.detalle.startswith(f"{campo}: más de {MAX_FAN_TEXT} caracteres ")
+        assert f"({len(too_long)})" in error.detalle
+        assert "xxxx" not in error.detalle  # never the value
+        assert "HHHH" not in error.detalle

@@ -4,7 +4,7 @@
 - A code is stored and compared trimmed and upper-cased (`code_text`; `normalize_code`
   also refuses an empty one).
 - A new code (deposited, imported or in a fixture) must also be valid (`check_new_code`):
-  not empty, at most MAX_CODE_LENGTH characters, no control characters, and none of the
+  not empty, at most MAX_CODE_LENGTH characters, no control characters, none of the
   characters that separate codes in pasted text (whitespace, ``,``, ``;``) — so the array
   and the text forms deposit the same codes, and `fan/resolve` (which removes whitespace)
   can find every code.
@@ -16,22 +16,22 @@
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
+from loyalty_grpc.domain.detalle import MAX_DETALLE, shown
 from loyalty_grpc.domain.errors import CodigoError, LoyaltyError
 from loyalty_grpc.domain.integers import INT32_MAX, integral
 from loyalty_grpc.domain.json_value import JsonValue, json_type_name
-from loyalty_grpc.domain.promos import EstadoPromo
+from loyalty_grpc.domain.promos import MAX_NOMBRE, EstadoPromo
 from loyalty_grpc.domain.text import has_control_characters
 
 MAX_CODE_LENGTH = 64
 MAX_CODES_PER_CALL = 5000
-# Offending codes named in a codigo_invalido detalle, and the characters shown of each.
+# Offending codes named in a codigo_invalido detalle at most (fewer when they would make
+# it longer than domain.detalle.MAX_DETALLE).
 MAX_SHOWN_INVALID = 3
-_SHOWN_CHARS = 24
 
 # What separates codes in pasted text: whitespace (`\s` is Unicode whitespace: NBSP, em
 # space, U+2028…), commas and semicolons.
@@ -75,13 +75,6 @@ def check_new_code(text: str, campo: str = "codigo") -> str:
     return codigo
 
 
-def shown_code(text: str) -> str:
-    """A code safe to print in a detalle or a terminal: JSON-quoted with every non-ASCII
-    or control character escaped, cut to a few characters."""
-    cut = text if len(text) <= _SHOWN_CHARS else text[:_SHOWN_CHARS] + "…"
-    return json.dumps(cut, ensure_ascii=True)
-
-
 @dataclass(frozen=True)
 class PromoRef:
     """Which promotion a deposit names: by `id`, else (when no promotion of the program
@@ -96,7 +89,8 @@ _DIGITS = re.compile(r"[0-9]+")
 
 def parse_promo_ref(value: JsonValue, campo: str = "promo") -> PromoRef:
     """`promo` as sent: a JSON integer is an id; a string of digits is an id (or, when no
-    promotion has that id, a name); any other string is a name."""
+    promotion has that id, a name); any other string is a name (at most
+    domain.promos.MAX_NOMBRE characters, trimmed)."""
     if isinstance(value, bool) or not isinstance(value, int | float | str):
         raise LoyaltyError(
             CodigoError.SOLICITUD_INVALIDA,
@@ -107,6 +101,12 @@ def parse_promo_ref(value: JsonValue, campo: str = "promo") -> PromoRef:
         text = value.strip()
         if not text:
             raise LoyaltyError(CodigoError.CAMPO_REQUERIDO, f"{campo}: vacío")
+        if len(text) > MAX_NOMBRE:
+            raise LoyaltyError(
+                CodigoError.SOLICITUD_INVALIDA,
+                f"{campo}: más de {MAX_NOMBRE} caracteres ({len(text)}); ninguna promoción "
+                "tiene un nombre tan largo",
+            )
         if _DIGITS.fullmatch(text):
             number = int(text)
             return PromoRef(number if number <= INT32_MAX else None, text)
@@ -116,7 +116,8 @@ def parse_promo_ref(value: JsonValue, campo: str = "promo") -> PromoRef:
         raise LoyaltyError(CodigoError.SOLICITUD_INVALIDA, f"{campo}: el id debe ser un entero")
     if not 1 <= promo_id <= INT32_MAX:
         raise LoyaltyError(
-            CodigoError.PROMO_NO_ENCONTRADA, f"{campo}: no existe la promoción {promo_id}"
+            CodigoError.PROMO_NO_ENCONTRADA,
+            f"{campo}: no existe la promoción {shown(str(promo_id), quote=False)}",
         )
     return PromoRef(promo_id, None)
 
@@ -130,7 +131,7 @@ def check_admite_codigos(nombre: str, estado: EstadoPromo) -> None:
     if not admite_codigos(estado):
         raise LoyaltyError(
             CodigoError.PROMO_NO_ADMITE_CODIGOS,
-            f"promo {nombre}: está {estado.value}, no admite códigos",
+            f"promo {shown(nombre)}: está {estado.value}, no admite códigos",
         )
 
 
@@ -224,21 +225,26 @@ def code_batch(
         elif not invalid:
             seen[codigo] = None
     if invalid:
-        shown = "; ".join(
-            f"{i.where} {shown_code(i.codigo)}: {i.problem}" for i in invalid[:MAX_SHOWN_INVALID]
-        )
-        more = (
-            f" (y {len(invalid) - MAX_SHOWN_INVALID} más)"
-            if len(invalid) > MAX_SHOWN_INVALID
-            else ""
-        )
-        raise LoyaltyError(
-            CodigoError.CODIGO_INVALIDO,
-            f"{len(invalid)} código(s) no válido(s), no se agregó ninguno: {shown}{more}",
-        )
+        raise LoyaltyError(CodigoError.CODIGO_INVALIDO, _invalid_detalle(invalid))
     if not seen:
         raise LoyaltyError(CodigoError.CAMPO_REQUERIDO, f"{campo}: no trae ningún código")
     return CodeBatch(tuple(seen), leidos)
+
+
+def _invalid_detalle(invalid: list[_Invalid]) -> str:
+    """How many codes are invalid and the first ones (at most MAX_SHOWN_INVALID, as many
+    as fit in MAX_DETALLE, at least one), each with where it is and its problem."""
+    head = f"{len(invalid)} código(s) no válido(s), no se agregó ninguno: "
+    named: list[str] = []
+    for i in invalid[:MAX_SHOWN_INVALID]:
+        entry = f"{i.where} {shown(i.codigo)}: {i.problem}"
+        rest = len(invalid) - len(named) - 1
+        more = f" (y {rest} más)" if rest else ""
+        if named and len(head) + len("; ".join([*named, entry])) + len(more) > MAX_DETALLE:
+            break
+        named.append(entry)
+    rest = len(invalid) - len(named)
+    return head + "; ".join(named) + (f" (y {rest} más)" if rest else "")
 
 
 def code_batch_of_json(value: JsonValue, campo: str = "codigos") -> CodeBatch:

@@ -1,5 +1,10 @@
 """The `fan` value of `fan/resolve` and `tx`: what the scanner delivered, classified in the
-order of DESIGN.md §2. Pure, no I/O; the store tries the readings in this order."""
+order of DESIGN.md §2. Pure, no I/O; the store tries the readings in this order.
+
+- At most MAX_FAN_TEXT characters as sent (any alias): a longer value is 400
+  `solicitud_invalida` naming the field and the length, never the value (personal data).
+  The largest form is a full QR URL; an e-mail has at most 254 characters.
+"""
 
 from __future__ import annotations
 
@@ -16,6 +21,9 @@ _URL = re.compile(r"https?://", re.IGNORECASE)
 _WHITESPACE = re.compile(r"\s+")
 # The request fields that carry the fan, the contract's name first.
 FAN_FIELDS = ("fan", "fan_id", "qr", "codigo")
+MAX_FAN_TEXT = 512
+"""The longest `fan` value (or alias) read, in characters as sent (the gateway's body
+limits of `fan/resolve` and `tx` are sized on it)."""
 
 T = TypeVar("T")
 
@@ -39,7 +47,14 @@ class FanRef:
     crudo: str = ""
 
 
-def parse_fan_ref(text: str) -> FanRef:
+def parse_fan_ref(text: str, campo: str = "fan") -> FanRef:
+    """How the value of the field `campo` is read (module doc)."""
+    if len(text) > MAX_FAN_TEXT:
+        raise LoyaltyError(
+            CodigoError.SOLICITUD_INVALIDA,
+            f"{campo}: más de {MAX_FAN_TEXT} caracteres ({len(text)}); ningún fan se "
+            "identifica con un valor tan largo",
+        )
     value = text.strip()
     if _URL.match(value):
         segments = [s for s in urlsplit(value).path.split("/") if s]
