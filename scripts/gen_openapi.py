@@ -268,9 +268,10 @@ IMPORTE_NUMBER: Schema = {
     "rounded to the cent).",
 }
 
-# Codes as deposited (domain/codes.py): trimmed, 1..MAX_CODE_LENGTH characters, no control
-# characters and none of the characters that separate codes in pasted text.
-_CODE = rf"[^{SPACE},;{CONTROL}]{{1,{MAX_CODE_LENGTH}}}"
+# Codes as deposited (domain/codes.py): trimmed, 1..MAX_CODE_LENGTH characters, printable
+# ASCII (no control characters, nothing else) except the space and the other characters
+# that separate codes in pasted text (`,`, `;`).
+_CODE = rf"[\x21-\x2b\x2d-\x3a\x3c-\x7e]{{1,{MAX_CODE_LENGTH}}}"
 CODE_ITEM = rf"^[{SPACE}]*{_CODE}[{SPACE}]*$"
 CODES_TEXT = rf"^[{SPACE},;]*{_CODE}(?:[{SPACE},;]+{_CODE})*[{SPACE},;]*$"
 
@@ -314,12 +315,13 @@ CODES_SENT: Schema = {
 CODES_DESCRIPTION = (
     "An array of codes, or the codes as pasted text (split on runs of whitespace, commas "
     f"and semicolons); at most {MAX_CODES_PER_CALL} entries read, repeats included. A code "
-    f"is trimmed and upper-cased: 1 to {MAX_CODE_LENGTH} characters, no control "
-    "characters, whitespace, `,` or `;`."
+    f"is trimmed and upper-cased: 1 to {MAX_CODE_LENGTH} printable ASCII characters, no "
+    "whitespace, `,` or `;`."
 )
 FAN_DESCRIPTION = (
     "The fan in any of the five forms: Fan ID, coupon code delivered to the fan, QR token, "
-    f"full QR URL or e-mail; at most {MAX_FAN_TEXT} characters."
+    f"full QR URL or e-mail; at most {MAX_FAN_TEXT} characters. Fan IDs, codes and QR "
+    "tokens are ASCII: a value of another form with another character matches no fan."
 )
 
 
@@ -424,7 +426,7 @@ FIELD_SCHEMAS: dict[str, Schema] = {
     "RedeemRequest.codigo": {
         "type": ["string", "null"],
         "description": f"Single form: at most {MAX_CODE_LENGTH} characters after trimming "
-        "(longer: `codigo_invalido`).",
+        "(longer: `codigo_invalido`); a code with a character that is not ASCII is not found.",
     },
     "RedeemRequest.codigos": _REDEEM_CODIGOS,
     "RedeemRequest.terminal": _label(),

@@ -67,3 +67,52 @@ def test_the_largest_value_is_read_and_one_more_character_is_refused(campo):
         assert f"({len(too_long)})" in error.detalle
         assert "xxxx" not in error.detalle  # never the value
         assert "HHHH" not in error.detalle
+
+
+# ---------------------------------------------------------------- look-alike letters
+
+# Each would reach an ASCII Fan ID, code or e-mail if Python's upper()/lower() were used.
+NOT_ASCII_TEXT = [
+    "otro\u017fi01",  # ſ → S: resolved Fan ID OTROSI01 (issue 22 §5)
+    "hd-d\u0131sp-0001",  # ı → I
+    "\u212aIKI01",  # Kelvin sign
+    "\uff24EMO0001",  # fullwidth Ｄ
+    "DEMO\uff10001",  # fullwidth ０
+    "\u0415\u0421-0001",  # Cyrillic Е С
+    "DEMO\u200b0001",
+    "DEMO0001\u200d",
+    "\ufeffDEMO0001",
+]
+
+
+@pytest.mark.parametrize("text", NOT_ASCII_TEXT)
+def test_a_text_value_that_is_not_ascii_matches_no_fan(text):
+    ref = parse_fan_ref(text)
+    assert ref.forma is Forma.TEXTO
+    assert not ref.matchable
+    assert not ref.valor.isascii()  # nothing folded into ASCII
+
+
+@pytest.mark.parametrize("token", ["q7Hk2P\u017f", "\uff51\uff17", "q7\u200bHk"])
+def test_a_qr_url_with_a_token_that_is_not_ascii_matches_no_fan(token):
+    ref = parse_fan_ref(f"https://x.example/fan/v/{token}")
+    assert ref.forma is Forma.QR_URL
+    assert not ref.matchable
+
+
+@pytest.mark.parametrize(
+    ("text", "valor"),
+    [
+        ("\u212aiki@Example.com", "\u212aiki@example.com"),  # Kelvin sign kept: not kiki@
+        ("K\u0131K\u0131@example.com", "k\u0131k\u0131@example.com"),
+        ("JOS\u00c9@example.com", "jos\u00c9@example.com"),
+    ],
+)
+def test_an_email_folds_only_ascii_letters(text, valor):
+    ref = parse_fan_ref(text)
+    assert ref == FanRef(Forma.CORREO, valor)
+    assert ref.matchable
+
+
+def test_ascii_values_are_matchable():
+    assert all(parse_fan_ref(t).matchable for t in ("HAL0001", "https://x/v/q7", "a@b.c"))

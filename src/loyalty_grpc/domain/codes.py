@@ -2,12 +2,16 @@
 /api/v1/codes, the back office, fixtures, `loyalty admin codes import`). Pure, no I/O.
 
 - A code is stored and compared trimmed and upper-cased (`code_text`; `normalize_code`
-  also refuses an empty one).
+  also refuses an empty one). Only ASCII letters change case (domain.ascii): a look-alike
+  (`ı`, `ſ`, the Kelvin sign, fullwidth or Cyrillic letters) is never folded into an
+  ASCII one, so `hd-dısp-0001` is not `HD-DISP-0001`.
 - A new code (deposited, imported or in a fixture) must also be valid (`check_new_code`):
   not empty, at most MAX_CODE_LENGTH characters, no control characters, none of the
   characters that separate codes in pasted text (whitespace, ``,``, ``;``) — so the array
   and the text forms deposit the same codes, and `fan/resolve` (which removes whitespace)
-  can find every code.
+  can find every code —, and only ASCII characters (a code is typed, printed and scanned:
+  a letter that only looks like another one, or an invisible one, would make two codes
+  that read alike).
 - Pasted text splits on runs of whitespace, commas and semicolons (`split_codes`; the CLI
   streams a file through `split_code_stream`, the same rule).
 - At most MAX_CODES_PER_CALL codes per call, counted as read (before repeats are removed):
@@ -20,6 +24,7 @@ import re
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
+from loyalty_grpc.domain.ascii import ascii_upper
 from loyalty_grpc.domain.detalle import MAX_DETALLE, shown
 from loyalty_grpc.domain.errors import CodigoError, LoyaltyError
 from loyalty_grpc.domain.integers import INT32_MAX, integral
@@ -41,8 +46,9 @@ _PIECE = re.compile(r"[^\s,;]+")
 
 
 def code_text(text: str) -> str:
-    """A code as stored and compared: trimmed, upper case (may be empty)."""
-    return text.strip().upper()
+    """A code as stored and compared: trimmed, ASCII letters in upper case (may be empty;
+    other characters as they are, so a non-ASCII code stays one)."""
+    return ascii_upper(text.strip())
 
 
 def normalize_code(text: str, campo: str = "codigo") -> str:
@@ -63,6 +69,8 @@ def code_problem(codigo: str) -> str | None:
         return "contiene caracteres de control"
     if _SEPARATOR.search(codigo):
         return "contiene espacios, comas o punto y coma (separan códigos)"
+    if not codigo.isascii():
+        return "contiene caracteres que no son ASCII (un código es ASCII)"
     return None
 
 

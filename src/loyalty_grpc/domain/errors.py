@@ -118,8 +118,8 @@ CATALOGO: dict[CodigoError, Entrada] = {
             400,
             "INVALID_ARGUMENT",
             "Un código no es válido.",
-            "a deposited code is empty, over 64 chars or has control characters; a code to "
-            "redeem over 64 chars",
+            "a deposited code is empty, over 64 chars, has control characters or characters "
+            "other than ASCII; a code to redeem over 64 chars",
         ),
         _e(
             C.CURSOR_INVALIDO,

@@ -4,8 +4,8 @@ of one code text, batches. Pure, no I/O.
 State table (spec, "Coupon code states"): `asignado` → `canjeado` (redeemed now, `duplicado`
 false); `canjeado` → unchanged, `duplicado` true; `liberado` → 409 `codigo_liberado`;
 `disponible` → 409 `codigo_no_asignado`; a text the program does not have → 404
-`codigo_no_encontrado` (also one no code can be: empty or with a control character, found
-without asking the store). A text over MAX_CODE_LENGTH characters is no code at all:
+`codigo_no_encontrado` (also one no code can be: with a non-ASCII or control character,
+found without asking the store). A text over MAX_CODE_LENGTH characters is no code at all:
 400 `codigo_invalido`, the whole call refused. No other condition applies (the
 promotion's state or end date, or the fan being in `baja`, do not stop a redemption).
 
@@ -116,11 +116,15 @@ class Resumen:
 
 
 def could_exist(codigo: str) -> bool:
-    """False for a normalised text no stored code can have (empty, control characters;
-    over MAX_CODE_LENGTH is refused first: `check_length`): such a code is not found
-    without asking the store. (Separators are not checked: a code stored before that rule
-    may contain a space.)"""
-    return 0 < len(codigo) <= MAX_CODE_LENGTH and not has_control_characters(codigo)
+    """False for a normalised text no stored code can have (empty, control characters,
+    not ASCII; over MAX_CODE_LENGTH is refused first: `check_length`): such a code is
+    not found without asking the store. (Separators are not checked: a code stored
+    before that rule may contain a space.)"""
+    return (
+        0 < len(codigo) <= MAX_CODE_LENGTH
+        and codigo.isascii()
+        and not has_control_characters(codigo)
+    )
 
 
 def check_length(codigo: str, campo: str, index: int | None = None) -> None:

@@ -122,7 +122,7 @@ _UNIQUE = (
         "correo",
         "uq_fans_programa_correo",
         CodigoError.CORREO_DUPLICADO,
-        func.lower(fans.c.correo),
+        func.lower(fans.c.correo.collate("C")),  # email_key's fold, as the index
         lambda c: None if c.correo is None else email_key(c.correo),
         lambda r: email_key(r.correo),
     ),
