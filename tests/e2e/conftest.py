@@ -105,6 +105,7 @@ def stack(
             admin=Admin(bo_grpc.BackofficeServiceStub(channel), admin_token),
             keys=keys,
             engine=engine,
+            gateway=proxy,
         )
     finally:
         channel.close()

@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
+from loyalty_grpc.domain.detalle import bounded
+
 
 class CodigoError(StrEnum):
     SOLICITUD_INVALIDA = "solicitud_invalida"
@@ -117,7 +119,8 @@ CATALOGO: dict[CodigoError, Entrada] = {
             400,
             "INVALID_ARGUMENT",
             "Un código no es válido.",
-            "a deposited code is empty, over 64 chars or has control characters",
+            "a deposited code is empty, over 64 chars, has control characters or characters "
+            "other than ASCII; a code to redeem over 64 chars",
         ),
         _e(
             C.CURSOR_INVALIDO,
@@ -350,11 +353,14 @@ CATALOGO: dict[CodigoError, Entrada] = {
 
 class LoyaltyError(Exception):
     """A failure the client can act on. `detalle` helps the person debugging: name the
-    field and the value's problem, never a secret or personal data."""
+    field and the value's problem, never a secret or personal data; a client's value only
+    through domain.detalle.shown. It is kept within domain.detalle.MAX_DETALLE characters
+    (`bounded`): every detalle the edge sends has been through here."""
 
     def __init__(
         self, codigo: CodigoError, detalle: str = "", *, retry_after: int | None = None
     ) -> None:
+        detalle = bounded(detalle)
         super().__init__(f"{codigo}: {detalle}" if detalle else str(codigo))
         self.codigo = codigo
         self.detalle = detalle
