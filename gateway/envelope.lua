@@ -63,6 +63,7 @@ local CATALOGO = {
   clave_invalida = {401, "La clave de API no es válida."},
   permiso_denegado = {403, "La clave no tiene permiso para esto."},
   ruta_no_encontrada = {404, "La ruta no existe."},
+  tiempo_agotado = {408, "La solicitud no llegó a tiempo."},
   solicitud_muy_grande = {413, "La solicitud es demasiado grande."},
   demasiadas_llamadas = {429, "Demasiadas llamadas."},
   error_interno = {500, "Error interno."},
@@ -79,6 +80,7 @@ local BY_HTTP_STATUS = {
   [403] = "permiso_denegado",
   [404] = "ruta_no_encontrada",
   [405] = "ruta_no_encontrada",
+  [408] = "tiempo_agotado",        -- headers, whole request or a pause over Envoy's timeouts
   [413] = "solicitud_muy_grande",
   [431] = "solicitud_muy_grande",   -- request headers too large
   [429] = "demasiadas_llamadas",
@@ -102,9 +104,11 @@ local BY_GRPC_STATUS = {
 }
 
 -- Fixed detalle for server-side failures: never Envoy's text (upstream addresses, reset
--- reasons) nor grpc-message (it may hold internals).
+-- reasons) nor grpc-message (it may hold internals); and for Envoy's timeouts, whose text
+-- is English ("request timeout", "stream timeout", "request header timeout").
 local DETALLE_FIJO = {
   servicio_no_disponible = "El servidor no responde; se puede reintentar.",
+  tiempo_agotado = "la solicitud no llegó completa a tiempo (cabeceras o cuerpo lentos o detenidos); no se hizo nada, envíela de nuevo",
   error_interno = "",
   no_implementado = "",
 }
@@ -363,7 +367,8 @@ local UNKNOWN_API_ROUTE = "api_v1"
 -- The response header that marks the edge's own refusals (never leaves Envoy).
 local EDGE_MARK = "x-loyalty-edge"
 
-local byte, find, match, sub = string.byte, string.find, string.match, string.sub
+local byte, find, gsub, match, sub =
+  string.byte, string.find, string.gsub, string.match, string.sub
 local bxor, lshift, tobit = bit.bxor, bit.lshift, bit.tobit
 
 -- The edge's memory lives in this Lua state: one per Envoy worker thread (`loyalty up` runs
@@ -506,8 +511,15 @@ local function refused_address(handle, info, hash)
   if until_when ~= nil and until_when > now then
     return false
   end
+  local body = entry[2]
+  if body ~= nil then
+    -- The server's detalle counts down from its verdict ("reintente en 60 s"): the same
+    -- words with the seconds left now (tests/e2e/test_client_address.py holds the server
+    -- to them).
+    body = gsub(body, "reintente en %d+ s", "reintente en " .. left .. " s", 1)
+  end
   return refuse(handle, info, "demasiadas_llamadas", "", false,
-                {["retry-after"] = tostring(left)}, entry[2])
+                {["retry-after"] = tostring(left)}, body)
 end
 
 -- What the edge decides from the headers of a request (`line`: "METHOD /path", `path`

@@ -38,11 +38,12 @@ from loyalty_grpc.api.requests import MAX_ID_EXTERNO, MAX_LABEL
 from loyalty_grpc.domain.amounts import MAX_CENTAVOS
 from loyalty_grpc.domain.codes import MAX_CODE_LENGTH, MAX_CODES_PER_CALL
 from loyalty_grpc.domain.errors import CATALOGO, CodigoError
+from loyalty_grpc.domain.fan_ref import MAX_FAN_TEXT
 from loyalty_grpc.domain.fixture import FanFixture, ProgramaFixture, parse_fixture
 from loyalty_grpc.domain.integers import INT32_MAX
 from loyalty_grpc.domain.permissions import REQUIRED, Permiso
 from loyalty_grpc.domain.programs import MONEDA_POR_OMISION
-from loyalty_grpc.domain.promos import EstadoCodigo, EstadoFan, EstadoPromo
+from loyalty_grpc.domain.promos import MAX_NOMBRE, EstadoCodigo, EstadoFan, EstadoPromo
 from loyalty_grpc.domain.redeem import MAX_CODIGOS
 from loyalty_grpc.domain.roster import LIMITE_DEFAULT, LIMITE_MAX
 from loyalty_grpc.domain.timestamps import EPOCH_MS_DESDE, MIN_TS
@@ -267,9 +268,10 @@ IMPORTE_NUMBER: Schema = {
     "rounded to the cent).",
 }
 
-# Codes as deposited (domain/codes.py): trimmed, 1..MAX_CODE_LENGTH characters, no control
-# characters and none of the characters that separate codes in pasted text.
-_CODE = rf"[^{SPACE},;{CONTROL}]{{1,{MAX_CODE_LENGTH}}}"
+# Codes as deposited (domain/codes.py): trimmed, 1..MAX_CODE_LENGTH characters, printable
+# ASCII (no control characters, nothing else) except the space and the other characters
+# that separate codes in pasted text (`,`, `;`).
+_CODE = rf"[\x21-\x2b\x2d-\x3a\x3c-\x7e]{{1,{MAX_CODE_LENGTH}}}"
 CODE_ITEM = rf"^[{SPACE}]*{_CODE}[{SPACE}]*$"
 CODES_TEXT = rf"^[{SPACE},;]*{_CODE}(?:[{SPACE},;]+{_CODE})*[{SPACE},;]*$"
 
@@ -313,12 +315,13 @@ CODES_SENT: Schema = {
 CODES_DESCRIPTION = (
     "An array of codes, or the codes as pasted text (split on runs of whitespace, commas "
     f"and semicolons); at most {MAX_CODES_PER_CALL} entries read, repeats included. A code "
-    f"is trimmed and upper-cased: 1 to {MAX_CODE_LENGTH} characters, no control "
-    "characters, whitespace, `,` or `;`."
+    f"is trimmed and upper-cased: 1 to {MAX_CODE_LENGTH} printable ASCII characters, no "
+    "whitespace, `,` or `;`."
 )
 FAN_DESCRIPTION = (
     "The fan in any of the five forms: Fan ID, coupon code delivered to the fan, QR token, "
-    "full QR URL or e-mail."
+    f"full QR URL or e-mail; at most {MAX_FAN_TEXT} characters. Fan IDs, codes and QR "
+    "tokens are ASCII: a value of another form with another character matches no fan."
 )
 
 
@@ -333,7 +336,11 @@ def _alias(schema: Schema, of: str) -> Schema:
     return {**schema, "description": f"Alias of {of}."}
 
 
-_FAN_FIELD: Schema = {"type": ["string", "null"], "description": FAN_DESCRIPTION}
+_FAN_FIELD: Schema = {
+    "type": ["string", "null"],
+    "maxLength": MAX_FAN_TEXT,
+    "description": FAN_DESCRIPTION,
+}
 _ID_EXTERNO_FIELD: Schema = {
     "type": ["string", "null"],
     "description": f"The caller's sale id, the idempotency key: at most {MAX_ID_EXTERNO} "
@@ -348,8 +355,9 @@ _CENTAVOS_FIELD: Schema = {
 }
 _PROMO_FIELD: Schema = {
     "oneOf": [{"type": "integer", "minimum": 1, "maximum": MAX_ID}, {"type": "string"}, NULL],
-    "description": "Promotion id, or its exact name (case-insensitive); a text of digits is "
-    "the id, or the name when no promotion has that id.",
+    "description": "Promotion id, or its exact name (case-insensitive; at most "
+    f"{MAX_NOMBRE} characters after trimming); a text of digits is the id, or the name when "
+    "no promotion has that id.",
 }
 _CODES_FIELD: Schema = {
     "oneOf": [
@@ -368,7 +376,8 @@ _REDEEM_CODIGOS: Schema = {
     "items": {"type": "string"},
     "maxItems": MAX_CODIGOS,
     "description": f"Batch form, up to {MAX_CODIGOS} codes (an empty list is not sent); "
-    "an empty or unknown code is that entry's `codigo_no_encontrado`.",
+    "an empty or unknown code is that entry's `codigo_no_encontrado`; a code over "
+    f"{MAX_CODE_LENGTH} characters after trimming refuses the call (`codigo_invalido`).",
 }
 _LIMITE: Schema = {
     "minimum": 1,
@@ -414,7 +423,11 @@ FIELD_SCHEMAS: dict[str, Schema] = {
         "description": f"The program's currency, {MONEDA_POR_OMISION} (any case); blank or "
         f"absent: {MONEDA_POR_OMISION}.",
     },
-    "RedeemRequest.codigo": {"type": ["string", "null"], "description": "Single form."},
+    "RedeemRequest.codigo": {
+        "type": ["string", "null"],
+        "description": f"Single form: at most {MAX_CODE_LENGTH} characters after trimming "
+        "(longer: `codigo_invalido`); a code with a character that is not ASCII is not found.",
+    },
     "RedeemRequest.codigos": _REDEEM_CODIGOS,
     "RedeemRequest.terminal": _label(),
     "RedeemRequest.caja": _label("terminal"),

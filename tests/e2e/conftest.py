@@ -72,7 +72,9 @@ def stack(
 
     admin_token = secrets.token_urlsafe(24)
     # The call limiter runs on every call, with a limit the suite never reaches
-    # (tests/e2e/test_rate_limit_http.py has its own small-limit stack).
+    # (tests/e2e/test_rate_limit_http.py has its own small-limit stack); so does the limit
+    # on failed key checks (every module's unknown keys come from 127.0.0.1;
+    # tests/e2e/test_client_address.py has its own small-limit stack).
     server: GrpcServer = build_server(
         ServerSettings(
             database_url=url,
@@ -81,6 +83,7 @@ def stack(
             key_cache_seconds=0,
             max_workers=8,
             rate_limit_per_minute=1_000_000,
+            failed_key_checks_per_minute=1_000_000,
         )
     )
     server.start()
@@ -102,6 +105,7 @@ def stack(
             admin=Admin(bo_grpc.BackofficeServiceStub(channel), admin_token),
             keys=keys,
             engine=engine,
+            gateway=proxy,
         )
     finally:
         channel.close()

@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import json
 import secrets
+import urllib.parse
 from dataclasses import dataclass
 
 import httpx
 from sqlalchemy import Engine
 
 from loyalty_grpc.gen.loyalty.v1 import backoffice_service_pb2 as bo
+from loyalty_grpc.runtime.gateway.admin import EnvoyAdmin
+from loyalty_grpc.runtime.gateway.envoy import EnvoyProcess
 from tests.support import Admin
 
 ALL = ["fan:leer", "tx:escribir", "redeem:escribir", "codigos:escribir", "roster:leer"]
@@ -39,9 +42,24 @@ class Stack:
     keys: dict[str, str]
     # For assertions on what was stored (tests only read).
     engine: Engine
+    # The running Envoy (its admin interface: `envoy_counter`).
+    gateway: EnvoyProcess | None = None
 
     def http(self) -> httpx.Client:
         return httpx.Client(base_url=self.base_url, timeout=10)
+
+    def envoy_counter(self, name: str) -> int:
+        """One of Envoy's counters (e.g. `cluster.loyalty_grpc.upstream_rq_retry`), read
+        from its admin interface wherever the gateway says it is."""
+        assert self.gateway is not None, "this stack has no gateway"
+        admin = EnvoyAdmin.from_address_file(self.gateway.admin_address_path)
+        assert admin is not None, "Envoy wrote no admin address"
+        pattern = urllib.parse.quote("^" + name.replace(".", r"\.") + "$")
+        status, body = admin.get(f"/stats?filter={pattern}")
+        assert status == 200, body
+        found, _, value = body.strip().partition(": ")
+        assert found == name, body
+        return int(value)
 
     def program(
         self,

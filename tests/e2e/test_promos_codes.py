@@ -355,7 +355,7 @@ def _fill(value: object, promo_id: int) -> object:
         (
             {"promo_id": 999999, "codes": "X"},
             CodigoError.PROMO_NO_ENCONTRADA,
-            "promo_id: el programa no tiene la promoción '999999'",
+            "promo_id: el programa no tiene la promoción 999999",
         ),
         ({"promo": 0, "codigos": ["X"]}, CodigoError.PROMO_NO_ENCONTRADA, "promo"),
         ({"promo": "No Existe", "codigos": ["X"]}, CodigoError.PROMO_NO_ENCONTRADA, "No Existe"),

@@ -377,7 +377,7 @@ def test_one_text_in_several_promotions(stack, http, keys):
         ("NO-EXISTE", CodigoError.CODIGO_NO_ENCONTRADO),
         ("OTRO-1", CodigoError.CODIGO_NO_ENCONTRADO),  # another program's code
         ("HD 001", CodigoError.CODIGO_NO_ENCONTRADO),  # inner spaces are not removed
-        ("X" * 65, CodigoError.CODIGO_NO_ENCONTRADO),
+        ("X" * 65, CodigoError.CODIGO_INVALIDO),  # longer than any code can be
         ("HD-\u0000", CodigoError.CODIGO_NO_ENCONTRADO),
     ],
 )

@@ -492,7 +492,7 @@ def test_create_promo_with_estado(engine):
 
 def test_promo_errors(engine):
     promo = run_in_uow(engine, promos.create_promo, P, "Única", vigencia_fin="2099-12-31")
-    with fails(engine, CodigoError.PROMO_DUPLICADA, "ÚNICA"):
+    with fails(engine, CodigoError.PROMO_DUPLICADA, "\\u00daNICA"):
         run_in_uow(engine, promos.create_promo, P, " ÚNICA ", vigencia_fin="2099-12-31")
     run_in_uow(engine, promos.create_promo, OTRO, "Única", vigencia_fin="2099-12-31")
     with fails(engine, CodigoError.PROGRAMA_NO_ENCONTRADO):

@@ -517,7 +517,7 @@ def test_code_fan_nowhere_is_refused_and_changes_nothing(engine: Engine) -> None
         doc,
         CodigoError.FIXTURE_INVALIDO,
         "programas[1] (huerfanos).promos[0] (Refresco).codigos[5] (R-9).fan: el fan "
-        "NADIE-1 no está en el fixture ni en el programa huerfanos",
+        '"NADIE-1" no está en el fixture ni en el programa huerfanos',
     )
 
 

@@ -175,3 +175,15 @@ def test_mutual_tls_to_the_servers_by_sds_validates_and_the_spec_keeps_it(
     assert loaded.upstream_tls == grpc_tls
     assert tls_spec(None).upstream_tls is None
     assert "transport_socket" not in str(envoy_config.load_config()["static_resources"]["clusters"])
+
+
+# ---------------------------------------------------------------- Envoy's heap budget
+
+
+def test_a_heap_budget_is_rendered_into_the_bootstrap_and_validates(tmp_path: Path) -> None:
+    budget = 96 * 1024 * 1024
+    work = envoy_xds.install(dataclasses.replace(spec(), max_heap_bytes=budget), tmp_path / "w")
+    monitors = yaml.safe_load(work.bootstrap.read_text())["overload_manager"]["resource_monitors"]
+    (heap,) = [m for m in monitors if m["name"] == envoy_config.HEAP_MONITOR]
+    assert heap["typed_config"]["max_heap_size_bytes"] == budget
+    assert work.load_spec().max_heap_bytes == budget  # a reload renders the same bootstrap

@@ -17,8 +17,8 @@ from loyalty_grpc.domain.codes import (
     code_batch,
     code_batch_of_json,
     code_batch_of_list,
+    code_text,
     parse_promo_ref,
-    shown_code,
     split_code_stream,
     split_codes,
 )
@@ -85,8 +85,8 @@ def test_streamed_split_bounds_an_over_long_piece():
     [
         ("hd-0001", "HD-0001"),
         ("  x7 ", "X7"),
-        ("ñandú", "ÑANDÚ"),
         ("A" * MAX_CODE_LENGTH, "A" * MAX_CODE_LENGTH),
+        ("~!#$%&'()*+-./:<=>?@[]^_`{|}", "~!#$%&'()*+-./:<=>?@[]^_`{|}"),
     ],
 )
 def test_valid_new_codes(raw, normal):
@@ -114,9 +114,42 @@ def test_invalid_new_codes(raw, problem):
     assert problem in error.detalle
 
 
-def test_shown_code_is_ascii_and_short():
-    assert shown_code("ab\x07ñ") == '"ab\\u0007\\u00f1"'
-    assert shown_code("X" * 100) == '"' + "X" * 24 + '\\u2026"'
+# Look-alikes of ASCII letters and digits, and invisible characters (issue 22 §5): Python's
+# upper() made `hd-dısp-0001` the code HD-DISP-0001.
+LOOK_ALIKES = [
+    "hd-d\u0131sp-0001",  # ı dotless i: upper() → I
+    "otro\u017fi01",  # ſ long s: upper() → S
+    "\u212aIKI-01",  # K Kelvin sign: lower() → k
+    "\uff24EMO-0001",  # Ｄ fullwidth D
+    "DEMO-\uff10001",  # ０ fullwidth zero
+    "\u0410\u0415\u041e\u0420\u0421\u0425-1",  # Cyrillic А Е О Р С Х
+    "HD-\u200b0001",  # zero-width space
+    "HD-0001\u200d",  # zero-width joiner
+    "\ufeffHD-0001",  # byte order mark / zero-width no-break space
+    "ñandú",
+]
+
+
+@pytest.mark.parametrize("raw", LOOK_ALIKES)
+def test_a_new_code_is_ascii(raw):
+    error = error_of(check_new_code, raw, "codigo")
+    assert error.codigo is CodigoError.CODIGO_INVALIDO
+    assert "no son ASCII" in error.detalle
+
+
+@pytest.mark.parametrize("raw", LOOK_ALIKES)
+def test_case_changes_never_fold_a_look_alike_into_ascii(raw):
+    normal = code_text(raw)
+    assert not normal.isascii()
+    assert normal == raw.strip().translate(
+        str.maketrans("abcdefghijklmnopqrstuvwxyz", "ABCDEFGHIJKLMNOPQRSTUVWXYZ")
+    )
+
+
+def test_a_look_alike_in_a_batch_is_named_escaped():
+    error = error_of(code_batch_of_json, ["HD-0001", "hd-d\u0131sp-0001"])
+    assert error.codigo is CodigoError.CODIGO_INVALIDO
+    assert 'codigos[1] "HD-D\\u0131SP-0001": contiene caracteres que no son ASCII' in error.detalle
 
 
 # ---------------------------------------------------------------- a batch
@@ -140,7 +173,7 @@ def test_invalid_codes_are_named_by_position_first_three_and_a_count():
     assert error.codigo is CodigoError.CODIGO_INVALIDO
     assert error.detalle.startswith("5 código(s) no válido(s), no se agregó ninguno: ")
     assert 'codes[1] "": vacío' in error.detalle
-    assert 'codes[2] "' + "X" * 24 + '\\u2026": más de 64 caracteres (70)' in error.detalle
+    assert 'codes[2] "' + "X" * 32 + '"…: más de 64 caracteres (70)' in error.detalle
     assert 'codes[3] "A\\u0001": contiene caracteres de control' in error.detalle
     assert error.detalle.endswith("(y 2 más)")
     assert "\n" not in error.detalle

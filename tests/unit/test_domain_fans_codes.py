@@ -31,12 +31,37 @@ def _codigo(fn: Callable[..., object], *args: object) -> tuple[CodigoError, str]
         ("  hal 0001 ", "HAL0001"),
         ("h a\tl\n0\u00a00\u20030 1", "HAL0001"),  # every kind of whitespace
         ("HAL-0001", "HAL-0001"),
-        ("ñandú7", "ÑANDÚ7"),
     ],
 )
 def test_canonical_fan_id(raw, canonical):
     assert fans.canonical_fan_id(raw) == canonical
     assert fans.canonical_fan_id(canonical) == canonical  # idempotent
+
+
+# Letters and digits that look like ASCII ones (upper()/lower() fold the first three into
+# ASCII) and invisible characters: issue 22 §5.
+LOOK_ALIKES = [
+    "otro\u017fi01",  # ſ long s → S
+    "hal\u01310001",  # ı dotless i → I
+    "\u212aIKI01",  # K Kelvin sign → k
+    "\uff28AL0001",  # Ｈ fullwidth
+    "HAL\uff10001",  # ０ fullwidth zero
+    "\u0410\u0415\u041e\u0420\u0421\u0425",  # Cyrillic А Е О Р С Х
+    "HAL\u200b0001",  # zero-width space (not whitespace for Python's \s)
+    "HAL0001\u200d",  # zero-width joiner
+    "\ufeffHAL0001",  # zero-width no-break space (BOM)
+    "ñandú7",
+]
+
+
+@pytest.mark.parametrize("raw", LOOK_ALIKES)
+def test_a_fan_id_is_ascii(raw):
+    codigo, detalle = _codigo(fans.canonical_fan_id, raw, "id")
+    assert codigo is CodigoError.SOLICITUD_INVALIDA
+    assert detalle.startswith("id: un Fan ID solo lleva caracteres ASCII")
+    assert raw not in detalle  # personal data is not echoed
+    assert raw.upper() not in detalle
+    assert _codigo(fans.new_fan_id, raw)[0] is CodigoError.SOLICITUD_INVALIDA
 
 
 @pytest.mark.parametrize("raw", ["", "   ", "\t\n"])
@@ -99,6 +124,30 @@ def test_email_comparison_is_case_insensitive():
     assert not fans.emails_equal("ana@example.com", "ana2@example.com")
 
 
+@pytest.mark.parametrize(
+    ("look_alike", "ascii"),
+    [
+        ("\u212aiki@example.com", "kiki@example.com"),  # K Kelvin sign: lower() is k
+        ("k\u0131k\u0131@example.com", "kiki@example.com"),  # ı: upper() is I
+        ("\u0130van@example.com", "ivan@example.com"),  # İ: lower() is i + dot
+        ("\u017fara@example.com", "sara@example.com"),  # ſ: upper() is S
+        ("\uff4biki@example.com", "kiki@example.com"),  # ｋ fullwidth
+        ("\u043aiki@example.com", "kiki@example.com"),  # к Cyrillic
+        ("ki\u200bki@example.com", "kiki@example.com"),  # zero-width space
+        ("kiki@example.com\ufeff", "kiki@example.com"),
+    ],
+)
+def test_email_comparison_never_folds_other_letters_into_ascii(look_alike, ascii):
+    assert not fans.emails_equal(look_alike, ascii)
+    assert fans.email_key(look_alike) != ascii
+
+
+def test_email_letters_beyond_ascii_compare_exactly():
+    assert fans.email_key("JOSÉ@Example.com") == "josÉ@example.com"
+    assert not fans.emails_equal("josé@example.com", "JOSÉ@example.com")
+    assert fans.emails_equal("josé@EXAMPLE.com", "JOSé@example.com")
+
+
 # ---------------------------------------------------------------- other fan fields
 
 
@@ -130,6 +179,8 @@ def test_socio_desde_and_temporadas():
         ("hd-0001", "HD-0001"),
         ("  Hd-0001\t", "HD-0001"),
         ("HD 0001", "HD 0001"),
+        ("hd-d\u0131sp-0001", "HD-D\u0131SP-0001"),  # ı stays ı: never HD-DISP-0001
+        ("\u212aiki", "\u212aIKI"),
     ],
 )
 def test_normalize_code(raw, normal):

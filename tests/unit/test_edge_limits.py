@@ -15,6 +15,8 @@ from loyalty_grpc.api.requests import MAX_ID_EXTERNO, MAX_LABEL
 from loyalty_grpc.domain import amounts, keys, timestamps
 from loyalty_grpc.domain.codes import MAX_CODE_LENGTH, MAX_CODES_PER_CALL, too_many_codes
 from loyalty_grpc.domain.errors import CATALOGO, CodigoError
+from loyalty_grpc.domain.fan_ref import MAX_FAN_TEXT
+from loyalty_grpc.domain.promos import MAX_NOMBRE
 from loyalty_grpc.domain.redeem import MAX_CODIGOS
 from loyalty_grpc.domain.roster_cursor import CURSOR_LENGTH
 from loyalty_grpc.gen.loyalty.v1 import pos_service_pb2
@@ -37,7 +39,7 @@ def code() -> str:
 WORST = {
     "POST /api/v1/tx": {
         "id_externo": text(MAX_ID_EXTERNO),
-        "fan": text(edge_limits.MAX_FAN_TEXT),
+        "fan": text(MAX_FAN_TEXT),
         "importe": text(amounts.MAX_TEXTO),
         "importe_centavos": BIGGEST_NUMBER,
         "terminal": text(MAX_LABEL),
@@ -45,14 +47,14 @@ WORST = {
         "ts": text(timestamps.MAX_TEXTO),
         "moneda": text(edge_limits.MAX_MONEDA),
     },
-    "POST /api/v1/fan/resolve": {"fan": text(edge_limits.MAX_FAN_TEXT)},
+    "POST /api/v1/fan/resolve": {"fan": text(MAX_FAN_TEXT)},
     "POST /api/v1/redeem": {
         "codigos": [code()] * MAX_CODIGOS,
         "terminal": text(MAX_LABEL),
         "ts": text(timestamps.MAX_TEXTO),
     },
     "POST /api/v1/codes": {
-        "promo": text(edge_limits.MAX_PROMO_NAME),
+        "promo": text(MAX_NOMBRE),
         "codigos": [code()] * MAX_CODES_PER_CALL,
     },
     "POST /api/v1/ping": {},
@@ -69,7 +71,7 @@ def test_the_largest_body_fits_its_limit(binding: str, indent: int | str | None)
 
 def test_the_codes_text_form_fits_too() -> None:
     pasted = "\r\n".join([code()] * MAX_CODES_PER_CALL)
-    body = json.dumps({"promo": text(edge_limits.MAX_PROMO_NAME), "codigos": pasted}).encode()
+    body = json.dumps({"promo": text(MAX_NOMBRE), "codigos": pasted}).encode()
     assert len(body) <= BINDINGS["POST /api/v1/codes"].limit
 
 

@@ -60,6 +60,8 @@ CONTRACT: dict[str, int] = {
 # document (see the module doc).
 BEYOND_THE_DOCUMENTS: dict[str, tuple[int, str, bool]] = {
     "no_implementado": (501, "UNIMPLEMENTED", False),
+    # Envoy's answer to a request that does not arrive whole in time (issue 22 §3).
+    "tiempo_agotado": (408, "DEADLINE_EXCEEDED", False),
     "fixture_invalido": (400, "INVALID_ARGUMENT", True),
     "permiso_desconocido": (400, "INVALID_ARGUMENT", True),
     "clave_mal_formada": (400, "INVALID_ARGUMENT", True),

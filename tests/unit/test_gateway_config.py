@@ -515,7 +515,8 @@ def test_the_route_table_sets_the_gateway_mark_of_the_server(config: dict[str, A
         {
             "header": {"key": GATEWAY_MARK_KEY, "value": GATEWAY_MARK_VALUE},
             "append_action": "OVERWRITE_IF_EXISTS_OR_ADD",
-        }
+        },
+        envoy_config.client_address_header(),  # tests/unit/test_client_address_config.py
     ]
     assert not table.get("most_specific_header_mutations_wins")
     envoy_config.check_gateway_mark(config)
@@ -531,7 +532,10 @@ def test_every_rendering_and_xds_generation_carries_the_mark(tmp_path: Path) -> 
         envoy_config.check_gateway_mark(static)
     (listener,) = without_types(generation.listeners["resources"], envoy_xds.LISTENER_TYPE)
     manager = listener["filter_chains"][0]["filters"][0]["typed_config"]
-    assert manager["route_config"]["request_headers_to_add"] == [envoy_config.gateway_mark()]
+    assert manager["route_config"]["request_headers_to_add"] == [
+        envoy_config.gateway_mark(),
+        envoy_config.client_address_header(),
+    ]
 
 
 @pytest.mark.parametrize(
@@ -550,7 +554,7 @@ def test_a_config_without_the_mark_is_refused(tmp_path: Path, change: str) -> No
     gateway = gateway_copy(tmp_path)
     config = envoy_config.load_config(gateway)
     table = hcm(config)["route_config"]
-    (mark,) = table["request_headers_to_add"]
+    (mark,) = [e for e in table["request_headers_to_add"] if e == envoy_config.gateway_mark()]
     if change == "no mark":
         del table["request_headers_to_add"]
     elif change == "another value":
@@ -585,7 +589,8 @@ def test_the_backstop_for_replies_that_skip_envelope_lua_is_the_catalogue_envelo
     """The local reply mapper (envoy.yaml) writes what envelope.lua would for a 502-504,
     and nothing else: it rewrites bodies before envelope.lua sees them, and envelope.lua
     shows Envoy's reason (the body) as `detalle` for other statuses."""
-    (mapper,) = hcm(config)["local_reply_config"]["mappers"]
+    # The last mapper (the first is the overload manager's: tests/unit/test_gateway_limits.py).
+    _overload, mapper = hcm(config)["local_reply_config"]["mappers"]
     override = mapper["body_format_override"]
     assert override["content_type"] == "application/json"
     body = override["text_format_source"]["inline_string"]

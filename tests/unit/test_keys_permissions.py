@@ -7,6 +7,7 @@ import hashlib
 import pytest
 
 from loyalty_grpc.domain import keys, permissions
+from loyalty_grpc.domain.detalle import shown
 from loyalty_grpc.domain.errors import CodigoError, LoyaltyError
 from loyalty_grpc.domain.keys import Modo
 from loyalty_grpc.domain.permissions import Permiso
@@ -135,7 +136,7 @@ def test_parse_permisos_unknown(name):
     with pytest.raises(LoyaltyError) as err:
         permissions.parse_permisos(["fan:leer", name])
     assert err.value.codigo is CodigoError.PERMISO_DESCONOCIDO
-    assert repr(name) in err.value.detalle
+    assert f"permiso {shown(name)} no existe" in err.value.detalle
 
 
 def test_sorted_names_follow_the_contract_table():

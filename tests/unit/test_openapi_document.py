@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 from schemathesis.specs.openapi.definitions import OPENAPI_31
 
 from loyalty_grpc.domain.amounts import parse_importe
+from loyalty_grpc.domain.ascii import ascii_upper
 from loyalty_grpc.domain.codes import code_batch_of_json
 from loyalty_grpc.domain.errors import LoyaltyError
 from loyalty_grpc.domain.fixture import parse_fixture
@@ -497,7 +498,7 @@ def test_the_single_line_patterns_are_the_text_rules(text: str) -> None:
     )
     _agree(GEN.BLANK, lambda t: not t.strip(), text)
     _agree(GEN.SOME_TEXT, lambda t: bool(t.strip()) and "\x00" not in t, text)
-    _agree(GEN.MONEDA, lambda t: (t.strip() or "MXN").upper() == "MXN", text)
+    _agree(GEN.MONEDA, lambda t: ascii_upper(t.strip() or "MXN") == "MXN", text)
 
 
 @PROPERTY_SETTINGS
@@ -509,9 +510,6 @@ def test_the_single_line_patterns_are_the_text_rules(text: str) -> None:
     )
 )
 def test_the_code_patterns_are_the_code_rules(text: str) -> None:
-    # Upper-casing can lengthen a code ("ß" -> "SS"): the rules count after it.
-    if len(text.upper()) != len(text):
-        return
     _agree(GEN.CODE_ITEM, lambda t: _raises_nothing(lambda: code_batch_of_json([t])), text)
     if text.strip():
         _agree(GEN.CODES_TEXT, lambda t: _raises_nothing(lambda: code_batch_of_json(t)), text)

@@ -9,10 +9,13 @@ import pytest
 
 from loyalty_grpc.runtime.cli import main
 from loyalty_grpc.runtime.settings import (
+    ENVOY_HEAP_MIN_MB,
     EXIT_CONFIG,
+    MIB,
     ConfigError,
     Settings,
     checked_names,
+    default_envoy_heap_bytes,
     default_workers,
     documented_names,
     join_target,
@@ -324,3 +327,30 @@ def test_a_target_splits_and_joins_back():
     assert split_target("[::1]:50052") == ("::1", 50052)  # brackets gone: Envoy's address
     for target in ("s1:50051", "[::1]:50052", "10.0.0.1:1"):
         assert join_target(*split_target(target)) == target
+
+
+def test_envoys_heap_budget_follows_the_machine_unless_set(monkeypatch: pytest.MonkeyPatch):
+    from loyalty_grpc.runtime import settings as module
+
+    gib = 1024**3
+    assert default_envoy_heap_bytes(16 * gib) == 4 * gib
+    assert default_envoy_heap_bytes(16 * gib + 123) == 4 * gib  # whole MiB
+    assert default_envoy_heap_bytes(128 * 1024**2) == ENVOY_HEAP_MIN_MB * MIB  # the floor
+    monkeypatch.setattr(module, "available_memory", lambda: 2 * gib)
+    assert Settings.from_env({}).envoy_heap_mb is None
+    assert Settings.from_env({}).envoy_heap_bytes == gib // 2
+    settings = Settings.from_env({"LOYALTY_ENVOY_HEAP_MB": "300"}, wallet=False)
+    assert settings.envoy_heap_bytes == 300 * MIB
+    assert settings.with_flags(envoy_heap_mb="2048").envoy_heap_bytes == 2 * gib
+
+
+@pytest.mark.parametrize("value", ["63", "0", "-1", "1.5", "lots", "1048577"])
+def test_a_heap_budget_envoy_cannot_run_in_is_refused(value: str):
+    with pytest.raises(ConfigError) as exc:
+        Settings.from_env({"LOYALTY_ENVOY_HEAP_MB": value}, wallet=False)
+    assert str(exc.value) == (
+        f"LOYALTY_ENVOY_HEAP_MB must be a number of MiB from {ENVOY_HEAP_MIN_MB} "
+        f"to 1048576, got {value!r}"
+    )
+    with pytest.raises(ConfigError, match=r"^--envoy-heap-mb must be a number of MiB"):
+        Settings.from_env({}, wallet=False).with_flags(envoy_heap_mb=value)

@@ -45,6 +45,8 @@ from typing import Final
 from loyalty_grpc.api.requests import MAX_ID_EXTERNO, MAX_LABEL
 from loyalty_grpc.domain import amounts, timestamps
 from loyalty_grpc.domain.codes import MAX_CODE_LENGTH, MAX_CODES_PER_CALL
+from loyalty_grpc.domain.fan_ref import MAX_FAN_TEXT
+from loyalty_grpc.domain.promos import MAX_NOMBRE
 from loyalty_grpc.domain.redeem import MAX_CODIGOS
 from loyalty_grpc.domain.roster_cursor import CURSOR_LENGTH
 
@@ -56,15 +58,9 @@ ELEMENT: Final = 12
 PAGE: Final = 4096
 FLOOR: Final = 4096
 
-# Largest values the domain allows where no module of this branch states one yet.
-# The `fan` value (and its aliases): the value rules give it 512 characters
-# (domain.fan_ref.MAX_FAN_TEXT once issue 22 §4 lands; import it from there then).
-MAX_FAN_TEXT: Final = 512
-# `moneda`: a three-letter code (domain/programs.py), with room for surrounding spaces.
+# `moneda`: the one value accepted is the program's three-letter code (domain/programs.py;
+# any other value, of any length, is moneda_no_soportada), with room for spaces around it.
 MAX_MONEDA: Final = 8
-# A promotion named in `codes` (`promo`): names have no maximum in the domain; a name is
-# a line of a printed coupon or a menu.
-MAX_PROMO_NAME: Final = 200
 
 # The parse limits of request_check.lua. The largest request message (RegisterTxRequest)
 # has 17 fields and none is an object: MAX_MEMBERS leaves room for unknown fields, which
@@ -174,7 +170,7 @@ BINDINGS: Mapping[str, Binding] = {
         codes_fields=("codigos",),
     ),
     "POST /api/v1/codes": Binding(
-        (text("promo", MAX_PROMO_NAME), codes("codigos", MAX_CODES_PER_CALL)),
+        (text("promo", MAX_NOMBRE), codes("codigos", MAX_CODES_PER_CALL)),
         max_elements=MAX_CODES_PER_CALL,
         codes_fields=("codigos", "codes"),
     ),

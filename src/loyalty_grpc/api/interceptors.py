@@ -4,8 +4,9 @@ order, each with one job and its own module:
 1. failures (api/failures.py) wraps everything below: whatever a step or the method
    raises becomes the call's answer (a status with ErrorInfo; the envelope metadata only
    for calls through the gateway);
-2. authentication (api/authentication.py): a POS call's bearer key -> its Caller; a
-   back-office call's admin token;
+2. authentication (api/authentication.py): a POS call's bearer key -> its Caller (keys
+   that fail are limited per client address: api/failed_checks.py); a back-office call's
+   admin token;
 3. the caller is known from here on (api/context.py), so that even a 429 or a 403 is
    logged with its key (api/observability.py listens);
 4. the call limit (api/call_limit.py), POS calls only: over it, demasiadas_llamadas; the
@@ -29,6 +30,7 @@ from loyalty_grpc.api.authentication import AdminToken, PosKeys
 from loyalty_grpc.api.call_limit import admit
 from loyalty_grpc.api.call_metadata import Metadata
 from loyalty_grpc.api.context import reset_caller, set_caller
+from loyalty_grpc.api.failed_checks import FailedChecks
 from loyalty_grpc.api.failures import abort, failure_of
 from loyalty_grpc.api.key_cache import KeyCache
 from loyalty_grpc.domain import permissions
@@ -46,9 +48,13 @@ if TYPE_CHECKING:  # grpc-stubs make it generic; the runtime class is not subscr
 
 class EdgeInterceptor(grpc.ServerInterceptor):  # type: ignore[type-arg]
     def __init__(
-        self, keys_cache: KeyCache, admin_token: str, limiter: RateLimiter | None = None
+        self,
+        keys_cache: KeyCache,
+        admin_token: str,
+        limiter: RateLimiter | None = None,
+        failed_checks: FailedChecks | None = None,
     ) -> None:
-        self._pos_keys = PosKeys(keys_cache)
+        self._pos_keys = PosKeys(keys_cache, failed_checks)
         self._admin = AdminToken(admin_token)
         self._limiter = limiter
         # grpc asks for every call's handler: ours are built once per method.
@@ -81,7 +87,7 @@ class EdgeInterceptor(grpc.ServerInterceptor):  # type: ignore[type-arg]
 
     def _pos(self, operation: str, behavior: Behavior) -> Guarded:
         def guarded(request: object, context: grpc.ServicerContext, extra: Metadata) -> object:
-            caller = self._pos_keys.caller(context)
+            caller = self._pos_keys.caller(context, extra)
             reset = set_caller(caller)
             try:
                 if self._limiter is not None:

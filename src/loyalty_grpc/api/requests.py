@@ -90,7 +90,7 @@ def values(request: Message, names: tuple[str, ...]) -> dict[str, JsonValue | No
 def fan_ref(request: Message) -> FanRef:
     picked = one_of(strings(request, FAN_FIELDS))
     assert picked is not None
-    return parse_fan_ref(picked[1])
+    return parse_fan_ref(picked[1], picked[0])
 
 
 def _label(request: Message, names: tuple[str, str]) -> str | None:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from concurrent import futures
 from dataclasses import dataclass, field
@@ -29,6 +30,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from sqlalchemy import Engine
 
 from loyalty_grpc.api.backoffice import BackofficeServicer
+from loyalty_grpc.api.failed_checks import DEFAULT_LIMIT, FailedChecks
 from loyalty_grpc.api.interceptors import BACKOFFICE_SERVICE, POS_SERVICE, EdgeInterceptor
 from loyalty_grpc.api.key_cache import KeyCache
 from loyalty_grpc.api.observability import ObservabilityInterceptor
@@ -54,6 +56,10 @@ class ServerSettings:
     # Worker threads; the database pool is sized to match (DESIGN.md §3b).
     max_workers: int = 16
     key_cache_seconds: float = 5.0
+    # Key checks that fail, per client address and minute, before the address's calls with
+    # a key not known to work are refused without a lookup (api/failed_checks.py; per
+    # process); 0: no limit.
+    failed_key_checks_per_minute: int = DEFAULT_LIMIT
     # Calls per API key in any 60 s, counted in PostgreSQL across every process and host
     # (services/rate_limit.py); 0 disables the limit and its RateLimit headers.
     rate_limit_per_minute: int = 600
@@ -134,10 +140,20 @@ def build_server(
     engine: Engine | None = None,
     *,
     hand_over: Callable[[int], None] | None = None,
+    clock: Callable[[], float] = time.monotonic,
 ) -> GrpcServer:
+    """`clock`: the edge's clock (the key cache's TTL, the windows of failed key checks);
+    tests pass one they can move forward."""
     engine = engine or make_engine(settings.database_url, pool_size=settings.max_workers)
 
-    keys_cache = KeyCache(partial(authenticate, engine), ttl=settings.key_cache_seconds)
+    keys_cache = KeyCache(
+        partial(authenticate, engine), ttl=settings.key_cache_seconds, clock=clock
+    )
+    failed_checks = (
+        FailedChecks(settings.failed_key_checks_per_minute, clock=clock)
+        if settings.failed_key_checks_per_minute > 0
+        else None
+    )
     limiter = (
         RateLimiter(
             PgCounters(engine),
@@ -155,7 +171,7 @@ def build_server(
         # ones the edge interceptor refuses (api/observability.py).
         interceptors=[
             ObservabilityInterceptor(engine),
-            EdgeInterceptor(keys_cache, settings.admin_token, limiter),
+            EdgeInterceptor(keys_cache, settings.admin_token, limiter, failed_checks),
         ],
         # Unless reuse_port, a port already in use fails loudly instead of being shared.
         options=[
@@ -184,7 +200,15 @@ def build_server(
         )
     except RuntimeError as exc:  # grpcio's way of saying the bind failed
         raise OSError(f"cannot listen on {address}: is the port in use?") from exc
-    return GrpcServer(server, port, health_servicer, engine, settings, limiter, hand_over)
+    return GrpcServer(
+        server,
+        port,
+        health_servicer,
+        engine,
+        settings,
+        limiter=limiter,
+        hand_over=hand_over,
+    )
 
 
 def _credentials(settings: ServerSettings) -> grpc.ServerCredentials | None:

@@ -35,7 +35,6 @@ and points"). Pure, no I/O. Money is integer cents end to end; no float arithmet
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from decimal import (
@@ -48,6 +47,7 @@ from decimal import (
     Overflow,
 )
 
+from loyalty_grpc.domain.detalle import shown
 from loyalty_grpc.domain.errors import CodigoError, LoyaltyError
 from loyalty_grpc.domain.integers import integral
 from loyalty_grpc.domain.json_value import JsonValue, json_type_name
@@ -96,12 +96,6 @@ class _NoEsImporteError(Exception):
 
 def _error(campo: str, problema: str) -> LoyaltyError:
     return LoyaltyError(CodigoError.IMPORTE_INVALIDO, f"{campo}: {problema}")
-
-
-def _muestra(texto: str) -> str:
-    """The client's text quoted for `detalle`: at most 40 characters, controls escaped."""
-    corto = texto if len(texto) <= 40 else texto[:40] + "…"
-    return json.dumps(corto, ensure_ascii=False)
 
 
 def _pesos(centavos: int) -> str:
@@ -159,7 +153,6 @@ def _de_numero(numero: float, campo: str) -> int:
 
 def _de_texto(texto_original: str, campo: str) -> int:
     texto = texto_original.strip()
-    muestra = _muestra(texto)
     if not texto:
         raise _error(campo, "está vacío")
     if len(texto) > MAX_TEXTO:
@@ -168,23 +161,25 @@ def _de_texto(texto_original: str, campo: str) -> int:
     if forma is None:
         raise _ilegible(texto, campo)
     if forma["signo1"] and forma["signo2"]:
-        raise _error(campo, f"{muestra} no es un importe: lleva dos signos")
+        raise _error(campo, f"{shown(texto)} no es un importe: lleva dos signos")
     signo = forma["signo1"] or forma["signo2"]
     numero = forma["numero"]
     try:
         centavos = _cuerpo(numero)
     except _NoEsImporteError as mal:
         if signo == "-":
-            raise _error(campo, f"{muestra} es negativo") from None
+            raise _error(campo, f"{shown(texto)} es negativo") from None
         raise _error(
-            campo, f"{muestra} no es un importe: {mal.motivo}{_lecturas_texto(numero)}"
+            campo, f"{shown(texto)} no es un importe: {mal.motivo}{_lecturas_texto(numero)}"
         ) from None
     if signo == "-" and centavos > 0:
-        raise _error(campo, f"{muestra} es negativo")
+        raise _error(campo, f"{shown(texto)} es negativo")
     if signo == "+":
-        raise _error(campo, f'{muestra} no es un importe: no lleva signo "+"; ¿{_pesos(centavos)}?')
+        raise _error(
+            campo, f'{shown(texto)} no es un importe: no lleva signo "+"; ¿{_pesos(centavos)}?'
+        )
     if centavos > MAX_CENTAVOS:
-        raise _maximo(campo, muestra)
+        raise _maximo(campo, shown(texto))
     return centavos
 
 
@@ -260,7 +255,7 @@ def _lecturas_texto(numero: str) -> str:
 
 def _ilegible(texto: str, campo: str) -> LoyaltyError:
     """The error for a text that is not digits and separators with an accepted currency."""
-    muestra = _muestra(texto)
+    muestra = shown(texto)
     resto = _SUFIJO.sub("", _PREFIJO.sub("", texto))
     if resto.startswith("-") and _PARECE_NUMERO.fullmatch(resto[1:].strip()):
         return _error(campo, f"{muestra} es negativo")

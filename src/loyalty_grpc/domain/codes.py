@@ -2,12 +2,16 @@
 /api/v1/codes, the back office, fixtures, `loyalty admin codes import`). Pure, no I/O.
 
 - A code is stored and compared trimmed and upper-cased (`code_text`; `normalize_code`
-  also refuses an empty one).
+  also refuses an empty one). Only ASCII letters change case (domain.ascii): a look-alike
+  (`ı`, `ſ`, the Kelvin sign, fullwidth or Cyrillic letters) is never folded into an
+  ASCII one, so `hd-dısp-0001` is not `HD-DISP-0001`.
 - A new code (deposited, imported or in a fixture) must also be valid (`check_new_code`):
-  not empty, at most MAX_CODE_LENGTH characters, no control characters, and none of the
+  not empty, at most MAX_CODE_LENGTH characters, no control characters, none of the
   characters that separate codes in pasted text (whitespace, ``,``, ``;``) — so the array
   and the text forms deposit the same codes, and `fan/resolve` (which removes whitespace)
-  can find every code.
+  can find every code —, and only ASCII characters (a code is typed, printed and scanned:
+  a letter that only looks like another one, or an invisible one, would make two codes
+  that read alike).
 - Pasted text splits on runs of whitespace, commas and semicolons (`split_codes`; the CLI
   streams a file through `split_code_stream`, the same rule).
 - At most MAX_CODES_PER_CALL codes per call, counted as read (before repeats are removed):
@@ -16,22 +20,23 @@
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
+from loyalty_grpc.domain.ascii import ascii_upper
+from loyalty_grpc.domain.detalle import MAX_DETALLE, shown
 from loyalty_grpc.domain.errors import CodigoError, LoyaltyError
 from loyalty_grpc.domain.integers import INT32_MAX, integral
 from loyalty_grpc.domain.json_value import JsonValue, json_type_name
-from loyalty_grpc.domain.promos import EstadoPromo
+from loyalty_grpc.domain.promos import MAX_NOMBRE, EstadoPromo
 from loyalty_grpc.domain.text import has_control_characters
 
 MAX_CODE_LENGTH = 64
 MAX_CODES_PER_CALL = 5000
-# Offending codes named in a codigo_invalido detalle, and the characters shown of each.
+# Offending codes named in a codigo_invalido detalle at most (fewer when they would make
+# it longer than domain.detalle.MAX_DETALLE).
 MAX_SHOWN_INVALID = 3
-_SHOWN_CHARS = 24
 
 # What separates codes in pasted text: whitespace (`\s` is Unicode whitespace: NBSP, em
 # space, U+2028…), commas and semicolons.
@@ -48,8 +53,9 @@ def too_many_codes(campo: str, maximo: int) -> str:
 
 
 def code_text(text: str) -> str:
-    """A code as stored and compared: trimmed, upper case (may be empty)."""
-    return text.strip().upper()
+    """A code as stored and compared: trimmed, ASCII letters in upper case (may be empty;
+    other characters as they are, so a non-ASCII code stays one)."""
+    return ascii_upper(text.strip())
 
 
 def normalize_code(text: str, campo: str = "codigo") -> str:
@@ -70,6 +76,8 @@ def code_problem(codigo: str) -> str | None:
         return "contiene caracteres de control"
     if _SEPARATOR.search(codigo):
         return "contiene espacios, comas o punto y coma (separan códigos)"
+    if not codigo.isascii():
+        return "contiene caracteres que no son ASCII (un código es ASCII)"
     return None
 
 
@@ -80,13 +88,6 @@ def check_new_code(text: str, campo: str = "codigo") -> str:
     if problem is not None:
         raise LoyaltyError(CodigoError.CODIGO_INVALIDO, f"{campo}: {problem}")
     return codigo
-
-
-def shown_code(text: str) -> str:
-    """A code safe to print in a detalle or a terminal: JSON-quoted with every non-ASCII
-    or control character escaped, cut to a few characters."""
-    cut = text if len(text) <= _SHOWN_CHARS else text[:_SHOWN_CHARS] + "…"
-    return json.dumps(cut, ensure_ascii=True)
 
 
 @dataclass(frozen=True)
@@ -103,7 +104,8 @@ _DIGITS = re.compile(r"[0-9]+")
 
 def parse_promo_ref(value: JsonValue, campo: str = "promo") -> PromoRef:
     """`promo` as sent: a JSON integer is an id; a string of digits is an id (or, when no
-    promotion has that id, a name); any other string is a name."""
+    promotion has that id, a name); any other string is a name (at most
+    domain.promos.MAX_NOMBRE characters, trimmed)."""
     if isinstance(value, bool) or not isinstance(value, int | float | str):
         raise LoyaltyError(
             CodigoError.SOLICITUD_INVALIDA,
@@ -114,6 +116,12 @@ def parse_promo_ref(value: JsonValue, campo: str = "promo") -> PromoRef:
         text = value.strip()
         if not text:
             raise LoyaltyError(CodigoError.CAMPO_REQUERIDO, f"{campo}: vacío")
+        if len(text) > MAX_NOMBRE:
+            raise LoyaltyError(
+                CodigoError.SOLICITUD_INVALIDA,
+                f"{campo}: más de {MAX_NOMBRE} caracteres ({len(text)}); ninguna promoción "
+                "tiene un nombre tan largo",
+            )
         if _DIGITS.fullmatch(text):
             number = int(text)
             return PromoRef(number if number <= INT32_MAX else None, text)
@@ -123,7 +131,8 @@ def parse_promo_ref(value: JsonValue, campo: str = "promo") -> PromoRef:
         raise LoyaltyError(CodigoError.SOLICITUD_INVALIDA, f"{campo}: el id debe ser un entero")
     if not 1 <= promo_id <= INT32_MAX:
         raise LoyaltyError(
-            CodigoError.PROMO_NO_ENCONTRADA, f"{campo}: no existe la promoción {promo_id}"
+            CodigoError.PROMO_NO_ENCONTRADA,
+            f"{campo}: no existe la promoción {shown(str(promo_id), quote=False)}",
         )
     return PromoRef(promo_id, None)
 
@@ -137,7 +146,7 @@ def check_admite_codigos(nombre: str, estado: EstadoPromo) -> None:
     if not admite_codigos(estado):
         raise LoyaltyError(
             CodigoError.PROMO_NO_ADMITE_CODIGOS,
-            f"promo {nombre}: está {estado.value}, no admite códigos",
+            f"promo {shown(nombre)}: está {estado.value}, no admite códigos",
         )
 
 
@@ -230,21 +239,26 @@ def code_batch(
         elif not invalid:
             seen[codigo] = None
     if invalid:
-        shown = "; ".join(
-            f"{i.where} {shown_code(i.codigo)}: {i.problem}" for i in invalid[:MAX_SHOWN_INVALID]
-        )
-        more = (
-            f" (y {len(invalid) - MAX_SHOWN_INVALID} más)"
-            if len(invalid) > MAX_SHOWN_INVALID
-            else ""
-        )
-        raise LoyaltyError(
-            CodigoError.CODIGO_INVALIDO,
-            f"{len(invalid)} código(s) no válido(s), no se agregó ninguno: {shown}{more}",
-        )
+        raise LoyaltyError(CodigoError.CODIGO_INVALIDO, _invalid_detalle(invalid))
     if not seen:
         raise LoyaltyError(CodigoError.CAMPO_REQUERIDO, f"{campo}: no trae ningún código")
     return CodeBatch(tuple(seen), leidos)
+
+
+def _invalid_detalle(invalid: list[_Invalid]) -> str:
+    """How many codes are invalid and the first ones (at most MAX_SHOWN_INVALID, as many
+    as fit in MAX_DETALLE, at least one), each with where it is and its problem."""
+    head = f"{len(invalid)} código(s) no válido(s), no se agregó ninguno: "
+    named: list[str] = []
+    for i in invalid[:MAX_SHOWN_INVALID]:
+        entry = f"{i.where} {shown(i.codigo)}: {i.problem}"
+        rest = len(invalid) - len(named) - 1
+        more = f" (y {rest} más)" if rest else ""
+        if named and len(head) + len("; ".join([*named, entry])) + len(more) > MAX_DETALLE:
+            break
+        named.append(entry)
+    rest = len(invalid) - len(named)
+    return head + "; ".join(named) + (f" (y {rest} más)" if rest else "")
 
 
 def code_batch_of_json(value: JsonValue, campo: str = "codigos") -> CodeBatch:

@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
+from loyalty_grpc.domain.detalle import bounded
+
 
 class CodigoError(StrEnum):
     SOLICITUD_INVALIDA = "solicitud_invalida"
@@ -26,6 +28,7 @@ class CodigoError(StrEnum):
     CODIGO_NO_ENCONTRADO = "codigo_no_encontrado"
     PROMO_NO_ENCONTRADA = "promo_no_encontrada"
     RUTA_NO_ENCONTRADA = "ruta_no_encontrada"
+    TIEMPO_AGOTADO = "tiempo_agotado"
     CODIGO_LIBERADO = "codigo_liberado"
     CODIGO_NO_ASIGNADO = "codigo_no_asignado"
     PROMO_NO_ADMITE_CODIGOS = "promo_no_admite_codigos"
@@ -116,7 +119,8 @@ CATALOGO: dict[CodigoError, Entrada] = {
             400,
             "INVALID_ARGUMENT",
             "Un código no es válido.",
-            "a deposited code is empty, over 64 chars or has control characters",
+            "a deposited code is empty, over 64 chars, has control characters or characters "
+            "other than ASCII; a code to redeem over 64 chars",
         ),
         _e(
             C.CURSOR_INVALIDO,
@@ -182,6 +186,14 @@ CATALOGO: dict[CodigoError, Entrada] = {
             "unknown path or method (Envoy)",
         ),
         _e(
+            C.TIEMPO_AGOTADO,
+            408,
+            "DEADLINE_EXCEEDED",
+            "La solicitud no llegó a tiempo.",
+            "the request did not arrive whole in time: headers within 10 s, headers and body "
+            "within 30 s, no pause of 20 s (Envoy); nothing was done, safe to send again",
+        ),
+        _e(
             C.CODIGO_LIBERADO,
             409,
             "FAILED_PRECONDITION",
@@ -232,7 +244,9 @@ CATALOGO: dict[CodigoError, Entrada] = {
             429,
             "RESOURCE_EXHAUSTED",
             "Demasiadas llamadas.",
-            "over 600 calls in a minute for the key; `Retry-After` set",
+            "over 600 calls in a minute for the key, or a key not known to work from a client "
+            "address with too many failed key checks that minute "
+            "(`LOYALTY_FAILED_KEY_CHECKS_PER_MINUTE`); `Retry-After` set",
         ),
         _e(C.ERROR_INTERNO, 500, "INTERNAL", "Error interno.", "a bug; no internals in `mensaje`"),
         _e(
@@ -343,11 +357,14 @@ CATALOGO: dict[CodigoError, Entrada] = {
 
 class LoyaltyError(Exception):
     """A failure the client can act on. `detalle` helps the person debugging: name the
-    field and the value's problem, never a secret or personal data."""
+    field and the value's problem, never a secret or personal data; a client's value only
+    through domain.detalle.shown. It is kept within domain.detalle.MAX_DETALLE characters
+    (`bounded`): every detalle the edge sends has been through here."""
 
     def __init__(
         self, codigo: CodigoError, detalle: str = "", *, retry_after: int | None = None
     ) -> None:
+        detalle = bounded(detalle)
         super().__init__(f"{codigo}: {detalle}" if detalle else str(codigo))
         self.codigo = codigo
         self.detalle = detalle

@@ -1,9 +1,16 @@
-"""Fan identity rules: the canonical Fan ID and e-mail normalisation. Pure, no I/O."""
+"""Fan identity rules: the canonical Fan ID and e-mail normalisation. Pure, no I/O.
+
+Fan IDs (like coupon codes and QR tokens) are ASCII, and only ASCII letters change case
+(domain.ascii): a Fan ID with another character (`otroſi01`, a Cyrillic `О`, a zero-width
+space) is refused where a Fan ID is given (back office, fixtures), and matches no fan
+where a POS value is read (domain.fan_ref). E-mails may hold any letter; they compare
+with ASCII letters case-insensitive and every other character exactly (`email_key`)."""
 
 from __future__ import annotations
 
 import re
 
+from loyalty_grpc.domain.ascii import ascii_lower
 from loyalty_grpc.domain.errors import CodigoError, LoyaltyError
 from loyalty_grpc.domain.text import matching
 
@@ -11,12 +18,19 @@ _WHITESPACE = re.compile(r"\s+")
 
 
 def canonical_fan_id(text: str, campo: str = "fan_id") -> str:
-    """The canonical Fan ID: every whitespace character removed, upper case.
-    Empty (after removing whitespace) → campo_requerido naming `campo`."""
-    canonical = _WHITESPACE.sub("", text).upper()
-    if not canonical:
+    """The canonical Fan ID: every whitespace character removed, upper case. Empty →
+    campo_requerido naming `campo`; a character that is not ASCII (checked before any
+    case change) → solicitud_invalida."""
+    compact = _WHITESPACE.sub("", text)
+    if not compact:
         raise LoyaltyError(CodigoError.CAMPO_REQUERIDO, f"{campo}: vacío")
-    return canonical
+    if not compact.isascii():
+        raise LoyaltyError(
+            CodigoError.SOLICITUD_INVALIDA,
+            f"{campo}: un Fan ID solo lleva caracteres ASCII (letras sin acentos, dígitos, "
+            "signos); trae otros",
+        )
+    return compact.upper()
 
 
 def normalize_email(text: str, campo: str = "correo") -> str:
@@ -31,9 +45,10 @@ def normalize_email(text: str, campo: str = "correo") -> str:
 
 
 def email_key(correo: str) -> str:
-    """The form two e-mails are compared in (case-insensitive): lower case.
-    Matches the store's unique index on lower(correo)."""
-    return correo.lower()
+    """The form two e-mails are compared in: ASCII letters in lower case, every other
+    character as it is (`Kiki@` with the Kelvin sign is not `kiki@`; `Á` is not `á`).
+    Matches the store's lookup and unique index on lower(correo COLLATE "C")."""
+    return ascii_lower(correo)
 
 
 def emails_equal(a: str, b: str) -> bool:

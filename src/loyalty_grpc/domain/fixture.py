@@ -40,6 +40,7 @@ from functools import partial
 from typing import NoReturn, TypeVar
 
 from loyalty_grpc.domain.codes import check_new_code
+from loyalty_grpc.domain.detalle import shown
 from loyalty_grpc.domain.errors import CodigoError, LoyaltyError
 from loyalty_grpc.domain.fans import (
     canonical_fan_id,
@@ -63,6 +64,7 @@ from loyalty_grpc.domain.promos import (
     parse_estado_fan,
     parse_estado_promo,
     parse_fecha,
+    promo_name,
 )
 from loyalty_grpc.domain.text import multi_line, single_line
 
@@ -295,7 +297,7 @@ def _promo(value: object, path: str) -> PromoFixture:
     obj = _Obj(
         value, path, ("nombre", "descripcion", "estado", "vigencia_fin", "puntos_canje", "codigos")
     )
-    nombre = obj.text("nombre")
+    nombre = obj.parsed("nombre", promo_name)
     obj.label(nombre)
     descripcion = obj.parsed("descripcion", multi_line, default="")
     estado = obj.parsed("estado", parse_estado_promo, default=EstadoPromo.ACTIVA, show=True)
@@ -376,10 +378,10 @@ class _Obj:
         self.path = f"{self.path} ({_show(text, quote=False)})"
 
     def at(self, name: str) -> str:
-        shown = _show(name)
-        if _FIELD_NAME.fullmatch(name) and shown == json.dumps(name):
-            shown = name  # a plain field name needs no quotes
-        return f"{self.path}.{shown}" if self.path else shown
+        named = _show(name)
+        if _FIELD_NAME.fullmatch(name) and named == f'"{name}"':
+            named = name  # a plain field name needs no quotes
+        return f"{self.path}.{named}" if self.path else named
 
     def get(self, name: str) -> object:
         return self._data.get(name, _MISSING)
@@ -504,12 +506,9 @@ def _type_name(value: object) -> str:
     return next((name for kind, name in _TYPE_NAMES if isinstance(value, kind)), "un objeto")
 
 
-def _show(text: str, *, quote: bool = True, limit: int = 40) -> str:
-    """A value for a detalle: one line, shortened, and never anything that looks like an
-    API key (keys are secrets)."""
+def _show(text: str, *, quote: bool = True) -> str:
+    """A value for a detalle (domain.detalle.shown), never anything that looks like an API
+    key (keys are secrets)."""
     if mode_of(text.strip()) is not None or "lp_vivo_" in text or "lp_prueba_" in text:
         return "(valor oculto)"
-    if len(text) > limit:
-        text = text[:limit] + "…"
-    shown = json.dumps(text, ensure_ascii=False)
-    return shown if quote else shown[1:-1]
+    return shown(text, quote=quote)

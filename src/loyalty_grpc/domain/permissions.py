@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from enum import StrEnum
 
+from loyalty_grpc.domain.detalle import shown
 from loyalty_grpc.domain.errors import CodigoError, LoyaltyError
 
 
@@ -38,7 +39,7 @@ def parse_permisos(names: Iterable[str]) -> frozenset[Permiso]:
         if name not in known:
             raise LoyaltyError(
                 CodigoError.PERMISO_DESCONOCIDO,
-                f"permiso {name!r} no existe; los permisos son: {', '.join(known)}",
+                f"permiso {shown(name)} no existe; los permisos son: {', '.join(known)}",
             )
         result.add(known[name])
     return frozenset(result)

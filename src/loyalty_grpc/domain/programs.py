@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from decimal import Decimal, InvalidOperation
 
+from loyalty_grpc.domain.ascii import ascii_upper
 from loyalty_grpc.domain.errors import CodigoError, LoyaltyError
 from loyalty_grpc.domain.text import matching
 
@@ -57,8 +58,9 @@ def check_qr_url(text: str, campo: str = "qr_url") -> str:
 
 
 def check_moneda(text: str, campo: str = "moneda") -> str:
-    """A three-letter currency code, upper-cased; empty → MONEDA_POR_OMISION."""
-    value = text.strip().upper() or MONEDA_POR_OMISION
+    """A three-letter currency code (ASCII letters), upper-cased; empty →
+    MONEDA_POR_OMISION."""
+    value = ascii_upper(text.strip()) or MONEDA_POR_OMISION
     if not _MONEDA.fullmatch(value):
         raise LoyaltyError(CodigoError.SOLICITUD_INVALIDA, f"{campo}: tres letras, p. ej. MXN")
     return value

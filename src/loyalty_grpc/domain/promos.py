@@ -9,9 +9,19 @@ import re
 from datetime import date
 from enum import StrEnum
 
+from loyalty_grpc.domain.detalle import shown
 from loyalty_grpc.domain.errors import CodigoError, LoyaltyError
+from loyalty_grpc.domain.text import single_line
 
 _FECHA = re.compile(r"\d{4}-\d{2}-\d{2}")
+MAX_NOMBRE = 100
+"""The longest promotion name (a POS names a promotion by it in `codes`, and every
+`fan/resolve`, `promos` and `redeem` answer carries it)."""
+
+
+def promo_name(text: str, campo: str = "nombre") -> str:
+    """A promotion's name: one line (domain.text), at most MAX_NOMBRE characters."""
+    return single_line(text, campo, max_length=MAX_NOMBRE)
 
 
 class EstadoPromo(StrEnum):
@@ -94,7 +104,7 @@ def check_transicion_codigo(codigo: str, actual: EstadoCodigo, nuevo: EstadoCodi
     if nuevo not in TRANSICIONES_CODIGO[actual]:
         raise LoyaltyError(
             CodigoError.TRANSICION_INVALIDA,
-            f"codigo {codigo}: estado actual {actual.value}, no puede pasar a {nuevo.value}",
+            f"codigo {shown(codigo)}: estado actual {actual.value}, no puede pasar a {nuevo.value}",
         )
 
 
@@ -104,7 +114,7 @@ def check_transicion_promo(nombre: str, actual: EstadoPromo, nuevo: EstadoPromo)
     if nuevo != actual and nuevo not in TRANSICIONES_PROMO[actual]:
         raise LoyaltyError(
             CodigoError.TRANSICION_INVALIDA,
-            f"promo {nombre}: estado actual {actual.value}, no puede pasar a {nuevo.value}",
+            f"promo {shown(nombre)}: estado actual {actual.value}, no puede pasar a {nuevo.value}",
         )
 
 
@@ -113,7 +123,7 @@ def check_transicion_fan(fan_id: str, actual: EstadoFan, nuevo: EstadoFan) -> No
     if nuevo not in TRANSICIONES_FAN[actual]:
         raise LoyaltyError(
             CodigoError.TRANSICION_INVALIDA,
-            f"fan {fan_id}: estado actual {actual.value}, no puede pasar a {nuevo.value}",
+            f"fan {shown(fan_id)}: estado actual {actual.value}, no puede pasar a {nuevo.value}",
         )
 
 

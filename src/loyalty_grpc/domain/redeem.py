@@ -4,8 +4,10 @@ of one code text, batches. Pure, no I/O.
 State table (spec, "Coupon code states"): `asignado` → `canjeado` (redeemed now, `duplicado`
 false); `canjeado` → unchanged, `duplicado` true; `liberado` → 409 `codigo_liberado`;
 `disponible` → 409 `codigo_no_asignado`; a text the program does not have → 404
-`codigo_no_encontrado`. No other condition applies (the promotion's state or end date, or
-the fan being in `baja`, do not stop a redemption).
+`codigo_no_encontrado` (also one no code can be: with a non-ASCII or control character,
+found without asking the store). A text over MAX_CODE_LENGTH characters is no code at all:
+400 `codigo_invalido`, the whole call refused. No other condition applies (the
+promotion's state or end date, or the fan being in `baja`, do not stop a redemption).
 
 Several copies of one text: the pair (promotion, code) is unique, the text alone is not.
 A redemption acts on one copy, chosen deterministically by RANGO (a redeemable `asignado`
@@ -24,7 +26,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
-from loyalty_grpc.domain.codes import MAX_CODE_LENGTH, shown_code, too_many_codes
+from loyalty_grpc.domain.codes import MAX_CODE_LENGTH, code_problem, too_many_codes
+from loyalty_grpc.domain.detalle import shown
 from loyalty_grpc.domain.errors import CodigoError, LoyaltyError
 from loyalty_grpc.domain.promos import EstadoCodigo
 from loyalty_grpc.domain.text import has_control_characters
@@ -98,7 +101,7 @@ class Paso:
             Desenlace.NO_ASIGNADO: "no se ha entregado a ningún fan; no se puede canjear",
             Desenlace.NO_ENCONTRADO: "el programa no tiene ese código",
         }[self.desenlace]
-        return LoyaltyError(codigo, f"codigo {shown_code(self.codigo)}: {detalle}")
+        return LoyaltyError(codigo, f"codigo {shown(self.codigo)}: {detalle}")
 
 
 @dataclass(frozen=True)
@@ -113,10 +116,27 @@ class Resumen:
 
 
 def could_exist(codigo: str) -> bool:
-    """False for a normalised text no stored code can have (empty, over MAX_CODE_LENGTH,
-    control characters): such a code is not found without asking the store. (Separators
-    are not checked: a code stored before that rule may contain a space.)"""
-    return 0 < len(codigo) <= MAX_CODE_LENGTH and not has_control_characters(codigo)
+    """False for a normalised text no stored code can have (empty, control characters,
+    not ASCII; over MAX_CODE_LENGTH is refused first: `check_length`): such a code is
+    not found without asking the store. (Separators are not checked: a code stored
+    before that rule may contain a space.)"""
+    return (
+        0 < len(codigo) <= MAX_CODE_LENGTH
+        and codigo.isascii()
+        and not has_control_characters(codigo)
+    )
+
+
+def check_length(codigo: str, campo: str, index: int | None = None) -> None:
+    """codigo_invalido for a normalised text over MAX_CODE_LENGTH characters (the largest
+    a redemption takes): no code is that long. A batch (`index`: the entry's position) is
+    refused whole, naming the entry (`codigos[3]`), before anything is redeemed."""
+    if len(codigo) > MAX_CODE_LENGTH:
+        where = campo if index is None else f"{campo}[{index}]"
+        raise LoyaltyError(
+            CodigoError.CODIGO_INVALIDO,
+            f"{where} {shown(codigo)}: {code_problem(codigo)}; ningún código es tan largo",
+        )
 
 
 def check_batch_size(n: int) -> None:

@@ -1,18 +1,23 @@
 """The roster's page size (`limite`), one rule for both bindings (GET query-string text,
 POST JSON values): absent -> 500; above 2000 -> served as 2000; below 1, or not an
-integer (a JSON number with an integral value, or its text), -> solicitud_invalida."""
+integer (a JSON number with an integral value, or its text of at most MAX_LIMITE_TEXTO
+characters), -> solicitud_invalida."""
 
 from __future__ import annotations
 
 import re
 from decimal import Decimal
 
+from loyalty_grpc.domain.detalle import shown
 from loyalty_grpc.domain.errors import CodigoError, LoyaltyError
 from loyalty_grpc.domain.integers import integral
 from loyalty_grpc.domain.json_value import JsonValue, json_type_name
 
 LIMITE_DEFAULT = 500
 LIMITE_MAX = 2000
+MAX_LIMITE_TEXTO = 32
+"""The longest `limite` text read (trimmed): more digits than any page size needs (over
+LIMITE_MAX is served as LIMITE_MAX)."""
 _INTEGER = re.compile(r"[+-]?[0-9]+(?:\.0*)?")
 
 
@@ -30,19 +35,23 @@ def parse_limite(value: JsonValue) -> int:
         return LIMITE_DEFAULT
     if isinstance(value, bool) or not isinstance(value, int | float | str):
         raise limite_invalido(f"llegó {json_type_name(value)}")
-    shown = str(value).strip()[:40]
     if isinstance(value, str):
-        if not _INTEGER.fullmatch(value.strip()):
-            raise limite_invalido(f"{shown!r} no es un número entero")
-        number = int(Decimal(value.strip()))
+        text = value.strip()
+        mostrado = shown(text)
+        if len(text) > MAX_LIMITE_TEXTO:
+            raise limite_invalido(f"texto de {len(text)} caracteres (máximo {MAX_LIMITE_TEXTO})")
+        if not _INTEGER.fullmatch(text):
+            raise limite_invalido(f"{mostrado} no es un número entero")
+        number = int(Decimal(text))
     else:
+        mostrado = repr(value)
         whole = integral(value)
         if whole is None:
-            raise limite_invalido(f"{shown} no es un número entero")
+            raise limite_invalido(f"{mostrado} no es un número entero")
         number = whole
     if number < 1:
-        raise limite_invalido(f"{shown} es menor que 1")
+        raise limite_invalido(f"{mostrado} es menor que 1")
     return min(number, LIMITE_MAX)
 
 
-__all__ = ["LIMITE_DEFAULT", "LIMITE_MAX", "limite_invalido", "parse_limite"]
+__all__ = ["LIMITE_DEFAULT", "LIMITE_MAX", "MAX_LIMITE_TEXTO", "limite_invalido", "parse_limite"]

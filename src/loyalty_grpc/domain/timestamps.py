@@ -19,12 +19,12 @@ Input (`parse_ts`), always returned as an aware UTC datetime:
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from datetime import UTC, datetime, timedelta, timezone
 from decimal import ROUND_FLOOR, ROUND_HALF_EVEN, Context, Decimal, InvalidOperation, Overflow
 
+from loyalty_grpc.domain.detalle import shown
 from loyalty_grpc.domain.errors import CodigoError, LoyaltyError
 from loyalty_grpc.domain.json_value import JsonValue, json_type_name
 
@@ -61,11 +61,6 @@ def _error(campo: str, problema: str) -> LoyaltyError:
     return LoyaltyError(CodigoError.TS_INVALIDO, f"{campo}: {problema}")
 
 
-def _muestra(texto: str) -> str:
-    corto = texto if len(texto) <= 40 else texto[:40] + "…"
-    return json.dumps(corto, ensure_ascii=False)
-
-
 def parse_ts(value: JsonValue, now: datetime, campo: str = "ts") -> datetime:
     """The time of a sale or redemption as the client sent it → an aware UTC datetime, within
     [MIN_TS, now + MAX_ADELANTO]. Anything else raises `LoyaltyError(TS_INVALIDO)`.
@@ -83,7 +78,7 @@ def parse_ts(value: JsonValue, now: datetime, campo: str = "ts") -> datetime:
             raise _error(campo, f"{value!r} no es un número finito")
         return _de_epoch(Decimal(repr(value)), repr(value), now, campo)
     texto = value.strip()
-    muestra = _muestra(texto)
+    muestra = shown(texto)
     if not texto:
         raise _error(campo, "está vacío")
     if len(texto) > MAX_TEXTO:

@@ -10,6 +10,7 @@ providers that use them) and only listed here.
 
 from __future__ import annotations
 
+import ipaddress
 import math
 import os
 import re
@@ -19,11 +20,23 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
 from loyalty_grpc.runtime.logs import FORMATS, LogFormat
+from loyalty_grpc.runtime.memory import available_memory
 from loyalty_grpc.wallet import WalletConfigError, WalletSettings
 
 # The exit code of a configuration error (as argparse uses for a bad flag).
 EXIT_CONFIG = 2
+# The default of LOYALTY_FAILED_KEY_CHECKS_PER_MINUTE (api/failed_checks.py DEFAULT_LIMIT;
+# a test ties them: this module does not import the server's).
+DEFAULT_FAILED_KEY_CHECKS = 60
 MAX_WORKERS = 64
+# Envoy's heap budget (envoy.yaml's overload_manager sheds load as it fills): by default
+# this share of the memory the machine (or its cgroup) gives a process, never less than
+# ENVOY_HEAP_MIN_MB, which is several times what Envoy holds idle (about 13 MiB with one
+# worker thread) and so the least a budget can be that leaves room for calls.
+ENVOY_HEAP_SHARE = 4
+ENVOY_HEAP_MIN_MB = 64
+ENVOY_HEAP_MAX_MB = 1024 * 1024
+MIB = 1024 * 1024
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 LOG_FORMATS = FORMATS
 # The commands that serve: their host and log-format defaults differ (see VARIABLES).
@@ -153,6 +166,22 @@ VARIABLES: tuple[Variable, ...] = (
         "with it (delay of a revocation or a rate change in other processes); "
         "0 = no cache",
     ),
+    Variable(
+        "LOYALTY_FAILED_KEY_CHECKS_PER_MINUTE",
+        f"`{DEFAULT_FAILED_KEY_CHECKS}`",
+        "key checks that may fail per client address and minute in each worker (unknown "
+        "or revoked keys, from the database or the key cache); beyond it, until the "
+        "minute passes, a call whose key has not worked recently gets 429 "
+        "`demasiadas_llamadas` without a lookup; 0 = no limit",
+    ),
+    Variable(
+        "LOYALTY_TRUSTED_PROXIES",
+        "none (the client address is the TCP peer)",
+        "`up` and `gateway run` (`--trusted-proxies`): CIDRs of the proxies in front of "
+        "Envoy, `10.0.0.0/8,2001:db8::/32`; a request from one of them is counted under the "
+        "last address of its `X-Forwarded-For`; `X-Forwarded-For` from anyone else is "
+        "ignored",
+    ),
     Variable("LOYALTY_LOG_LEVEL", "`INFO`", f"{', '.join(LOG_LEVELS)} (`--log-level`)"),
     Variable(
         "LOYALTY_LOG_FORMAT",
@@ -178,6 +207,16 @@ VARIABLES: tuple[Variable, ...] = (
         "`gateway run`: Envoy's admin interface port",
     ),
     Variable(
+        "LOYALTY_ENVOY_HEAP_MB",
+        f"1/{ENVOY_HEAP_SHARE} of the machine's memory (of its cgroup's limit when that "
+        f"is smaller), at least {ENVOY_HEAP_MIN_MB}",
+        "`up` and `gateway run`: Envoy's heap budget in MiB (`--envoy-heap-mb`, "
+        f"{ENVOY_HEAP_MIN_MB} to {ENVOY_HEAP_MAX_MB}): from 90 % of it Envoy resets the "
+        "HTTP/2 streams holding the most memory, from 95 % it answers new requests 503 "
+        "`servicio_no_disponible`, from 98 % it closes new connections (see "
+        "docs/security-gateway-limits.md); a change needs a restart of the gateway",
+    ),
+    Variable(
         "LOYALTY_PROG",
         "`loyalty`",
         "how the commands' help and hints name the command; `./dev` sets `./dev` (its "
@@ -199,6 +238,14 @@ VARIABLES: tuple[Variable, ...] = (
 
 def default_workers() -> int:
     return max(1, min(os.cpu_count() or 1, MAX_WORKERS))
+
+
+def default_envoy_heap_bytes(memory: int | None = None) -> int:
+    """Envoy's heap budget when none is configured: 1/ENVOY_HEAP_SHARE of `memory` (default:
+    what this machine or its cgroup gives a process), at least ENVOY_HEAP_MIN_MB, in whole
+    MiB."""
+    total = available_memory() if memory is None else memory
+    return max(ENVOY_HEAP_MIN_MB, total // ENVOY_HEAP_SHARE // MIB) * MIB
 
 
 # ---------------------------------------------------------------- parsers
@@ -294,6 +341,25 @@ def _targets(text: str) -> tuple[str, ...]:
     return targets
 
 
+def _cidrs(text: str) -> tuple[str, ...]:
+    """`CIDR,CIDR,...` (an address alone is its /32 or /128), normalized, each once; not
+    a range holding every address (it would trust any client's X-Forwarded-For)."""
+    networks = []
+    for part in text.split(","):
+        try:
+            network = ipaddress.ip_network(part.strip(), strict=False)
+        except ValueError:
+            raise ValueError("CIDRs separated by commas (10.0.0.0/8,2001:db8::/32)") from None
+        if network.prefixlen == 0:
+            raise ValueError(
+                f"CIDRs narrower than {network} (trusting every address lets any client "
+                "choose the address it is counted under)"
+            )
+        if str(network) not in networks:
+            networks.append(str(network))
+    return tuple(networks)
+
+
 def _path(text: str) -> Path:
     return Path(text.strip()).expanduser()
 
@@ -326,11 +392,20 @@ _RULES: dict[str, _Rule] = {
     "rate_limit_per_minute": _Rule("LOYALTY_RATE_LIMIT_PER_MINUTE", None, _integer(0, 1_000_000)),
     "rate_limit_batch": _Rule("LOYALTY_RATE_LIMIT_BATCH", None, _integer(0, 10_000)),
     "key_cache_seconds": _Rule("LOYALTY_KEY_CACHE_SECONDS", None, _seconds),
+    "failed_key_checks_per_minute": _Rule(
+        "LOYALTY_FAILED_KEY_CHECKS_PER_MINUTE", None, _integer(0, 1_000_000)
+    ),
+    "trusted_proxies": _Rule("LOYALTY_TRUSTED_PROXIES", "--trusted-proxies", _cidrs),
     "log_level": _Rule("LOYALTY_LOG_LEVEL", "--log-level", _choice(LOG_LEVELS, upper=True)),
     "log_format": _Rule("LOYALTY_LOG_FORMAT", "--log-format", _choice(LOG_FORMATS, upper=False)),
     "grpc_target": _Rule("LOYALTY_GRPC_TARGET", "--target", _target),
     "gateway_upstreams": _Rule("LOYALTY_GATEWAY_UPSTREAMS", "--upstream", _targets),
     "envoy_admin_port": _Rule("LOYALTY_ENVOY_ADMIN_PORT", "--admin-port", _port),
+    "envoy_heap_mb": _Rule(
+        "LOYALTY_ENVOY_HEAP_MB",
+        "--envoy-heap-mb",
+        _integer(ENVOY_HEAP_MIN_MB, ENVOY_HEAP_MAX_MB, "a number of MiB"),
+    ),
 }
 
 
@@ -362,6 +437,9 @@ class Settings:
     rate_limit_per_minute: int = 600
     rate_limit_batch: int = 0
     key_cache_seconds: float = 5.0
+    failed_key_checks_per_minute: int = DEFAULT_FAILED_KEY_CHECKS
+    # Envoy: CIDRs whose X-Forwarded-For names the client (none: the TCP peer is).
+    trusted_proxies: tuple[str, ...] = ()
     log_level: str = "INFO"
     # None: the command's default (`up`: text for a person; `serve`: json for a collector).
     log_format: str | None = None
@@ -370,6 +448,8 @@ class Settings:
     # None: the one server of server_target (`upstreams`).
     gateway_upstreams: tuple[str, ...] | None = None
     envoy_admin_port: int = 0
+    # None: follows the machine (`envoy_heap_bytes`).
+    envoy_heap_mb: int | None = None
     wallet: WalletSettings = field(default_factory=WalletSettings)
 
     @classmethod
@@ -421,6 +501,14 @@ class Settings:
         """Where the gRPC server listens: LOYALTY_GRPC_HOST / --grpc-host, else loopback
         only (the back office shares the port: exposing it must be a choice)."""
         return self.grpc_host if self.grpc_host is not None else "127.0.0.1"
+
+    @property
+    def envoy_heap_bytes(self) -> int:
+        """Envoy's heap budget: LOYALTY_ENVOY_HEAP_MB / --envoy-heap-mb, else
+        `default_envoy_heap_bytes()`."""
+        if self.envoy_heap_mb is not None:
+            return self.envoy_heap_mb * MIB
+        return default_envoy_heap_bytes()
 
     def configured_admin_token(self) -> str | None:
         """The back-office token the operator configured: LOYALTY_ADMIN_TOKEN, else the

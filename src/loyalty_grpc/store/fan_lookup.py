@@ -18,8 +18,11 @@ _ACTIVE = "f.programa_id = %(programa)s AND f.estado = 'activo'"
 _BY_QR_TOKEN = f"""SELECT {_FAN}, NULL::bigint AS via_codigo FROM fans f
   WHERE {_ACTIVE} AND f.qr_token = %(valor)s"""  # noqa: S608 (constants)
 
+# %(valor)s is domain.fans.email_key of the value: ASCII letters lower-cased, nothing else
+# folded; lower(... COLLATE "C") is the same fold, and the expression of the unique index
+# uq_fans_programa_correo (store/tables.py), so this is one index lookup.
 _BY_CORREO = f"""SELECT {_FAN}, NULL::bigint AS via_codigo FROM fans f
-  WHERE {_ACTIVE} AND lower(f.correo) = %(valor)s"""  # noqa: S608 (constants)
+  WHERE {_ACTIVE} AND lower(f.correo COLLATE "C") = %(valor)s"""  # noqa: S608 (constants)
 
 # A Fan ID, else a coupon code delivered to a fan (of several copies of one text, a
 # redeemable `asignado` one first, then the oldest), else the raw value as a QR token.

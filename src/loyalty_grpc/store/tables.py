@@ -126,7 +126,20 @@ fans = Table(
         "fan_id = upper(fan_id) AND fan_id !~ '\\s' AND fan_id <> ''", name="fan_id_canonico"
     ),
     Index("uq_fans_programa_fan_id", "programa_id", "fan_id", unique=True),
-    Index("uq_fans_programa_correo", "programa_id", func.lower(text("correo")), unique=True),
+    # One e-mail per fan of a program, compared with ASCII letters case-insensitive and
+    # every other character exactly (domain.fans.email_key): `COLLATE "C"` makes lower()
+    # fold A-Z only, whatever the database's collation (under a UTF-8 one it also folds
+    # the Kelvin sign into `k`). The resolve by e-mail reads this index (store/fan_lookup).
+    Index(
+        "uq_fans_programa_correo",
+        "programa_id",
+        func.lower(text('correo COLLATE "C"')),
+        unique=True,
+    ),
+    # The previous version's e-mail lookup (lower() under the database's collation), kept
+    # indexed while it may still serve during a rolling upgrade (migration 0009); dropped
+    # by the next release's migration.
+    Index("ix_fans_programa_correo_anterior", "programa_id", func.lower(text("correo"))),
     Index("uq_fans_programa_qr_token", "programa_id", "qr_token", unique=True),
     # Roster feed: a page of changes, a snapshot page (each one index range scan).
     Index("ix_fans_programa_cambio_xid", "programa_id", "cambio_xid", "pk"),

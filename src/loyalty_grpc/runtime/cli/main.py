@@ -78,7 +78,11 @@ def _gateway(args: argparse.Namespace, settings: Settings) -> int:
         from loyalty_grpc.runtime.gateway.xds import check_command
 
         return check_command(
-            args.gateway_dir, work_dir, tls=_tls(settings), upstream_tls=settings.grpc_tls()
+            args.gateway_dir,
+            work_dir,
+            tls=_tls(settings),
+            upstream_tls=settings.grpc_tls(),
+            trusted_proxies=settings.trusted_proxies,
         )
     if args.gateway_command == "reload":
         from loyalty_grpc.runtime.gateway.reload import reload_command
@@ -100,6 +104,8 @@ def _gateway(args: argparse.Namespace, settings: Settings) -> int:
         tls=_tls(settings),
         redirect_port=settings.http_redirect_port,
         upstream_tls=settings.grpc_tls(),
+        trusted_proxies=settings.trusted_proxies,
+        max_heap_bytes=settings.envoy_heap_bytes,
     )
     return run_gateway(spec, work_dir=work_dir, log_format=settings.log_format_for(GATEWAY_RUN))
 

@@ -9,7 +9,12 @@ from pathlib import Path
 from loyalty_grpc import __version__
 from loyalty_grpc.runtime.cli.admin import add_admin_commands
 from loyalty_grpc.runtime.console import command, program
-from loyalty_grpc.runtime.settings import LOG_FORMATS, LOG_LEVELS
+from loyalty_grpc.runtime.settings import (
+    ENVOY_HEAP_MIN_MB,
+    ENVOY_HEAP_SHARE,
+    LOG_FORMATS,
+    LOG_LEVELS,
+)
 
 # Flags read as text (default None: the environment's value stands) and checked by
 # Settings.with_flags, like the variables they override (runtime/settings.py).
@@ -22,6 +27,7 @@ FLAGS = (
     "tls_cert",
     "tls_key",
     "http_redirect_port",
+    "trusted_proxies",
     "grpc_tls_cert",
     "grpc_tls_key",
     "grpc_tls_ca",
@@ -32,6 +38,7 @@ FLAGS = (
     "grpc_target",
     "gateway_upstreams",
     "envoy_admin_port",
+    "envoy_heap_mb",
 )
 
 
@@ -61,6 +68,24 @@ def _http_host_flag(parser: argparse.ArgumentParser) -> None:
         "--http-host",
         metavar="HOST",
         help="Envoy's listen address (env LOYALTY_HTTP_HOST, default 0.0.0.0)",
+    )
+
+
+def _trusted_proxies_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--trusted-proxies",
+        metavar="CIDR[,CIDR...]",
+        help="proxies in front of Envoy whose X-Forwarded-For names the client (env "
+        "LOYALTY_TRUSTED_PROXIES, default none: the client is the TCP peer)",
+    )
+
+
+def _envoy_heap_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--envoy-heap-mb",
+        metavar="MIB",
+        help="Envoy's heap budget, as it fills Envoy sheds load (env LOYALTY_ENVOY_HEAP_MB, "
+        f"default: 1/{ENVOY_HEAP_SHARE} of the machine's memory, at least {ENVOY_HEAP_MIN_MB})",
     )
 
 
@@ -150,6 +175,8 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--http-port", metavar="PORT", help="env LOYALTY_HTTP_PORT, default 8080")
     _http_host_flag(up)
     _tls_flags(up)
+    _trusted_proxies_flag(up)
+    _envoy_heap_flag(up)
     _serving_flags(up)
     up.add_argument("--demo", action="store_true", help="load the demo program and print its keys")
 
@@ -197,6 +224,8 @@ def build_parser() -> argparse.ArgumentParser:
     grun.add_argument("--http-port", metavar="PORT", help="env LOYALTY_HTTP_PORT, default 8080")
     _http_host_flag(grun)
     _tls_flags(grun)
+    _trusted_proxies_flag(grun)
+    _envoy_heap_flag(grun)
     _grpc_tls_flags(grun)
     _upstream_flag(
         grun,

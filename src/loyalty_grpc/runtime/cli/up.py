@@ -48,6 +48,8 @@ def up(settings: Settings, *, demo: bool) -> int:
                 tls=TlsFiles(*tls_files) if tls_files is not None else None,
                 redirect_port=settings.http_redirect_port,
                 upstream_tls=settings.grpc_tls(),
+                trusted_proxies=settings.trusted_proxies,
+                max_heap_bytes=settings.envoy_heap_bytes,
             )
             try:
                 supervisor.add(

@@ -12,6 +12,15 @@ run`/`reload`/`check`, the xDS listeners) is checked for the gateway mark
 (`check_gateway_mark`): the route table of each HTTP listener sets `x-loyalty-gateway: 1`
 on every request it forwards, overwriting what a client sent, with the name and value of
 api/gateway_protocol.py. The server sends the envelope metadata only to such calls.
+Likewise the client address (`check_client_address`): the route table sets
+`x-loyalty-client-address` to Envoy's view of the client,
+`%DOWNSTREAM_REMOTE_ADDRESS_WITHOUT_PORT%`, overwriting what a client sent, and that view
+comes from the TCP peer alone (`use_remote_address`, no trusted hops) unless trusted
+proxies are rendered (`trust_proxies`, LOYALTY_TRUSTED_PROXIES): then, for a request whose
+TCP peer is one of them, from the last address of its `X-Forwarded-For` (Envoy's original-IP
+detection by XFF with `xff_trusted_cidrs`; Envoy refuses it with use_remote_address,
+so it is turned off, and a client's `x-request-id` is removed before the connection
+manager looks at it, so that Envoy still makes a fresh one for every request).
 
 HTTPS (`TlsFiles`: LOYALTY_TLS_CERT / LOYALTY_TLS_KEY) is added by rendering too, never in
 envoy.yaml: the listener gets a DownstreamTlsContext (ALPN h2 and http/1.1, TLS 1.2 or
@@ -35,6 +44,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import ipaddress
 import json
 import shutil
 import subprocess
@@ -46,7 +56,11 @@ from typing import Any, Self
 
 import yaml
 
-from loyalty_grpc.api.gateway_protocol import GATEWAY_MARK_KEY, GATEWAY_MARK_VALUE
+from loyalty_grpc.api.gateway_protocol import (
+    CLIENT_ADDRESS_KEY,
+    GATEWAY_MARK_KEY,
+    GATEWAY_MARK_VALUE,
+)
 from loyalty_grpc.domain.errors import CATALOGO, CodigoError
 from loyalty_grpc.runtime.settings import GrpcTls, join_target, split_target
 
@@ -54,7 +68,30 @@ CONFIG_NAME = "envoy.yaml"
 LISTENER_NAME = "pos_http"
 CLUSTER_NAME = "loyalty_grpc"
 LUA_FILTER = "envoy.filters.http.lua"
+HCM_FILTER = "envoy.filters.network.http_connection_manager"
+# Envoy's view of the client: the TCP peer, or what the original-IP detection found.
+CLIENT_ADDRESS_SOURCE = "%DOWNSTREAM_REMOTE_ADDRESS_WITHOUT_PORT%"
+XFF_DETECTION = "envoy.extensions.http.original_ip_detection.xff"
+XFF_DETECTION_TYPE = (
+    "type.googleapis.com/envoy.extensions.http.original_ip_detection.xff.v3.XffConfig"
+)
+EARLY_HEADER_MUTATION = "envoy.http.early_header_mutation.header_mutation"
+EARLY_HEADER_MUTATION_TYPE = (
+    "type.googleapis.com/envoy.extensions.http.early_header_mutation.header_mutation.v3."
+    "HeaderMutation"
+)
 TRANSCODER_FILTER = "envoy.filters.http.grpc_json_transcoder"
+# The overload manager's heap monitor, whose budget is rendered (LOYALTY_ENVOY_HEAP_MB).
+HEAP_MONITOR = "envoy.resource_monitors.fixed_heap"
+# The connection manager's limits on slow and idle requests and on HTTP/2 (envoy.yaml says
+# why), which every HTTP listener rendered here takes from the API listener's.
+EDGE_LIMITS = (
+    "request_headers_timeout",
+    "request_timeout",
+    "stream_idle_timeout",
+    "common_http_protocol_options",
+    "http2_protocol_options",
+)
 
 # Defaults of the committed gateway/envoy.yaml (also what `loyalty gateway check` renders).
 DEFAULT_HTTP_PORT = 8080
@@ -152,7 +189,7 @@ def _connection_managers(listener: dict[str, Any]) -> Iterator[dict[str, Any]]:
     """The typed_config of each HTTP connection manager of the listener."""
     for chain in listener["filter_chains"]:
         for network_filter in chain["filters"]:
-            if network_filter["name"] == "envoy.filters.network.http_connection_manager":
+            if network_filter["name"] == HCM_FILTER:
                 manager: dict[str, Any] = network_filter["typed_config"]
                 yield manager
 
@@ -218,6 +255,95 @@ def check_gateway_mark(config: dict[str, Any]) -> None:
                     f"request_headers_to_add, exactly {gateway_mark()} (the gateway mark of "
                     f"api/gateway_protocol.py); it has {marks}"
                 )
+
+
+def client_address_header() -> dict[str, Any]:
+    """The `request_headers_to_add` entry of the client address, as envoy.yaml has it."""
+    return {
+        "header": {"key": CLIENT_ADDRESS_KEY, "value": CLIENT_ADDRESS_SOURCE},
+        "append_action": "OVERWRITE_IF_EXISTS_OR_ADD",
+    }
+
+
+def check_client_address(config: dict[str, Any]) -> None:
+    """Raise EnvoyError unless every HTTP listener's route table sets the client address
+    (`client_address_header()`, exactly that entry, beside the gateway mark: the same
+    guarantees, `check_gateway_mark`) and its connection manager takes the address from
+    the TCP peer (`use_remote_address: true`, no `xff_num_trusted_hops`, no original-IP
+    detection) or from the XFF detection `trust_proxies` renders (nothing else: with
+    use_remote_address off and no detection, Envoy would take it from a client's
+    X-Forwarded-For)."""
+    for listener in config["static_resources"]["listeners"]:
+        name = listener.get("name")
+        for manager in _connection_managers(listener):
+            table = manager.get("route_config")
+            entries = table.get("request_headers_to_add", []) if isinstance(table, dict) else []
+            found = [
+                entry
+                for entry in entries
+                if str(entry.get("header", {}).get("key", "")).lower() == CLIENT_ADDRESS_KEY
+            ]
+            if found != [client_address_header()]:
+                raise EnvoyError(
+                    f"{CONFIG_NAME}: the route_config of listener {name!r} must have, in "
+                    f"request_headers_to_add, exactly {client_address_header()} (the client "
+                    f"address of api/gateway_protocol.py); it has {found}"
+                )
+            detection = manager.get("original_ip_detection_extensions", [])
+            from_peer = manager.get("use_remote_address") is True and not detection
+            from_trusted = (
+                not manager.get("use_remote_address")
+                and len(detection) == 1
+                and detection[0].get("name") == XFF_DETECTION
+                and "xff_trusted_cidrs" in detection[0].get("typed_config", {})
+                and not detection[0]["typed_config"].get("xff_num_trusted_hops")
+            )
+            if manager.get("xff_num_trusted_hops") or not (from_peer or from_trusted):
+                raise EnvoyError(
+                    f"{CONFIG_NAME}: listener {name!r} must take the client address from "
+                    "the TCP peer (use_remote_address: true, no xff_num_trusted_hops, no "
+                    "original_ip_detection_extensions); trusted proxies are added by "
+                    "rendering (LOYALTY_TRUSTED_PROXIES)"
+                )
+
+
+def xff_detection(trusted_proxies: tuple[str, ...]) -> dict[str, Any]:
+    """The original-IP detection of `trust_proxies`: a request whose TCP peer is in one of
+    the CIDRs is from the last address of its X-Forwarded-For (or the peer when it has
+    none or an unreadable one); any other request from its peer. (Envoy 1.40 has no
+    `recurse`: the proxy in front must be the one that appends the client's address.)"""
+    cidrs = []
+    for text in trusted_proxies:
+        network = ipaddress.ip_network(text, strict=False)
+        cidrs.append(
+            {"address_prefix": str(network.network_address), "prefix_len": network.prefixlen}
+        )
+    return {
+        "name": XFF_DETECTION,
+        "typed_config": {"@type": XFF_DETECTION_TYPE, "xff_trusted_cidrs": {"cidrs": cidrs}},
+    }
+
+
+def trust_proxies(listener: dict[str, Any], trusted_proxies: tuple[str, ...]) -> None:
+    """Take the client address from X-Forwarded-For when the TCP peer is a trusted proxy
+    (`xff_detection`) in each connection manager of the listener. Envoy refuses that
+    detection together with use_remote_address, so that is turned off; without it Envoy
+    would keep a client's own `x-request-id` (a request is no longer an "edge" request),
+    so an early header mutation removes it before the connection manager makes one."""
+    if not trusted_proxies:
+        return
+    for manager in _connection_managers(listener):
+        manager["use_remote_address"] = False
+        manager["original_ip_detection_extensions"] = [xff_detection(trusted_proxies)]
+        manager.setdefault("early_header_mutation_extensions", []).append(
+            {
+                "name": EARLY_HEADER_MUTATION,
+                "typed_config": {
+                    "@type": EARLY_HEADER_MUTATION_TYPE,
+                    "mutations": [{"remove": "x-request-id"}],
+                },
+            }
+        )
 
 
 @dataclass(frozen=True)
@@ -347,8 +473,9 @@ def plain_http_envelope() -> str:
 def redirect_listener(address: str, port: int, https_port: int) -> dict[str, Any]:
     """A plain-HTTP listener that forwards nothing: GET and HEAD get a 301 to the same
     URL on https (port `https_port`), any other method a 400 envelope (a client that sent
-    a key in clear must not have the call done). It carries the gateway mark like every
-    HTTP listener (check_gateway_mark), though no route forwards."""
+    a key in clear must not have the call done). It carries the gateway mark and the client
+    address like every HTTP listener (check_gateway_mark, check_client_address), though
+    no route forwards."""
     json_header = [
         {
             "header": {"key": "content-type", "value": "application/json"},
@@ -387,10 +514,10 @@ def redirect_listener(address: str, port: int, https_port: int) -> dict[str, Any
         "normalize_path": True,
         "merge_slashes": True,
         "server_header_transformation": "PASS_THROUGH",
-        "request_headers_timeout": "10s",
+        "use_remote_address": True,
         "route_config": {
             "name": "plain_http_redirect",
-            "request_headers_to_add": [gateway_mark()],
+            "request_headers_to_add": [gateway_mark(), client_address_header()],
             "virtual_hosts": [{"name": "redirect", "domains": ["*"], "routes": routes}],
         },
         "http_filters": [
@@ -418,6 +545,23 @@ def redirect_listener(address: str, port: int, https_port: int) -> dict[str, Any
             }
         ],
     }
+
+
+def edge_limits(manager: dict[str, Any]) -> dict[str, Any]:
+    """The timeouts and HTTP/2 limits (EDGE_LIMITS) of a connection manager's config."""
+    return {key: copy.deepcopy(manager[key]) for key in EDGE_LIMITS if key in manager}
+
+
+def _set_heap_budget(config: dict[str, Any], heap_bytes: int) -> None:
+    """The overload manager's heap monitor (HEAP_MONITOR) with a budget of `heap_bytes`."""
+    monitors = config.get("overload_manager", {}).get("resource_monitors", [])
+    found = [monitor for monitor in monitors if monitor.get("name") == HEAP_MONITOR]
+    if len(found) != 1:
+        raise EnvoyError(
+            f"{CONFIG_NAME}: the overload_manager needs one {HEAP_MONITOR} resource monitor "
+            "to take the heap budget (LOYALTY_ENVOY_HEAP_MB)"
+        )
+    found[0]["typed_config"]["max_heap_size_bytes"] = heap_bytes
 
 
 def _beside(directory: Path, configured: str) -> str:
@@ -460,6 +604,8 @@ def render_config(
     tls_secret_path: Path | None = None,
     redirect_port: int | None = None,
     upstream_sds: tuple[Path, Path] | None = None,
+    trusted_proxies: tuple[str, ...] = (),
+    max_heap_bytes: int | None = None,
 ) -> dict[str, Any]:
     """gateway/envoy.yaml with the given ports and upstream servers (`HOST:PORT`, one
     endpoint each), and absolute paths to the files its listener reads (so Envoy can run
@@ -471,7 +617,11 @@ def render_config(
     file (a `tls_secret`, written by the caller). `redirect_port` (with TLS only): a
     plain-HTTP listener there that only redirects (`redirect_listener`).
     `upstream_sds` (the paths of the `upstream_secrets` files, written by the caller):
-    mutual TLS to the servers.
+    mutual TLS to the servers. `trusted_proxies` (CIDRs, LOYALTY_TRUSTED_PROXIES): the
+    listener takes the client address from their X-Forwarded-For (`trust_proxies`).
+    `max_heap_bytes`: Envoy's heap budget (the overload
+    manager's heap monitor; default: as configured). Every HTTP listener rendered here
+    (the redirect) gets the API listener's timeouts and HTTP/2 limits (`edge_limits`).
     """
     if redirect_port is not None and tls_secret_path is None:
         raise EnvoyError("a plain-HTTP redirect port needs TLS on the gateway's port")
@@ -487,15 +637,21 @@ def render_config(
             listen["address"] = listen_host
         if tls_secret_path is not None:
             _add_tls(listener, tls_secret_path)
-        if redirect_port is not None:
-            config["static_resources"]["listeners"].append(
-                redirect_listener(listen["address"], redirect_port, http_port)
-            )
-        if next(_connection_managers(listener), None) is None:
+        manager = next(_connection_managers(listener), None)
+        if manager is None:
             raise EnvoyError(
                 f"{CONFIG_NAME}: listener {LISTENER_NAME!r} has no HTTP connection manager"
             )
+        trust_proxies(listener, trusted_proxies)
+        if redirect_port is not None:
+            redirect = redirect_listener(listen["address"], redirect_port, http_port)
+            for redirect_manager in _connection_managers(redirect):
+                redirect_manager.update(edge_limits(manager))
+            config["static_resources"]["listeners"].append(redirect)
+        if max_heap_bytes is not None:
+            _set_heap_budget(config, max_heap_bytes)
         check_gateway_mark(config)
+        check_client_address(config)
         for holder, key in file_references(config):
             holder[key] = _beside(directory, holder[key])
 
@@ -570,6 +726,11 @@ class GatewaySpec:
     grpc_tls_cert: Path | None = None
     grpc_tls_key: Path | None = None
     grpc_tls_ca: Path | None = None
+    # CIDRs of the proxies whose X-Forwarded-For names the client (LOYALTY_TRUSTED_PROXIES).
+    trusted_proxies: tuple[str, ...] = ()
+    # Envoy's heap budget in bytes (None: envoy.yaml's); kept so that a reload renders the
+    # same bootstrap (a new budget needs a restart).
+    max_heap_bytes: int | None = None
 
     @property
     def tls(self) -> TlsFiles | None:
@@ -613,6 +774,8 @@ class GatewaySpec:
             tls_secret_path=tls_secret_path if self.tls is not None else None,
             redirect_port=self.redirect_port,
             upstream_sds=upstream_sds if self.upstream_tls is not None else None,
+            trusted_proxies=self.trusted_proxies,
+            max_heap_bytes=self.max_heap_bytes,
         )
 
     def to_json(self) -> str:
@@ -629,6 +792,7 @@ class GatewaySpec:
             host, port = fields.pop("upstream_host"), fields.pop("upstream_port")
             fields["upstreams"] = [join_target(host.strip("[]"), port)]
         fields["upstreams"] = tuple(fields["upstreams"])
+        fields["trusted_proxies"] = tuple(fields.get("trusted_proxies", ()))
         paths = {name: Path(fields[name]) for name in _PATH_FIELDS if fields.get(name) is not None}
         return cls(**(fields | paths))
 
@@ -691,6 +855,8 @@ __all__ = [
     "DEFAULT_ADMIN_PORT",
     "DEFAULT_HTTP_PORT",
     "DEFAULT_UPSTREAM",
+    "EDGE_LIMITS",
+    "HEAP_MONITOR",
     "LISTENER_NAME",
     "REDIRECT_LISTENER_NAME",
     "TLS_ALPN",
@@ -699,7 +865,10 @@ __all__ = [
     "EnvoyError",
     "GatewaySpec",
     "TlsFiles",
+    "check_client_address",
     "check_gateway_mark",
+    "client_address_header",
+    "edge_limits",
     "envoy_binary",
     "file_references",
     "find_gateway_dir",
@@ -710,8 +879,10 @@ __all__ = [
     "render_config",
     "tls_secret",
     "tls_transport_socket",
+    "trust_proxies",
     "upstream_secrets",
     "upstream_tls_transport_socket",
     "validate",
     "write_config",
+    "xff_detection",
 ]

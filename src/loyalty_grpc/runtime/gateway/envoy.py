@@ -132,11 +132,14 @@ class EnvoyProcess:
         tls: TlsFiles | None = None,
         redirect_port: int | None = None,
         upstream_tls: GrpcTls | None = None,
+        trusted_proxies: tuple[str, ...] = (),
+        max_heap_bytes: int | None = None,
     ) -> Self:
         """Install the config into `work_dir` (see `install`) and start Envoy on it.
 
         admin_port 0 picks a free port (written to `work_dir/admin_address`). With
         log_to_file Envoy's output goes to `work_dir/envoy.log`, else to our stderr.
+        `max_heap_bytes`: Envoy's heap budget (None: the gateway folder's envoy.yaml's).
         """
         if http_port <= 0:
             raise ValueError("http_port must be a real port (Envoy would pick one we never learn)")
@@ -149,6 +152,8 @@ class EnvoyProcess:
             tls=tls,
             redirect_port=redirect_port,
             upstream_tls=upstream_tls,
+            trusted_proxies=trusted_proxies,
+            max_heap_bytes=max_heap_bytes,
         )
         work = install(spec, work_dir)
         proxy = cls(
@@ -364,9 +369,12 @@ def gateway_spec(
     tls: TlsFiles | None,
     redirect_port: int | None,
     upstream_tls: GrpcTls | None,
+    trusted_proxies: tuple[str, ...] = (),
+    max_heap_bytes: int | None = None,
 ) -> GatewaySpec:
     """What `start` and `run_gateway` install: the gateway folder (default the packaged
-    one) with these ports, upstream servers, listen address and TLS files."""
+    one) with these ports, upstream servers, listen address, TLS files, trusted proxies
+    and heap budget."""
     directory = gateway_dir if gateway_dir is not None else find_gateway_dir()
     return GatewaySpec(
         http_port=http_port,
@@ -377,6 +385,8 @@ def gateway_spec(
         tls_cert=tls.cert if tls is not None else None,
         tls_key=tls.key if tls is not None else None,
         redirect_port=redirect_port,
+        trusted_proxies=trusted_proxies,
+        max_heap_bytes=max_heap_bytes,
     ).with_upstream_tls(upstream_tls)
 
 

@@ -304,14 +304,15 @@ def check_command(
     *,
     tls: TlsFiles | None = None,
     upstream_tls: GrpcTls | None = None,
+    trusted_proxies: tuple[str, ...] = (),
 ) -> int:
     """`loyalty gateway check`: render a gateway folder as Envoy runs it and validate it.
 
     The folder is the one `gateway reload` would apply: `gateway_dir` if given, else the
     one the gateway started in `work_dir` runs, else the packaged one. A running gateway's
     settings (ports, upstreams, listen address, TLS) are rendered too; otherwise the
-    defaults, with `tls` (LOYALTY_TLS_CERT / LOYALTY_TLS_KEY) and `upstream_tls`
-    (LOYALTY_GRPC_TLS_*) when given."""
+    defaults, with `tls` (LOYALTY_TLS_CERT / LOYALTY_TLS_KEY), `upstream_tls`
+    (LOYALTY_GRPC_TLS_*) and `trusted_proxies` (LOYALTY_TRUSTED_PROXIES) when given."""
     running = _running_spec(work_dir)
     directory = (
         gateway_dir
@@ -330,6 +331,7 @@ def check_command(
             gateway_dir=directory,
             tls_cert=tls.cert if tls is not None else None,
             tls_key=tls.key if tls is not None else None,
+            trusted_proxies=trusted_proxies,
         ).with_upstream_tls(upstream_tls)
     )
     with tempfile.TemporaryDirectory(prefix="loyalty-envoy-") as tmp:

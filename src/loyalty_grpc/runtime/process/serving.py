@@ -30,6 +30,7 @@ def server_settings(settings: Settings, *, database_url: str, admin_token: str) 
         host=settings.listen_host,
         port=settings.grpc_port,
         key_cache_seconds=settings.key_cache_seconds,
+        failed_key_checks_per_minute=settings.failed_key_checks_per_minute,
         rate_limit_per_minute=settings.rate_limit_per_minute,
         rate_limit_batch=settings.rate_limit_batch,
     )

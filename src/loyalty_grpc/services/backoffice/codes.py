@@ -12,6 +12,7 @@ from typing import Any
 from sqlalchemy import Connection, Row, func, select, update
 
 from loyalty_grpc.domain.codes import normalize_code
+from loyalty_grpc.domain.detalle import shown
 from loyalty_grpc.domain.errors import CodigoError, LoyaltyError
 from loyalty_grpc.domain.fans import canonical_fan_id
 from loyalty_grpc.domain.programs import program_id
@@ -41,7 +42,7 @@ def _locked_code(
     if row is None:
         raise LoyaltyError(
             CodigoError.CODIGO_NO_ENCONTRADO,
-            f"codigo: la promoción {promo_id} no tiene el código {codigo}",
+            f"codigo: la promoción {promo_id} no tiene el código {shown(codigo)}",
         )
     return row
 
@@ -67,7 +68,7 @@ def assign_code(
     code = _locked_code(conn, programa, promo_id, codigo)
     fan = require_fan(conn, programa, fid, lock=True)
     if fan.estado != EstadoFan.ACTIVO:
-        raise LoyaltyError(CodigoError.FAN_NO_ENCONTRADO, f"fan: {fid} está de baja")
+        raise LoyaltyError(CodigoError.FAN_NO_ENCONTRADO, f"fan: {shown(fid)} está de baja")
     check_transicion_codigo(codigo, EstadoCodigo(code.estado), EstadoCodigo.ASIGNADO)
     conn.execute(
         update(codigos)
@@ -101,7 +102,7 @@ def assign_next_code(conn: Connection, programa: str, promo_id: int, fan_id: str
     require_promo(conn, programa, promo_id)
     fan = require_fan(conn, programa, fid, lock=True)
     if fan.estado != EstadoFan.ACTIVO:
-        raise LoyaltyError(CodigoError.FAN_NO_ENCONTRADO, f"fan: {fid} está de baja")
+        raise LoyaltyError(CodigoError.FAN_NO_ENCONTRADO, f"fan: {shown(fid)} está de baja")
     code_pk = conn.execute(
         select(codigos.c.id)
         .where(codigos.c.promo_id == promo_id, codigos.c.estado == EstadoCodigo.DISPONIBLE.value)

@@ -17,6 +17,7 @@ from sqlalchemy import Connection, Row, any_, func, insert, or_, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.sql.elements import ColumnElement
 
+from loyalty_grpc.domain.detalle import shown
 from loyalty_grpc.domain.errors import CodigoError, LoyaltyError
 from loyalty_grpc.domain.fans import (
     canonical_fan_id,
@@ -121,7 +122,7 @@ _UNIQUE = (
         "correo",
         "uq_fans_programa_correo",
         CodigoError.CORREO_DUPLICADO,
-        func.lower(fans.c.correo),
+        func.lower(fans.c.correo.collate("C")),  # email_key's fold, as the index
         lambda c: None if c.correo is None else email_key(c.correo),
         lambda r: email_key(r.correo),
     ),
@@ -142,7 +143,7 @@ def _duplicates(fan_id: str) -> dict[str, LoyaltyError]:
     return {
         u.indice: LoyaltyError(
             u.codigo,
-            f"id: el programa ya tiene el fan {fan_id}"
+            f"id: el programa ya tiene el fan {shown(fan_id)}"
             if u.campo == "id"
             else f"{u.campo}: otro fan del programa ya lo usa",
         )

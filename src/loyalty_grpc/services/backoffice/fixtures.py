@@ -40,6 +40,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects.postgresql import ARRAY, BYTEA
 
+from loyalty_grpc.domain.detalle import shown
 from loyalty_grpc.domain.errors import CodigoError, LoyaltyError
 from loyalty_grpc.domain.fixture import (
     ClaveFixture,
@@ -394,7 +395,7 @@ def _fans_outside(
         if fan_id not in found:
             raise LoyaltyError(
                 CodigoError.FIXTURE_INVALIDO,
-                f"{c.ruta}.fan: el fan {fan_id} no está en el fixture ni en "
+                f"{c.ruta}.fan: el fan {shown(fan_id)} no está en el fixture ni en "
                 f"el programa {programa.id}",
             )
     return found

@@ -10,6 +10,7 @@ from sqlalchemy import Connection, Row, Text, literal, select
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.sql.elements import ColumnElement
 
+from loyalty_grpc.domain.detalle import shown
 from loyalty_grpc.domain.errors import CodigoError, LoyaltyError
 from loyalty_grpc.store.tables import fans, programas, promos
 
@@ -21,7 +22,9 @@ def require_program(conn: Connection, programa: str) -> None:
         select(programas.c.id).where(programas.c.id == programa).with_for_update(key_share=True)
     ).scalar_one_or_none()
     if found is None:
-        raise LoyaltyError(CodigoError.PROGRAMA_NO_ENCONTRADO, f"programa: no existe {programa!r}")
+        raise LoyaltyError(
+            CodigoError.PROGRAMA_NO_ENCONTRADO, f"programa: no existe {shown(programa)}"
+        )
 
 
 def require_fan(
@@ -34,7 +37,9 @@ def require_fan(
     row = conn.execute(query).one_or_none()
     if row is None:
         require_program(conn, programa)
-        raise LoyaltyError(CodigoError.FAN_NO_ENCONTRADO, f"fan: no existe {fan_id} en {programa}")
+        raise LoyaltyError(
+            CodigoError.FAN_NO_ENCONTRADO, f"fan: no existe {shown(fan_id)} en {shown(programa)}"
+        )
     return row
 
 
@@ -50,7 +55,7 @@ def require_promo(
         require_program(conn, programa)
         raise LoyaltyError(
             CodigoError.PROMO_NO_ENCONTRADA,
-            f"promo_id: no existe la promoción {promo_id} en {programa}",
+            f"promo_id: no existe la promoción {promo_id} en {shown(programa)}",
         )
     return row
 

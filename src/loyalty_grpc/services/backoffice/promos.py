@@ -10,6 +10,7 @@ from typing import Any
 from sqlalchemy import Connection, Row, func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
+from loyalty_grpc.domain.detalle import shown
 from loyalty_grpc.domain.errors import CodigoError, LoyaltyError
 from loyalty_grpc.domain.programs import program_id
 from loyalty_grpc.domain.promos import (
@@ -18,8 +19,9 @@ from loyalty_grpc.domain.promos import (
     check_transicion_promo,
     parse_estado_promo,
     parse_fecha,
+    promo_name,
 )
-from loyalty_grpc.domain.text import multi_line, single_line
+from loyalty_grpc.domain.text import multi_line
 from loyalty_grpc.services.backoffice.integrity import translate
 from loyalty_grpc.services.backoffice.lookups import require_program, require_promo
 from loyalty_grpc.store.tables import promos
@@ -50,7 +52,7 @@ def _info(row: Row[*tuple[Any, ...]]) -> PromoInfo:
 
 def _duplicada(nombre: str) -> LoyaltyError:
     return LoyaltyError(
-        CodigoError.PROMO_DUPLICADA, f"nombre: el programa ya tiene una promoción {nombre!r}"
+        CodigoError.PROMO_DUPLICADA, f"nombre: el programa ya tiene una promoción {shown(nombre)}"
     )
 
 
@@ -76,7 +78,7 @@ def create_promo(
 ) -> PromoInfo:
     """A new promotion (`estado` empty → activa; `vigencia_fin` YYYY-MM-DD)."""
     programa = program_id(programa, "programa")
-    nombre = single_line(nombre, "nombre")
+    nombre = promo_name(nombre, "nombre")
     values = {
         "programa_id": programa,
         "nombre": nombre,

@@ -21,6 +21,7 @@ from sqlalchemy import Connection, Engine, Integer, Row, Text, func, literal, se
 from sqlalchemy.dialects.postgresql import ARRAY, insert
 
 from loyalty_grpc.domain.codes import CodeBatch, PromoRef, check_admite_codigos
+from loyalty_grpc.domain.detalle import shown
 from loyalty_grpc.domain.errors import CodigoError, LoyaltyError
 from loyalty_grpc.domain.programs import program_id
 from loyalty_grpc.domain.promos import EstadoCodigo, EstadoPromo
@@ -67,10 +68,9 @@ def _find_promo(
         ).one_or_none()
     if row is None:
         require_program(conn, programa)  # programa_no_encontrado first (back office)
-        named = ref.nombre if ref.nombre is not None else str(ref.id)
+        named = shown(ref.nombre) if ref.nombre is not None else str(ref.id)
         raise LoyaltyError(
-            CodigoError.PROMO_NO_ENCONTRADA,
-            f"{campo}: el programa no tiene la promoción {named[:80]!r}",
+            CodigoError.PROMO_NO_ENCONTRADA, f"{campo}: el programa no tiene la promoción {named}"
         )
     return row
 

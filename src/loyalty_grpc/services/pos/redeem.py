@@ -39,6 +39,7 @@ from loyalty_grpc.domain.redeem import (
     Paso,
     Resumen,
     check_batch_size,
+    check_length,
     could_exist,
     plan,
     summarize,
@@ -99,6 +100,7 @@ def redeem_code(
 ) -> RedeemResult:
     """The single form: the result, or the code's error raised (404/409)."""
     texto = code_text(codigo)
+    check_length(texto, "codigo")
     row = (
         redeem_one(
             engine,
@@ -135,10 +137,14 @@ def redeem_codes(
     engine: Engine, caller: Caller, texts: Sequence[str], redemption: Redemption
 ) -> BatchResult:
     """The batch form: every code handled as the single form would, in input order, in one
-    transaction. Over MAX_CODIGOS → demasiados_codigos and nothing is redeemed."""
+    transaction. Over MAX_CODIGOS → demasiados_codigos, a text over MAX_CODE_LENGTH →
+    codigo_invalido, and nothing is redeemed."""
     check_batch_size(len(texts))
+    normalised = [code_text(t) for t in texts]
+    for index, texto in enumerate(normalised):
+        check_length(texto, "codigos", index)
     with UnitOfWork(engine) as uow:
-        outcomes = _redeem(uow.conn, caller, [code_text(t) for t in texts], redemption)
+        outcomes = _redeem(uow.conn, caller, normalised, redemption)
         uow.commit()
     return BatchResult(
         resumen=summarize([paso for paso, _ in outcomes]),

@@ -47,6 +47,8 @@ def promo_day(now: datetime) -> date:
 
 
 def resolve_fan(engine: Engine, caller: Caller, ref: FanRef, now: datetime) -> Resolved:
+    if not ref.matchable:
+        raise not_found(ref)
     row = fan_and_promo(engine, caller.programa_id, ref, promo_day(now))
     if row is None:
         raise not_found(ref)

@@ -15,7 +15,9 @@ from datetime import datetime
 from sqlalchemy import Engine
 
 from loyalty_grpc.domain.amounts import points_for
+from loyalty_grpc.domain.ascii import ascii_upper
 from loyalty_grpc.domain.caller import Caller
+from loyalty_grpc.domain.detalle import shown
 from loyalty_grpc.domain.errors import CodigoError, LoyaltyError
 from loyalty_grpc.domain.fan_ref import FanRef, not_found
 from loyalty_grpc.domain.integers import INT32_MAX
@@ -80,12 +82,14 @@ def _replay(engine: Engine, caller: Caller, sale: NewSale, fan: SaleRow) -> Sale
 
 
 def register_sale(engine: Engine, caller: Caller, sale: NewSale) -> SaleResult:
-    if sale.moneda.upper() != caller.moneda:
+    if ascii_upper(sale.moneda) != caller.moneda:
         raise LoyaltyError(
             CodigoError.MONEDA_NO_SOPORTADA,
-            f"moneda: el programa opera en {caller.moneda}, llegó {sale.moneda!r}",
+            f"moneda: el programa opera en {caller.moneda}, llegó {shown(sale.moneda)}",
         )
     puntos = _points(caller, sale.centavos)
+    if not sale.fan.matchable:
+        raise not_found(sale.fan)
     row = insert_sale(
         engine,
         SaleValues(

@@ -1,0 +1,66 @@
+"""The numbers that docs/security-values.md and the README state about request values are
+the constants of their homes (a copy in prose, tied to its source)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from loyalty_grpc.api.requests import MAX_ID_EXTERNO, MAX_LABEL
+from loyalty_grpc.domain.amounts import MAX_CENTAVOS
+from loyalty_grpc.domain.amounts import MAX_TEXTO as MAX_IMPORTE_TEXTO
+from loyalty_grpc.domain.codes import MAX_CODE_LENGTH, MAX_CODES_PER_CALL
+from loyalty_grpc.domain.detalle import MAX_DETALLE, MAX_SHOWN
+from loyalty_grpc.domain.fan_ref import MAX_FAN_TEXT
+from loyalty_grpc.domain.integers import INT32_MAX
+from loyalty_grpc.domain.promos import MAX_NOMBRE
+from loyalty_grpc.domain.redeem import MAX_CODIGOS
+from loyalty_grpc.domain.roster import LIMITE_MAX, MAX_LIMITE_TEXTO
+from loyalty_grpc.domain.roster_cursor import CURSOR_LENGTH
+from loyalty_grpc.domain.timestamps import MAX_TEXTO as MAX_TS_TEXTO
+
+ROOT = Path(__file__).resolve().parents[2]
+DOC = (ROOT / "docs" / "security-values.md").read_text(encoding="utf-8")
+README = (ROOT / "README.md").read_text(encoding="utf-8")
+
+IN_DOC = [
+    f"| {MAX_FAN_TEXT} characters as sent |",
+    f"| `id_externo` (`id`, `tx_id`) | {MAX_ID_EXTERNO} trimmed |",
+    f"| `terminal` (`caja`), `sitio` (`sucursal`) | {MAX_LABEL} trimmed |",
+    f"| `importe` as text | {MAX_IMPORTE_TEXTO} trimmed |",
+    f"| {MAX_CENTAVOS // 100:,}.00 pesos ({MAX_CENTAVOS:,} cents) |",
+    f"| `ts` as text | {MAX_TS_TEXTO} trimmed |",
+    f"| `codigo`, each of `codigos` | {MAX_CODE_LENGTH} trimmed |",
+    f"| `codigos` | {MAX_CODIGOS} entries |",
+    f"| {MAX_NOMBRE} trimmed |",
+    f"| {INT32_MAX:,} |",
+    f"| {MAX_CODE_LENGTH} trimmed | 400 `codigo_invalido`, nothing added |",
+    f"| {MAX_CODES_PER_CALL:,} entries read |",
+    f"a cursor: exactly {CURSOR_LENGTH} characters",
+    f"| {MAX_LIMITE_TEXTO} trimmed (values over {LIMITE_MAX} are served as {LIMITE_MAX}) |",
+    f"At most **{MAX_DETALLE} characters**",
+    f"shows at most {MAX_DETALLE} bytes",
+    f"at most **{MAX_SHOWN} characters** of that escaped text",
+    f"has at most {MAX_NOMBRE} characters too",
+]
+IN_README = [
+    f"**At most {MAX_FAN_TEXT} characters** as sent",
+    f"`detalle`** is at most {MAX_DETALLE} characters",
+    f"at most {MAX_SHOWN} characters of it",
+    f"a name has at most {MAX_NOMBRE} characters",
+    f"text of more than {MAX_LIMITE_TEXTO} characters",
+    f"longer than {MAX_CODE_LENGTH} characters after trimming",
+    f"(above, ≤ {MAX_FAN_TEXT})",
+    f"each ≤ {MAX_LABEL} characters",
+]
+
+
+@pytest.mark.parametrize("text", IN_DOC)
+def test_the_security_page_states_the_limits(text: str) -> None:
+    assert text in DOC
+
+
+@pytest.mark.parametrize("text", IN_README)
+def test_the_readme_states_the_limits(text: str) -> None:
+    assert text in README
