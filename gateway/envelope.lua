@@ -343,11 +343,11 @@ local BINDINGS = {
   ["GET /api/v1/promos"] = {0, "GET /api/v1/promos: no lleva cuerpo; sus parámetros van en la URL"},
   ["GET /api/v1/roster"] = {0, "GET /api/v1/roster: no lleva cuerpo; sus parámetros van en la URL"},
   ["POST /api/v1/codes"] = {704512, "POST /api/v1/codes: el cuerpo pasa de 704512 bytes, lo más que admite esta operación"},
-  ["POST /api/v1/fan/resolve"] = {4096, "POST /api/v1/fan/resolve: el cuerpo pasa de 4096 bytes, lo más que admite esta operación"},
+  ["POST /api/v1/fan/resolve"] = {8192, "POST /api/v1/fan/resolve: el cuerpo pasa de 8192 bytes, lo más que admite esta operación"},
   ["POST /api/v1/ping"] = {4096, "POST /api/v1/ping: el cuerpo pasa de 4096 bytes, lo más que admite esta operación"},
   ["POST /api/v1/redeem"] = {73728, "POST /api/v1/redeem: el cuerpo pasa de 73728 bytes, lo más que admite esta operación"},
   ["POST /api/v1/roster"] = {4096, "POST /api/v1/roster: el cuerpo pasa de 4096 bytes, lo más que admite esta operación"},
-  ["POST /api/v1/tx"] = {8192, "POST /api/v1/tx: el cuerpo pasa de 8192 bytes, lo más que admite esta operación"},
+  ["POST /api/v1/tx"] = {12288, "POST /api/v1/tx: el cuerpo pasa de 12288 bytes, lo más que admite esta operación"},
 }
 local TOO_LARGE_ELSEWHERE = "cuerpo: pasa de 4096 bytes, lo más que admite esta ruta"
 local CONTENT_TYPE_JSON = "Content-Type: debe ser application/json"

@@ -44,7 +44,7 @@ CORREO = "lim@example.com"
 HUGE = 40_000
 """Characters of a value that would fill gRPC metadata if it were echoed (the server's
 and Envoy's header limits are 8 KiB to 60 KiB). Where such a body is over its operation's
-limit at the gateway (api/edge_limits.py: tx 8 KiB, fan/resolve 4 KiB...), the gateway
+limit at the gateway (api/edge_limits.py: tx 12 KiB, fan/resolve 8 KiB...), the gateway
 refuses it (413 solicitud_muy_grande, from its Content-Length) and the server never runs."""
 # The size, path and longest list of the last body a case sent: a body over its
 # operation's limit, or a list longer than it takes, is the gateway's to refuse (the same

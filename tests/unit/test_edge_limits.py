@@ -21,9 +21,9 @@ from loyalty_grpc.domain.redeem import MAX_CODIGOS
 from loyalty_grpc.domain.roster_cursor import CURSOR_LENGTH
 from loyalty_grpc.gen.loyalty.v1 import pos_service_pb2
 
-# A text at its largest, every character escaped by ensure_ascii (6 bytes); a code at its
-# largest, every character escaped with a backslash (2 bytes).
-TEXT = "ñ"
+# A text at its largest, every character escaped by ensure_ascii as a surrogate pair
+# (12 bytes); a code at its largest, every character escaped with a backslash (2 bytes).
+TEXT = "\U0001f600"
 CODE = '"'
 BIGGEST_NUMBER = -1.7976931348623157e308
 
@@ -125,7 +125,7 @@ def test_the_catalogue_quotes_the_limits() -> None:
 
 def test_refusal_texts_name_the_operation_and_its_limit() -> None:
     assert edge_limits.too_large("POST /api/v1/tx") == (
-        "POST /api/v1/tx: el cuerpo pasa de 8192 bytes, lo más que admite esta operación"
+        "POST /api/v1/tx: el cuerpo pasa de 12288 bytes, lo más que admite esta operación"
     )
     assert edge_limits.too_large("GET /api/v1/ping") == edge_limits.no_body("GET /api/v1/ping")
     assert too_many_codes("codigos", 500) == (

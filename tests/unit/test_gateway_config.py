@@ -613,3 +613,34 @@ def lua_table_text(lua: str, name: str) -> dict[str, str]:
     block = re.search(rf"local {name} = \{{\n(.*?)\n\}}", lua, re.DOTALL)
     assert block is not None, name
     return dict(re.findall(r'^\s*(\w+)\s*=\s*"([^"]*)"', block.group(1), re.MULTILINE))
+
+
+# ---------------------------------------------------------------- the edge's routes
+
+
+def test_the_edge_knows_every_forwarding_route(lua: str) -> None:
+    assert envoy_config.edge_bindings(lua) == set(BINDINGS)
+
+
+@pytest.mark.parametrize("change", ["unnamed", "unknown name", "binding missing in the Lua"])
+def test_a_forwarding_route_the_edge_does_not_know_is_refused(tmp_path: Path, change: str) -> None:
+    """A route that forwards without the edge knowing it would reach the server without the
+    key check and the body limit: refused by every rendering (`up`, `gateway run`/`reload`)."""
+    gateway = gateway_copy(tmp_path)
+    config = envoy_config.load_config(gateway)
+    table = routes(config)
+    (ping,) = [r for r in table if r["name"] == "GET /api/v1/ping"]
+    if change == "binding missing in the Lua":
+        lua = (gateway / "envelope.lua").read_text(encoding="utf-8")
+        line = next(x for x in lua.splitlines() if x.startswith('  ["GET /api/v1/ping"] = {'))
+        (gateway / "envelope.lua").write_text(lua.replace(line + "\n", ""), encoding="utf-8")
+    else:
+        extra = {**ping, "match": {"path": "/api/v1/ping/otro"}}
+        if change == "unnamed":
+            del extra["name"]
+        else:
+            extra["name"] = "GET /api/v1/ping/otro"
+        table.insert(2, extra)
+    (gateway / "envoy.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+    with pytest.raises(envoy_config.EnvoyError, match="forwards to the server"):
+        spec(gateway).render()

@@ -14,8 +14,12 @@ The arithmetic (`worst_case`): a body carries each field of its request message 
 alias is the same field: the server refuses two of a group), at its largest value:
 
 - a free text (`fan`, `id_externo`, `terminal`, `ts` as text...): every character written
-  as a `\\uXXXX` escape, ESCAPED_CHAR bytes: what an `ensure_ascii` encoder writes for any
-  non-ASCII character of the Basic Multilingual Plane (raw UTF-8 takes at most 4 bytes);
+  as the longest JSON text of one character, ESCAPED_CHAR bytes: a character outside the
+  Basic Multilingual Plane (an emoji) as an `ensure_ascii` encoder writes it, a surrogate
+  pair of `\\uXXXX` escapes (raw UTF-8 takes at most 4 bytes). The domain counts
+  characters, so every body whose fields are within their maxima fits, whatever the
+  characters and the encoder (the OpenAPI document promises as much: schemathesis sends
+  such bodies);
 - an identifier that is ASCII by rule (a coupon code; a roster cursor): ESCAPED_ASCII
   bytes per character, the longest escape a JSON encoder uses for printable ASCII (`\\/`
   from PHP, `\\"`, `\\\\`);
@@ -31,9 +35,9 @@ detalle is cut to 300 bytes, each at most a 6-byte escape) must fit under, or En
 answers a bare 500. A binding without a body (a GET) reads none (Content-Length > 0 is
 refused from the headers); a chunked body sent anyway is cut at FLOOR.
 
-Characters outside the BMP escaped as a surrogate pair (12 bytes) in every text at its
-maximum could exceed a limit; no terminal sends that, and the rounding leaves room for a
-few (and for unknown fields, which count too).
+What does not fit: a code of characters an encoder escapes as `\\u00XX` (Go escapes `<`,
+`>`, `&` so) at every position of 5,000 codes; whitespace beyond a pretty-printer's; and
+unknown fields beyond the rounding (they count too, and the server ignores them).
 """
 
 from __future__ import annotations
@@ -50,7 +54,7 @@ from loyalty_grpc.domain.promos import MAX_NOMBRE
 from loyalty_grpc.domain.redeem import MAX_CODIGOS
 from loyalty_grpc.domain.roster_cursor import CURSOR_LENGTH
 
-ESCAPED_CHAR: Final = 6
+ESCAPED_CHAR: Final = 12
 ESCAPED_ASCII: Final = 2
 NUMBER: Final = 32
 MEMBER: Final = 32

@@ -227,7 +227,7 @@ CATALOGO: dict[CodigoError, Entrada] = {
             "INVALID_ARGUMENT",
             "La solicitud es demasiado grande.",
             "body over its operation's limit, refused from Content-Length or while it is read "
-            "(bytes: tx 8192, fan/resolve 4096, redeem 73728, codes 704512, POST ping and "
+            "(bytes: tx 12288, fan/resolve 8192, redeem 73728, codes 704512, POST ping and "
             "roster 4096; api/edge_limits.py), an object of more than 64 members or a list of "
             "more elements than the operation takes, headers over the server's metadata limit "
             "(detalle names the operation and its limit)",
