@@ -220,10 +220,13 @@ def test_the_admin_token_comes_from_the_variable_or_a_file(tmp_path: Path):
     by_file = Settings.from_env({"LOYALTY_ADMIN_TOKEN_FILE": str(secret)}, wallet=False)
     assert by_file.configured_admin_token() == "from-the-file-0123456789"
     both = Settings.from_env(
-        {"LOYALTY_ADMIN_TOKEN": "from-the-variable", "LOYALTY_ADMIN_TOKEN_FILE": str(secret)},
+        {
+            "LOYALTY_ADMIN_TOKEN": "from-the-variable-9876543210",
+            "LOYALTY_ADMIN_TOKEN_FILE": str(secret),
+        },
         wallet=False,
     )
-    assert both.configured_admin_token() == "from-the-variable"
+    assert both.configured_admin_token() == "from-the-variable-9876543210"
 
 
 @pytest.mark.parametrize(
@@ -354,3 +357,67 @@ def test_a_heap_budget_envoy_cannot_run_in_is_refused(value: str):
     )
     with pytest.raises(ConfigError, match=r"^--envoy-heap-mb must be a number of MiB"):
         Settings.from_env({}, wallet=False).with_flags(envoy_heap_mb=value)
+
+
+@pytest.mark.parametrize(
+    ("token", "reason"),
+    [
+        ("a", "at least 24 characters (it has 1)"),
+        (
+            "change-me-to-a-long-random-token",
+            "a random secret, not the documented example value",
+        ),
+        ("t" * 32, "less predictable: its characters carry about 0 bits, at least 72"),
+    ],
+)
+def test_a_weak_admin_token_is_refused_without_repeating_it(
+    token: str, reason: str, tmp_path: Path
+) -> None:
+    with pytest.raises(ConfigError) as error:
+        Settings.from_env({"LOYALTY_ADMIN_TOKEN": token}, wallet=False)
+    assert str(error.value).startswith(f"LOYALTY_ADMIN_TOKEN must be {reason}")
+    assert "got" not in str(error.value)
+    assert len(token) < 4 or token not in str(error.value)
+    path = tmp_path / "token"
+    path.write_text(token + "\n", encoding="utf-8")
+    settings = Settings.from_env({"LOYALTY_ADMIN_TOKEN_FILE": str(path)}, wallet=False)
+    with pytest.raises(ConfigError) as error:
+        settings.configured_admin_token()
+    assert str(error.value).startswith(
+        f"LOYALTY_ADMIN_TOKEN_FILE: {path} must hold one token, {reason}"
+    )
+    assert len(token) < 4 or token not in str(error.value)
+
+
+@pytest.mark.parametrize("command", ["serve", "up", "admin"])
+def test_a_weak_admin_token_stops_every_command_before_it_starts(
+    command: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("LOYALTY_DATABASE_URL", "postgresql://unused.invalid/x")
+    monkeypatch.setenv("LOYALTY_ADMIN_TOKEN", "change-me-to-a-long-random-token")
+    argv = [command, *(["programs", "list"] if command == "admin" else [])]
+    assert main(argv) == EXIT_CONFIG
+    assert capsys.readouterr().err == (
+        "error: LOYALTY_ADMIN_TOKEN must be a random secret, not the documented example value\n"
+    )
+    assert list(tmp_path.iterdir()) == []  # nothing started, no data dir
+
+
+def test_up_refuses_a_weak_token_left_in_the_data_dir(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("LOYALTY_ADMIN_TOKEN", raising=False)
+    monkeypatch.delenv("LOYALTY_ADMIN_TOKEN_FILE", raising=False)
+    (tmp_path / ".loyalty").mkdir()
+    (tmp_path / ".loyalty" / "admin_token").write_text("secret\n", encoding="utf-8")
+    assert main(["up"]) == EXIT_CONFIG
+    assert capsys.readouterr().err == (
+        "error: .loyalty/admin_token: the back-office token must be at least 24 characters "
+        "(it has 6); delete the file and `up` generates one\n"
+    )
+    assert sorted(p.name for p in (tmp_path / ".loyalty").iterdir()) == ["admin_token"]

@@ -19,6 +19,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
+from loyalty_grpc.domain import secret_strength
 from loyalty_grpc.runtime.logs import FORMATS, LogFormat
 from loyalty_grpc.runtime.memory import available_memory
 from loyalty_grpc.wallet import WalletConfigError, WalletSettings
@@ -68,7 +69,10 @@ VARIABLES: tuple[Variable, ...] = (
         "`up`: generated into `DATA_DIR/admin_token` (mode 0600); `serve`: required, or "
         "`LOYALTY_ADMIN_TOKEN_FILE`",
         "the back-office token (`./dev admin`, `BackofficeService`), the same on every "
-        "host; printable ASCII, no spaces",
+        f"host; printable ASCII, no spaces, at least {secret_strength.MIN_LENGTH} "
+        "characters, random: the documented example and values whose characters carry "
+        f"under {secret_strength.MIN_BITS} bits (repeats, few different characters) are "
+        "refused (`domain/secret_strength.py`)",
     ),
     Variable(
         "LOYALTY_ADMIN_TOKEN_FILE",
@@ -296,9 +300,15 @@ def _database_url(text: str) -> str:
 
 
 def _token(text: str) -> str:
-    if not re.fullmatch(r"[!-~]+", text.strip()):
+    """The back-office token: one word of printable ASCII, strong by
+    domain/secret_strength.py (its error never repeats the token: _Rule.secret)."""
+    token = text.strip()
+    if not re.fullmatch(r"[!-~]+", token):
         raise ValueError("printable ASCII without spaces (it travels in gRPC metadata)")
-    return text.strip()
+    verdict = secret_strength.weakness(token)
+    if verdict is not None:
+        raise ValueError(secret_strength.reason(verdict))
+    return token
 
 
 def _host(text: str) -> str:
@@ -369,12 +379,14 @@ class _Rule:
     variable: str
     flag: str | None
     parse: Callable[[str], object]
+    # A secret: a wrong value is described, never repeated in the message.
+    secret: bool = False
 
 
 # Settings field -> where it comes from and how it is checked.
 _RULES: dict[str, _Rule] = {
     "database_url": _Rule("LOYALTY_DATABASE_URL", None, _database_url),
-    "admin_token": _Rule("LOYALTY_ADMIN_TOKEN", None, _token),
+    "admin_token": _Rule("LOYALTY_ADMIN_TOKEN", None, _token, secret=True),
     "admin_token_file": _Rule("LOYALTY_ADMIN_TOKEN_FILE", None, _path),
     "data_dir": _Rule("LOYALTY_DATA_DIR", "--data-dir", _path),
     "grpc_host": _Rule("LOYALTY_GRPC_HOST", "--grpc-host", _host),
@@ -628,7 +640,8 @@ def _parse(rule: _Rule, name: str, text: str) -> object:
     try:
         return rule.parse(text)
     except ValueError as exc:
-        raise ConfigError(f"{name} must be {exc}, got {text!r}") from None
+        got = "" if rule.secret else f", got {text!r}"
+        raise ConfigError(f"{name} must be {exc}{got}") from None
 
 
 def connect_host(listen_host: str) -> str:
