@@ -385,7 +385,8 @@ def test_up_with_workers_and_status_on_its_embedded_database(tmp_path: Path):
         found = dict(line.split(":", 1) for line in status.stdout.splitlines() if ":" in line)
         assert found["health"].strip() == f"SERVING (127.0.0.1:{grpc_port})"
         assert found["gateway"].strip().startswith("Envoy LIVE, up ")
-        assert found["listeners"].strip() == f"pos_http 0.0.0.0:{http_port}"
+        # Plain HTTP: loopback only (no --http-host, no TLS).
+        assert found["listeners"].strip() == f"pos_http 127.0.0.1:{http_port}"
         assert found["upstreams"].strip() == f"127.0.0.1:{grpc_port} healthy"
         assert found["gateway config"].strip().startswith("listeners ")
         # status reused up's PostgreSQL and left it running.

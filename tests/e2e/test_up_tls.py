@@ -136,6 +136,17 @@ def test_the_banner_names_the_https_url(up: UpTls) -> None:
     assert up.base == f"https://127.0.0.1:{up.http_port}"
 
 
+def test_with_tls_the_api_listens_on_every_interface(up: UpTls) -> None:
+    """HTTPS is for clients on the network: no --http-host means 0.0.0.0 (plain HTTP
+    would be loopback only), and the banner says where it listens."""
+    (line,) = [line for line in up.running.lines if BANNER.match(line)]
+    assert "/api/v1 (listening on 0.0.0.0)  gRPC " in line
+    listening = {
+        (c.laddr.ip, c.laddr.port) for c in up.envoy.net_connections() if c.status == "LISTEN"
+    }
+    assert ("0.0.0.0", up.http_port) in listening
+
+
 def test_a_pos_call_over_http11(up: UpTls) -> None:
     with httpx.Client(verify=up.context(), timeout=10) as client:
         response = client.post(f"{up.base}/api/v1/ping", headers=up.key_header)

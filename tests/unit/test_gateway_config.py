@@ -63,7 +63,7 @@ def test_render_changes_only_ports_addresses_and_paths() -> None:
         "port_value": 19901,
     }
     listen = rendered["static_resources"]["listeners"][0]["address"]["socket_address"]
-    assert listen == {"address": "0.0.0.0", "port_value": 18080}
+    assert listen == {"address": "127.0.0.1", "port_value": 18080}
     endpoint = rendered["static_resources"]["clusters"][0]["load_assignment"]["endpoints"][0][
         "lb_endpoints"
     ][0]["endpoint"]["address"]["socket_address"]
@@ -87,6 +87,32 @@ def test_render_changes_only_ports_addresses_and_paths() -> None:
         assert Path(holder[key]) == (GATEWAY / Path(committed[key]).name).resolve()
         holder[key] = committed[key]
     assert rendered == original
+
+
+@pytest.mark.parametrize("host", ["0.0.0.0", "::", "10.0.0.5", "pos.example.com"])
+def test_plain_http_beyond_loopback_is_refused_unless_allowed(host: str, tmp_path: Path) -> None:
+    """Whoever starts a gateway (up, gateway run, a test, a benchmark), plain HTTP beyond
+    loopback must have been asked for by name; with TLS the address is free."""
+
+    def render(**extra: Any) -> dict[str, Any]:
+        return envoy_config.render_config(
+            http_port=1, upstreams=("a:1",), admin_port=0, gateway_dir=GATEWAY, **extra
+        )
+
+    with pytest.raises(envoy_config.EnvoyError) as refused:
+        render(listen_host=host)
+    assert str(refused.value) == (
+        f"LOYALTY_HTTP_HOST (--http-host) {host} is beyond loopback and the gateway has no "
+        "TLS: API keys would cross the network in clear; set LOYALTY_TLS_CERT and "
+        "LOYALTY_TLS_KEY, or LOYALTY_PLAIN_HTTP_BEYOND_LOOPBACK=1 "
+        "(--plain-http-beyond-loopback) to accept that"
+    )
+    allowed = render(listen_host=host, plain_http_beyond_loopback=True)
+    listen = allowed["static_resources"]["listeners"][0]["address"]["socket_address"]
+    assert listen["address"] == host
+    render(listen_host=host, tls_secret_path=tmp_path / "sds.yaml")
+    for loopback in ("127.0.0.1", "127.0.0.2", "::1", "localhost", None):
+        render(listen_host=loopback)
 
 
 def test_committed_defaults_match_the_module(config: dict[str, Any]) -> None:

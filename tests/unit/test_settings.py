@@ -421,3 +421,65 @@ def test_up_refuses_a_weak_token_left_in_the_data_dir(
         "(it has 6); delete the file and `up` generates one\n"
     )
     assert sorted(p.name for p in (tmp_path / ".loyalty").iterdir()) == ["admin_token"]
+
+
+def test_plain_http_listens_on_loopback_and_tls_everywhere_by_default() -> None:
+    settings = Settings.from_env({}, wallet=False)
+    assert settings.http_host is None
+    assert settings.gateway_listen_host(tls=False) == "127.0.0.1"
+    assert settings.gateway_listen_host(tls=True) == "0.0.0.0"
+    for host in ("127.0.0.2", "::1", "localhost"):
+        assert settings.with_flags(http_host=host).gateway_listen_host(tls=False) == host
+
+
+@pytest.mark.parametrize("host", ["0.0.0.0", "::", "192.168.1.20", "pos.example.com"])
+def test_plain_http_beyond_loopback_must_be_asked_for_by_name(host: str) -> None:
+    settings = Settings.from_env({"LOYALTY_HTTP_HOST": host}, wallet=False)
+    with pytest.raises(ConfigError) as refused:
+        settings.gateway_listen_host(tls=False)
+    assert str(refused.value).startswith(
+        f"LOYALTY_HTTP_HOST (--http-host) {host} is beyond loopback and the gateway has no TLS"
+    )
+    assert "\n" not in str(refused.value)
+    assert settings.gateway_listen_host(tls=True) == host
+    allowed = Settings.from_env(
+        {"LOYALTY_HTTP_HOST": host, "LOYALTY_PLAIN_HTTP_BEYOND_LOOPBACK": "1"}, wallet=False
+    )
+    assert allowed.gateway_listen_host(tls=False) == host
+    by_flag = settings.with_flags(plain_http_beyond_loopback="1")
+    assert by_flag.gateway_listen_host(tls=False) == host
+
+
+def test_the_beyond_loopback_switch_is_1_or_0() -> None:
+    for text, value in (("1", True), ("true", True), ("0", False), ("no", False)):
+        env = {"LOYALTY_PLAIN_HTTP_BEYOND_LOOPBACK": text}
+        assert Settings.from_env(env, wallet=False).plain_http_beyond_loopback is value
+    with pytest.raises(ConfigError) as wrong:
+        Settings.from_env({"LOYALTY_PLAIN_HTTP_BEYOND_LOOPBACK": "sure"}, wallet=False)
+    assert str(wrong.value) == "LOYALTY_PLAIN_HTTP_BEYOND_LOOPBACK must be 1 or 0, got 'sure'"
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["up", "--http-host", "0.0.0.0"],
+        ["gateway", "run", "--http-host", "0.0.0.0", "--work-dir", "envoy"],
+    ],
+)
+def test_up_and_gateway_run_refuse_plain_http_beyond_loopback_before_starting(
+    argv: list[str],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    for name in ("LOYALTY_TLS_CERT", "LOYALTY_TLS_KEY", "LOYALTY_PLAIN_HTTP_BEYOND_LOOPBACK"):
+        monkeypatch.delenv(name, raising=False)
+    assert main(argv) == EXIT_CONFIG
+    assert capsys.readouterr().err == (
+        "error: LOYALTY_HTTP_HOST (--http-host) 0.0.0.0 is beyond loopback and the gateway "
+        "has no TLS: API keys would cross the network in clear; set LOYALTY_TLS_CERT and "
+        "LOYALTY_TLS_KEY, or LOYALTY_PLAIN_HTTP_BEYOND_LOOPBACK=1 "
+        "(--plain-http-beyond-loopback) to accept that\n"
+    )
+    assert list(tmp_path.iterdir()) == []  # nothing started, no data or work dir

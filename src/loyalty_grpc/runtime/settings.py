@@ -100,8 +100,18 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("LOYALTY_HTTP_PORT", "`8080`", "Envoy's HTTP port (`--http-port`)"),
     Variable(
         "LOYALTY_HTTP_HOST",
-        "`0.0.0.0`",
-        "Envoy's listen address, `up` and `gateway run` (`--http-host`)",
+        "`127.0.0.1` with plain HTTP, `0.0.0.0` with TLS",
+        "Envoy's listen address, `up` and `gateway run` (`--http-host`); with plain HTTP "
+        "an address beyond loopback is refused unless `LOYALTY_PLAIN_HTTP_BEYOND_LOOPBACK` "
+        "says so",
+    ),
+    Variable(
+        "LOYALTY_PLAIN_HTTP_BEYOND_LOOPBACK",
+        "`0`",
+        "`1`: let plain HTTP (no `LOYALTY_TLS_CERT`) listen beyond loopback "
+        "(`--plain-http-beyond-loopback`), `up` and `gateway run`: API keys and fans' data "
+        "then cross the network in clear. For a TLS proxy in front on a private network, "
+        "or a container whose published port decides the exposure (docker-compose)",
     ),
     Variable(
         "LOYALTY_TLS_CERT",
@@ -311,6 +321,13 @@ def _token(text: str) -> str:
     return token
 
 
+def _switch(text: str) -> bool:
+    value = text.strip().lower()
+    if value not in ("1", "0", "true", "false", "yes", "no"):
+        raise ValueError("1 or 0")
+    return value in ("1", "true", "yes")
+
+
 def _host(text: str) -> str:
     if not re.fullmatch(r"[A-Za-z0-9.:\-\[\]_]+", text.strip()):
         raise ValueError("a host name or IP address")
@@ -393,6 +410,9 @@ _RULES: dict[str, _Rule] = {
     "grpc_port": _Rule("LOYALTY_GRPC_PORT", "--grpc-port", _port),
     "http_port": _Rule("LOYALTY_HTTP_PORT", "--http-port", _http_port),
     "http_host": _Rule("LOYALTY_HTTP_HOST", "--http-host", _host),
+    "plain_http_beyond_loopback": _Rule(
+        "LOYALTY_PLAIN_HTTP_BEYOND_LOOPBACK", "--plain-http-beyond-loopback", _switch
+    ),
     "tls_cert": _Rule("LOYALTY_TLS_CERT", "--tls-cert", _path),
     "tls_key": _Rule("LOYALTY_TLS_KEY", "--tls-key", _path),
     "http_redirect_port": _Rule("LOYALTY_HTTP_REDIRECT_PORT", "--http-redirect-port", _http_port),
@@ -433,8 +453,10 @@ class Settings:
     grpc_host: str | None = None
     grpc_port: int = 50051
     http_port: int = 8080
-    # None: the gateway folder's envoy.yaml (0.0.0.0).
+    # None: loopback with plain HTTP, every interface with TLS (`gateway_listen_host`).
     http_host: str | None = None
+    # Plain HTTP may listen beyond loopback (keys in clear): only when said by name.
+    plain_http_beyond_loopback: bool = False
     # HTTPS at the gateway: both or neither (`tls_files`).
     tls_cert: Path | None = None
     tls_key: Path | None = None
@@ -521,6 +543,17 @@ class Settings:
         if self.envoy_heap_mb is not None:
             return self.envoy_heap_mb * MIB
         return default_envoy_heap_bytes()
+    def gateway_listen_host(self, *, tls: bool) -> str:
+        """Where the gateway's API listener listens: LOYALTY_HTTP_HOST / --http-host, else
+        loopback with plain HTTP (API keys travel in every request: in clear, they stay on
+        this machine) and every interface with TLS (a certificate is for clients on the
+        network). Raises ConfigError for plain HTTP beyond loopback unless
+        LOYALTY_PLAIN_HTTP_BEYOND_LOOPBACK allows it."""
+        if self.http_host is None:
+            return ANY_ADDRESS if tls else LOOPBACK
+        if not (tls or self.plain_http_beyond_loopback or is_loopback(self.http_host)):
+            raise ConfigError(plain_http_refusal(self.http_host))
+        return self.http_host
 
     def configured_admin_token(self) -> str | None:
         """The back-office token the operator configured: LOYALTY_ADMIN_TOKEN, else the
@@ -642,6 +675,32 @@ def _parse(rule: _Rule, name: str, text: str) -> object:
     except ValueError as exc:
         got = "" if rule.secret else f", got {text!r}"
         raise ConfigError(f"{name} must be {exc}{got}") from None
+
+
+LOOPBACK = "127.0.0.1"
+ANY_ADDRESS = "0.0.0.0"  # noqa: S104 - the TLS default, a choice the README explains
+
+
+def is_loopback(host: str) -> bool:
+    """Whether a listener on `host` is reachable from this machine only: a loopback IP
+    address (127.0.0.0/8, ::1) or `localhost`. A wildcard (0.0.0.0, ::) or any other name
+    is not (a name is not resolved: it could mean anything)."""
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def plain_http_refusal(host: str) -> str:
+    """The one line that refuses plain HTTP beyond loopback (settings and rendering)."""
+    return (
+        f"LOYALTY_HTTP_HOST (--http-host) {host} is beyond loopback and the gateway has no "
+        "TLS: API keys would cross the network in clear; set LOYALTY_TLS_CERT and "
+        "LOYALTY_TLS_KEY, or LOYALTY_PLAIN_HTTP_BEYOND_LOOPBACK=1 "
+        "(--plain-http-beyond-loopback) to accept that"
+    )
 
 
 def connect_host(listen_host: str) -> str:

@@ -24,6 +24,7 @@ FLAGS = (
     "grpc_port",
     "http_port",
     "http_host",
+    "plain_http_beyond_loopback",
     "tls_cert",
     "tls_key",
     "http_redirect_port",
@@ -67,7 +68,16 @@ def _http_host_flag(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--http-host",
         metavar="HOST",
-        help="Envoy's listen address (env LOYALTY_HTTP_HOST, default 0.0.0.0)",
+        help="Envoy's listen address (env LOYALTY_HTTP_HOST, default 127.0.0.1 with plain "
+        "HTTP, 0.0.0.0 with TLS)",
+    )
+    parser.add_argument(
+        "--plain-http-beyond-loopback",
+        action="store_const",
+        const="1",
+        help="let plain HTTP listen beyond loopback: API keys cross the network in clear "
+        "(env LOYALTY_PLAIN_HTTP_BEYOND_LOOPBACK=1; without TLS, a --http-host beyond "
+        "loopback is refused otherwise)",
     )
 
 

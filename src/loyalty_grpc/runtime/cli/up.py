@@ -16,7 +16,7 @@ from loyalty_grpc.runtime.gateway.config import TlsFiles
 from loyalty_grpc.runtime.postgres import Database, open_database
 from loyalty_grpc.runtime.process.serving import server_settings, serving
 from loyalty_grpc.runtime.process.signals import stop_event
-from loyalty_grpc.runtime.settings import UP, Settings, connect_host, join_target
+from loyalty_grpc.runtime.settings import UP, Settings, connect_host, is_loopback, join_target
 from loyalty_grpc.store import migrate
 
 log = logging.getLogger(__name__)
@@ -28,11 +28,13 @@ def _up_admin_token(settings: Settings) -> str:
 
 
 def up(settings: Settings, *, demo: bool) -> int:
+    # Checked before anything starts (a wrong value: exit 2, nothing created).
+    tls_files = settings.tls_files()
+    http_host = settings.gateway_listen_host(tls=tls_files is not None)
     stop = stop_event()
     data_dir = settings.data_dir
     data_dir.mkdir(parents=True, exist_ok=True)
     admin_token = _up_admin_token(settings)
-    tls_files = settings.tls_files()  # checked before anything starts
     db = open_database(data_dir, settings.database_url)
     try:
         migrate.upgrade(db.url)
@@ -41,7 +43,8 @@ def up(settings: Settings, *, demo: bool) -> int:
         with serving(settings, server, command=UP) as supervisor:
             proxy = envoy.EnvoyProcess.start(
                 http_port=settings.http_port,
-                listen_host=settings.http_host,
+                listen_host=http_host,
+                plain_http_beyond_loopback=settings.plain_http_beyond_loopback,
                 log_format=settings.log_format_for(UP),
                 upstreams=(join_target(connect_host(server.host), supervisor.pool.port),),
                 work_dir=data_dir / "envoy",
@@ -58,7 +61,7 @@ def up(settings: Settings, *, demo: bool) -> int:
                     )
                 )
                 _print_banner(
-                    http_host=connect_host(proxy.listen_host),
+                    http_host=proxy.listen_host,
                     http_port=settings.http_port,
                     https=proxy.tls,
                     redirect_port=settings.http_redirect_port,
@@ -102,9 +105,18 @@ def _print_banner(
     )
     lines = [
         f"loyalty is up: HTTP API {'https' if https else 'http'}://"
-        f"{_url_host(http_host)}:{http_port}/api/v1  "
+        f"{_url_host(connect_host(http_host))}:{http_port}/api/v1"
+        f"{'' if is_loopback(http_host) else f' (listening on {http_host})'}  "
         f"gRPC {grpc_host}:{grpc_port} ({workers} workers"
         f"{', mutual TLS' if grpc_tls else ''})",
+        *(
+            [
+                "plain HTTP beyond loopback (LOYALTY_PLAIN_HTTP_BEYOND_LOOPBACK): API keys "
+                "and fans' data cross the network in clear"
+            ]
+            if not (https or is_loopback(http_host))
+            else []
+        ),
         *(
             [f"plain HTTP on port {redirect_port}: redirects GET/HEAD to https, refuses the rest"]
             if redirect_port is not None

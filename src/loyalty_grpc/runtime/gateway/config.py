@@ -62,7 +62,13 @@ from loyalty_grpc.api.gateway_protocol import (
     GATEWAY_MARK_VALUE,
 )
 from loyalty_grpc.domain.errors import CATALOGO, CodigoError
-from loyalty_grpc.runtime.settings import GrpcTls, join_target, split_target
+from loyalty_grpc.runtime.settings import (
+    GrpcTls,
+    is_loopback,
+    join_target,
+    plain_http_refusal,
+    split_target,
+)
 
 CONFIG_NAME = "envoy.yaml"
 LISTENER_NAME = "pos_http"
@@ -606,13 +612,17 @@ def render_config(
     upstream_sds: tuple[Path, Path] | None = None,
     trusted_proxies: tuple[str, ...] = (),
     max_heap_bytes: int | None = None,
+    plain_http_beyond_loopback: bool = False,
 ) -> dict[str, Any]:
     """gateway/envoy.yaml with the given ports and upstream servers (`HOST:PORT`, one
     endpoint each), and absolute paths to the files its listener reads (so Envoy can run
     from any working directory).
 
     Port 0 means "any free port" for Envoy (useful for the admin interface).
-    `listen_host` changes the listener's address (default: as configured, 0.0.0.0).
+    `listen_host` changes the listener's address (default: as configured, 127.0.0.1).
+    Plain HTTP (no TLS) beyond loopback is refused unless `plain_http_beyond_loopback`
+    (LOYALTY_PLAIN_HTTP_BEYOND_LOOPBACK): whoever starts a gateway, it never sends keys
+    in clear over the network by accident.
     `tls_secret_path`: the listener serves HTTPS only, its certificate by SDS from that
     file (a `tls_secret`, written by the caller). `redirect_port` (with TLS only): a
     plain-HTTP listener there that only redirects (`redirect_listener`).
@@ -635,6 +645,10 @@ def render_config(
         listen["port_value"] = http_port
         if listen_host is not None:
             listen["address"] = listen_host
+        if tls_secret_path is None and not (
+            plain_http_beyond_loopback or is_loopback(str(listen["address"]))
+        ):
+            raise EnvoyError(plain_http_refusal(str(listen["address"])))
         if tls_secret_path is not None:
             _add_tls(listener, tls_secret_path)
         manager = next(_connection_managers(listener), None)
@@ -731,6 +745,8 @@ class GatewaySpec:
     # Envoy's heap budget in bytes (None: envoy.yaml's); kept so that a reload renders the
     # same bootstrap (a new budget needs a restart).
     max_heap_bytes: int | None = None
+    # Plain HTTP may listen beyond loopback (LOYALTY_PLAIN_HTTP_BEYOND_LOOPBACK).
+    plain_http_beyond_loopback: bool = False
 
     @property
     def tls(self) -> TlsFiles | None:
@@ -776,6 +792,7 @@ class GatewaySpec:
             upstream_sds=upstream_sds if self.upstream_tls is not None else None,
             trusted_proxies=self.trusted_proxies,
             max_heap_bytes=self.max_heap_bytes,
+            plain_http_beyond_loopback=self.plain_http_beyond_loopback,
         )
 
     def to_json(self) -> str:

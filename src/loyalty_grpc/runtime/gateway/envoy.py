@@ -134,6 +134,7 @@ class EnvoyProcess:
         upstream_tls: GrpcTls | None = None,
         trusted_proxies: tuple[str, ...] = (),
         max_heap_bytes: int | None = None,
+        plain_http_beyond_loopback: bool = False,
     ) -> Self:
         """Install the config into `work_dir` (see `install`) and start Envoy on it.
 
@@ -154,6 +155,7 @@ class EnvoyProcess:
             upstream_tls=upstream_tls,
             trusted_proxies=trusted_proxies,
             max_heap_bytes=max_heap_bytes,
+            plain_http_beyond_loopback=plain_http_beyond_loopback,
         )
         work = install(spec, work_dir)
         proxy = cls(
@@ -371,10 +373,12 @@ def gateway_spec(
     upstream_tls: GrpcTls | None,
     trusted_proxies: tuple[str, ...] = (),
     max_heap_bytes: int | None = None,
+    plain_http_beyond_loopback: bool = False,
 ) -> GatewaySpec:
     """What `start` and `run_gateway` install: the gateway folder (default the packaged
     one) with these ports, upstream servers, listen address, TLS files, trusted proxies
-    and heap budget."""
+    and heap budget (plain HTTP beyond loopback only with `plain_http_beyond_loopback`:
+    config.render_config)."""
     directory = gateway_dir if gateway_dir is not None else find_gateway_dir()
     return GatewaySpec(
         http_port=http_port,
@@ -387,6 +391,7 @@ def gateway_spec(
         redirect_port=redirect_port,
         trusted_proxies=trusted_proxies,
         max_heap_bytes=max_heap_bytes,
+        plain_http_beyond_loopback=plain_http_beyond_loopback,
     ).with_upstream_tls(upstream_tls)
 
 
