@@ -17,7 +17,7 @@ from loyalty_grpc.runtime.gateway import config as envoy_config
 from loyalty_grpc.runtime.gateway import xds as envoy_xds
 from loyalty_grpc.runtime.gateway.config import GatewaySpec, TlsFiles
 from loyalty_grpc.runtime.settings import EXIT_CONFIG, ConfigError, GrpcTls, Settings
-from tests.gateway_specs import tls_spec
+from tests.gateway_specs import ADMIN_SOCKET, tls_spec
 from tests.tls_certs import make_ca, make_server_cert
 
 
@@ -79,10 +79,15 @@ def test_files_in_two_folders_are_watched_each(tmp_path: Path) -> None:
 
 
 def test_a_spec_written_before_tls_reads_as_plain_http_with_one_upstream() -> None:
+    """Also before the admin socket: its `admin_port` is dropped (the admin interface is
+    the work dir's socket), and no metrics listener is rendered."""
     old = '{"http_port": 8080, "upstream_host": "h", "upstream_port": 1, "admin_port": 0, '
     old += '"gateway_dir": "/g", "listen_host": null}'
     spec = GatewaySpec.from_json(old)
     assert spec.tls is None
+    assert spec.metrics_port is None
+    assert not spec.plain_http_beyond_loopback
+    assert "admin_port" not in spec.to_json()
     assert spec.upstreams == ("h:1",)
     assert GatewaySpec.from_json(old.replace('"h"', '"[::1]"')).upstreams == ("[::1]:1",)
     assert GatewaySpec.from_json(spec.to_json()) == spec
@@ -175,7 +180,7 @@ def test_redirect_port_needs_tls(pair: TlsFiles) -> None:
     with pytest.raises(ConfigError, match="must differ from LOYALTY_HTTP_PORT"):
         Settings.from_env(env, wallet=False).tls_files()
     with pytest.raises(envoy_config.EnvoyError, match="needs TLS"):
-        dataclasses.replace(tls_spec(None), redirect_port=8081).render()
+        dataclasses.replace(tls_spec(None), redirect_port=8081).render(admin_socket=ADMIN_SOCKET)
 
 
 def test_tls_key_that_cannot_be_read_names_the_variable(pair: TlsFiles, tmp_path: Path) -> None:

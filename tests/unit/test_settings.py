@@ -483,3 +483,25 @@ def test_up_and_gateway_run_refuse_plain_http_beyond_loopback_before_starting(
         "(--plain-http-beyond-loopback) to accept that\n"
     )
     assert list(tmp_path.iterdir()) == []  # nothing started, no data or work dir
+
+
+def test_envoy_metrics_listener_is_off_by_default_and_on_loopback() -> None:
+    settings = Settings.from_env({}, wallet=False)
+    assert (settings.envoy_metrics_port, settings.envoy_metrics_host) == (0, "127.0.0.1")
+    env = {"LOYALTY_ENVOY_METRICS_PORT": "9901", "LOYALTY_ENVOY_METRICS_HOST": "0.0.0.0"}
+    given = Settings.from_env(env, wallet=False)
+    assert (given.envoy_metrics_port, given.envoy_metrics_host) == (9901, "0.0.0.0")
+    assert given.with_flags(envoy_metrics_port="9902").envoy_metrics_port == 9902
+
+
+def test_the_retired_admin_port_variable_says_what_replaced_it() -> None:
+    """An environment file written for an earlier version would otherwise leave
+    Prometheus scraping a port that no longer exists, silently."""
+    with pytest.raises(ConfigError) as retired:
+        Settings.from_env({"LOYALTY_ENVOY_ADMIN_PORT": "9901"}, wallet=False)
+    assert str(retired.value) == (
+        "LOYALTY_ENVOY_ADMIN_PORT is retired: Envoy's admin interface is a Unix socket of "
+        "the work dir now (WORK_DIR/admin/envoy.sock, the gateway's user only); for "
+        "Prometheus set LOYALTY_ENVOY_METRICS_PORT instead"
+    )
+    assert Settings.from_env({"LOYALTY_ENVOY_ADMIN_PORT": " "}, wallet=False)

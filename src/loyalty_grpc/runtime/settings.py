@@ -216,9 +216,24 @@ VARIABLES: tuple[Variable, ...] = (
         "failed call",
     ),
     Variable(
+        "LOYALTY_ENVOY_METRICS_PORT",
+        "`0` (none)",
+        "`up` and `gateway run`: a listener for Prometheus that answers only `GET "
+        "/stats/prometheus` (Envoy's own series) and `GET /ready` from Envoy's admin "
+        "interface, which is a Unix socket of the work dir (mode 0600), never a port "
+        "(`--envoy-metrics-port`)",
+    ),
+    Variable(
+        "LOYALTY_ENVOY_METRICS_HOST",
+        "`127.0.0.1`",
+        "the address of that listener (`--envoy-metrics-host`); beyond loopback, the "
+        "series name the gateway's clusters and servers",
+    ),
+    Variable(
         "LOYALTY_ENVOY_ADMIN_PORT",
-        "`0` (any free port)",
-        "`gateway run`: Envoy's admin interface port",
+        "none (retired)",
+        "refused with a one-line hint: Envoy's admin interface is a Unix socket now; "
+        "Prometheus uses `LOYALTY_ENVOY_METRICS_PORT`",
     ),
     Variable(
         "LOYALTY_ENVOY_HEAP_MB",
@@ -432,11 +447,22 @@ _RULES: dict[str, _Rule] = {
     "log_format": _Rule("LOYALTY_LOG_FORMAT", "--log-format", _choice(LOG_FORMATS, upper=False)),
     "grpc_target": _Rule("LOYALTY_GRPC_TARGET", "--target", _target),
     "gateway_upstreams": _Rule("LOYALTY_GATEWAY_UPSTREAMS", "--upstream", _targets),
-    "envoy_admin_port": _Rule("LOYALTY_ENVOY_ADMIN_PORT", "--admin-port", _port),
     "envoy_heap_mb": _Rule(
         "LOYALTY_ENVOY_HEAP_MB",
         "--envoy-heap-mb",
         _integer(ENVOY_HEAP_MIN_MB, ENVOY_HEAP_MAX_MB, "a number of MiB"),
+    ),
+    "envoy_metrics_port": _Rule("LOYALTY_ENVOY_METRICS_PORT", "--envoy-metrics-port", _port),
+    "envoy_metrics_host": _Rule("LOYALTY_ENVOY_METRICS_HOST", "--envoy-metrics-host", _host),
+}
+
+# Variables of earlier versions that would now be ignored: set, they stop the command
+# with what to do instead (an operator's environment file outlives an upgrade).
+_RETIRED: dict[str, str] = {
+    "LOYALTY_ENVOY_ADMIN_PORT": (
+        "LOYALTY_ENVOY_ADMIN_PORT is retired: Envoy's admin interface is a Unix socket of "
+        "the work dir now (WORK_DIR/admin/envoy.sock, the gateway's user only); for "
+        "Prometheus set LOYALTY_ENVOY_METRICS_PORT instead"
     ),
 }
 
@@ -481,9 +507,11 @@ class Settings:
     grpc_target: str | None = None
     # None: the one server of server_target (`upstreams`).
     gateway_upstreams: tuple[str, ...] | None = None
-    envoy_admin_port: int = 0
     # None: follows the machine (`envoy_heap_bytes`).
     envoy_heap_mb: int | None = None
+    # Envoy's Prometheus listener (0: none) and its address.
+    envoy_metrics_port: int = 0
+    envoy_metrics_host: str = "127.0.0.1"
     wallet: WalletSettings = field(default_factory=WalletSettings)
 
     @classmethod
@@ -491,6 +519,9 @@ class Settings:
         """Read and check every variable (an empty value counts as unset); `wallet`: also
         the wallet ones. Raises ConfigError naming the first wrong variable."""
         env = os.environ if environ is None else environ
+        for variable, message in _RETIRED.items():
+            if env.get(variable, "").strip():
+                raise ConfigError(message)
         values: dict[str, object] = {}
         for name, rule in _RULES.items():
             text = env.get(rule.variable, "")
@@ -543,6 +574,7 @@ class Settings:
         if self.envoy_heap_mb is not None:
             return self.envoy_heap_mb * MIB
         return default_envoy_heap_bytes()
+
     def gateway_listen_host(self, *, tls: bool) -> str:
         """Where the gateway's API listener listens: LOYALTY_HTTP_HOST / --http-host, else
         loopback with plain HTTP (API keys travel in every request: in clear, they stay on
@@ -731,7 +763,7 @@ def documented_names() -> set[str]:
 
 def checked_names() -> set[str]:
     """Variables read and checked here (the wallet ones are WalletSettings')."""
-    return {rule.variable for rule in _RULES.values()} | {PROG_VARIABLE}
+    return {rule.variable for rule in _RULES.values()} | {PROG_VARIABLE} | set(_RETIRED)
 
 
 def settings_fields() -> set[str]:

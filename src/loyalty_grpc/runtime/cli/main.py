@@ -99,7 +99,6 @@ def _gateway(args: argparse.Namespace, settings: Settings) -> int:
     spec = gateway_spec(
         http_port=settings.http_port,
         upstreams=settings.upstreams,
-        admin_port=settings.envoy_admin_port,
         gateway_dir=args.gateway_dir,
         listen_host=settings.gateway_listen_host(tls=tls is not None),
         tls=tls,
@@ -108,6 +107,8 @@ def _gateway(args: argparse.Namespace, settings: Settings) -> int:
         trusted_proxies=settings.trusted_proxies,
         max_heap_bytes=settings.envoy_heap_bytes,
         plain_http_beyond_loopback=settings.plain_http_beyond_loopback,
+        metrics_port=settings.envoy_metrics_port,
+        metrics_host=settings.envoy_metrics_host,
     )
     return run_gateway(spec, work_dir=work_dir, log_format=settings.log_format_for(GATEWAY_RUN))
 

@@ -38,8 +38,9 @@ FLAGS = (
     "log_format",
     "grpc_target",
     "gateway_upstreams",
-    "envoy_admin_port",
     "envoy_heap_mb",
+    "envoy_metrics_port",
+    "envoy_metrics_host",
 )
 
 
@@ -118,6 +119,21 @@ def _tls_flags(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _envoy_metrics_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--envoy-metrics-port",
+        metavar="PORT",
+        help="Envoy's Prometheus series: GET /stats/prometheus and /ready, nothing else of "
+        "its admin interface (a Unix socket) (env LOYALTY_ENVOY_METRICS_PORT, default 0: "
+        "none)",
+    )
+    parser.add_argument(
+        "--envoy-metrics-host",
+        metavar="HOST",
+        help="address of that listener (env LOYALTY_ENVOY_METRICS_HOST, default 127.0.0.1)",
+    )
+
+
 def _grpc_tls_flags(parser: argparse.ArgumentParser) -> None:
     for name, what in (
         ("cert", "this process's PEM certificate"),
@@ -187,6 +203,7 @@ def build_parser() -> argparse.ArgumentParser:
     _tls_flags(up)
     _trusted_proxies_flag(up)
     _envoy_heap_flag(up)
+    _envoy_metrics_flags(up)
     _serving_flags(up)
     up.add_argument("--demo", action="store_true", help="load the demo program and print its keys")
 
@@ -242,12 +259,7 @@ def build_parser() -> argparse.ArgumentParser:
         "env LOYALTY_GATEWAY_UPSTREAMS, default: LOYALTY_GRPC_TARGET, else where serve "
         "listens on this host (LOYALTY_GRPC_HOST:LOYALTY_GRPC_PORT)",
     )
-    grun.add_argument(
-        "--admin-port",
-        dest="envoy_admin_port",
-        metavar="PORT",
-        help="env LOYALTY_ENVOY_ADMIN_PORT, default 0 (any free port)",
-    )
+    _envoy_metrics_flags(grun)
     _work_dir_flag(grun)
     _gateway_dir_flag(grun, "the packaged gateway folder")
     greload = gsub.add_parser(

@@ -45,6 +45,8 @@ def up(settings: Settings, *, demo: bool) -> int:
                 http_port=settings.http_port,
                 listen_host=http_host,
                 plain_http_beyond_loopback=settings.plain_http_beyond_loopback,
+                metrics_port=settings.envoy_metrics_port,
+                metrics_host=settings.envoy_metrics_host,
                 log_format=settings.log_format_for(UP),
                 upstreams=(join_target(connect_host(server.host), supervisor.pool.port),),
                 work_dir=data_dir / "envoy",
@@ -66,6 +68,8 @@ def up(settings: Settings, *, demo: bool) -> int:
                     https=proxy.tls,
                     redirect_port=settings.http_redirect_port,
                     grpc_tls=server.tls_cert is not None,
+                    envoy_admin=f"Envoy admin: socket {proxy.admin} (this user only)"
+                    + _prometheus(settings),
                     grpc_host=server.host,
                     grpc_port=supervisor.pool.port,
                     workers=settings.workers,
@@ -93,6 +97,7 @@ def _print_banner(
     https: bool = False,
     redirect_port: int | None = None,
     grpc_tls: bool = False,
+    envoy_admin: str = "",
     data_dir: Path,
     db: Database,
     token_configured: bool,
@@ -122,6 +127,7 @@ def _print_banner(
             if redirect_port is not None
             else []
         ),
+        *([envoy_admin] if envoy_admin else []),
         f"database: {where}",
         "admin token: "
         + (
@@ -133,6 +139,12 @@ def _print_banner(
     lines += demo
     lines.append("Ctrl-C stops everything.")
     say("\n".join(lines))
+
+
+def _prometheus(settings: Settings) -> str:
+    """Where Envoy's series are, when LOYALTY_ENVOY_METRICS_PORT asks for them."""
+    url = envoy.metrics_url(settings.envoy_metrics_host, settings.envoy_metrics_port)
+    return f"; its Prometheus series {url}" if url else ""
 
 
 def _url_host(host: str) -> str:
