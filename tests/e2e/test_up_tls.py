@@ -86,11 +86,17 @@ def started(data_dir: Path, certs: Certs, *, by_env: bool) -> Iterator[UpTls]:
             LOYALTY_TLS_CERT=str(certs.cert),
             LOYALTY_TLS_KEY=str(certs.key),
             LOYALTY_HTTP_REDIRECT_PORT=str(redirect_port),
+            LOYALTY_PUBLIC_HOST="127.0.0.1",
         )
     else:
         args += ["--tls-cert", str(certs.cert), "--tls-key", str(certs.key)]
         env = loyalty_env()
-        for name in ("LOYALTY_TLS_CERT", "LOYALTY_TLS_KEY", "LOYALTY_HTTP_REDIRECT_PORT"):
+        for name in (
+            "LOYALTY_TLS_CERT",
+            "LOYALTY_TLS_KEY",
+            "LOYALTY_HTTP_REDIRECT_PORT",
+            "LOYALTY_PUBLIC_HOST",
+        ):
             env.pop(name, None)
     running = Running(args, ROOT, env)
     try:
@@ -175,7 +181,10 @@ def test_plain_http_on_the_tls_port_gets_no_answer(up: UpTls) -> None:
 
 
 def test_the_banner_names_the_redirect_port(up_env: UpTls) -> None:
-    line = f"plain HTTP on port {up_env.redirect_port}: redirects GET/HEAD to https"
+    line = (
+        f"plain HTTP on port {up_env.redirect_port}: redirects GET/HEAD to "
+        "https://127.0.0.1, refuses the rest"
+    )
     assert any(line in printed for printed in up_env.running.lines)
 
 

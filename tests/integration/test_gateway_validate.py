@@ -145,7 +145,7 @@ def test_check_command_renders_tls(pair: TlsFiles, capsys: pytest.CaptureFixture
 
 
 def test_redirect_listener_forwards_nothing(pair: TlsFiles, tmp_path: Path) -> None:
-    spec = dataclasses.replace(tls_spec(pair), redirect_port=8081)
+    spec = dataclasses.replace(tls_spec(pair), redirect_port=8081, public_host="pos.example.com")
     generation = envoy_xds.render_generation(spec, envoy_xds.WorkDir(tmp_path))
     listeners = generation.static["static_resources"]["listeners"]
     assert [item["name"] for item in listeners] == ["pos_http", "pos_http_redirect"]
@@ -155,6 +155,7 @@ def test_redirect_listener_forwards_nothing(pair: TlsFiles, tmp_path: Path) -> N
     text = json.dumps(redirect)
     assert "cluster" not in text  # no route forwards
     assert '"port_redirect": 8443' in text
+    assert '"host_redirect": "pos.example.com"' in text
     envoy_config.check_gateway_mark(generation.static)
     assert GatewaySpec.from_json(spec.to_json()) == spec
     assert envoy_xds.check_command(work_dir=envoy_xds.install(spec, tmp_path / "w").path) == 0

@@ -70,6 +70,7 @@ def test_every_rendering_and_xds_generation_carries_it(tmp_path: Path) -> None:
         admin_socket=ADMIN_SOCKET,
         tls_secret_path=tmp_path / "secret.yaml",
         redirect_port=8080,
+        public_host="pos.example.com",
     )
     assert len(managers(with_redirect)) == 2
     envoy_config.check_client_address(with_redirect)

@@ -111,6 +111,7 @@ def test_the_redirect_listener_takes_the_api_listeners_limits() -> None:
         gateway_dir=GATEWAY,
         tls_secret_path=Path("/run/sds/tls.yaml"),
         redirect_port=8081,
+        public_host="pos.example.com",
     )
     api, redirect = rendered["static_resources"]["listeners"]
     assert redirect["name"] == envoy_config.REDIRECT_LISTENER_NAME

@@ -29,6 +29,8 @@ EXIT_CONFIG = 2
 # The default of LOYALTY_FAILED_KEY_CHECKS_PER_MINUTE (api/failed_checks.py DEFAULT_LIMIT;
 # a test ties them: this module does not import the server's).
 DEFAULT_FAILED_KEY_CHECKS = 60
+# Strict-Transport-Security's max-age with TLS: one year, what HSTS preload lists ask for.
+DEFAULT_HSTS_MAX_AGE = 31_536_000
 MAX_WORKERS = 64
 # Envoy's heap budget (envoy.yaml's overload_manager sheds load as it fills): by default
 # this share of the memory the machine (or its cgroup) gives a process, never less than
@@ -129,7 +131,28 @@ VARIABLES: tuple[Variable, ...] = (
         "LOYALTY_HTTP_REDIRECT_PORT",
         "none (no plain HTTP at all)",
         "with TLS only: a plain-HTTP port that forwards nothing, GET/HEAD get a 301 to "
-        "https, other methods a 400 `solicitud_invalida` (`--http-redirect-port`)",
+        "https on `LOYALTY_PUBLIC_HOST` (required with it), other methods a 400 "
+        "`solicitud_invalida` (`--http-redirect-port`)",
+    ),
+    Variable(
+        "LOYALTY_PUBLIC_HOST",
+        "none",
+        "the name clients use for the HTTPS API, as in its certificate, `HOST` or "
+        "`HOST:PORT` (default port: `LOYALTY_HTTP_PORT`) (`--public-host`): the only host "
+        "the redirect port sends clients to, never the request's `Host`",
+    ),
+    Variable(
+        "LOYALTY_HSTS_MAX_AGE",
+        f"`{DEFAULT_HSTS_MAX_AGE}` (one year)",
+        "with TLS: every HTTPS response, Envoy's own replies too, carries "
+        "`Strict-Transport-Security: max-age=N`; 0 sends `max-age=0`, which tells "
+        "browsers to forget the policy (to leave HTTPS)",
+    ),
+    Variable(
+        "LOYALTY_HSTS_INCLUDE_SUBDOMAINS",
+        "`0`",
+        "`1`: add `includeSubDomains` (every subdomain of the API's host must then serve "
+        "HTTPS too)",
     ),
     Variable(
         "LOYALTY_GRPC_TLS_CERT",
@@ -343,6 +366,31 @@ def _switch(text: str) -> bool:
     return value in ("1", "true", "yes")
 
 
+_DNS_LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+_DNS_NAME = rf"{_DNS_LABEL}(?:\.{_DNS_LABEL})*"
+
+
+def split_public_host(text: str) -> tuple[str, int | None]:
+    """`HOST` or `HOST:PORT` (a DNS name, an IPv4 address or `[IPv6]`) as (host, port or
+    None); ValueError otherwise (no scheme, path, user or wildcard: it becomes a URL)."""
+    value = text.strip()
+    match = re.fullmatch(rf"({_DNS_NAME}|\[[0-9A-Fa-f:.]+\])(?::(\d{{1,5}}))?", value)
+    port = int(match.group(2)) if match and match.group(2) else None
+    if match is None or port == 0 or (port or 0) > 65535 or len(match.group(1)) > 253:
+        raise ValueError("a host name as in the certificate, HOST or HOST:PORT")
+    if match.group(1).startswith("["):
+        try:
+            ipaddress.IPv6Address(match.group(1)[1:-1])
+        except ValueError:
+            raise ValueError("a host name as in the certificate, HOST or HOST:PORT") from None
+    return match.group(1), port
+
+
+def _public_host(text: str) -> str:
+    split_public_host(text)
+    return text.strip()
+
+
 def _host(text: str) -> str:
     if not re.fullmatch(r"[A-Za-z0-9.:\-\[\]_]+", text.strip()):
         raise ValueError("a host name or IP address")
@@ -431,6 +479,9 @@ _RULES: dict[str, _Rule] = {
     "tls_cert": _Rule("LOYALTY_TLS_CERT", "--tls-cert", _path),
     "tls_key": _Rule("LOYALTY_TLS_KEY", "--tls-key", _path),
     "http_redirect_port": _Rule("LOYALTY_HTTP_REDIRECT_PORT", "--http-redirect-port", _http_port),
+    "public_host": _Rule("LOYALTY_PUBLIC_HOST", "--public-host", _public_host),
+    "hsts_max_age": _Rule("LOYALTY_HSTS_MAX_AGE", None, _integer(0, 2**31 - 1, "seconds")),
+    "hsts_include_subdomains": _Rule("LOYALTY_HSTS_INCLUDE_SUBDOMAINS", None, _switch),
     "grpc_tls_cert": _Rule("LOYALTY_GRPC_TLS_CERT", "--grpc-tls-cert", _path),
     "grpc_tls_key": _Rule("LOYALTY_GRPC_TLS_KEY", "--grpc-tls-key", _path),
     "grpc_tls_ca": _Rule("LOYALTY_GRPC_TLS_CA", "--grpc-tls-ca", _path),
@@ -486,8 +537,13 @@ class Settings:
     # HTTPS at the gateway: both or neither (`tls_files`).
     tls_cert: Path | None = None
     tls_key: Path | None = None
-    # With TLS: a plain-HTTP port that only redirects (None: no plain HTTP at all).
+    # With TLS: a plain-HTTP port that only redirects (None: no plain HTTP at all), to
+    # the public host (required with it).
     http_redirect_port: int | None = None
+    public_host: str | None = None
+    # With TLS: Strict-Transport-Security on every HTTPS response.
+    hsts_max_age: int = DEFAULT_HSTS_MAX_AGE
+    hsts_include_subdomains: bool = False
     # Mutual TLS on the gRPC port: all three or none (`grpc_tls`).
     grpc_tls_cert: Path | None = None
     grpc_tls_key: Path | None = None
@@ -625,6 +681,12 @@ class Settings:
         if self.http_redirect_port == self.http_port:
             raise ConfigError(
                 f"LOYALTY_HTTP_REDIRECT_PORT must differ from LOYALTY_HTTP_PORT ({self.http_port})"
+            )
+        if self.http_redirect_port is not None and self.public_host is None:
+            raise ConfigError(
+                "LOYALTY_HTTP_REDIRECT_PORT needs LOYALTY_PUBLIC_HOST (--public-host): the "
+                "host name of the certificate, where the redirect sends clients (never the "
+                "request's Host header, which the client chooses)"
             )
         cert, key = _pem_files(given)
         _check_pair(given, cert, key)

@@ -109,6 +109,9 @@ def _gateway(args: argparse.Namespace, settings: Settings) -> int:
         plain_http_beyond_loopback=settings.plain_http_beyond_loopback,
         metrics_port=settings.envoy_metrics_port,
         metrics_host=settings.envoy_metrics_host,
+        public_host=settings.public_host,
+        hsts_max_age=settings.hsts_max_age,
+        hsts_include_subdomains=settings.hsts_include_subdomains,
     )
     return run_gateway(spec, work_dir=work_dir, log_format=settings.log_format_for(GATEWAY_RUN))
 

@@ -28,6 +28,7 @@ FLAGS = (
     "tls_cert",
     "tls_key",
     "http_redirect_port",
+    "public_host",
     "trusted_proxies",
     "grpc_tls_cert",
     "grpc_tls_key",
@@ -114,8 +115,14 @@ def _tls_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--http-redirect-port",
         metavar="PORT",
-        help="with HTTPS: a plain-HTTP port that only redirects GET/HEAD to https "
-        "(env LOYALTY_HTTP_REDIRECT_PORT, default: no plain HTTP at all)",
+        help="with HTTPS: a plain-HTTP port that only redirects GET/HEAD to https on "
+        "--public-host (env LOYALTY_HTTP_REDIRECT_PORT, default: no plain HTTP at all)",
+    )
+    parser.add_argument(
+        "--public-host",
+        metavar="HOST[:PORT]",
+        help="the API's name in its certificate: where the redirect port sends clients, "
+        "never the request's Host (env LOYALTY_PUBLIC_HOST; required with a redirect port)",
     )
 
 

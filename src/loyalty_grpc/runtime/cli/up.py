@@ -47,6 +47,9 @@ def up(settings: Settings, *, demo: bool) -> int:
                 plain_http_beyond_loopback=settings.plain_http_beyond_loopback,
                 metrics_port=settings.envoy_metrics_port,
                 metrics_host=settings.envoy_metrics_host,
+                public_host=settings.public_host,
+                hsts_max_age=settings.hsts_max_age,
+                hsts_include_subdomains=settings.hsts_include_subdomains,
                 log_format=settings.log_format_for(UP),
                 upstreams=(join_target(connect_host(server.host), supervisor.pool.port),),
                 work_dir=data_dir / "envoy",
@@ -67,6 +70,7 @@ def up(settings: Settings, *, demo: bool) -> int:
                     http_port=settings.http_port,
                     https=proxy.tls,
                     redirect_port=settings.http_redirect_port,
+                    public_host=settings.public_host,
                     grpc_tls=server.tls_cert is not None,
                     envoy_admin=f"Envoy admin: socket {proxy.admin} (this user only)"
                     + _prometheus(settings),
@@ -96,6 +100,7 @@ def _print_banner(
     workers: int,
     https: bool = False,
     redirect_port: int | None = None,
+    public_host: str | None = None,
     grpc_tls: bool = False,
     envoy_admin: str = "",
     data_dir: Path,
@@ -123,7 +128,10 @@ def _print_banner(
             else []
         ),
         *(
-            [f"plain HTTP on port {redirect_port}: redirects GET/HEAD to https, refuses the rest"]
+            [
+                f"plain HTTP on port {redirect_port}: redirects GET/HEAD to "
+                f"https://{public_host}, refuses the rest"
+            ]
             if redirect_port is not None
             else []
         ),

@@ -28,10 +28,12 @@ newer) whose certificate comes by SDS from a file (`tls_secret`, a Secret naming
 files, written into the work directory by runtime/gateway/xds.py). Envoy watches the
 folder of the PEM files and reads the pair again whenever a file is renamed into it, so
 replacing them (written aside, renamed into place) rotates the certificate without a
-restart; connections already open keep theirs. There is then no plain-HTTP API: only,
+restart; connections already open keep theirs. Every response of that listener carries
+`Strict-Transport-Security` (`add_hsts`: LOYALTY_HSTS_MAX_AGE, default one year), the
+server's answers and Envoy's own replies alike. There is then no plain-HTTP API: only,
 when asked for (`redirect_port`, LOYALTY_HTTP_REDIRECT_PORT), a second listener that
-answers GET/HEAD with a 301 to https and anything else with a 400 envelope, never
-forwarding a call.
+answers GET/HEAD with a 301 to https on the configured public host (LOYALTY_PUBLIC_HOST,
+never the request's Host) and anything else with a 400 envelope, never forwarding a call.
 
 Envoy's admin interface is never a TCP port: it has no authentication and can stop Envoy
 (`POST /quitquitquit`), change its log levels and dump its configuration. Rendering puts
@@ -73,10 +75,12 @@ from loyalty_grpc.api.gateway_protocol import (
 )
 from loyalty_grpc.domain.errors import CATALOGO, CodigoError
 from loyalty_grpc.runtime.settings import (
+    DEFAULT_HSTS_MAX_AGE,
     GrpcTls,
     is_loopback,
     join_target,
     plain_http_refusal,
+    split_public_host,
     split_target,
 )
 
@@ -136,6 +140,8 @@ TLS_SECRET_NAME = "pos_tls_certificate"  # noqa: S105
 TLS_ALPN = ("h2", "http/1.1")
 TLS_MIN_VERSION = "TLSv1_2"
 REDIRECT_LISTENER_NAME = "pos_http_redirect"
+HSTS_HEADER = "strict-transport-security"
+HTTPS_DEFAULT_PORT = 443
 # Mutual TLS to the servers (rendered only when LOYALTY_GRPC_TLS_* are set).
 UPSTREAM_TLS_TYPE = (
     "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext"
@@ -478,6 +484,46 @@ def _add_tls(listener: dict[str, Any], secret_path: Path) -> None:
         chain["transport_socket"] = tls_transport_socket(secret_path)
 
 
+def hsts_value(max_age: int, *, include_subdomains: bool = False) -> str:
+    """The Strict-Transport-Security value: `max-age=N` (0 makes browsers forget the
+    policy), `; includeSubDomains` only when asked for."""
+    return f"max-age={max_age}" + ("; includeSubDomains" if include_subdomains else "")
+
+
+def add_hsts(listener: dict[str, Any], value: str) -> None:
+    """Strict-Transport-Security on every response of the HTTPS listener, by two paths
+    that together cover all of them: the route table's response headers (the server's
+    answers, direct responses such as openapi.json) and the local reply mapper's (every
+    reply Envoy makes itself: 404, 413, the request check's 400, the 503 backstop even
+    when it skips the filters). envelope.lua lets the header through (ALLOWED_HEADERS)."""
+    header = {
+        "header": {"key": HSTS_HEADER, "value": value},
+        "append_action": "OVERWRITE_IF_EXISTS_OR_ADD",
+    }
+    for manager in _connection_managers(listener):
+        manager.setdefault("route_config", {}).setdefault("response_headers_to_add", []).append(
+            copy.deepcopy(header)
+        )
+        replies = manager.setdefault("local_reply_config", {})
+        mappers = replies.setdefault("mappers", [])
+        for mapper in mappers:
+            mapper.setdefault("headers_to_add", []).append(copy.deepcopy(header))
+        # Last, for every local reply no mapper above took (the first that matches wins).
+        mappers.append(
+            {
+                "filter": {
+                    "status_code_filter": {
+                        "comparison": {
+                            "op": "GE",
+                            "value": {"default_value": 0, "runtime_key": "loyalty.hsts_min_status"},
+                        }
+                    }
+                },
+                "headers_to_add": [copy.deepcopy(header)],
+            }
+        )
+
+
 def plain_http_envelope() -> str:
     """The body of the redirect listener's refusal (not GET/HEAD): solicitud_invalida."""
     entrada = CATALOGO[CodigoError.SOLICITUD_INVALIDA]
@@ -495,12 +541,19 @@ def plain_http_envelope() -> str:
     )
 
 
-def redirect_listener(address: str, port: int, https_port: int) -> dict[str, Any]:
+def redirect_listener(address: str, port: int, https_port: int, public_host: str) -> dict[str, Any]:
     """A plain-HTTP listener that forwards nothing: GET and HEAD get a 301 to the same
-    URL on https (port `https_port`), any other method a 400 envelope (a client that sent
-    a key in clear must not have the call done). It carries the gateway mark and the client
-    address like every HTTP listener (check_gateway_mark, check_client_address), though
-    no route forwards."""
+    path on https://PUBLIC_HOST:PORT (`public_host` is `HOST` or `HOST:PORT`, default port
+    `https_port`), any other method a 400 envelope (a client that sent a key in clear must
+    not have the call done). The request's Host header never makes the Location: whoever
+    sent `Host: evil.example` would otherwise get a redirect there. It carries the gateway
+    mark and the client address like every HTTP listener (check_gateway_mark,
+    check_client_address), though no route forwards."""
+    try:
+        host, public_port = split_public_host(public_host)
+    except ValueError as exc:
+        raise EnvoyError(f"the redirect's public host {public_host!r} must be {exc}") from None
+    location_port = public_port or https_port  # 443 is left out of the URL (https's own)
     json_header = [
         {
             "header": {"key": "content-type", "value": "application/json"},
@@ -515,7 +568,8 @@ def redirect_listener(address: str, port: int, https_port: int) -> dict[str, Any
             },
             "redirect": {
                 "https_redirect": True,
-                "port_redirect": https_port,
+                "host_redirect": host,
+                **({} if location_port == HTTPS_DEFAULT_PORT else {"port_redirect": location_port}),
                 "response_code": "MOVED_PERMANENTLY",
             },
         }
@@ -708,6 +762,24 @@ def _set_upstreams(cluster: dict[str, Any], upstreams: tuple[str, ...]) -> None:
     groups[0]["lb_endpoints"] = endpoints
 
 
+def _secure(
+    listener: dict[str, Any],
+    tls_secret_path: Path | None,
+    *,
+    hsts: str,
+    plain_http_beyond_loopback: bool,
+) -> None:
+    """The API listener with TLS (and HSTS on every response), or plain HTTP on loopback
+    unless `plain_http_beyond_loopback` (EnvoyError otherwise)."""
+    if tls_secret_path is not None:
+        _add_tls(listener, tls_secret_path)
+        add_hsts(listener, hsts)
+        return
+    address = str(_socket_address(listener)["address"])
+    if not (plain_http_beyond_loopback or is_loopback(address)):
+        raise EnvoyError(plain_http_refusal(address))
+
+
 def _add_listeners(
     config: dict[str, Any], listeners: list[dict[str, Any]], *, limits: dict[str, Any]
 ) -> None:
@@ -732,6 +804,9 @@ def render_config(
     max_heap_bytes: int | None = None,
     plain_http_beyond_loopback: bool = False,
     metrics: tuple[str, int] | None = None,
+    public_host: str | None = None,
+    hsts_max_age: int = DEFAULT_HSTS_MAX_AGE,
+    hsts_include_subdomains: bool = False,
 ) -> dict[str, Any]:
     """gateway/envoy.yaml with the given ports and upstream servers (`HOST:PORT`, one
     endpoint each), its admin interface on the Unix socket `admin_socket` (`admin_pipe`),
@@ -745,8 +820,10 @@ def render_config(
     (LOYALTY_PLAIN_HTTP_BEYOND_LOOPBACK): whoever starts a gateway, it never sends keys
     in clear over the network by accident.
     `tls_secret_path`: the listener serves HTTPS only, its certificate by SDS from that
-    file (a `tls_secret`, written by the caller). `redirect_port` (with TLS only): a
-    plain-HTTP listener there that only redirects (`redirect_listener`).
+    file (a `tls_secret`, written by the caller), every response with
+    Strict-Transport-Security (`add_hsts`, `hsts_value` of `hsts_max_age` and
+    `hsts_include_subdomains`). `redirect_port` (with TLS and `public_host` only): a
+    plain-HTTP listener there that only redirects, to `public_host` (`redirect_listener`).
     `upstream_sds` (the paths of the `upstream_secrets` files, written by the caller):
     mutual TLS to the servers. `trusted_proxies` (CIDRs, LOYALTY_TRUSTED_PROXIES): the
     listener takes the client address from their X-Forwarded-For (`trust_proxies`).
@@ -757,6 +834,11 @@ def render_config(
     """
     if redirect_port is not None and tls_secret_path is None:
         raise EnvoyError("a plain-HTTP redirect port needs TLS on the gateway's port")
+    if redirect_port is not None and public_host is None:
+        raise EnvoyError(
+            "a plain-HTTP redirect port needs the public host name to redirect to "
+            "(LOYALTY_PUBLIC_HOST), never the request's Host"
+        )
     directory = gateway_dir if gateway_dir is not None else find_gateway_dir()
     config = copy.deepcopy(load_config(directory))
     try:
@@ -767,12 +849,12 @@ def render_config(
         listen["port_value"] = http_port
         if listen_host is not None:
             listen["address"] = listen_host
-        if tls_secret_path is None and not (
-            plain_http_beyond_loopback or is_loopback(str(listen["address"]))
-        ):
-            raise EnvoyError(plain_http_refusal(str(listen["address"])))
-        if tls_secret_path is not None:
-            _add_tls(listener, tls_secret_path)
+        _secure(
+            listener,
+            tls_secret_path,
+            hsts=hsts_value(hsts_max_age, include_subdomains=hsts_include_subdomains),
+            plain_http_beyond_loopback=plain_http_beyond_loopback,
+        )
         manager = next(_connection_managers(listener), None)
         if manager is None:
             raise EnvoyError(
@@ -780,8 +862,10 @@ def render_config(
             )
         trust_proxies(listener, trusted_proxies)
         extra = []
-        if redirect_port is not None:
-            extra.append(redirect_listener(listen["address"], redirect_port, http_port))
+        if redirect_port is not None and public_host is not None:
+            extra.append(
+                redirect_listener(listen["address"], redirect_port, http_port, public_host)
+            )
         if metrics is not None:
             extra.append(metrics_listener(*metrics))
             config["static_resources"]["clusters"].append(admin_cluster(admin_socket))
@@ -857,8 +941,13 @@ class GatewaySpec:
     # HTTPS: the certificate and key files (both or neither), kept so a reload keeps TLS.
     tls_cert: Path | None = None
     tls_key: Path | None = None
-    # With TLS: a plain-HTTP listener on this port that only redirects (None: none).
+    # With TLS: a plain-HTTP listener on this port that only redirects (None: none), to
+    # this public host (HOST or HOST:PORT; required with it).
     redirect_port: int | None = None
+    public_host: str | None = None
+    # With TLS: Strict-Transport-Security on every response.
+    hsts_max_age: int = DEFAULT_HSTS_MAX_AGE
+    hsts_include_subdomains: bool = False
     # Mutual TLS to the servers: all three or none.
     grpc_tls_cert: Path | None = None
     grpc_tls_key: Path | None = None
@@ -922,6 +1011,9 @@ class GatewaySpec:
             max_heap_bytes=self.max_heap_bytes,
             plain_http_beyond_loopback=self.plain_http_beyond_loopback,
             metrics=(self.metrics_host, self.metrics_port) if self.metrics_port else None,
+            public_host=self.public_host,
+            hsts_max_age=self.hsts_max_age,
+            hsts_include_subdomains=self.hsts_include_subdomains,
         )
 
     def to_json(self) -> str:
@@ -1018,6 +1110,7 @@ __all__ = [
     "EnvoyError",
     "GatewaySpec",
     "TlsFiles",
+    "add_hsts",
     "admin_cluster",
     "admin_pipe",
     "check_client_address",
@@ -1028,6 +1121,7 @@ __all__ = [
     "file_references",
     "find_gateway_dir",
     "gateway_mark",
+    "hsts_value",
     "listen_host_of",
     "load_config",
     "metrics_listener",

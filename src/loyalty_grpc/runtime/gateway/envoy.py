@@ -39,7 +39,7 @@ from loyalty_grpc.runtime.logs import LogFormat
 from loyalty_grpc.runtime.process.parent_death import die_with_parent
 from loyalty_grpc.runtime.process.process_file import ProcessFile
 from loyalty_grpc.runtime.process.supervision import Child, StartFailed, supervise
-from loyalty_grpc.runtime.settings import GrpcTls, connect_host
+from loyalty_grpc.runtime.settings import DEFAULT_HSTS_MAX_AGE, GrpcTls, connect_host
 
 log = logging.getLogger(__name__)
 
@@ -136,6 +136,9 @@ class EnvoyProcess:
         plain_http_beyond_loopback: bool = False,
         metrics_port: int | None = None,
         metrics_host: str = "127.0.0.1",
+        public_host: str | None = None,
+        hsts_max_age: int = DEFAULT_HSTS_MAX_AGE,
+        hsts_include_subdomains: bool = False,
     ) -> Self:
         """Install the config into `work_dir` (see `install`) and start Envoy on it.
 
@@ -159,6 +162,9 @@ class EnvoyProcess:
             plain_http_beyond_loopback=plain_http_beyond_loopback,
             metrics_port=metrics_port,
             metrics_host=metrics_host,
+            public_host=public_host,
+            hsts_max_age=hsts_max_age,
+            hsts_include_subdomains=hsts_include_subdomains,
         )
         work = install(spec, work_dir)
         proxy = cls(
@@ -373,12 +379,15 @@ def gateway_spec(
     plain_http_beyond_loopback: bool = False,
     metrics_port: int | None = None,
     metrics_host: str = "127.0.0.1",
+    public_host: str | None = None,
+    hsts_max_age: int = DEFAULT_HSTS_MAX_AGE,
+    hsts_include_subdomains: bool = False,
 ) -> GatewaySpec:
     """What `start` and `run_gateway` install: the gateway folder (default the packaged
     one) with these ports, upstream servers, listen address, TLS files, trusted proxies
     and heap budget (plain HTTP beyond loopback only with `plain_http_beyond_loopback`:
-    config.render_config), and the metrics listener when `metrics_port` is given (None or
-    0: none)."""
+    config.render_config), the metrics listener when `metrics_port` is given (None or 0:
+    none); with TLS, the redirect's public host and Strict-Transport-Security."""
     directory = gateway_dir if gateway_dir is not None else find_gateway_dir()
     return GatewaySpec(
         http_port=http_port,
@@ -393,6 +402,9 @@ def gateway_spec(
         plain_http_beyond_loopback=plain_http_beyond_loopback,
         metrics_port=metrics_port or None,
         metrics_host=metrics_host,
+        public_host=public_host,
+        hsts_max_age=hsts_max_age,
+        hsts_include_subdomains=hsts_include_subdomains,
     ).with_upstream_tls(upstream_tls)
 
 
