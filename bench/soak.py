@@ -91,12 +91,13 @@ UPSTREAM_STATS = (
 
 
 def envoy_upstream_stats(work: Path) -> str:
-    from loyalty_grpc.runtime.gateway.admin import EnvoyAdmin
+    from loyalty_grpc.runtime.gateway.xds import WorkDir
 
-    admin = EnvoyAdmin.from_address_file(work / "data" / "envoy" / "admin_address")
-    if admin is None:
-        return "(Envoy's admin address not found)"
-    _, body = admin.get("/stats?filter=^cluster\\.loyalty_grpc\\.")
+    admin = WorkDir(work / "data" / "envoy").admin()
+    try:
+        _, body = admin.get("/stats?filter=^cluster\\.loyalty_grpc\\.")
+    except OSError as exc:
+        return f"(Envoy's admin socket {admin} does not answer: {exc})"
     values = dict(line.split(": ", 1) for line in body.splitlines() if ": " in line)
     return ", ".join(
         f"{name} {values.get(f'cluster.loyalty_grpc.{name}', '?')}" for name in UPSTREAM_STATS

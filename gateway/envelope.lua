@@ -125,6 +125,7 @@ local ALLOWED_HEADERS = {
   ["ratelimit-policy"] = true,   -- response of an authenticated POS call
   ["x-request-id"] = true,       -- Envoy's request id, for support
   ["cache-control"] = true,
+  ["strict-transport-security"] = true,  -- HSTS, rendered with TLS only (config.add_hsts)
 }
 
 local METADATA_NAMESPACE = "loyalty.envelope"

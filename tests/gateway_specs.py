@@ -13,6 +13,8 @@ from loyalty_grpc.runtime.gateway.config import GatewaySpec, TlsFiles
 
 ROOT = Path(__file__).resolve().parents[1]
 GATEWAY = ROOT / "gateway"
+# Where a rendering (without a running Envoy) puts the admin interface's Unix socket.
+ADMIN_SOCKET = Path("/run/loyalty-test/envoy/admin/envoy.sock")
 
 
 def hcm(config: dict[str, Any]) -> dict[str, Any]:
@@ -34,7 +36,6 @@ def spec(gateway_dir: Path = GATEWAY) -> envoy_config.GatewaySpec:
     return envoy_config.GatewaySpec(
         http_port=18080,
         upstreams=("server:50052",),
-        admin_port=0,
         gateway_dir=gateway_dir,
         listen_host="127.0.0.1",
     )
@@ -48,7 +49,6 @@ def tls_spec(tls: TlsFiles | None) -> GatewaySpec:
     return GatewaySpec(
         http_port=8443,
         upstreams=("127.0.0.1:50051",),
-        admin_port=0,
         gateway_dir=envoy_config.find_gateway_dir(),
         tls_cert=tls.cert if tls else None,
         tls_key=tls.key if tls else None,

@@ -12,7 +12,6 @@ import httpx
 from sqlalchemy import Engine
 
 from loyalty_grpc.gen.loyalty.v1 import backoffice_service_pb2 as bo
-from loyalty_grpc.runtime.gateway.admin import EnvoyAdmin
 from loyalty_grpc.runtime.gateway.envoy import EnvoyProcess
 from tests.support import Admin
 
@@ -52,8 +51,7 @@ class Stack:
         """One of Envoy's counters (e.g. `cluster.loyalty_grpc.upstream_rq_retry`), read
         from its admin interface wherever the gateway says it is."""
         assert self.gateway is not None, "this stack has no gateway"
-        admin = EnvoyAdmin.from_address_file(self.gateway.admin_address_path)
-        assert admin is not None, "Envoy wrote no admin address"
+        admin = self.gateway.admin
         pattern = urllib.parse.quote("^" + name.replace(".", r"\.") + "$")
         status, body = admin.get(f"/stats?filter={pattern}")
         assert status == 200, body

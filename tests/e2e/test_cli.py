@@ -17,7 +17,7 @@ import pytest
 from loyalty_grpc.domain.fixture import parse_fixture
 from loyalty_grpc.runtime.cli.demo import demo_document, demo_lines
 from tests.e2e.processes import DEMO_KEY, LOYALTY, READY_LINE, Running, loyalty_env
-from tests.support import free_port
+from tests.support import ADMIN_TOKEN, free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -104,7 +104,7 @@ def test_migrate_then_serve_stops_gracefully_on_sigterm(
     serve = Running(
         ["serve", "--grpc-host", "127.0.0.1", "--grpc-port", str(port)],
         tmp_path,
-        loyalty_env(LOYALTY_DATABASE_URL=url, LOYALTY_ADMIN_TOKEN="t" * 32),
+        loyalty_env(LOYALTY_DATABASE_URL=url, LOYALTY_ADMIN_TOKEN=ADMIN_TOKEN),
     )
     try:
         serve.wait_for(f"gRPC: 127.0.0.1:{port}", timeout=30)

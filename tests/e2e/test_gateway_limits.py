@@ -26,7 +26,6 @@ import yaml
 
 from loyalty_grpc.domain.errors import CodigoError
 from loyalty_grpc.runtime.gateway import config as envoy_config
-from loyalty_grpc.runtime.gateway.admin import EnvoyAdmin
 from loyalty_grpc.runtime.gateway.envoy import EnvoyProcess
 from tests.e2e.h2_client import INTERNAL_ERROR, MAX_CONCURRENT_STREAMS, H2Connection
 from tests.e2e.stack import Stack
@@ -73,8 +72,7 @@ def edited_gateway(tmp: Path, change: Any) -> Path:
 
 def stats(proxy: EnvoyProcess, prefix: str) -> dict[str, int]:
     """Envoy's counters and gauges under `prefix` (histograms left out)."""
-    admin = EnvoyAdmin.from_address_file(proxy.admin_address_path)
-    assert admin is not None
+    admin = proxy.admin
     status, text = admin.get(f"/stats?filter=^{prefix}")
     assert status == 200
     found: dict[str, int] = {}

@@ -16,7 +16,6 @@ import httpx
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from loyalty_grpc.runtime.gateway.admin import EnvoyAdmin
 from loyalty_grpc.runtime.gateway.xds import WorkDir
 from tests.e2e.processes import LOYALTY, Running, loyalty_env
 from tests.e2e.sales_load import TOKEN, sales_key, serve
@@ -184,8 +183,7 @@ def test_the_gateway_forwards_and_health_checks_over_mutual_tls(
             timeout=10,
         )
         assert answer.status_code == 200, answer.text
-        admin = EnvoyAdmin.from_address_file(work.admin_address)
-        assert admin is not None
+        admin = work.admin()
         assert [host.health for host in admin.upstream_hosts()] == ["healthy"]
         # The reload's own health check presents the gateway's certificate too.
         reloaded = _loyalty(

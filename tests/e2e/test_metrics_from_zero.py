@@ -38,7 +38,7 @@ from loyalty_grpc.store.db import make_engine
 from loyalty_grpc.store.migrate import upgrade
 from loyalty_grpc.store.uow import run_in_uow
 from tests.e2e.processes import Running, loyalty_env
-from tests.support import free_port
+from tests.support import ADMIN_TOKEN, free_port
 
 WORKERS = 2
 _NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
@@ -124,7 +124,7 @@ def exposition(
         ],
         tmp_path_factory.mktemp("cero"),
         loyalty_env(
-            LOYALTY_DATABASE_URL=url, LOYALTY_ADMIN_TOKEN="t" * 32, LOYALTY_LOG_FORMAT="json"
+            LOYALTY_DATABASE_URL=url, LOYALTY_ADMIN_TOKEN=ADMIN_TOKEN, LOYALTY_LOG_FORMAT="json"
         ),
     )
     try:

@@ -32,7 +32,7 @@ from loyalty_grpc.store.migrate import upgrade
 from loyalty_grpc.store.tables import claves, limite_llamadas
 from loyalty_grpc.store.uow import run_in_uow
 from tests.e2e.processes import Running, loyalty_env, serve_args
-from tests.support import free_port
+from tests.support import ADMIN_TOKEN, free_port
 
 LIMIT = 600
 CLIENTS = 6
@@ -116,7 +116,7 @@ def served(
         tmp_path_factory.mktemp("rlw"),
         loyalty_env(
             LOYALTY_DATABASE_URL=url,
-            LOYALTY_ADMIN_TOKEN="t" * 32,
+            LOYALTY_ADMIN_TOKEN=ADMIN_TOKEN,
             LOYALTY_RATE_LIMIT_PER_MINUTE=str(LIMIT),
             LOYALTY_LOG_FORMAT="json",
         ),

@@ -31,9 +31,9 @@ from loyalty_grpc.store.db import make_engine
 from loyalty_grpc.store.migrate import upgrade
 from loyalty_grpc.store.uow import run_in_uow
 from tests.e2e.processes import DEMO_KEY, LOYALTY, READY_LINE, Running, loyalty_env, serve_args
-from tests.support import free_port
+from tests.support import ADMIN_TOKEN, free_port
 
-KEY = "lp_vivo_" + "W" * 24
+KEY = "lp_vivo_StatusWorkersCaja0000000001"
 CHANNELS = 16
 
 
@@ -88,7 +88,7 @@ def served(create_database: Callable[[], str], tmp_path: Path) -> Iterator[Serve
         tmp_path,
         loyalty_env(
             LOYALTY_DATABASE_URL=url,
-            LOYALTY_ADMIN_TOKEN="t" * 32,
+            LOYALTY_ADMIN_TOKEN=ADMIN_TOKEN,
             LOYALTY_RATE_LIMIT_PER_MINUTE="1000000",
             LOYALTY_LOG_FORMAT="json",
         ),
@@ -385,7 +385,8 @@ def test_up_with_workers_and_status_on_its_embedded_database(tmp_path: Path):
         found = dict(line.split(":", 1) for line in status.stdout.splitlines() if ":" in line)
         assert found["health"].strip() == f"SERVING (127.0.0.1:{grpc_port})"
         assert found["gateway"].strip().startswith("Envoy LIVE, up ")
-        assert found["listeners"].strip() == f"pos_http 0.0.0.0:{http_port}"
+        # Plain HTTP: loopback only (no --http-host, no TLS).
+        assert found["listeners"].strip() == f"pos_http 127.0.0.1:{http_port}"
         assert found["upstreams"].strip() == f"127.0.0.1:{grpc_port} healthy"
         assert found["gateway config"].strip().startswith("listeners ")
         # status reused up's PostgreSQL and left it running.
@@ -415,7 +416,7 @@ def test_a_port_in_use_fails_before_any_worker_starts(
         result = subprocess.run(
             [*LOYALTY, *serve_args(port, 2)],
             cwd=tmp_path,
-            env=loyalty_env(LOYALTY_DATABASE_URL=url, LOYALTY_ADMIN_TOKEN=secrets.token_hex(8)),
+            env=loyalty_env(LOYALTY_DATABASE_URL=url, LOYALTY_ADMIN_TOKEN=secrets.token_hex(16)),
             text=True,
             capture_output=True,
             timeout=60,

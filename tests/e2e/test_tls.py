@@ -1,13 +1,17 @@
 """HTTPS at the gateway: a real Envoy with TLS (certificate by SDS from files made here)
 in front of the real server: h2 and HTTP/1.1 by ALPN, a wrong certificate refused by the
-client, TLS 1.1 refused, no plain HTTP on the port, and a rotation of the certificate
-(renamed into place) during traffic without a failed call."""
+client, TLS 1.1 refused, no plain HTTP on the port, a rotation of the certificate
+(renamed into place) during traffic without a failed call; Strict-Transport-Security on
+every HTTPS response (the server's, Envoy's own replies, a dead upstream's 503), and a
+redirect port that sends clients to the configured public host whatever their Host."""
 
 from __future__ import annotations
 
+import http.client
 import shutil
 import socket
 import ssl
+import subprocess
 import threading
 import time
 import warnings
@@ -69,6 +73,7 @@ def gateway(stack: Stack, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
         work_dir=root / "envoy",
         tls=TlsFiles(cert=cert, key=key),
         redirect_port=redirect_port,
+        public_host="localhost",
     )
     try:
         yield TlsGateway(
@@ -217,14 +222,15 @@ def test_rotation_during_traffic_without_a_failed_call(gateway: TlsGateway, tmp_
 
 
 def test_the_redirect_port_forwards_nothing(gateway: TlsGateway) -> None:
-    """LOYALTY_HTTP_REDIRECT_PORT: GET/HEAD get a 301 to https on the TLS port, any other
-    method a 400 envelope; no call reaches the server."""
-    base = f"http://localhost:{gateway.redirect_port}"
+    """LOYALTY_HTTP_REDIRECT_PORT: GET/HEAD get a 301 to https on the public host and the
+    TLS port, any other method a 400 envelope; no call reaches the server."""
+    base = f"http://{HOST}:{gateway.redirect_port}"
     with httpx.Client(timeout=5) as client:
         for method in ("GET", "HEAD"):
             response = client.request(method, f"{base}/api/v1/ping?x=1")
             assert response.status_code == 301, response.text
             assert response.headers["location"] == gateway.url("/api/v1/ping?x=1")
+            assert "strict-transport-security" not in response.headers  # plain HTTP
         response = client.post(f"{base}/api/v1/ping", headers=gateway.key_header, json={})
     assert response.status_code == 400
     assert response.headers["content-type"] == "application/json"
@@ -251,3 +257,141 @@ def test_a_reload_keeps_tls(gateway: TlsGateway, tmp_path: Path) -> None:
         test_no_plain_http_on_the_port(gateway)
     finally:
         reload(gateway.proxy.work_dir, gateway_dir=find_gateway_dir())
+
+
+@pytest.mark.parametrize(
+    "host",
+    [
+        "evil.example",
+        "evil.example:443",
+        "localhost.evil.example",
+        "evil.example/x",
+        "[::1]:1",
+        "",
+    ],
+)
+def test_the_redirect_never_follows_the_request_host(gateway: TlsGateway, host: str) -> None:
+    """The Location is the configured public host (LOYALTY_PUBLIC_HOST), never the Host a
+    client sent: a link to http://pos.example with `Host: evil.example` must not send a
+    terminal (and its key, on the next call) to evil.example."""
+    connection = http.client.HTTPConnection(HOST, gateway.redirect_port, timeout=5)
+    try:
+        connection.putrequest("GET", "/api/v1/ping?x=1", skip_host=True)
+        connection.putheader("Host", host)
+        connection.endheaders()
+        response = connection.getresponse()
+        response.read()
+    finally:
+        connection.close()
+    if response.status == 400:  # a Host Envoy refuses outright (malformed): no redirect
+        return
+    assert response.status == 301
+    assert response.getheader("location") == gateway.url("/api/v1/ping?x=1")
+
+
+# ---------------------------------------------------------------- HSTS
+
+HSTS = "max-age=31536000"
+
+
+def _hsts(response: httpx.Response) -> list[str]:
+    return response.headers.get_list("strict-transport-security")
+
+
+def test_every_https_answer_carries_hsts(gateway: TlsGateway) -> None:
+    """The server's successes and errors, and the replies Envoy makes itself (a route
+    that does not exist, a body too large, the request check's 400, the OpenAPI document,
+    a native gRPC call, a method the transcoder does not know): one header, one year."""
+    big = {"fan": "x" * (2 * 1024 * 1024)}
+    with httpx.Client(verify=gateway.context(), timeout=10) as client:
+        answers = {
+            "ok": client.get(gateway.url(), headers=gateway.key_header),
+            "server error": client.get(
+                gateway.url(), headers={"Authorization": "Bearer lp_vivo_" + "Z" * 30}
+            ),
+            "no key": client.post(gateway.url("/api/v1/tx"), json={}),
+            "no route": client.get(gateway.url("/nada"), headers=gateway.key_header),
+            "wrong method": client.delete(gateway.url(), headers=gateway.key_header),
+            "too large": client.post(
+                gateway.url("/api/v1/fan/resolve"), headers=gateway.key_header, json=big
+            ),
+            "request check": client.post(
+                gateway.url("/api/v1/fan/resolve"),
+                headers={**gateway.key_header, "Content-Type": "application/json"},
+                content=b'{"fan": "x",}',
+            ),
+            "openapi": client.get(gateway.url("/api/v1/openapi.json")),
+            "grpc": client.post(
+                gateway.url("/loyalty.v1.PosService/Ping"),
+                headers={"Content-Type": "application/grpc"},
+                content=b"\0\0\0\0\0",
+            ),
+        }
+    statuses = {name: response.status_code for name, response in answers.items()}
+    assert statuses["ok"] == 200
+    assert statuses["no route"] == 404
+    assert statuses["too large"] == 413
+    assert statuses["request check"] == 400
+    assert statuses["openapi"] == 200
+    assert statuses["server error"] == 401
+    for name, response in answers.items():
+        assert _hsts(response) == [HSTS], (name, response.status_code, response.headers)
+
+
+def test_hsts_over_http2_too(gateway: TlsGateway) -> None:
+    done = subprocess.run(
+        [
+            "curl",
+            "-sS",
+            "--http2",
+            "--cacert",
+            str(gateway.ca_file),
+            "-o",
+            "/dev/null",
+            "-D",
+            "-",
+            gateway.url("/nada"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    lines = [line.strip().lower() for line in done.stdout.splitlines()]
+    assert lines[0].startswith("http/2 404")
+    assert lines.count(f"strict-transport-security: {HSTS}") == 1
+
+
+def test_envoys_503_for_a_dead_server_carries_hsts_and_the_setting_applies(
+    tmp_path: Path,
+) -> None:
+    """No server behind the gateway: Envoy's 503 (the local reply mapper's backstop path)
+    carries the header too, here with LOYALTY_HSTS_MAX_AGE=0 (browsers forget the policy)
+    and LOYALTY_HSTS_INCLUDE_SUBDOMAINS."""
+    ca = make_ca()
+    cert, key = tmp_path / "certs" / "server.pem", tmp_path / "certs" / "server.key"
+    cert.parent.mkdir()
+    install_pair(make_server_cert(ca), cert, key)
+    proxy = EnvoyProcess.start(
+        http_port=free_port(),
+        listen_host=HOST,
+        upstreams=(f"{HOST}:{free_port()}",),
+        work_dir=tmp_path / "envoy",
+        tls=TlsFiles(cert=cert, key=key),
+        hsts_max_age=0,
+        hsts_include_subdomains=True,
+    )
+    try:
+        context = ssl.create_default_context(cafile=str(ca.write(tmp_path / "ca.pem")))
+        with httpx.Client(verify=context, timeout=10) as client:
+            response = client.post(
+                f"https://localhost:{proxy.http_port}/api/v1/ping",
+                headers={"Authorization": "Bearer lp_vivo_" + "Q" * 30},
+                json={},
+            )
+    finally:
+        proxy.stop()
+    assert response.status_code == 503, response.text
+    assert response.json()["error"]["codigo"] == "servicio_no_disponible"
+    assert _hsts(response) == ["max-age=0; includeSubDomains"]

@@ -86,11 +86,17 @@ def started(data_dir: Path, certs: Certs, *, by_env: bool) -> Iterator[UpTls]:
             LOYALTY_TLS_CERT=str(certs.cert),
             LOYALTY_TLS_KEY=str(certs.key),
             LOYALTY_HTTP_REDIRECT_PORT=str(redirect_port),
+            LOYALTY_PUBLIC_HOST="127.0.0.1",
         )
     else:
         args += ["--tls-cert", str(certs.cert), "--tls-key", str(certs.key)]
         env = loyalty_env()
-        for name in ("LOYALTY_TLS_CERT", "LOYALTY_TLS_KEY", "LOYALTY_HTTP_REDIRECT_PORT"):
+        for name in (
+            "LOYALTY_TLS_CERT",
+            "LOYALTY_TLS_KEY",
+            "LOYALTY_HTTP_REDIRECT_PORT",
+            "LOYALTY_PUBLIC_HOST",
+        ):
             env.pop(name, None)
     running = Running(args, ROOT, env)
     try:
@@ -136,6 +142,17 @@ def test_the_banner_names_the_https_url(up: UpTls) -> None:
     assert up.base == f"https://127.0.0.1:{up.http_port}"
 
 
+def test_with_tls_the_api_listens_on_every_interface(up: UpTls) -> None:
+    """HTTPS is for clients on the network: no --http-host means 0.0.0.0 (plain HTTP
+    would be loopback only), and the banner says where it listens."""
+    (line,) = [line for line in up.running.lines if BANNER.match(line)]
+    assert "/api/v1 (listening on 0.0.0.0)  gRPC " in line
+    listening = {
+        (c.laddr.ip, c.laddr.port) for c in up.envoy.net_connections() if c.status == "LISTEN"
+    }
+    assert ("0.0.0.0", up.http_port) in listening
+
+
 def test_a_pos_call_over_http11(up: UpTls) -> None:
     with httpx.Client(verify=up.context(), timeout=10) as client:
         response = client.post(f"{up.base}/api/v1/ping", headers=up.key_header)
@@ -164,7 +181,10 @@ def test_plain_http_on_the_tls_port_gets_no_answer(up: UpTls) -> None:
 
 
 def test_the_banner_names_the_redirect_port(up_env: UpTls) -> None:
-    line = f"plain HTTP on port {up_env.redirect_port}: redirects GET/HEAD to https"
+    line = (
+        f"plain HTTP on port {up_env.redirect_port}: redirects GET/HEAD to "
+        "https://127.0.0.1, refuses the rest"
+    )
     assert any(line in printed for printed in up_env.running.lines)
 
 

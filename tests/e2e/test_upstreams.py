@@ -56,9 +56,7 @@ class Gateway:
 
     @property
     def admin(self) -> EnvoyAdmin:
-        admin = EnvoyAdmin.from_address_file(self.work.admin_address)
-        assert admin is not None
-        return admin
+        return self.work.admin()
 
     def health(self) -> dict[int, str]:
         """Each upstream server's port and health, as Envoy sees them."""

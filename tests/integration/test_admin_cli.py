@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import secrets
 from pathlib import Path
 
 from sqlalchemy import Engine, insert, select
@@ -196,7 +197,7 @@ def test_errors_are_one_line_with_the_codigo(admin_cli, monkeypatch, tmp_path):
     failed(
         admin_cli("programs", "list", target=f"127.0.0.1:{free_port()}"), "servicio_no_disponible"
     )
-    monkeypatch.setenv("LOYALTY_ADMIN_TOKEN", "wrong-token")
+    monkeypatch.setenv("LOYALTY_ADMIN_TOKEN", "wrong-token-" + secrets.token_urlsafe(24))
     failed(admin_cli("programs", "list"), "clave_invalida")
 
 

@@ -8,6 +8,7 @@ program ids."""
 from __future__ import annotations
 
 import copy
+import hashlib
 import json
 from pathlib import Path
 from typing import Any
@@ -45,8 +46,9 @@ def ledger_ok(engine: Engine) -> None:
         assert conn.execute(text(LEDGER_MISMATCH_SQL)).all() == []
 
 
-def key(name: str) -> str:
-    return "lp_vivo_" + (name * 30)[:28]
+def key(name: str, prefix: str = "lp_vivo_") -> str:
+    """A key of its own for each name, the same every run, strong enough to be created."""
+    return prefix + hashlib.sha256(name.encode()).hexdigest()[:32]
 
 
 def design_example(programa: str = "halcones") -> dict[str, Any]:
@@ -120,7 +122,7 @@ def rich(programa: str) -> dict[str, Any]:
                         "permisos": ["roster:leer", "fan:leer"],
                     },
                     {
-                        "clave": "lp_prueba_" + (programa + "B" * 30)[:26],
+                        "clave": key(programa + "B", "lp_prueba_"),
                         "integracion": "Pruebas",
                         "permisos": [],
                     },
@@ -504,6 +506,58 @@ def test_key_of_another_program_is_refused_without_echoing_it(engine: Engine) ->
     assert stolen not in caught.value.detalle
     assert stolen[8:] not in caught.value.detalle
     assert snapshot(engine) == before
+
+
+@pytest.mark.parametrize(
+    "weak",
+    [
+        "lp_vivo_000000000000000000000000",
+        "lp_vivo_OtroPrograma00000000000000000",
+        "lp_vivo_NoExisteEstaClave0000000000",  # the README's example
+    ],
+)
+def test_a_weak_new_key_is_clave_mal_formada_and_changes_nothing(engine: Engine, weak: str) -> None:
+    apply(engine, rich("debiles"))
+    doc = rich("debiles")
+    doc["programas"][0]["claves"].append(
+        {"clave": weak, "integracion": "Caja Debil", "permisos": ["fan:leer"]}
+    )
+    doc["programas"][0]["nombre"] = "Cambiado"
+    before = snapshot(engine)
+    with pytest.raises(LoyaltyError) as caught:
+        run_in_uow(engine, apply_fixture, json.dumps(doc))
+    assert caught.value.codigo == CodigoError.CLAVE_MAL_FORMADA
+    assert caught.value.detalle.startswith(
+        "programas[0] (debiles).claves[2] (Caja Debil).clave: la parte secreta de la clave "
+        "(tras 'lp_vivo_') "
+    )
+    assert weak[8:] not in caught.value.detalle
+    assert snapshot(engine) == before
+
+
+def test_a_weak_key_already_stored_keeps_working(engine: Engine) -> None:
+    """Only creation is checked: a key stored before the rule (here written straight into
+    the table, as an older version could) can be named again by a fixture."""
+    weak = "lp_vivo_" + "W" * 24
+    doc = rich("antiguas")
+    apply(engine, doc)
+    with engine.begin() as conn:
+        conn.execute(
+            claves.insert().values(
+                programa_id="antiguas",
+                hash=key_hash(weak),
+                modo="vivo",
+                integracion="Caja Antigua",
+                permisos=["fan:leer"],
+                sufijo=weak[-4:],
+            )
+        )
+    doc["programas"][0]["claves"].append(
+        {"clave": weak, "integracion": "Caja Antigua", "permisos": ["fan:leer"]}
+    )
+    assert apply(engine, doc)["claves"] == (0, 0, 3)
+    doc["programas"][0]["claves"][2]["integracion"] = "Caja Renombrada"
+    assert apply(engine, doc)["claves"] == (0, 1, 2)
 
 
 def test_code_fan_nowhere_is_refused_and_changes_nothing(engine: Engine) -> None:

@@ -17,7 +17,15 @@ from loyalty_grpc.runtime.gateway import config as envoy_config
 from loyalty_grpc.runtime.gateway import xds as envoy_xds
 from loyalty_grpc.runtime.gateway.config import GatewaySpec, TlsFiles
 from loyalty_grpc.runtime.settings import GrpcTls
-from tests.gateway_specs import GATEWAY, ROOT, gateway_copy, routes, spec, tls_spec
+from tests.gateway_specs import (
+    ADMIN_SOCKET,
+    GATEWAY,
+    ROOT,
+    gateway_copy,
+    routes,
+    spec,
+    tls_spec,
+)
 
 # ---------------------------------------------------------------- the gateway folder
 
@@ -31,7 +39,7 @@ def test_rendered_config_validates(tmp_path: Path) -> None:
         tmp_path / "envoy.yaml",
         http_port=18080,
         upstreams=("server:50052",),
-        admin_port=0,
+        admin_socket=tmp_path / "admin" / "envoy.sock",
         gateway_dir=GATEWAY,
         listen_host="127.0.0.1",
     )
@@ -48,7 +56,7 @@ def test_invalid_config_raises_with_envoys_message(tmp_path: Path) -> None:
 def test_every_upstream_server_is_an_endpoint_in_order(tmp_path: Path) -> None:
     upstreams = ("10.0.0.1:50051", "server:50052", "[::1]:50053")
     rendered = envoy_config.render_config(
-        http_port=18080, upstreams=upstreams, admin_port=0, gateway_dir=GATEWAY
+        http_port=18080, upstreams=upstreams, admin_socket=ADMIN_SOCKET, gateway_dir=GATEWAY
     )
     (group,) = rendered["static_resources"]["clusters"][0]["load_assignment"]["endpoints"]
     addresses = [lb["endpoint"]["address"]["socket_address"] for lb in group["lb_endpoints"]]
@@ -137,7 +145,7 @@ def test_check_command_renders_tls(pair: TlsFiles, capsys: pytest.CaptureFixture
 
 
 def test_redirect_listener_forwards_nothing(pair: TlsFiles, tmp_path: Path) -> None:
-    spec = dataclasses.replace(tls_spec(pair), redirect_port=8081)
+    spec = dataclasses.replace(tls_spec(pair), redirect_port=8081, public_host="pos.example.com")
     generation = envoy_xds.render_generation(spec, envoy_xds.WorkDir(tmp_path))
     listeners = generation.static["static_resources"]["listeners"]
     assert [item["name"] for item in listeners] == ["pos_http", "pos_http_redirect"]
@@ -147,6 +155,7 @@ def test_redirect_listener_forwards_nothing(pair: TlsFiles, tmp_path: Path) -> N
     text = json.dumps(redirect)
     assert "cluster" not in text  # no route forwards
     assert '"port_redirect": 8443' in text
+    assert '"host_redirect": "pos.example.com"' in text
     envoy_config.check_gateway_mark(generation.static)
     assert GatewaySpec.from_json(spec.to_json()) == spec
     assert envoy_xds.check_command(work_dir=envoy_xds.install(spec, tmp_path / "w").path) == 0

@@ -33,6 +33,7 @@ from loyalty_grpc.wallet import (
     send_pending,
 )
 from loyalty_grpc.wallet.google import SCOPE
+from tests.support import ADMIN_TOKEN
 
 ISSUER = "3388000000012345678"
 EMAIL = "wallet-sender@loyalty-test.iam.gserviceaccount.com"
@@ -550,7 +551,7 @@ def test_settings_are_read_at_start(
     with the one-line error)."""
     monkeypatch.setenv("LOYALTY_WALLET_PROVIDER", "nope")
     monkeypatch.setenv("LOYALTY_DATABASE_URL", "postgresql://unused.invalid/x")
-    monkeypatch.setenv("LOYALTY_ADMIN_TOKEN", "t" * 32)
+    monkeypatch.setenv("LOYALTY_ADMIN_TOKEN", ADMIN_TOKEN)
     from loyalty_grpc.runtime.cli import main
 
     try:

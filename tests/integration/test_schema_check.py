@@ -20,11 +20,11 @@ from loyalty_grpc.runtime.cli import main
 from loyalty_grpc.store import migrate
 from loyalty_grpc.store.migrate import Schema, SchemaState
 from tests.e2e.processes import LOYALTY, Running, loyalty_env, serve_args
-from tests.support import free_port
+from tests.support import ADMIN_TOKEN, free_port
 
 HEAD = migrate.head()
 FUTURE = "0999_from_a_later_version"
-TOKEN = "t" * 32
+TOKEN = ADMIN_TOKEN
 
 
 def _set_revision(url: str, revision: str) -> None:

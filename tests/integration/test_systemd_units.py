@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from loyalty_grpc.runtime.cli.parser import build_parser
-from loyalty_grpc.runtime.settings import Settings, documented_names
+from loyalty_grpc.runtime.settings import ConfigError, Settings, documented_names
 
 ROOT = Path(__file__).resolve().parents[2]
 UNITS = ROOT / "deploy" / "systemd"
@@ -173,3 +173,21 @@ def test_the_slots_share_the_port_each_with_its_own_data_dir_and_metrics_port() 
     # that one when switching over from it (README).
     single = Settings.from_env(_environment("loyalty.env.example"))
     assert slots[0][0].metrics_port == single.metrics_port
+
+
+def test_the_gateway_serves_https_beyond_loopback_and_plain_http_only_on_loopback() -> None:
+    """The example the gateway unit reads says how keys travel: HTTPS on every interface.
+    The same file without its TLS lines falls back to plain HTTP, which is refused beyond
+    loopback (exit 2) unless the operator adds the setting by name."""
+    values = _environment("loyalty.env.example")
+    settings = Settings.from_env(values)
+    assert settings.tls_cert is not None
+    assert settings.tls_key is not None
+    assert settings.gateway_listen_host(tls=True) == "0.0.0.0"
+    plain = {k: v for k, v in values.items() if not k.startswith("LOYALTY_TLS_")}
+    with pytest.raises(ConfigError, match="is beyond loopback and the gateway has no TLS"):
+        Settings.from_env(plain).gateway_listen_host(tls=False)
+    del plain["LOYALTY_HTTP_HOST"]
+    assert Settings.from_env(plain).gateway_listen_host(tls=False) == "127.0.0.1"
+    chosen = plain | {"LOYALTY_HTTP_HOST": "0.0.0.0", "LOYALTY_PLAIN_HTTP_BEYOND_LOOPBACK": "1"}
+    assert Settings.from_env(chosen).gateway_listen_host(tls=False) == "0.0.0.0"

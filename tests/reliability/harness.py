@@ -164,11 +164,9 @@ class Stack:
     def envoy_retries(self) -> int:
         """Calls Envoy has retried to the server so far (its cluster's upstream_rq_retry;
         from 0 again after an Envoy restart)."""
-        from loyalty_grpc.runtime.gateway.admin import EnvoyAdmin
         from loyalty_grpc.runtime.gateway.xds import WorkDir
 
-        admin = EnvoyAdmin.from_address_file(WorkDir(self.data_dir / "envoy").admin_address)
-        assert admin is not None, "Envoy wrote no admin address"
+        admin = WorkDir(self.data_dir / "envoy").admin()
         status, text = admin.get("/stats?filter=^cluster%5C.loyalty_grpc%5C.upstream_rq_retry$")
         assert status == 200, text
         name, _, value = text.strip().partition(": ")

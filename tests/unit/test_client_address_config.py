@@ -23,7 +23,7 @@ from loyalty_grpc.runtime.gateway import config as envoy_config
 from loyalty_grpc.runtime.gateway import xds as envoy_xds
 from loyalty_grpc.runtime.process.serving import server_settings
 from loyalty_grpc.runtime.settings import ConfigError, Settings
-from tests.gateway_specs import GATEWAY, gateway_copy, hcm, spec
+from tests.gateway_specs import ADMIN_SOCKET, GATEWAY, gateway_copy, hcm, spec
 
 TRUSTED = ("10.0.0.0/8", "2001:db8::/32")
 
@@ -62,21 +62,22 @@ def test_every_rendering_and_xds_generation_carries_it(tmp_path: Path) -> None:
     trusted = dataclasses.replace(plain, trusted_proxies=TRUSTED)
     for gateway in (plain, trusted):
         generation = envoy_xds.render_generation(gateway, envoy_xds.WorkDir(tmp_path / "w"))
-        for config in (gateway.render(), generation.static):
+        for config in (gateway.render(admin_socket=ADMIN_SOCKET), generation.static):
             envoy_config.check_client_address(config)
     with_redirect = envoy_config.render_config(
         http_port=8443,
         upstreams=("127.0.0.1:50051",),
-        admin_port=0,
+        admin_socket=ADMIN_SOCKET,
         tls_secret_path=tmp_path / "secret.yaml",
         redirect_port=8080,
+        public_host="pos.example.com",
     )
     assert len(managers(with_redirect)) == 2
     envoy_config.check_client_address(with_redirect)
 
 
 def test_trusted_proxies_render_the_xff_detection() -> None:
-    config = dataclasses.replace(spec(), trusted_proxies=TRUSTED).render()
+    config = dataclasses.replace(spec(), trusted_proxies=TRUSTED).render(admin_socket=ADMIN_SOCKET)
     manager = hcm(config)
     assert manager["use_remote_address"] is False  # Envoy refuses both at once
     assert manager["original_ip_detection_extensions"] == [
@@ -98,7 +99,7 @@ def test_trusted_proxies_render_the_xff_detection() -> None:
     (mutation,) = manager["early_header_mutation_extensions"]
     assert mutation["typed_config"]["mutations"] == [{"remove": "x-request-id"}]
     # Nothing else changes.
-    plain = hcm(spec().render())
+    plain = hcm(spec().render(admin_socket=ADMIN_SOCKET))
     rest = {
         k: v
         for k, v in manager.items()
@@ -142,7 +143,7 @@ def _refused(tmp_path: Path, change: str) -> None:
         manager["original_ip_detection_extensions"] = [envoy_config.xff_detection(TRUSTED)]
     (gateway / "envoy.yaml").write_text(yaml.safe_dump(config))
     with pytest.raises(envoy_config.EnvoyError, match="client address"):
-        spec(gateway).render()
+        spec(gateway).render(admin_socket=ADMIN_SOCKET)
     with pytest.raises(envoy_config.EnvoyError, match="client address"):
         envoy_xds.install(spec(gateway), tmp_path / "work")
     assert not envoy_xds.WorkDir(tmp_path / "work").listeners.exists()

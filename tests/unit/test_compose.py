@@ -12,8 +12,9 @@ from typing import Any
 import pytest
 import yaml
 
+from loyalty_grpc.runtime.cli.parser import build_parser
 from loyalty_grpc.runtime.gateway import config as envoy_config
-from loyalty_grpc.runtime.settings import VARIABLES
+from loyalty_grpc.runtime.settings import VARIABLES, ConfigError, Settings
 from tests.compose_files import REFERENCE, env_file_keys, interpolate
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -79,7 +80,6 @@ def test_ports_agree_with_envoy_yaml(services: dict[str, Any]) -> None:
     grpc_port = cluster["load_assignment"]["endpoints"][0]["lb_endpoints"][0]["endpoint"][
         "address"
     ]["socket_address"]["port_value"]
-    admin_port = config["admin"]["address"]["socket_address"]["port_value"]
 
     serve = command(services["server"])
     assert serve[0] == "serve"
@@ -92,9 +92,14 @@ def test_ports_agree_with_envoy_yaml(services: dict[str, Any]) -> None:
     assert option(gateway, "--upstream") == f"server:{grpc_port}"
     assert int(option(gateway, "--http-port")) == http_port
     assert services["envoy"]["ports"] == [f"{http_port}:{http_port}"]
-    assert int(option(gateway, "--admin-port")) == admin_port
+    # Envoy's admin interface is a Unix socket; the healthcheck reads /ready from the
+    # metrics listener, on loopback inside the container unless .env says otherwise.
+    assert "pipe" in config["admin"]["address"]
+    metrics_port = int(option(gateway, "--envoy-metrics-port"))
+    assert "--envoy-metrics-host" not in gateway
     healthcheck = " ".join(services["envoy"]["healthcheck"]["test"])
-    assert f"127.0.0.1:{admin_port}/ready" in healthcheck
+    assert f"127.0.0.1:{metrics_port}/ready" in healthcheck
+    assert str(metrics_port) not in str(services["envoy"]["ports"])
     assert f"127.0.0.1:{grpc_port}" in " ".join(services["server"]["healthcheck"]["test"])
 
 
@@ -168,3 +173,37 @@ def test_only_envoy_gets_the_tls_files(services: dict[str, Any]) -> None:
     assert environment(services["envoy"])["LOYALTY_TLS_CERT"] == "${LOYALTY_TLS_CERT:-}"
     assert services["envoy"]["volumes"] == ["${LOYALTY_TLS_DIR:-./certs}:/certs:ro"]
     assert all("volumes" not in services[name] for name in ("migrate", "server"))
+
+
+def _envoy_settings(services: dict[str, Any], env: dict[str, str]) -> Settings:
+    """The `envoy` service's settings with .env holding `env` (plus the example's
+    secrets), as `gateway run` reads its environment and then its flags."""
+    example = env_file_keys(ROOT / "loyalty.env.example") | env
+    given = {k: interpolate(v, example) for k, v in environment(services["envoy"]).items()}
+    parsed = build_parser().parse_args(command(services["envoy"]))
+    return Settings.from_env(given, wallet=False).with_flags(
+        http_host=parsed.http_host, plain_http_beyond_loopback=parsed.plain_http_beyond_loopback
+    )
+
+
+def test_envoy_serves_beyond_loopback_only_as_https_or_plain_http_by_name(
+    services: dict[str, Any],
+) -> None:
+    """In its container Envoy must listen on 0.0.0.0 (the published port does not reach
+    its loopback). Plain HTTP there is the operator's choice in .env, never a default:
+    the example as copied stops the service with the one-line reason."""
+    assert option(command(services["envoy"]), "--http-host") == "0.0.0.0"
+    assert "--plain-http-beyond-loopback" not in command(services["envoy"])
+    given = environment(services["envoy"])
+    assert given["LOYALTY_PLAIN_HTTP_BEYOND_LOOPBACK"] == "${LOYALTY_PLAIN_HTTP_BEYOND_LOOPBACK:-}"
+    as_copied = _envoy_settings(services, {})
+    with pytest.raises(
+        ConfigError, match=r"0\.0\.0\.0 is beyond loopback and the gateway has no TLS"
+    ):
+        as_copied.gateway_listen_host(tls=as_copied.tls_cert is not None)
+    https = _envoy_settings(
+        services, {"LOYALTY_TLS_CERT": "/certs/server.pem", "LOYALTY_TLS_KEY": "/certs/server.key"}
+    )
+    assert https.gateway_listen_host(tls=https.tls_cert is not None) == "0.0.0.0"
+    plain = _envoy_settings(services, {"LOYALTY_PLAIN_HTTP_BEYOND_LOOPBACK": "1"})
+    assert plain.gateway_listen_host(tls=False) == "0.0.0.0"

@@ -10,6 +10,7 @@ tests/e2e/test_gateway_reload.py.)
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import shutil
@@ -25,7 +26,7 @@ from loyalty_grpc.api.gateway_protocol import GATEWAY_MARK_KEY, GATEWAY_MARK_VAL
 from loyalty_grpc.domain.errors import CATALOGO, CodigoError
 from loyalty_grpc.runtime.gateway import config as envoy_config
 from loyalty_grpc.runtime.gateway import xds as envoy_xds
-from tests.gateway_specs import GATEWAY, gateway_copy, hcm, routes, spec
+from tests.gateway_specs import ADMIN_SOCKET, GATEWAY, gateway_copy, hcm, routes, spec
 
 CONFIG = GATEWAY / "envoy.yaml"
 LUA = GATEWAY / "envelope.lua"
@@ -56,15 +57,14 @@ def test_render_changes_only_ports_addresses_and_paths() -> None:
     rendered = envoy_config.render_config(
         http_port=18080,
         upstreams=("server:50052",),
-        admin_port=19901,
+        admin_socket=ADMIN_SOCKET,
         gateway_dir=GATEWAY,
     )
-    assert rendered["admin"]["address"]["socket_address"] == {
-        "address": "127.0.0.1",
-        "port_value": 19901,
+    assert rendered["admin"]["address"] == {
+        "pipe": {"path": str(ADMIN_SOCKET), "mode": 0o600},
     }
     listen = rendered["static_resources"]["listeners"][0]["address"]["socket_address"]
-    assert listen == {"address": "0.0.0.0", "port_value": 18080}
+    assert listen == {"address": "127.0.0.1", "port_value": 18080}
     endpoint = rendered["static_resources"]["clusters"][0]["load_assignment"]["endpoints"][0][
         "lb_endpoints"
     ][0]["endpoint"]["address"]["socket_address"]
@@ -77,7 +77,7 @@ def test_render_changes_only_ports_addresses_and_paths() -> None:
     assert Path(descriptor) == (GATEWAY / "loyalty_pos.pb").resolve()
 
     # Put the defaults back: the rest is untouched.
-    rendered["admin"]["address"]["socket_address"]["port_value"] = 9901
+    rendered["admin"]["address"]["pipe"]["path"] = "envoy-admin.sock"
     listen["port_value"] = 8080
     endpoint.update(address="127.0.0.1", port_value=50051)
     # Every file the listener reads (both Lua filters, the descriptor set, the OpenAPI
@@ -90,11 +90,38 @@ def test_render_changes_only_ports_addresses_and_paths() -> None:
     assert rendered == original
 
 
+@pytest.mark.parametrize("host", ["0.0.0.0", "::", "10.0.0.5", "pos.example.com"])
+def test_plain_http_beyond_loopback_is_refused_unless_allowed(host: str, tmp_path: Path) -> None:
+    """Whoever starts a gateway (up, gateway run, a test, a benchmark), plain HTTP beyond
+    loopback must have been asked for by name; with TLS the address is free."""
+
+    def render(**extra: Any) -> dict[str, Any]:
+        return envoy_config.render_config(
+            http_port=1, upstreams=("a:1",), admin_socket=ADMIN_SOCKET, gateway_dir=GATEWAY, **extra
+        )
+
+    with pytest.raises(envoy_config.EnvoyError) as refused:
+        render(listen_host=host)
+    assert str(refused.value) == (
+        f"LOYALTY_HTTP_HOST (--http-host) {host} is beyond loopback and the gateway has no "
+        "TLS: API keys would cross the network in clear; set LOYALTY_TLS_CERT and "
+        "LOYALTY_TLS_KEY, or LOYALTY_PLAIN_HTTP_BEYOND_LOOPBACK=1 "
+        "(--plain-http-beyond-loopback) to accept that"
+    )
+    allowed = render(listen_host=host, plain_http_beyond_loopback=True)
+    listen = allowed["static_resources"]["listeners"][0]["address"]["socket_address"]
+    assert listen["address"] == host
+    render(listen_host=host, tls_secret_path=tmp_path / "sds.yaml")
+    for loopback in ("127.0.0.1", "127.0.0.2", "::1", "localhost", None):
+        render(listen_host=loopback)
+
+
 def test_committed_defaults_match_the_module(config: dict[str, Any]) -> None:
-    assert config["admin"]["address"]["socket_address"] == {
-        "address": "127.0.0.1",
-        "port_value": envoy_config.DEFAULT_ADMIN_PORT,
+    # The admin interface is a Unix socket of mode 0600, never a TCP port.
+    assert config["admin"]["address"] == {
+        "pipe": {"path": "envoy-admin.sock", "mode": envoy_config.ADMIN_SOCKET_MODE}
     }
+    assert envoy_config.ADMIN_SOCKET_MODE == 0o600
     listen = config["static_resources"]["listeners"][0]["address"]["socket_address"]
     assert listen["port_value"] == envoy_config.DEFAULT_HTTP_PORT
     endpoint = config["static_resources"]["clusters"][0]["load_assignment"]["endpoints"][0][
@@ -115,7 +142,9 @@ def test_invalid_yaml_is_an_envoy_error(tmp_path: Path) -> None:
 
 def test_no_upstream_or_a_template_with_two_endpoints_is_refused(tmp_path: Path) -> None:
     with pytest.raises(envoy_config.EnvoyError, match="at least one upstream"):
-        envoy_config.render_config(http_port=1, upstreams=(), admin_port=0, gateway_dir=GATEWAY)
+        envoy_config.render_config(
+            http_port=1, upstreams=(), admin_socket=ADMIN_SOCKET, gateway_dir=GATEWAY
+        )
     folder = Path(shutil.copytree(GATEWAY, tmp_path / "gateway"))
     config = envoy_config.load_config(folder)
     (group,) = config["static_resources"]["clusters"][0]["load_assignment"]["endpoints"]
@@ -123,7 +152,7 @@ def test_no_upstream_or_a_template_with_two_endpoints_is_refused(tmp_path: Path)
     (folder / "envoy.yaml").write_text(yaml.safe_dump(config))
     with pytest.raises(envoy_config.EnvoyError, match="must have one endpoint"):
         envoy_config.render_config(
-            http_port=1, upstreams=("a:1",), admin_port=0, gateway_dir=folder
+            http_port=1, upstreams=("a:1",), admin_socket=ADMIN_SOCKET, gateway_dir=folder
         )
 
 
@@ -178,8 +207,13 @@ def test_generation_is_the_static_config_split_for_xds(tmp_path: Path) -> None:
             },
             "resource_api_version": "V3",
         }
-    # Apart from the files it reads, the listener is render_config's.
-    rendered = spec().render()
+    # Apart from the files it reads, the listener is render_config's; the admin socket is
+    # the work dir's.
+    rendered = spec().render(admin_socket=work.admin_socket)
+    assert bootstrap["admin"]["address"]["pipe"] == {
+        "path": str(tmp_path / "work" / "admin" / "envoy.sock"),
+        "mode": 0o600,
+    }
     for (pinned, key), (original, _) in zip(
         envoy_config.file_references(generation.static),
         envoy_config.file_references(rendered),
@@ -528,7 +562,7 @@ def test_the_route_table_sets_the_gateway_mark_of_the_server(config: dict[str, A
 
 def test_every_rendering_and_xds_generation_carries_the_mark(tmp_path: Path) -> None:
     generation = envoy_xds.render_generation(spec(), envoy_xds.WorkDir(tmp_path / "work"))
-    for static in (spec().render(), generation.static):
+    for static in (spec().render(admin_socket=ADMIN_SOCKET), generation.static):
         envoy_config.check_gateway_mark(static)
     (listener,) = without_types(generation.listeners["resources"], envoy_xds.LISTENER_TYPE)
     manager = listener["filter_chains"][0]["filters"][0]["typed_config"]
@@ -573,14 +607,63 @@ def test_a_config_without_the_mark_is_refused(tmp_path: Path, change: str) -> No
         manager["rds"] = {"route_config_name": "pos_routes"}
     (gateway / "envoy.yaml").write_text(yaml.safe_dump(config))
     with pytest.raises(envoy_config.EnvoyError, match="gateway mark"):
-        spec(gateway).render()
+        spec(gateway).render(admin_socket=ADMIN_SOCKET)
     with pytest.raises(envoy_config.EnvoyError, match="gateway mark"):
         envoy_xds.install(spec(gateway), tmp_path / "work")
     assert not envoy_xds.WorkDir(tmp_path / "work").listeners.exists()
 
 
-def test_admin_interface_is_local_only(config: dict[str, Any]) -> None:
-    assert config["admin"]["address"]["socket_address"]["address"] == "127.0.0.1"
+def test_the_admin_interface_is_a_unix_socket_of_mode_0600(config: dict[str, Any]) -> None:
+    """Never a TCP port (no authentication, and POST /quitquitquit stops Envoy): a socket
+    of the work dir that only Envoy's user (and root) may open."""
+    assert set(config["admin"]["address"]) == {"pipe"}
+    rendered = spec().render(admin_socket=ADMIN_SOCKET)
+    assert rendered["admin"] == {"address": {"pipe": {"path": str(ADMIN_SOCKET), "mode": 0o600}}}
+    assert "socket_address" not in json.dumps(rendered["admin"])
+
+
+def test_an_admin_socket_path_too_long_for_the_kernel_is_refused(tmp_path: Path) -> None:
+    deep = Path("/") / ("d" * 90) / "admin" / "envoy.sock"
+    with pytest.raises(envoy_config.EnvoyError, match=r"over the kernel's 107: use a shorter"):
+        spec().render(admin_socket=deep)
+    with pytest.raises(envoy_config.EnvoyError, match="absolute path"):
+        spec().render(admin_socket=Path("admin/envoy.sock"))
+
+
+def test_no_metrics_listener_unless_asked(config: dict[str, Any]) -> None:
+    rendered = spec().render(admin_socket=ADMIN_SOCKET)
+    names = [listener["name"] for listener in rendered["static_resources"]["listeners"]]
+    assert names == [envoy_config.LISTENER_NAME]
+    clusters = [cluster["name"] for cluster in rendered["static_resources"]["clusters"]]
+    assert clusters == [envoy_config.CLUSTER_NAME]
+
+
+def test_the_metrics_listener_forwards_only_get_prometheus_and_ready() -> None:
+    metrics_spec = dataclasses.replace(spec(), metrics_port=19901)
+    rendered = metrics_spec.render(admin_socket=ADMIN_SOCKET)
+    listeners = {item["name"]: item for item in rendered["static_resources"]["listeners"]}
+    listener = listeners[envoy_config.METRICS_LISTENER_NAME]
+    assert listener["address"] == {"socket_address": {"address": "127.0.0.1", "port_value": 19901}}
+    manager = listener["filter_chains"][0]["filters"][0]["typed_config"]
+    assert manager["normalize_path"]
+    assert manager["merge_slashes"]
+    assert manager["path_with_escaped_slashes_action"] == "REJECT_REQUEST"
+    (host,) = manager["route_config"]["virtual_hosts"]
+    *forwarding, rest = host["routes"]
+    assert [
+        (r["match"]["path"], r["match"]["headers"], r["route"]["cluster"]) for r in forwarding
+    ] == [
+        (path, [{"name": ":method", "string_match": {"exact": "GET"}}], "envoy_admin")
+        for path in ("/stats/prometheus", "/ready")
+    ]
+    assert rest == {"match": {"prefix": "/"}, "direct_response": {"status": 404}}
+    clusters = {item["name"]: item for item in rendered["static_resources"]["clusters"]}
+    endpoint = clusters["envoy_admin"]["load_assignment"]["endpoints"][0]["lb_endpoints"][0]
+    assert endpoint["endpoint"]["address"] == {"pipe": {"path": str(ADMIN_SOCKET), "mode": 0o600}}
+    envoy_config.check_gateway_mark(rendered)
+    elsewhere = dataclasses.replace(metrics_spec, metrics_host="0.0.0.0")
+    address = elsewhere.render(admin_socket=ADMIN_SOCKET)["static_resources"]["listeners"][1]
+    assert address["address"]["socket_address"]["address"] == "0.0.0.0"
 
 
 def test_the_backstop_for_replies_that_skip_envelope_lua_is_the_catalogue_envelope(
@@ -643,4 +726,4 @@ def test_a_forwarding_route_the_edge_does_not_know_is_refused(tmp_path: Path, ch
         table.insert(2, extra)
     (gateway / "envoy.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
     with pytest.raises(envoy_config.EnvoyError, match="forwards to the server"):
-        spec(gateway).render()
+        spec(gateway).render(admin_socket=ADMIN_SOCKET)

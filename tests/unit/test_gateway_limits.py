@@ -21,7 +21,7 @@ from loyalty_grpc.domain.errors import CATALOGO, CodigoError
 from loyalty_grpc.runtime.gateway import config as envoy_config
 from loyalty_grpc.runtime.gateway.config import GatewaySpec
 from loyalty_grpc.runtime.settings import ENVOY_HEAP_MIN_MB, ENVOY_HEAP_SHARE, MIB, VARIABLES
-from tests.gateway_specs import GATEWAY, ROOT, gateway_copy, hcm, routes, spec
+from tests.gateway_specs import ADMIN_SOCKET, GATEWAY, ROOT, gateway_copy, hcm, routes, spec
 
 MiB = MIB
 DOC = ROOT / "docs" / "security-gateway-limits.md"
@@ -107,10 +107,11 @@ def test_the_redirect_listener_takes_the_api_listeners_limits() -> None:
     rendered = envoy_config.render_config(
         http_port=8443,
         upstreams=("127.0.0.1:50051",),
-        admin_port=0,
+        admin_socket=ADMIN_SOCKET,
         gateway_dir=GATEWAY,
         tls_secret_path=Path("/run/sds/tls.yaml"),
         redirect_port=8081,
+        public_host="pos.example.com",
     )
     api, redirect = rendered["static_resources"]["listeners"]
     assert redirect["name"] == envoy_config.REDIRECT_LISTENER_NAME
@@ -180,8 +181,10 @@ def test_a_request_refused_for_memory_gets_its_own_envelope(config: dict[str, An
 
 
 def test_rendering_sets_the_heap_budget_and_nothing_else() -> None:
-    plain = spec().render()
-    budgeted = GatewaySpec(**{**spec().__dict__, "max_heap_bytes": 96 * MiB}).render()
+    plain = spec().render(admin_socket=ADMIN_SOCKET)
+    budgeted = GatewaySpec(**{**spec().__dict__, "max_heap_bytes": 96 * MiB}).render(
+        admin_socket=ADMIN_SOCKET
+    )
     assert monitor(budgeted, envoy_config.HEAP_MONITOR)["max_heap_size_bytes"] == 96 * MiB
     monitor(budgeted, envoy_config.HEAP_MONITOR)["max_heap_size_bytes"] = monitor(
         plain, envoy_config.HEAP_MONITOR
@@ -198,9 +201,11 @@ def test_a_budget_without_a_heap_monitor_is_refused(tmp_path: Path) -> None:
         if m["name"] != envoy_config.HEAP_MONITOR
     ]
     (gateway / "envoy.yaml").write_text(yaml.safe_dump(config))
-    spec(gateway).render()  # without a budget to set, as configured
+    spec(gateway).render(admin_socket=ADMIN_SOCKET)  # without a budget to set, as configured
     with pytest.raises(envoy_config.EnvoyError, match="fixed_heap resource monitor"):
-        GatewaySpec(**{**spec(gateway).__dict__, "max_heap_bytes": 96 * MiB}).render()
+        GatewaySpec(**{**spec(gateway).__dict__, "max_heap_bytes": 96 * MiB}).render(
+            admin_socket=ADMIN_SOCKET
+        )
 
 
 def test_the_spec_keeps_the_budget_for_a_reload() -> None:

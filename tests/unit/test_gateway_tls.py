@@ -6,6 +6,7 @@ tests/integration/test_gateway_validate.py."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 from pathlib import Path
 from typing import Any
@@ -17,7 +18,7 @@ from loyalty_grpc.runtime.gateway import config as envoy_config
 from loyalty_grpc.runtime.gateway import xds as envoy_xds
 from loyalty_grpc.runtime.gateway.config import GatewaySpec, TlsFiles
 from loyalty_grpc.runtime.settings import EXIT_CONFIG, ConfigError, GrpcTls, Settings
-from tests.gateway_specs import tls_spec
+from tests.gateway_specs import ADMIN_SOCKET, hcm, tls_spec
 from tests.tls_certs import make_ca, make_server_cert
 
 
@@ -79,10 +80,15 @@ def test_files_in_two_folders_are_watched_each(tmp_path: Path) -> None:
 
 
 def test_a_spec_written_before_tls_reads_as_plain_http_with_one_upstream() -> None:
+    """Also before the admin socket: its `admin_port` is dropped (the admin interface is
+    the work dir's socket), and no metrics listener is rendered."""
     old = '{"http_port": 8080, "upstream_host": "h", "upstream_port": 1, "admin_port": 0, '
     old += '"gateway_dir": "/g", "listen_host": null}'
     spec = GatewaySpec.from_json(old)
     assert spec.tls is None
+    assert spec.metrics_port is None
+    assert not spec.plain_http_beyond_loopback
+    assert "admin_port" not in spec.to_json()
     assert spec.upstreams == ("h:1",)
     assert GatewaySpec.from_json(old.replace('"h"', '"[::1]"')).upstreams == ("[::1]:1",)
     assert GatewaySpec.from_json(spec.to_json()) == spec
@@ -175,7 +181,128 @@ def test_redirect_port_needs_tls(pair: TlsFiles) -> None:
     with pytest.raises(ConfigError, match="must differ from LOYALTY_HTTP_PORT"):
         Settings.from_env(env, wallet=False).tls_files()
     with pytest.raises(envoy_config.EnvoyError, match="needs TLS"):
-        dataclasses.replace(tls_spec(None), redirect_port=8081).render()
+        dataclasses.replace(tls_spec(None), redirect_port=8081).render(admin_socket=ADMIN_SOCKET)
+
+
+def test_the_redirect_port_needs_the_public_host(pair: TlsFiles, tmp_path: Path) -> None:
+    """Without it, no redirect port: the request's Host must never make the Location,
+    and a certificate may hold several names or a wildcard, so none is guessed."""
+    env = {
+        "LOYALTY_TLS_CERT": str(pair.cert),
+        "LOYALTY_TLS_KEY": str(pair.key),
+        "LOYALTY_HTTP_REDIRECT_PORT": "8081",
+    }
+    with pytest.raises(ConfigError) as refused:
+        Settings.from_env(env, wallet=False).tls_files()
+    assert str(refused.value) == (
+        "LOYALTY_HTTP_REDIRECT_PORT needs LOYALTY_PUBLIC_HOST (--public-host): the host name "
+        "of the certificate, where the redirect sends clients (never the request's Host "
+        "header, which the client chooses)"
+    )
+    given = Settings.from_env(env | {"LOYALTY_PUBLIC_HOST": "pos.example.com"}, wallet=False)
+    assert given.tls_files() == (pair.cert, pair.key)
+    assert given.with_flags(public_host="pos.example.com:443").public_host == (
+        "pos.example.com:443"
+    )
+    spec = dataclasses.replace(tls_spec(pair), redirect_port=8081)
+    with pytest.raises(envoy_config.EnvoyError, match="needs the public host name"):
+        spec.render(admin_socket=ADMIN_SOCKET, tls_secret_path=tmp_path / "sds.yaml")
+
+
+@pytest.mark.parametrize(
+    ("public_host", "host", "port"),
+    [
+        ("pos.example.com", "pos.example.com", 8443),
+        ("pos.example.com:443", "pos.example.com", None),  # https's own port: not written
+        ("10.0.0.5:9443", "10.0.0.5", 9443),
+        ("[2001:db8::1]", "[2001:db8::1]", 8443),
+    ],
+)
+def test_the_redirect_goes_to_the_public_host(
+    pair: TlsFiles, tmp_path: Path, public_host: str, host: str, port: int | None
+) -> None:
+    spec = dataclasses.replace(tls_spec(pair), redirect_port=8081, public_host=public_host)
+    rendered = spec.render(admin_socket=ADMIN_SOCKET, tls_secret_path=tmp_path / "sds.yaml")
+    redirect = rendered["static_resources"]["listeners"][1]
+    assert redirect["address"]["socket_address"]["port_value"] == 8081
+    manager = redirect["filter_chains"][0]["filters"][0]["typed_config"]
+    (virtual_host,) = manager["route_config"]["virtual_hosts"]
+    redirects = [route["redirect"] for route in virtual_host["routes"] if "redirect" in route]
+    assert redirects == 2 * [
+        {
+            "https_redirect": True,
+            "host_redirect": host,
+            **({"port_redirect": port} if port else {}),
+            "response_code": "MOVED_PERMANENTLY",
+        }
+    ]
+    # No HSTS on plain HTTP (a browser ignores it there anyway).
+    assert "strict-transport-security" not in json.dumps(redirect)
+
+
+@pytest.mark.parametrize(
+    "value",
+    ["http://pos.example.com", "pos.example.com/x", "*.example.com", "a b", "x:0", "[zz]:1"],
+)
+def test_a_public_host_that_is_not_a_host_is_refused(value: str) -> None:
+    with pytest.raises(ConfigError) as refused:
+        Settings.from_env({"LOYALTY_PUBLIC_HOST": value}, wallet=False)
+    assert str(refused.value) == (
+        f"LOYALTY_PUBLIC_HOST must be a host name as in the certificate, HOST or HOST:PORT, "
+        f"got {value!r}"
+    )
+
+
+def test_every_https_response_gets_hsts_by_both_paths(pair: TlsFiles, tmp_path: Path) -> None:
+    """The route table's response headers (what the server answers, direct responses)
+    and every local reply mapper, the last one taking any status (Envoy's own replies):
+    e2e tests/e2e/test_tls.py shows each path is needed."""
+    rendered = tls_spec(pair).render(
+        admin_socket=ADMIN_SOCKET, tls_secret_path=tmp_path / "sds.yaml"
+    )
+    manager = _listener(rendered)["filter_chains"][0]["filters"][0]["typed_config"]
+    header = {
+        "header": {"key": "strict-transport-security", "value": "max-age=31536000"},
+        "append_action": "OVERWRITE_IF_EXISTS_OR_ADD",
+    }
+    assert manager["route_config"]["response_headers_to_add"] == [header]
+    mappers = manager["local_reply_config"]["mappers"]
+    assert all(mapper["headers_to_add"] == [header] for mapper in mappers)
+    assert mappers[-1]["filter"] == {
+        "status_code_filter": {
+            "comparison": {
+                "op": "GE",
+                "value": {"default_value": 0, "runtime_key": "loyalty.hsts_min_status"},
+            }
+        }
+    }
+    assert set(mappers[-1]) == {"filter", "headers_to_add"}  # changes nothing else
+    # The backstop's own fields are untouched.
+    committed = hcm(envoy_config.load_config())["local_reply_config"]["mappers"]
+    assert [{k: v for k, v in m.items() if k != "headers_to_add"} for m in mappers[:-1]] == (
+        committed
+    )
+    plain = tls_spec(None).render(admin_socket=ADMIN_SOCKET)
+    assert "strict-transport-security" not in json.dumps(plain)
+    assert envoy_config.hsts_value(0) == "max-age=0"
+    assert envoy_config.hsts_value(60, include_subdomains=True) == ("max-age=60; includeSubDomains")
+
+
+def test_hsts_settings() -> None:
+    settings = Settings.from_env({}, wallet=False)
+    assert (settings.hsts_max_age, settings.hsts_include_subdomains) == (31_536_000, False)
+    env = {"LOYALTY_HSTS_MAX_AGE": "0", "LOYALTY_HSTS_INCLUDE_SUBDOMAINS": "1"}
+    given = Settings.from_env(env, wallet=False)
+    assert (given.hsts_max_age, given.hsts_include_subdomains) == (0, True)
+    with pytest.raises(ConfigError, match=r"^LOYALTY_HSTS_MAX_AGE must be seconds from 0"):
+        Settings.from_env({"LOYALTY_HSTS_MAX_AGE": "-1"}, wallet=False)
+
+
+def test_the_envelope_lets_hsts_through() -> None:
+    """envelope.lua removes every response header it does not allow."""
+    lua = (envoy_config.find_gateway_dir() / "envelope.lua").read_text(encoding="utf-8")
+    allowed = lua.split("local ALLOWED_HEADERS = {", 1)[1].split("}", 1)[0]
+    assert '["strict-transport-security"] = true' in allowed
 
 
 def test_tls_key_that_cannot_be_read_names_the_variable(pair: TlsFiles, tmp_path: Path) -> None:

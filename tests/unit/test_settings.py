@@ -220,10 +220,13 @@ def test_the_admin_token_comes_from_the_variable_or_a_file(tmp_path: Path):
     by_file = Settings.from_env({"LOYALTY_ADMIN_TOKEN_FILE": str(secret)}, wallet=False)
     assert by_file.configured_admin_token() == "from-the-file-0123456789"
     both = Settings.from_env(
-        {"LOYALTY_ADMIN_TOKEN": "from-the-variable", "LOYALTY_ADMIN_TOKEN_FILE": str(secret)},
+        {
+            "LOYALTY_ADMIN_TOKEN": "from-the-variable-9876543210",
+            "LOYALTY_ADMIN_TOKEN_FILE": str(secret),
+        },
         wallet=False,
     )
-    assert both.configured_admin_token() == "from-the-variable"
+    assert both.configured_admin_token() == "from-the-variable-9876543210"
 
 
 @pytest.mark.parametrize(
@@ -354,3 +357,151 @@ def test_a_heap_budget_envoy_cannot_run_in_is_refused(value: str):
     )
     with pytest.raises(ConfigError, match=r"^--envoy-heap-mb must be a number of MiB"):
         Settings.from_env({}, wallet=False).with_flags(envoy_heap_mb=value)
+
+
+@pytest.mark.parametrize(
+    ("token", "reason"),
+    [
+        ("a", "at least 24 characters (it has 1)"),
+        (
+            "change-me-to-a-long-random-token",
+            "a random secret, not the documented example value",
+        ),
+        ("t" * 32, "less predictable: its characters carry about 0 bits, at least 72"),
+    ],
+)
+def test_a_weak_admin_token_is_refused_without_repeating_it(
+    token: str, reason: str, tmp_path: Path
+) -> None:
+    with pytest.raises(ConfigError) as error:
+        Settings.from_env({"LOYALTY_ADMIN_TOKEN": token}, wallet=False)
+    assert str(error.value).startswith(f"LOYALTY_ADMIN_TOKEN must be {reason}")
+    assert "got" not in str(error.value)
+    assert len(token) < 4 or token not in str(error.value)
+    path = tmp_path / "token"
+    path.write_text(token + "\n", encoding="utf-8")
+    settings = Settings.from_env({"LOYALTY_ADMIN_TOKEN_FILE": str(path)}, wallet=False)
+    with pytest.raises(ConfigError) as error:
+        settings.configured_admin_token()
+    assert str(error.value).startswith(
+        f"LOYALTY_ADMIN_TOKEN_FILE: {path} must hold one token, {reason}"
+    )
+    assert len(token) < 4 or token not in str(error.value)
+
+
+@pytest.mark.parametrize("command", ["serve", "up", "admin"])
+def test_a_weak_admin_token_stops_every_command_before_it_starts(
+    command: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("LOYALTY_DATABASE_URL", "postgresql://unused.invalid/x")
+    monkeypatch.setenv("LOYALTY_ADMIN_TOKEN", "change-me-to-a-long-random-token")
+    argv = [command, *(["programs", "list"] if command == "admin" else [])]
+    assert main(argv) == EXIT_CONFIG
+    assert capsys.readouterr().err == (
+        "error: LOYALTY_ADMIN_TOKEN must be a random secret, not the documented example value\n"
+    )
+    assert list(tmp_path.iterdir()) == []  # nothing started, no data dir
+
+
+def test_up_refuses_a_weak_token_left_in_the_data_dir(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("LOYALTY_ADMIN_TOKEN", raising=False)
+    monkeypatch.delenv("LOYALTY_ADMIN_TOKEN_FILE", raising=False)
+    (tmp_path / ".loyalty").mkdir()
+    (tmp_path / ".loyalty" / "admin_token").write_text("secret\n", encoding="utf-8")
+    assert main(["up"]) == EXIT_CONFIG
+    assert capsys.readouterr().err == (
+        "error: .loyalty/admin_token: the back-office token must be at least 24 characters "
+        "(it has 6); delete the file and `up` generates one\n"
+    )
+    assert sorted(p.name for p in (tmp_path / ".loyalty").iterdir()) == ["admin_token"]
+
+
+def test_plain_http_listens_on_loopback_and_tls_everywhere_by_default() -> None:
+    settings = Settings.from_env({}, wallet=False)
+    assert settings.http_host is None
+    assert settings.gateway_listen_host(tls=False) == "127.0.0.1"
+    assert settings.gateway_listen_host(tls=True) == "0.0.0.0"
+    for host in ("127.0.0.2", "::1", "localhost"):
+        assert settings.with_flags(http_host=host).gateway_listen_host(tls=False) == host
+
+
+@pytest.mark.parametrize("host", ["0.0.0.0", "::", "192.168.1.20", "pos.example.com"])
+def test_plain_http_beyond_loopback_must_be_asked_for_by_name(host: str) -> None:
+    settings = Settings.from_env({"LOYALTY_HTTP_HOST": host}, wallet=False)
+    with pytest.raises(ConfigError) as refused:
+        settings.gateway_listen_host(tls=False)
+    assert str(refused.value).startswith(
+        f"LOYALTY_HTTP_HOST (--http-host) {host} is beyond loopback and the gateway has no TLS"
+    )
+    assert "\n" not in str(refused.value)
+    assert settings.gateway_listen_host(tls=True) == host
+    allowed = Settings.from_env(
+        {"LOYALTY_HTTP_HOST": host, "LOYALTY_PLAIN_HTTP_BEYOND_LOOPBACK": "1"}, wallet=False
+    )
+    assert allowed.gateway_listen_host(tls=False) == host
+    by_flag = settings.with_flags(plain_http_beyond_loopback="1")
+    assert by_flag.gateway_listen_host(tls=False) == host
+
+
+def test_the_beyond_loopback_switch_is_1_or_0() -> None:
+    for text, value in (("1", True), ("true", True), ("0", False), ("no", False)):
+        env = {"LOYALTY_PLAIN_HTTP_BEYOND_LOOPBACK": text}
+        assert Settings.from_env(env, wallet=False).plain_http_beyond_loopback is value
+    with pytest.raises(ConfigError) as wrong:
+        Settings.from_env({"LOYALTY_PLAIN_HTTP_BEYOND_LOOPBACK": "sure"}, wallet=False)
+    assert str(wrong.value) == "LOYALTY_PLAIN_HTTP_BEYOND_LOOPBACK must be 1 or 0, got 'sure'"
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["up", "--http-host", "0.0.0.0"],
+        ["gateway", "run", "--http-host", "0.0.0.0", "--work-dir", "envoy"],
+    ],
+)
+def test_up_and_gateway_run_refuse_plain_http_beyond_loopback_before_starting(
+    argv: list[str],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    for name in ("LOYALTY_TLS_CERT", "LOYALTY_TLS_KEY", "LOYALTY_PLAIN_HTTP_BEYOND_LOOPBACK"):
+        monkeypatch.delenv(name, raising=False)
+    assert main(argv) == EXIT_CONFIG
+    assert capsys.readouterr().err == (
+        "error: LOYALTY_HTTP_HOST (--http-host) 0.0.0.0 is beyond loopback and the gateway "
+        "has no TLS: API keys would cross the network in clear; set LOYALTY_TLS_CERT and "
+        "LOYALTY_TLS_KEY, or LOYALTY_PLAIN_HTTP_BEYOND_LOOPBACK=1 "
+        "(--plain-http-beyond-loopback) to accept that\n"
+    )
+    assert list(tmp_path.iterdir()) == []  # nothing started, no data or work dir
+
+
+def test_envoy_metrics_listener_is_off_by_default_and_on_loopback() -> None:
+    settings = Settings.from_env({}, wallet=False)
+    assert (settings.envoy_metrics_port, settings.envoy_metrics_host) == (0, "127.0.0.1")
+    env = {"LOYALTY_ENVOY_METRICS_PORT": "9901", "LOYALTY_ENVOY_METRICS_HOST": "0.0.0.0"}
+    given = Settings.from_env(env, wallet=False)
+    assert (given.envoy_metrics_port, given.envoy_metrics_host) == (9901, "0.0.0.0")
+    assert given.with_flags(envoy_metrics_port="9902").envoy_metrics_port == 9902
+
+
+def test_the_retired_admin_port_variable_says_what_replaced_it() -> None:
+    """An environment file written for an earlier version would otherwise leave
+    Prometheus scraping a port that no longer exists, silently."""
+    with pytest.raises(ConfigError) as retired:
+        Settings.from_env({"LOYALTY_ENVOY_ADMIN_PORT": "9901"}, wallet=False)
+    assert str(retired.value) == (
+        "LOYALTY_ENVOY_ADMIN_PORT is retired: Envoy's admin interface is a Unix socket of "
+        "the work dir now (WORK_DIR/admin/envoy.sock, the gateway's user only); for "
+        "Prometheus set LOYALTY_ENVOY_METRICS_PORT instead"
+    )
+    assert Settings.from_env({"LOYALTY_ENVOY_ADMIN_PORT": " "}, wallet=False)

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from loyalty_grpc.domain.detalle import bounded
+from loyalty_grpc.domain.secret_strength import MIN_BITS
 
 
 class CodigoError(StrEnum):
@@ -284,7 +285,9 @@ CATALOGO: dict[CodigoError, Entrada] = {
             400,
             "INVALID_ARGUMENT",
             "La clave no tiene un formato válido.",
-            "a key without the `lp_vivo_`/`lp_prueba_` prefix and 24+ letters or digits",
+            "a key without the `lp_vivo_`/`lp_prueba_` prefix and 24+ letters or digits, "
+            "or a fixture's new key whose secret part is too weak (domain/secret_strength.py: "
+            f"a documented example, or an entropy estimate under {MIN_BITS} bits)",
             interno=True,
         ),
         _e(

@@ -1,4 +1,5 @@
-"""API keys: the Bearer header, the prefix that gives the mode, the stored hash."""
+"""API keys: the Bearer header, the prefix that gives the mode, the stored hash, and the
+strength a key must have to be created (domain/secret_strength.py)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import re
 import secrets
 from enum import StrEnum
 
+from loyalty_grpc.domain import secret_strength
 from loyalty_grpc.domain.errors import CodigoError, LoyaltyError
 
 
@@ -53,6 +55,22 @@ def require_well_formed(key: str) -> Modo:
         raise LoyaltyError(
             CodigoError.CLAVE_MAL_FORMADA,
             "una clave es 'lp_vivo_' o 'lp_prueba_' seguido de 24 o más letras o dígitos",
+        )
+    return modo
+
+
+def require_strong(key: str) -> Modo:
+    """For a key about to be created from outside (a fixture's key not stored yet): the
+    mode, or clave_mal_formada when it is malformed or its secret part (after the prefix)
+    is weak by domain/secret_strength.py. The detalle never repeats the key. Keys already
+    stored keep working whatever they look like: only creation is checked."""
+    modo = require_well_formed(key)
+    verdict = secret_strength.weakness(key.removeprefix(PREFIJOS[modo]))
+    if verdict is not None:
+        raise LoyaltyError(
+            CodigoError.CLAVE_MAL_FORMADA,
+            f"la parte secreta de la clave (tras {PREFIJOS[modo]!r}) "
+            f"{secret_strength.motivo(verdict)}; genere una al azar",
         )
     return modo
 

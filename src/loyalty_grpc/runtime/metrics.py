@@ -17,7 +17,9 @@ domain knows of: the restarts here (`prepare`), the call counters when a worker 
 server (api/observability.py `start_at_zero`). tests/e2e/test_metrics_from_zero.py checks
 it for every counter and histogram registered, on a fresh `loyalty serve`.
 
-Envoy publishes its own series on its admin port: `GET /stats/prometheus`.
+Envoy publishes its own series on its metrics listener (LOYALTY_ENVOY_METRICS_PORT):
+`GET /stats/prometheus`, taken from its admin interface, a Unix socket that only the
+gateway's user can open (runtime/gateway/config.py `metrics_listener`).
 """
 
 from __future__ import annotations

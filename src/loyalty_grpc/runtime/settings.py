@@ -19,6 +19,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
+from loyalty_grpc.domain import secret_strength
 from loyalty_grpc.runtime.logs import FORMATS, LogFormat
 from loyalty_grpc.runtime.memory import available_memory
 from loyalty_grpc.wallet import WalletConfigError, WalletSettings
@@ -28,6 +29,8 @@ EXIT_CONFIG = 2
 # The default of LOYALTY_FAILED_KEY_CHECKS_PER_MINUTE (api/failed_checks.py DEFAULT_LIMIT;
 # a test ties them: this module does not import the server's).
 DEFAULT_FAILED_KEY_CHECKS = 60
+# Strict-Transport-Security's max-age with TLS: one year, what HSTS preload lists ask for.
+DEFAULT_HSTS_MAX_AGE = 31_536_000
 MAX_WORKERS = 64
 # Envoy's heap budget (envoy.yaml's overload_manager sheds load as it fills): by default
 # this share of the memory the machine (or its cgroup) gives a process, never less than
@@ -68,7 +71,10 @@ VARIABLES: tuple[Variable, ...] = (
         "`up`: generated into `DATA_DIR/admin_token` (mode 0600); `serve`: required, or "
         "`LOYALTY_ADMIN_TOKEN_FILE`",
         "the back-office token (`./dev admin`, `BackofficeService`), the same on every "
-        "host; printable ASCII, no spaces",
+        f"host; printable ASCII, no spaces, at least {secret_strength.MIN_LENGTH} "
+        "characters, random: the documented example and values whose characters carry "
+        f"under {secret_strength.MIN_BITS} bits (repeats, few different characters) are "
+        "refused (`domain/secret_strength.py`)",
     ),
     Variable(
         "LOYALTY_ADMIN_TOKEN_FILE",
@@ -96,8 +102,18 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("LOYALTY_HTTP_PORT", "`8080`", "Envoy's HTTP port (`--http-port`)"),
     Variable(
         "LOYALTY_HTTP_HOST",
-        "`0.0.0.0`",
-        "Envoy's listen address, `up` and `gateway run` (`--http-host`)",
+        "`127.0.0.1` with plain HTTP, `0.0.0.0` with TLS",
+        "Envoy's listen address, `up` and `gateway run` (`--http-host`); with plain HTTP "
+        "an address beyond loopback is refused unless `LOYALTY_PLAIN_HTTP_BEYOND_LOOPBACK` "
+        "says so",
+    ),
+    Variable(
+        "LOYALTY_PLAIN_HTTP_BEYOND_LOOPBACK",
+        "`0`",
+        "`1`: let plain HTTP (no `LOYALTY_TLS_CERT`) listen beyond loopback "
+        "(`--plain-http-beyond-loopback`), `up` and `gateway run`: API keys and fans' data "
+        "then cross the network in clear. For a TLS proxy in front on a private network, "
+        "or a container whose published port decides the exposure (docker-compose)",
     ),
     Variable(
         "LOYALTY_TLS_CERT",
@@ -115,7 +131,28 @@ VARIABLES: tuple[Variable, ...] = (
         "LOYALTY_HTTP_REDIRECT_PORT",
         "none (no plain HTTP at all)",
         "with TLS only: a plain-HTTP port that forwards nothing, GET/HEAD get a 301 to "
-        "https, other methods a 400 `solicitud_invalida` (`--http-redirect-port`)",
+        "https on `LOYALTY_PUBLIC_HOST` (required with it), other methods a 400 "
+        "`solicitud_invalida` (`--http-redirect-port`)",
+    ),
+    Variable(
+        "LOYALTY_PUBLIC_HOST",
+        "none",
+        "the name clients use for the HTTPS API, as in its certificate, `HOST` or "
+        "`HOST:PORT` (default port: `LOYALTY_HTTP_PORT`) (`--public-host`): the only host "
+        "the redirect port sends clients to, never the request's `Host`",
+    ),
+    Variable(
+        "LOYALTY_HSTS_MAX_AGE",
+        f"`{DEFAULT_HSTS_MAX_AGE}` (one year)",
+        "with TLS: every HTTPS response, Envoy's own replies too, carries "
+        "`Strict-Transport-Security: max-age=N`; 0 sends `max-age=0`, which tells "
+        "browsers to forget the policy (to leave HTTPS)",
+    ),
+    Variable(
+        "LOYALTY_HSTS_INCLUDE_SUBDOMAINS",
+        "`0`",
+        "`1`: add `includeSubDomains` (every subdomain of the API's host must then serve "
+        "HTTPS too)",
     ),
     Variable(
         "LOYALTY_GRPC_TLS_CERT",
@@ -202,9 +239,24 @@ VARIABLES: tuple[Variable, ...] = (
         "failed call",
     ),
     Variable(
+        "LOYALTY_ENVOY_METRICS_PORT",
+        "`0` (none)",
+        "`up` and `gateway run`: a listener for Prometheus that answers only `GET "
+        "/stats/prometheus` (Envoy's own series) and `GET /ready` from Envoy's admin "
+        "interface, which is a Unix socket of the work dir (mode 0600), never a port "
+        "(`--envoy-metrics-port`)",
+    ),
+    Variable(
+        "LOYALTY_ENVOY_METRICS_HOST",
+        "`127.0.0.1`",
+        "the address of that listener (`--envoy-metrics-host`); beyond loopback, the "
+        "series name the gateway's clusters and servers",
+    ),
+    Variable(
         "LOYALTY_ENVOY_ADMIN_PORT",
-        "`0` (any free port)",
-        "`gateway run`: Envoy's admin interface port",
+        "none (retired)",
+        "refused with a one-line hint: Envoy's admin interface is a Unix socket now; "
+        "Prometheus uses `LOYALTY_ENVOY_METRICS_PORT`",
     ),
     Variable(
         "LOYALTY_ENVOY_HEAP_MB",
@@ -296,8 +348,46 @@ def _database_url(text: str) -> str:
 
 
 def _token(text: str) -> str:
-    if not re.fullmatch(r"[!-~]+", text.strip()):
+    """The back-office token: one word of printable ASCII, strong by
+    domain/secret_strength.py (its error never repeats the token: _Rule.secret)."""
+    token = text.strip()
+    if not re.fullmatch(r"[!-~]+", token):
         raise ValueError("printable ASCII without spaces (it travels in gRPC metadata)")
+    verdict = secret_strength.weakness(token)
+    if verdict is not None:
+        raise ValueError(secret_strength.reason(verdict))
+    return token
+
+
+def _switch(text: str) -> bool:
+    value = text.strip().lower()
+    if value not in ("1", "0", "true", "false", "yes", "no"):
+        raise ValueError("1 or 0")
+    return value in ("1", "true", "yes")
+
+
+_DNS_LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+_DNS_NAME = rf"{_DNS_LABEL}(?:\.{_DNS_LABEL})*"
+
+
+def split_public_host(text: str) -> tuple[str, int | None]:
+    """`HOST` or `HOST:PORT` (a DNS name, an IPv4 address or `[IPv6]`) as (host, port or
+    None); ValueError otherwise (no scheme, path, user or wildcard: it becomes a URL)."""
+    value = text.strip()
+    match = re.fullmatch(rf"({_DNS_NAME}|\[[0-9A-Fa-f:.]+\])(?::(\d{{1,5}}))?", value)
+    port = int(match.group(2)) if match and match.group(2) else None
+    if match is None or port == 0 or (port or 0) > 65535 or len(match.group(1)) > 253:
+        raise ValueError("a host name as in the certificate, HOST or HOST:PORT")
+    if match.group(1).startswith("["):
+        try:
+            ipaddress.IPv6Address(match.group(1)[1:-1])
+        except ValueError:
+            raise ValueError("a host name as in the certificate, HOST or HOST:PORT") from None
+    return match.group(1), port
+
+
+def _public_host(text: str) -> str:
+    split_public_host(text)
     return text.strip()
 
 
@@ -369,21 +459,29 @@ class _Rule:
     variable: str
     flag: str | None
     parse: Callable[[str], object]
+    # A secret: a wrong value is described, never repeated in the message.
+    secret: bool = False
 
 
 # Settings field -> where it comes from and how it is checked.
 _RULES: dict[str, _Rule] = {
     "database_url": _Rule("LOYALTY_DATABASE_URL", None, _database_url),
-    "admin_token": _Rule("LOYALTY_ADMIN_TOKEN", None, _token),
+    "admin_token": _Rule("LOYALTY_ADMIN_TOKEN", None, _token, secret=True),
     "admin_token_file": _Rule("LOYALTY_ADMIN_TOKEN_FILE", None, _path),
     "data_dir": _Rule("LOYALTY_DATA_DIR", "--data-dir", _path),
     "grpc_host": _Rule("LOYALTY_GRPC_HOST", "--grpc-host", _host),
     "grpc_port": _Rule("LOYALTY_GRPC_PORT", "--grpc-port", _port),
     "http_port": _Rule("LOYALTY_HTTP_PORT", "--http-port", _http_port),
     "http_host": _Rule("LOYALTY_HTTP_HOST", "--http-host", _host),
+    "plain_http_beyond_loopback": _Rule(
+        "LOYALTY_PLAIN_HTTP_BEYOND_LOOPBACK", "--plain-http-beyond-loopback", _switch
+    ),
     "tls_cert": _Rule("LOYALTY_TLS_CERT", "--tls-cert", _path),
     "tls_key": _Rule("LOYALTY_TLS_KEY", "--tls-key", _path),
     "http_redirect_port": _Rule("LOYALTY_HTTP_REDIRECT_PORT", "--http-redirect-port", _http_port),
+    "public_host": _Rule("LOYALTY_PUBLIC_HOST", "--public-host", _public_host),
+    "hsts_max_age": _Rule("LOYALTY_HSTS_MAX_AGE", None, _integer(0, 2**31 - 1, "seconds")),
+    "hsts_include_subdomains": _Rule("LOYALTY_HSTS_INCLUDE_SUBDOMAINS", None, _switch),
     "grpc_tls_cert": _Rule("LOYALTY_GRPC_TLS_CERT", "--grpc-tls-cert", _path),
     "grpc_tls_key": _Rule("LOYALTY_GRPC_TLS_KEY", "--grpc-tls-key", _path),
     "grpc_tls_ca": _Rule("LOYALTY_GRPC_TLS_CA", "--grpc-tls-ca", _path),
@@ -400,11 +498,22 @@ _RULES: dict[str, _Rule] = {
     "log_format": _Rule("LOYALTY_LOG_FORMAT", "--log-format", _choice(LOG_FORMATS, upper=False)),
     "grpc_target": _Rule("LOYALTY_GRPC_TARGET", "--target", _target),
     "gateway_upstreams": _Rule("LOYALTY_GATEWAY_UPSTREAMS", "--upstream", _targets),
-    "envoy_admin_port": _Rule("LOYALTY_ENVOY_ADMIN_PORT", "--admin-port", _port),
     "envoy_heap_mb": _Rule(
         "LOYALTY_ENVOY_HEAP_MB",
         "--envoy-heap-mb",
         _integer(ENVOY_HEAP_MIN_MB, ENVOY_HEAP_MAX_MB, "a number of MiB"),
+    ),
+    "envoy_metrics_port": _Rule("LOYALTY_ENVOY_METRICS_PORT", "--envoy-metrics-port", _port),
+    "envoy_metrics_host": _Rule("LOYALTY_ENVOY_METRICS_HOST", "--envoy-metrics-host", _host),
+}
+
+# Variables of earlier versions that would now be ignored: set, they stop the command
+# with what to do instead (an operator's environment file outlives an upgrade).
+_RETIRED: dict[str, str] = {
+    "LOYALTY_ENVOY_ADMIN_PORT": (
+        "LOYALTY_ENVOY_ADMIN_PORT is retired: Envoy's admin interface is a Unix socket of "
+        "the work dir now (WORK_DIR/admin/envoy.sock, the gateway's user only); for "
+        "Prometheus set LOYALTY_ENVOY_METRICS_PORT instead"
     ),
 }
 
@@ -421,13 +530,20 @@ class Settings:
     grpc_host: str | None = None
     grpc_port: int = 50051
     http_port: int = 8080
-    # None: the gateway folder's envoy.yaml (0.0.0.0).
+    # None: loopback with plain HTTP, every interface with TLS (`gateway_listen_host`).
     http_host: str | None = None
+    # Plain HTTP may listen beyond loopback (keys in clear): only when said by name.
+    plain_http_beyond_loopback: bool = False
     # HTTPS at the gateway: both or neither (`tls_files`).
     tls_cert: Path | None = None
     tls_key: Path | None = None
-    # With TLS: a plain-HTTP port that only redirects (None: no plain HTTP at all).
+    # With TLS: a plain-HTTP port that only redirects (None: no plain HTTP at all), to
+    # the public host (required with it).
     http_redirect_port: int | None = None
+    public_host: str | None = None
+    # With TLS: Strict-Transport-Security on every HTTPS response.
+    hsts_max_age: int = DEFAULT_HSTS_MAX_AGE
+    hsts_include_subdomains: bool = False
     # Mutual TLS on the gRPC port: all three or none (`grpc_tls`).
     grpc_tls_cert: Path | None = None
     grpc_tls_key: Path | None = None
@@ -447,9 +563,11 @@ class Settings:
     grpc_target: str | None = None
     # None: the one server of server_target (`upstreams`).
     gateway_upstreams: tuple[str, ...] | None = None
-    envoy_admin_port: int = 0
     # None: follows the machine (`envoy_heap_bytes`).
     envoy_heap_mb: int | None = None
+    # Envoy's Prometheus listener (0: none) and its address.
+    envoy_metrics_port: int = 0
+    envoy_metrics_host: str = "127.0.0.1"
     wallet: WalletSettings = field(default_factory=WalletSettings)
 
     @classmethod
@@ -457,6 +575,9 @@ class Settings:
         """Read and check every variable (an empty value counts as unset); `wallet`: also
         the wallet ones. Raises ConfigError naming the first wrong variable."""
         env = os.environ if environ is None else environ
+        for variable, message in _RETIRED.items():
+            if env.get(variable, "").strip():
+                raise ConfigError(message)
         values: dict[str, object] = {}
         for name, rule in _RULES.items():
             text = env.get(rule.variable, "")
@@ -510,6 +631,18 @@ class Settings:
             return self.envoy_heap_mb * MIB
         return default_envoy_heap_bytes()
 
+    def gateway_listen_host(self, *, tls: bool) -> str:
+        """Where the gateway's API listener listens: LOYALTY_HTTP_HOST / --http-host, else
+        loopback with plain HTTP (API keys travel in every request: in clear, they stay on
+        this machine) and every interface with TLS (a certificate is for clients on the
+        network). Raises ConfigError for plain HTTP beyond loopback unless
+        LOYALTY_PLAIN_HTTP_BEYOND_LOOPBACK allows it."""
+        if self.http_host is None:
+            return ANY_ADDRESS if tls else LOOPBACK
+        if not (tls or self.plain_http_beyond_loopback or is_loopback(self.http_host)):
+            raise ConfigError(plain_http_refusal(self.http_host))
+        return self.http_host
+
     def configured_admin_token(self) -> str | None:
         """The back-office token the operator configured: LOYALTY_ADMIN_TOKEN, else the
         content of LOYALTY_ADMIN_TOKEN_FILE (checked like the variable), else None."""
@@ -548,6 +681,12 @@ class Settings:
         if self.http_redirect_port == self.http_port:
             raise ConfigError(
                 f"LOYALTY_HTTP_REDIRECT_PORT must differ from LOYALTY_HTTP_PORT ({self.http_port})"
+            )
+        if self.http_redirect_port is not None and self.public_host is None:
+            raise ConfigError(
+                "LOYALTY_HTTP_REDIRECT_PORT needs LOYALTY_PUBLIC_HOST (--public-host): the "
+                "host name of the certificate, where the redirect sends clients (never the "
+                "request's Host header, which the client chooses)"
             )
         cert, key = _pem_files(given)
         _check_pair(given, cert, key)
@@ -628,7 +767,34 @@ def _parse(rule: _Rule, name: str, text: str) -> object:
     try:
         return rule.parse(text)
     except ValueError as exc:
-        raise ConfigError(f"{name} must be {exc}, got {text!r}") from None
+        got = "" if rule.secret else f", got {text!r}"
+        raise ConfigError(f"{name} must be {exc}{got}") from None
+
+
+LOOPBACK = "127.0.0.1"
+ANY_ADDRESS = "0.0.0.0"  # noqa: S104 - the TLS default, a choice the README explains
+
+
+def is_loopback(host: str) -> bool:
+    """Whether a listener on `host` is reachable from this machine only: a loopback IP
+    address (127.0.0.0/8, ::1) or `localhost`. A wildcard (0.0.0.0, ::) or any other name
+    is not (a name is not resolved: it could mean anything)."""
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def plain_http_refusal(host: str) -> str:
+    """The one line that refuses plain HTTP beyond loopback (settings and rendering)."""
+    return (
+        f"LOYALTY_HTTP_HOST (--http-host) {host} is beyond loopback and the gateway has no "
+        "TLS: API keys would cross the network in clear; set LOYALTY_TLS_CERT and "
+        "LOYALTY_TLS_KEY, or LOYALTY_PLAIN_HTTP_BEYOND_LOOPBACK=1 "
+        "(--plain-http-beyond-loopback) to accept that"
+    )
 
 
 def connect_host(listen_host: str) -> str:
@@ -659,7 +825,7 @@ def documented_names() -> set[str]:
 
 def checked_names() -> set[str]:
     """Variables read and checked here (the wallet ones are WalletSettings')."""
-    return {rule.variable for rule in _RULES.values()} | {PROG_VARIABLE}
+    return {rule.variable for rule in _RULES.values()} | {PROG_VARIABLE} | set(_RETIRED)
 
 
 def settings_fields() -> set[str]:

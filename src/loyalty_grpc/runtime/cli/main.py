@@ -95,17 +95,23 @@ def _gateway(args: argparse.Namespace, settings: Settings) -> int:
         )
     from loyalty_grpc.runtime.gateway.envoy import gateway_spec, run_gateway
 
+    tls = _tls(settings)
     spec = gateway_spec(
         http_port=settings.http_port,
         upstreams=settings.upstreams,
-        admin_port=settings.envoy_admin_port,
         gateway_dir=args.gateway_dir,
-        listen_host=settings.http_host,
-        tls=_tls(settings),
+        listen_host=settings.gateway_listen_host(tls=tls is not None),
+        tls=tls,
         redirect_port=settings.http_redirect_port,
         upstream_tls=settings.grpc_tls(),
         trusted_proxies=settings.trusted_proxies,
         max_heap_bytes=settings.envoy_heap_bytes,
+        plain_http_beyond_loopback=settings.plain_http_beyond_loopback,
+        metrics_port=settings.envoy_metrics_port,
+        metrics_host=settings.envoy_metrics_host,
+        public_host=settings.public_host,
+        hsts_max_age=settings.hsts_max_age,
+        hsts_include_subdomains=settings.hsts_include_subdomains,
     )
     return run_gateway(spec, work_dir=work_dir, log_format=settings.log_format_for(GATEWAY_RUN))
 

@@ -24,9 +24,11 @@ FLAGS = (
     "grpc_port",
     "http_port",
     "http_host",
+    "plain_http_beyond_loopback",
     "tls_cert",
     "tls_key",
     "http_redirect_port",
+    "public_host",
     "trusted_proxies",
     "grpc_tls_cert",
     "grpc_tls_key",
@@ -37,8 +39,9 @@ FLAGS = (
     "log_format",
     "grpc_target",
     "gateway_upstreams",
-    "envoy_admin_port",
     "envoy_heap_mb",
+    "envoy_metrics_port",
+    "envoy_metrics_host",
 )
 
 
@@ -67,7 +70,16 @@ def _http_host_flag(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--http-host",
         metavar="HOST",
-        help="Envoy's listen address (env LOYALTY_HTTP_HOST, default 0.0.0.0)",
+        help="Envoy's listen address (env LOYALTY_HTTP_HOST, default 127.0.0.1 with plain "
+        "HTTP, 0.0.0.0 with TLS)",
+    )
+    parser.add_argument(
+        "--plain-http-beyond-loopback",
+        action="store_const",
+        const="1",
+        help="let plain HTTP listen beyond loopback: API keys cross the network in clear "
+        "(env LOYALTY_PLAIN_HTTP_BEYOND_LOOPBACK=1; without TLS, a --http-host beyond "
+        "loopback is refused otherwise)",
     )
 
 
@@ -103,8 +115,29 @@ def _tls_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--http-redirect-port",
         metavar="PORT",
-        help="with HTTPS: a plain-HTTP port that only redirects GET/HEAD to https "
-        "(env LOYALTY_HTTP_REDIRECT_PORT, default: no plain HTTP at all)",
+        help="with HTTPS: a plain-HTTP port that only redirects GET/HEAD to https on "
+        "--public-host (env LOYALTY_HTTP_REDIRECT_PORT, default: no plain HTTP at all)",
+    )
+    parser.add_argument(
+        "--public-host",
+        metavar="HOST[:PORT]",
+        help="the API's name in its certificate: where the redirect port sends clients, "
+        "never the request's Host (env LOYALTY_PUBLIC_HOST; required with a redirect port)",
+    )
+
+
+def _envoy_metrics_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--envoy-metrics-port",
+        metavar="PORT",
+        help="Envoy's Prometheus series: GET /stats/prometheus and /ready, nothing else of "
+        "its admin interface (a Unix socket) (env LOYALTY_ENVOY_METRICS_PORT, default 0: "
+        "none)",
+    )
+    parser.add_argument(
+        "--envoy-metrics-host",
+        metavar="HOST",
+        help="address of that listener (env LOYALTY_ENVOY_METRICS_HOST, default 127.0.0.1)",
     )
 
 
@@ -177,6 +210,7 @@ def build_parser() -> argparse.ArgumentParser:
     _tls_flags(up)
     _trusted_proxies_flag(up)
     _envoy_heap_flag(up)
+    _envoy_metrics_flags(up)
     _serving_flags(up)
     up.add_argument("--demo", action="store_true", help="load the demo program and print its keys")
 
@@ -232,12 +266,7 @@ def build_parser() -> argparse.ArgumentParser:
         "env LOYALTY_GATEWAY_UPSTREAMS, default: LOYALTY_GRPC_TARGET, else where serve "
         "listens on this host (LOYALTY_GRPC_HOST:LOYALTY_GRPC_PORT)",
     )
-    grun.add_argument(
-        "--admin-port",
-        dest="envoy_admin_port",
-        metavar="PORT",
-        help="env LOYALTY_ENVOY_ADMIN_PORT, default 0 (any free port)",
-    )
+    _envoy_metrics_flags(grun)
     _work_dir_flag(grun)
     _gateway_dir_flag(grun, "the packaged gateway folder")
     greload = gsub.add_parser(

@@ -71,21 +71,40 @@ def process_lines(data_dir: Path, work_dir: Path) -> list[Line]:
 
 def gateway_lines(work_dir: Path) -> list[Line]:
     """The gateway running from `work_dir` (`up`: DATA_DIR/envoy), from its admin
-    interface: state and uptime, listeners, the configuration versions applied, and the
-    upstream servers as Envoy sees them. No gateway there is information, not a fault
-    (a server-only host has none)."""
-    from loyalty_grpc.runtime.gateway.admin import CLUSTERS, LISTENERS, EnvoyAdmin, address_text
+    interface (the Unix socket of the work dir: as the gateway's user or root): state and
+    uptime, listeners, the configuration versions applied, and the upstream servers as
+    Envoy sees them. No gateway there is information, not a fault (a server-only host has
+    none)."""
+    from loyalty_grpc.runtime.gateway.admin import CLUSTERS, LISTENERS, address_text
     from loyalty_grpc.runtime.gateway.config import EnvoyError
     from loyalty_grpc.runtime.gateway.xds import WorkDir
 
-    admin = EnvoyAdmin.from_address_file(WorkDir(work_dir).admin_address)
-    if admin is None:
-        return [Line("gateway", f"none running from {work_dir}")]
+    work = WorkDir(work_dir)
+    admin = work.admin()
     try:
         info = admin.json("/server_info")
         listeners = admin.json("/listeners?format=json")
         hosts = admin.upstream_hosts()
         stats = admin.xds_stats()
+    except PermissionError:
+        return [
+            Line(
+                "gateway",
+                f"admin socket {admin}: permission denied (run status as the gateway's user)",
+                ok=False,
+            )
+        ]
+    except (FileNotFoundError, ConnectionRefusedError):
+        if work.legacy_admin_address.is_file():
+            return [
+                Line(
+                    "gateway",
+                    f"started from {work_dir} by an older version (admin on a TCP port): "
+                    "restart it",
+                    ok=False,
+                )
+            ]
+        return [Line("gateway", f"none running from {work_dir}")]
     except (OSError, ValueError, EnvoyError) as exc:
         return [Line("gateway", f"admin {admin} does not answer ({exc})", ok=False)]
     state = str(info.get("state", "?"))

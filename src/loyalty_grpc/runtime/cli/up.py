@@ -16,7 +16,7 @@ from loyalty_grpc.runtime.gateway.config import TlsFiles
 from loyalty_grpc.runtime.postgres import Database, open_database
 from loyalty_grpc.runtime.process.serving import server_settings, serving
 from loyalty_grpc.runtime.process.signals import stop_event
-from loyalty_grpc.runtime.settings import UP, Settings, connect_host, join_target
+from loyalty_grpc.runtime.settings import UP, Settings, connect_host, is_loopback, join_target
 from loyalty_grpc.store import migrate
 
 log = logging.getLogger(__name__)
@@ -28,11 +28,13 @@ def _up_admin_token(settings: Settings) -> str:
 
 
 def up(settings: Settings, *, demo: bool) -> int:
+    # Checked before anything starts (a wrong value: exit 2, nothing created).
+    tls_files = settings.tls_files()
+    http_host = settings.gateway_listen_host(tls=tls_files is not None)
     stop = stop_event()
     data_dir = settings.data_dir
     data_dir.mkdir(parents=True, exist_ok=True)
     admin_token = _up_admin_token(settings)
-    tls_files = settings.tls_files()  # checked before anything starts
     db = open_database(data_dir, settings.database_url)
     try:
         migrate.upgrade(db.url)
@@ -41,7 +43,13 @@ def up(settings: Settings, *, demo: bool) -> int:
         with serving(settings, server, command=UP) as supervisor:
             proxy = envoy.EnvoyProcess.start(
                 http_port=settings.http_port,
-                listen_host=settings.http_host,
+                listen_host=http_host,
+                plain_http_beyond_loopback=settings.plain_http_beyond_loopback,
+                metrics_port=settings.envoy_metrics_port,
+                metrics_host=settings.envoy_metrics_host,
+                public_host=settings.public_host,
+                hsts_max_age=settings.hsts_max_age,
+                hsts_include_subdomains=settings.hsts_include_subdomains,
                 log_format=settings.log_format_for(UP),
                 upstreams=(join_target(connect_host(server.host), supervisor.pool.port),),
                 work_dir=data_dir / "envoy",
@@ -58,11 +66,14 @@ def up(settings: Settings, *, demo: bool) -> int:
                     )
                 )
                 _print_banner(
-                    http_host=connect_host(proxy.listen_host),
+                    http_host=proxy.listen_host,
                     http_port=settings.http_port,
                     https=proxy.tls,
                     redirect_port=settings.http_redirect_port,
+                    public_host=settings.public_host,
                     grpc_tls=server.tls_cert is not None,
+                    envoy_admin=f"Envoy admin: socket {proxy.admin} (this user only)"
+                    + _prometheus(settings),
                     grpc_host=server.host,
                     grpc_port=supervisor.pool.port,
                     workers=settings.workers,
@@ -89,7 +100,9 @@ def _print_banner(
     workers: int,
     https: bool = False,
     redirect_port: int | None = None,
+    public_host: str | None = None,
     grpc_tls: bool = False,
+    envoy_admin: str = "",
     data_dir: Path,
     db: Database,
     token_configured: bool,
@@ -102,14 +115,27 @@ def _print_banner(
     )
     lines = [
         f"loyalty is up: HTTP API {'https' if https else 'http'}://"
-        f"{_url_host(http_host)}:{http_port}/api/v1  "
+        f"{_url_host(connect_host(http_host))}:{http_port}/api/v1"
+        f"{'' if is_loopback(http_host) else f' (listening on {http_host})'}  "
         f"gRPC {grpc_host}:{grpc_port} ({workers} workers"
         f"{', mutual TLS' if grpc_tls else ''})",
         *(
-            [f"plain HTTP on port {redirect_port}: redirects GET/HEAD to https, refuses the rest"]
+            [
+                "plain HTTP beyond loopback (LOYALTY_PLAIN_HTTP_BEYOND_LOOPBACK): API keys "
+                "and fans' data cross the network in clear"
+            ]
+            if not (https or is_loopback(http_host))
+            else []
+        ),
+        *(
+            [
+                f"plain HTTP on port {redirect_port}: redirects GET/HEAD to "
+                f"https://{public_host}, refuses the rest"
+            ]
             if redirect_port is not None
             else []
         ),
+        *([envoy_admin] if envoy_admin else []),
         f"database: {where}",
         "admin token: "
         + (
@@ -121,6 +147,12 @@ def _print_banner(
     lines += demo
     lines.append("Ctrl-C stops everything.")
     say("\n".join(lines))
+
+
+def _prometheus(settings: Settings) -> str:
+    """Where Envoy's series are, when LOYALTY_ENVOY_METRICS_PORT asks for them."""
+    url = envoy.metrics_url(settings.envoy_metrics_host, settings.envoy_metrics_port)
+    return f"; its Prometheus series {url}" if url else ""
 
 
 def _url_host(host: str) -> str:

@@ -1,20 +1,22 @@
-"""Envoy's admin interface (local only): readiness, the xDS stats that say whether Envoy
-took, refused or is still warming its listeners and clusters, why it refused an update
-(its config dump), and the upstream servers as its health checks and outlier detection
-see them."""
+"""Envoy's admin interface, on the Unix socket of its work directory (runtime/gateway/
+config.py `admin_pipe`: mode 0600, so this works as Envoy's user or root only):
+readiness, the xDS stats that say whether Envoy took, refused or is still warming its
+listeners and clusters, why it refused an update (its config dump), and the upstream
+servers as its health checks and outlier detection see them."""
 
 from __future__ import annotations
 
 import http.client
 import json
+import socket
 import urllib.parse
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Self
+from typing import Any
 
-from loyalty_grpc.runtime.gateway.config import EnvoyError
+from loyalty_grpc.runtime.gateway.config import CLUSTER_NAME, EnvoyError
 
 
 @dataclass(frozen=True)
@@ -76,32 +78,47 @@ def host_health(status: object) -> str:
     return ", ".join(failed) if failed else HEALTHY
 
 
-class EnvoyAdmin:
-    """Envoy's admin interface (local only): readiness, stats, the config dump."""
+class _UnixConnection(http.client.HTTPConnection):
+    """HTTP/1.1 over a Unix socket."""
 
-    def __init__(self, host: str, port: int, *, timeout: float = 2.0) -> None:
-        self.host = host
-        self.port = port
+    def __init__(self, path: Path, timeout: float) -> None:
+        super().__init__("localhost", timeout=timeout)
+        self._path = path
+
+    def connect(self) -> None:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.settimeout(self.timeout)
+            sock.connect(str(self._path))
+        except OSError:
+            sock.close()
+            raise
+        self.sock = sock
+
+
+class EnvoyAdmin:
+    """Envoy's admin interface on its Unix socket: readiness, stats, the config dump."""
+
+    def __init__(self, path: Path, *, timeout: float = 2.0) -> None:
+        self.path = path
         self.timeout = timeout
 
-    @classmethod
-    def from_address_file(cls, path: Path) -> Self | None:
-        """The interface whose address Envoy wrote to `path` (None: not written yet)."""
-        try:
-            address = path.read_text(encoding="utf-8").strip()
-        except OSError:
-            return None
-        host, _, port = address.rpartition(":")
-        if not host or not port.isdigit():
-            return None
-        return cls(host.strip("[]"), int(port))
-
     def __str__(self) -> str:
-        return f"{self.host}:{self.port}"
+        return str(self.path)
+
+    def answers(self) -> bool:
+        """Whether an Envoy serves on the socket now (a socket file left by an Envoy that
+        died refuses the connection)."""
+        try:
+            self.get("/ready")
+        except OSError:
+            return False
+        return True
 
     def get(self, path: str) -> tuple[int, str]:
-        """(status, body); OSError when Envoy does not answer."""
-        connection = http.client.HTTPConnection(self.host, self.port, timeout=self.timeout)
+        """(status, body); OSError when Envoy does not answer (PermissionError: this user
+        may not open the socket)."""
+        connection = _UnixConnection(self.path, self.timeout)
         try:
             connection.request("GET", path)
             response = connection.getresponse()
@@ -120,8 +137,9 @@ class EnvoyAdmin:
             raise ValueError(f"{path} answered {type(loaded).__name__}, not an object")
         return loaded
 
-    def upstream_hosts(self) -> list[UpstreamHost]:
-        """Every host of every cluster, with its health."""
+    def upstream_hosts(self, cluster_name: str = CLUSTER_NAME) -> list[UpstreamHost]:
+        """Every host of the cluster (the gRPC servers by default; not the metrics
+        listener's `envoy_admin`), with its health."""
         clusters = self.json("/clusters?format=json")
         return [
             UpstreamHost(
@@ -130,6 +148,7 @@ class EnvoyAdmin:
                 health=host_health(host.get("health_status", {})),
             )
             for cluster in clusters.get("cluster_statuses", [])
+            if cluster.get("name") == cluster_name
             for host in cluster.get("host_statuses", [])
         ]
 

@@ -28,10 +28,22 @@ newer) whose certificate comes by SDS from a file (`tls_secret`, a Secret naming
 files, written into the work directory by runtime/gateway/xds.py). Envoy watches the
 folder of the PEM files and reads the pair again whenever a file is renamed into it, so
 replacing them (written aside, renamed into place) rotates the certificate without a
-restart; connections already open keep theirs. There is then no plain-HTTP API: only,
+restart; connections already open keep theirs. Every response of that listener carries
+`Strict-Transport-Security` (`add_hsts`: LOYALTY_HSTS_MAX_AGE, default one year), the
+server's answers and Envoy's own replies alike. There is then no plain-HTTP API: only,
 when asked for (`redirect_port`, LOYALTY_HTTP_REDIRECT_PORT), a second listener that
-answers GET/HEAD with a 301 to https and anything else with a 400 envelope, never
-forwarding a call.
+answers GET/HEAD with a 301 to https on the configured public host (LOYALTY_PUBLIC_HOST,
+never the request's Host) and anything else with a 400 envelope, never forwarding a call.
+
+Envoy's admin interface is never a TCP port: it has no authentication and can stop Envoy
+(`POST /quitquitquit`), change its log levels and dump its configuration. Rendering puts
+it on a Unix socket (`admin_pipe`: mode 0600, in a folder of mode 0700 that
+runtime/gateway/xds.py `WorkDir.admin_dir` creates), so only the service's user (and
+root) can open it; `loyalty status`, `gateway reload` and the supervisor talk to it there
+(runtime/gateway/admin.py). Prometheus gets Envoy's series from a listener of their own
+when asked for (`metrics_listener`, LOYALTY_ENVOY_METRICS_PORT, loopback by default):
+it answers `GET /stats/prometheus` and `GET /ready` from the admin socket through the
+cluster `envoy_admin` (`admin_cluster`) and 404 to everything else.
 
 Mutual TLS to the servers (`GrpcTls`: LOYALTY_GRPC_TLS_*, optional) is rendered too: the
 cluster gets an UpstreamTlsContext (ALPN h2, TLS 1.2 or newer) presenting Envoy's client
@@ -63,7 +75,15 @@ from loyalty_grpc.api.gateway_protocol import (
     GATEWAY_MARK_VALUE,
 )
 from loyalty_grpc.domain.errors import CATALOGO, CodigoError
-from loyalty_grpc.runtime.settings import GrpcTls, join_target, split_target
+from loyalty_grpc.runtime.settings import (
+    DEFAULT_HSTS_MAX_AGE,
+    GrpcTls,
+    is_loopback,
+    join_target,
+    plain_http_refusal,
+    split_public_host,
+    split_target,
+)
 
 CONFIG_NAME = "envoy.yaml"
 LISTENER_NAME = "pos_http"
@@ -97,7 +117,16 @@ EDGE_LIMITS = (
 # Defaults of the committed gateway/envoy.yaml (also what `loyalty gateway check` renders).
 DEFAULT_HTTP_PORT = 8080
 DEFAULT_UPSTREAM = "127.0.0.1:50051"
-DEFAULT_ADMIN_PORT = 9901
+
+# The admin interface's Unix socket: readable and writable by Envoy's user only. The
+# kernel's limit on a socket path (sun_path, 108 bytes with its final NUL).
+ADMIN_SOCKET_MODE = 0o600
+MAX_SOCKET_PATH = 107
+# Envoy's Prometheus series, without the rest of the admin interface.
+METRICS_LISTENER_NAME = "envoy_metrics"
+ADMIN_CLUSTER_NAME = "envoy_admin"
+# The admin paths the metrics listener forwards (GET only); everything else is a 404.
+METRICS_PATHS = ("/stats/prometheus", "/ready")
 
 VALIDATE_TIMEOUT = 60.0
 
@@ -112,6 +141,8 @@ TLS_SECRET_NAME = "pos_tls_certificate"  # noqa: S105
 TLS_ALPN = ("h2", "http/1.1")
 TLS_MIN_VERSION = "TLSv1_2"
 REDIRECT_LISTENER_NAME = "pos_http_redirect"
+HSTS_HEADER = "strict-transport-security"
+HTTPS_DEFAULT_PORT = 443
 # Mutual TLS to the servers (rendered only when LOYALTY_GRPC_TLS_* are set).
 UPSTREAM_TLS_TYPE = (
     "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext"
@@ -497,6 +528,46 @@ def _add_tls(listener: dict[str, Any], secret_path: Path) -> None:
         chain["transport_socket"] = tls_transport_socket(secret_path)
 
 
+def hsts_value(max_age: int, *, include_subdomains: bool = False) -> str:
+    """The Strict-Transport-Security value: `max-age=N` (0 makes browsers forget the
+    policy), `; includeSubDomains` only when asked for."""
+    return f"max-age={max_age}" + ("; includeSubDomains" if include_subdomains else "")
+
+
+def add_hsts(listener: dict[str, Any], value: str) -> None:
+    """Strict-Transport-Security on every response of the HTTPS listener, by two paths
+    that together cover all of them: the route table's response headers (the server's
+    answers, direct responses such as openapi.json) and the local reply mapper's (every
+    reply Envoy makes itself: 404, 413, the request check's 400, the 503 backstop even
+    when it skips the filters). envelope.lua lets the header through (ALLOWED_HEADERS)."""
+    header = {
+        "header": {"key": HSTS_HEADER, "value": value},
+        "append_action": "OVERWRITE_IF_EXISTS_OR_ADD",
+    }
+    for manager in _connection_managers(listener):
+        manager.setdefault("route_config", {}).setdefault("response_headers_to_add", []).append(
+            copy.deepcopy(header)
+        )
+        replies = manager.setdefault("local_reply_config", {})
+        mappers = replies.setdefault("mappers", [])
+        for mapper in mappers:
+            mapper.setdefault("headers_to_add", []).append(copy.deepcopy(header))
+        # Last, for every local reply no mapper above took (the first that matches wins).
+        mappers.append(
+            {
+                "filter": {
+                    "status_code_filter": {
+                        "comparison": {
+                            "op": "GE",
+                            "value": {"default_value": 0, "runtime_key": "loyalty.hsts_min_status"},
+                        }
+                    }
+                },
+                "headers_to_add": [copy.deepcopy(header)],
+            }
+        )
+
+
 def plain_http_envelope() -> str:
     """The body of the redirect listener's refusal (not GET/HEAD): solicitud_invalida."""
     entrada = CATALOGO[CodigoError.SOLICITUD_INVALIDA]
@@ -514,12 +585,19 @@ def plain_http_envelope() -> str:
     )
 
 
-def redirect_listener(address: str, port: int, https_port: int) -> dict[str, Any]:
+def redirect_listener(address: str, port: int, https_port: int, public_host: str) -> dict[str, Any]:
     """A plain-HTTP listener that forwards nothing: GET and HEAD get a 301 to the same
-    URL on https (port `https_port`), any other method a 400 envelope (a client that sent
-    a key in clear must not have the call done). It carries the gateway mark and the client
-    address like every HTTP listener (check_gateway_mark, check_client_address), though
-    no route forwards."""
+    path on https://PUBLIC_HOST:PORT (`public_host` is `HOST` or `HOST:PORT`, default port
+    `https_port`), any other method a 400 envelope (a client that sent a key in clear must
+    not have the call done). The request's Host header never makes the Location: whoever
+    sent `Host: evil.example` would otherwise get a redirect there. It carries the gateway
+    mark and the client address like every HTTP listener (check_gateway_mark,
+    check_client_address), though no route forwards."""
+    try:
+        host, public_port = split_public_host(public_host)
+    except ValueError as exc:
+        raise EnvoyError(f"the redirect's public host {public_host!r} must be {exc}") from None
+    location_port = public_port or https_port  # 443 is left out of the URL (https's own)
     json_header = [
         {
             "header": {"key": "content-type", "value": "application/json"},
@@ -534,7 +612,8 @@ def redirect_listener(address: str, port: int, https_port: int) -> dict[str, Any
             },
             "redirect": {
                 "https_redirect": True,
-                "port_redirect": https_port,
+                "host_redirect": host,
+                **({} if location_port == HTTPS_DEFAULT_PORT else {"port_redirect": location_port}),
                 "response_code": "MOVED_PERMANENTLY",
             },
         }
@@ -608,6 +687,95 @@ def _set_heap_budget(config: dict[str, Any], heap_bytes: int) -> None:
     found[0]["typed_config"]["max_heap_size_bytes"] = heap_bytes
 
 
+def admin_pipe(socket: Path) -> dict[str, Any]:
+    """The admin interface's address: a Unix socket at `socket` (absolute), mode 0600.
+    EnvoyError when the path is too long for a socket (a deep work directory)."""
+    if not socket.is_absolute():
+        raise EnvoyError(f"the admin socket needs an absolute path, not {socket}")
+    if len(bytes(socket)) > MAX_SOCKET_PATH:
+        raise EnvoyError(
+            f"the admin socket path {socket} is {len(bytes(socket))} bytes, over the "
+            f"kernel's {MAX_SOCKET_PATH}: use a shorter work directory (--work-dir, or "
+            "--data-dir for up)"
+        )
+    return {"pipe": {"path": str(socket), "mode": ADMIN_SOCKET_MODE}}
+
+
+def admin_cluster(socket: Path) -> dict[str, Any]:
+    """The cluster through which the metrics listener reaches the admin socket."""
+    return {
+        "name": ADMIN_CLUSTER_NAME,
+        "type": "STATIC",
+        "connect_timeout": "1s",
+        "load_assignment": {
+            "cluster_name": ADMIN_CLUSTER_NAME,
+            "endpoints": [{"lb_endpoints": [{"endpoint": {"address": admin_pipe(socket)}}]}],
+        },
+    }
+
+
+def metrics_listener(address: str, port: int) -> dict[str, Any]:
+    """A plain-HTTP listener for Prometheus: `GET /stats/prometheus` (Envoy's series) and
+    `GET /ready` (200 once Envoy is LIVE, for health checks) go to the admin socket, any
+    other path or method is a 404 of its own: the rest of the admin interface
+    (/quitquitquit, /config_dump, /logging, /runtime_modify…) is not reachable here.
+    The path is normalised before matching (`..`, `//`; escaped slashes refused); it
+    carries the gateway mark and the client address like every HTTP listener
+    (check_gateway_mark, check_client_address), and render_config gives it the API
+    listener's timeouts (edge_limits)."""
+    routes: list[dict[str, Any]] = [
+        {
+            "match": {
+                "path": path,
+                "headers": [{"name": ":method", "string_match": {"exact": "GET"}}],
+            },
+            "route": {"cluster": ADMIN_CLUSTER_NAME, "timeout": "10s"},
+        }
+        for path in METRICS_PATHS
+    ]
+    routes.append({"match": {"prefix": "/"}, "direct_response": {"status": 404}})
+    manager = {
+        "@type": "type.googleapis.com/envoy.extensions.filters.network."
+        "http_connection_manager.v3.HttpConnectionManager",
+        "stat_prefix": METRICS_LISTENER_NAME,
+        "codec_type": "AUTO",
+        "normalize_path": True,
+        "merge_slashes": True,
+        "path_with_escaped_slashes_action": "REJECT_REQUEST",
+        "server_header_transformation": "PASS_THROUGH",
+        "use_remote_address": True,
+        "route_config": {
+            "name": "envoy_metrics",
+            "request_headers_to_add": [gateway_mark(), client_address_header()],
+            "virtual_hosts": [{"name": "metrics", "domains": ["*"], "routes": routes}],
+        },
+        "http_filters": [
+            {
+                "name": "envoy.filters.http.router",
+                "typed_config": {
+                    "@type": "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router",
+                    "suppress_envoy_headers": True,
+                },
+            }
+        ],
+    }
+    return {
+        "name": METRICS_LISTENER_NAME,
+        "address": {"socket_address": {"address": address, "port_value": port}},
+        "enable_reuse_port": False,
+        "filter_chains": [
+            {
+                "filters": [
+                    {
+                        "name": "envoy.filters.network.http_connection_manager",
+                        "typed_config": manager,
+                    }
+                ]
+            }
+        ],
+    }
+
+
 def _beside(directory: Path, configured: str) -> str:
     """`configured` (e.g. "gateway/envelope.lua") as an absolute path in `directory`."""
     path = (directory / Path(configured).name).resolve()
@@ -638,11 +806,39 @@ def _set_upstreams(cluster: dict[str, Any], upstreams: tuple[str, ...]) -> None:
     groups[0]["lb_endpoints"] = endpoints
 
 
+def _secure(
+    listener: dict[str, Any],
+    tls_secret_path: Path | None,
+    *,
+    hsts: str,
+    plain_http_beyond_loopback: bool,
+) -> None:
+    """The API listener with TLS (and HSTS on every response), or plain HTTP on loopback
+    unless `plain_http_beyond_loopback` (EnvoyError otherwise)."""
+    if tls_secret_path is not None:
+        _add_tls(listener, tls_secret_path)
+        add_hsts(listener, hsts)
+        return
+    address = str(_socket_address(listener)["address"])
+    if not (plain_http_beyond_loopback or is_loopback(address)):
+        raise EnvoyError(plain_http_refusal(address))
+
+
+def _add_listeners(
+    config: dict[str, Any], listeners: list[dict[str, Any]], *, limits: dict[str, Any]
+) -> None:
+    """Append `listeners`, each with the API listener's timeouts and HTTP/2 limits."""
+    for listener in listeners:
+        for manager in _connection_managers(listener):
+            manager.update(copy.deepcopy(limits))
+    config["static_resources"]["listeners"] += listeners
+
+
 def render_config(
     *,
     http_port: int,
     upstreams: tuple[str, ...],
-    admin_port: int,
+    admin_socket: Path,
     gateway_dir: Path | None = None,
     listen_host: str | None = None,
     tls_secret_path: Path | None = None,
@@ -650,48 +846,74 @@ def render_config(
     upstream_sds: tuple[Path, Path] | None = None,
     trusted_proxies: tuple[str, ...] = (),
     max_heap_bytes: int | None = None,
+    plain_http_beyond_loopback: bool = False,
+    metrics: tuple[str, int] | None = None,
+    public_host: str | None = None,
+    hsts_max_age: int = DEFAULT_HSTS_MAX_AGE,
+    hsts_include_subdomains: bool = False,
 ) -> dict[str, Any]:
     """gateway/envoy.yaml with the given ports and upstream servers (`HOST:PORT`, one
-    endpoint each), and absolute paths to the files its listener reads (so Envoy can run
-    from any working directory).
+    endpoint each), its admin interface on the Unix socket `admin_socket` (`admin_pipe`),
+    and absolute paths to the files its listener reads (so Envoy can run from any
+    working directory).
 
-    Port 0 means "any free port" for Envoy (useful for the admin interface).
-    `listen_host` changes the listener's address (default: as configured, 0.0.0.0).
+    `metrics` (HOST, PORT): a listener there for Prometheus (`metrics_listener`) and the
+    cluster it reaches the admin socket by (`admin_cluster`).
+    `listen_host` changes the listener's address (default: as configured, 127.0.0.1).
+    Plain HTTP (no TLS) beyond loopback is refused unless `plain_http_beyond_loopback`
+    (LOYALTY_PLAIN_HTTP_BEYOND_LOOPBACK): whoever starts a gateway, it never sends keys
+    in clear over the network by accident.
     `tls_secret_path`: the listener serves HTTPS only, its certificate by SDS from that
-    file (a `tls_secret`, written by the caller). `redirect_port` (with TLS only): a
-    plain-HTTP listener there that only redirects (`redirect_listener`).
+    file (a `tls_secret`, written by the caller), every response with
+    Strict-Transport-Security (`add_hsts`, `hsts_value` of `hsts_max_age` and
+    `hsts_include_subdomains`). `redirect_port` (with TLS and `public_host` only): a
+    plain-HTTP listener there that only redirects, to `public_host` (`redirect_listener`).
     `upstream_sds` (the paths of the `upstream_secrets` files, written by the caller):
     mutual TLS to the servers. `trusted_proxies` (CIDRs, LOYALTY_TRUSTED_PROXIES): the
     listener takes the client address from their X-Forwarded-For (`trust_proxies`).
     `max_heap_bytes`: Envoy's heap budget (the overload
     manager's heap monitor; default: as configured). Every HTTP listener rendered here
-    (the redirect) gets the API listener's timeouts and HTTP/2 limits (`edge_limits`).
+    (the redirect, the metrics listener) gets the API listener's timeouts and HTTP/2
+    limits (`edge_limits`).
     """
     if redirect_port is not None and tls_secret_path is None:
         raise EnvoyError("a plain-HTTP redirect port needs TLS on the gateway's port")
+    if redirect_port is not None and public_host is None:
+        raise EnvoyError(
+            "a plain-HTTP redirect port needs the public host name to redirect to "
+            "(LOYALTY_PUBLIC_HOST), never the request's Host"
+        )
     directory = gateway_dir if gateway_dir is not None else find_gateway_dir()
     config = copy.deepcopy(load_config(directory))
     try:
-        _socket_address(config["admin"])["port_value"] = admin_port
+        config["admin"]["address"] = admin_pipe(admin_socket)
 
         listener = _named(config["static_resources"]["listeners"], LISTENER_NAME, "listener")
         listen = _socket_address(listener)
         listen["port_value"] = http_port
         if listen_host is not None:
             listen["address"] = listen_host
-        if tls_secret_path is not None:
-            _add_tls(listener, tls_secret_path)
+        _secure(
+            listener,
+            tls_secret_path,
+            hsts=hsts_value(hsts_max_age, include_subdomains=hsts_include_subdomains),
+            plain_http_beyond_loopback=plain_http_beyond_loopback,
+        )
         manager = next(_connection_managers(listener), None)
         if manager is None:
             raise EnvoyError(
                 f"{CONFIG_NAME}: listener {LISTENER_NAME!r} has no HTTP connection manager"
             )
         trust_proxies(listener, trusted_proxies)
-        if redirect_port is not None:
-            redirect = redirect_listener(listen["address"], redirect_port, http_port)
-            for redirect_manager in _connection_managers(redirect):
-                redirect_manager.update(edge_limits(manager))
-            config["static_resources"]["listeners"].append(redirect)
+        extra = []
+        if redirect_port is not None and public_host is not None:
+            extra.append(
+                redirect_listener(listen["address"], redirect_port, http_port, public_host)
+            )
+        if metrics is not None:
+            extra.append(metrics_listener(*metrics))
+            config["static_resources"]["clusters"].append(admin_cluster(admin_socket))
+        _add_listeners(config, extra, limits=edge_limits(manager))
         if max_heap_bytes is not None:
             _set_heap_budget(config, max_heap_bytes)
         check_gateway_mark(config)
@@ -719,7 +941,7 @@ def write_config(
     *,
     http_port: int,
     upstreams: tuple[str, ...],
-    admin_port: int,
+    admin_socket: Path,
     gateway_dir: Path | None = None,
     listen_host: str | None = None,
 ) -> Path:
@@ -727,7 +949,7 @@ def write_config(
     config = render_config(
         http_port=http_port,
         upstreams=upstreams,
-        admin_port=admin_port,
+        admin_socket=admin_socket,
         gateway_dir=gateway_dir,
         listen_host=listen_host,
     )
@@ -759,14 +981,18 @@ class GatewaySpec:
 
     http_port: int
     upstreams: tuple[str, ...]  # HOST:PORT of each gRPC server
-    admin_port: int
     gateway_dir: Path
     listen_host: str | None = None
     # HTTPS: the certificate and key files (both or neither), kept so a reload keeps TLS.
     tls_cert: Path | None = None
     tls_key: Path | None = None
-    # With TLS: a plain-HTTP listener on this port that only redirects (None: none).
+    # With TLS: a plain-HTTP listener on this port that only redirects (None: none), to
+    # this public host (HOST or HOST:PORT; required with it).
     redirect_port: int | None = None
+    public_host: str | None = None
+    # With TLS: Strict-Transport-Security on every response.
+    hsts_max_age: int = DEFAULT_HSTS_MAX_AGE
+    hsts_include_subdomains: bool = False
     # Mutual TLS to the servers: all three or none.
     grpc_tls_cert: Path | None = None
     grpc_tls_key: Path | None = None
@@ -776,6 +1002,11 @@ class GatewaySpec:
     # Envoy's heap budget in bytes (None: envoy.yaml's); kept so that a reload renders the
     # same bootstrap (a new budget needs a restart).
     max_heap_bytes: int | None = None
+    # Plain HTTP may listen beyond loopback (LOYALTY_PLAIN_HTTP_BEYOND_LOOPBACK).
+    plain_http_beyond_loopback: bool = False
+    # Envoy's Prometheus series on this port (None: no metrics listener) and address.
+    metrics_port: int | None = None
+    metrics_host: str = "127.0.0.1"
 
     @property
     def tls(self) -> TlsFiles | None:
@@ -800,12 +1031,14 @@ class GatewaySpec:
     def render(
         self,
         *,
+        admin_socket: Path,
         tls_secret_path: Path | None = None,
         upstream_sds: tuple[Path, Path] | None = None,
     ) -> dict[str, Any]:
-        """`render_config` of this spec; with TLS, `tls_secret_path` is where the caller
-        writes `tls_secret(self.tls)`; with mutual TLS to the servers, `upstream_sds` where
-        it writes `upstream_secrets(self.upstream_tls)`."""
+        """`render_config` of this spec with its admin interface on `admin_socket`; with
+        TLS, `tls_secret_path` is where the caller writes `tls_secret(self.tls)`; with
+        mutual TLS to the servers, `upstream_sds` where it writes
+        `upstream_secrets(self.upstream_tls)`."""
         if self.tls is not None and tls_secret_path is None:
             raise EnvoyError("a gateway with TLS renders with the path of its SDS file")
         if self.upstream_tls is not None and upstream_sds is None:
@@ -813,7 +1046,7 @@ class GatewaySpec:
         return render_config(
             http_port=self.http_port,
             upstreams=self.upstreams,
-            admin_port=self.admin_port,
+            admin_socket=admin_socket,
             gateway_dir=self.gateway_dir,
             listen_host=self.listen_host,
             tls_secret_path=tls_secret_path if self.tls is not None else None,
@@ -821,6 +1054,11 @@ class GatewaySpec:
             upstream_sds=upstream_sds if self.upstream_tls is not None else None,
             trusted_proxies=self.trusted_proxies,
             max_heap_bytes=self.max_heap_bytes,
+            plain_http_beyond_loopback=self.plain_http_beyond_loopback,
+            metrics=(self.metrics_host, self.metrics_port) if self.metrics_port else None,
+            public_host=self.public_host,
+            hsts_max_age=self.hsts_max_age,
+            hsts_include_subdomains=self.hsts_include_subdomains,
         )
 
     def to_json(self) -> str:
@@ -833,6 +1071,10 @@ class GatewaySpec:
     @classmethod
     def from_json(cls, text: str) -> Self:
         fields = json.loads(text)
+        # Written by a version whose admin interface was a TCP port: it is a Unix socket
+        # of the work directory now, not a setting (such a gateway runs on until it is
+        # restarted; a reload tells it needs one).
+        fields.pop("admin_port", None)
         if "upstream_host" in fields:  # written by a version with one upstream server
             host, port = fields.pop("upstream_host"), fields.pop("upstream_port")
             fields["upstreams"] = [join_target(host.strip("[]"), port)]
@@ -895,14 +1137,17 @@ def _condensed(output: str, head: int = 2, tail: int = 4) -> str:
 
 
 __all__ = [
+    "ADMIN_CLUSTER_NAME",
+    "ADMIN_SOCKET_MODE",
     "CLUSTER_NAME",
     "CONFIG_NAME",
-    "DEFAULT_ADMIN_PORT",
     "DEFAULT_HTTP_PORT",
     "DEFAULT_UPSTREAM",
     "EDGE_LIMITS",
     "HEAP_MONITOR",
     "LISTENER_NAME",
+    "METRICS_LISTENER_NAME",
+    "METRICS_PATHS",
     "REDIRECT_LISTENER_NAME",
     "TLS_ALPN",
     "TLS_MIN_VERSION",
@@ -910,6 +1155,9 @@ __all__ = [
     "EnvoyError",
     "GatewaySpec",
     "TlsFiles",
+    "add_hsts",
+    "admin_cluster",
+    "admin_pipe",
     "check_client_address",
     "check_edge_routes",
     "check_gateway_mark",
@@ -919,8 +1167,10 @@ __all__ = [
     "file_references",
     "find_gateway_dir",
     "gateway_mark",
+    "hsts_value",
     "listen_host_of",
     "load_config",
+    "metrics_listener",
     "redirect_listener",
     "render_config",
     "tls_secret",

@@ -25,7 +25,7 @@ from types import TracebackType
 from typing import IO, Self
 
 from loyalty_grpc.runtime.console import announce, command, say
-from loyalty_grpc.runtime.gateway.admin import CLUSTERS, LISTENERS, EnvoyAdmin
+from loyalty_grpc.runtime.gateway.admin import CLUSTERS, LISTENERS
 from loyalty_grpc.runtime.gateway.config import (
     EnvoyError,
     GatewaySpec,
@@ -39,7 +39,7 @@ from loyalty_grpc.runtime.logs import LogFormat
 from loyalty_grpc.runtime.process.parent_death import die_with_parent
 from loyalty_grpc.runtime.process.process_file import ProcessFile
 from loyalty_grpc.runtime.process.supervision import Child, StartFailed, supervise
-from loyalty_grpc.runtime.settings import GrpcTls, connect_host
+from loyalty_grpc.runtime.settings import DEFAULT_HSTS_MAX_AGE, GrpcTls, connect_host
 
 log = logging.getLogger(__name__)
 
@@ -111,7 +111,7 @@ class EnvoyProcess:
         self.log_to_file = log_to_file
         self.startup_timeout = startup_timeout
         self.log_path = work.log
-        self.admin_address_path = work.admin_address
+        self.admin = work.admin()  # its Unix socket (runtime/gateway/admin.py)
         self._process: subprocess.Popen[bytes] | None = None
 
     @classmethod
@@ -121,7 +121,6 @@ class EnvoyProcess:
         http_port: int,
         upstreams: tuple[str, ...],
         work_dir: Path,
-        admin_port: int = 0,
         listen_host: str | None = None,
         concurrency: int = 1,
         log_level: str = "warning",
@@ -134,11 +133,18 @@ class EnvoyProcess:
         upstream_tls: GrpcTls | None = None,
         trusted_proxies: tuple[str, ...] = (),
         max_heap_bytes: int | None = None,
+        plain_http_beyond_loopback: bool = False,
+        metrics_port: int | None = None,
+        metrics_host: str = "127.0.0.1",
+        public_host: str | None = None,
+        hsts_max_age: int = DEFAULT_HSTS_MAX_AGE,
+        hsts_include_subdomains: bool = False,
     ) -> Self:
         """Install the config into `work_dir` (see `install`) and start Envoy on it.
 
-        admin_port 0 picks a free port (written to `work_dir/admin_address`). With
-        log_to_file Envoy's output goes to `work_dir/envoy.log`, else to our stderr.
+        Its admin interface is the Unix socket `work_dir/admin/envoy.sock`; `metrics_port`
+        adds the listener for Prometheus (config.metrics_listener). With log_to_file
+        Envoy's output goes to `work_dir/envoy.log`, else to our stderr.
         `max_heap_bytes`: Envoy's heap budget (None: the gateway folder's envoy.yaml's).
         """
         if http_port <= 0:
@@ -146,7 +152,6 @@ class EnvoyProcess:
         spec = gateway_spec(
             http_port=http_port,
             upstreams=upstreams,
-            admin_port=admin_port,
             gateway_dir=gateway_dir,
             listen_host=listen_host,
             tls=tls,
@@ -154,6 +159,12 @@ class EnvoyProcess:
             upstream_tls=upstream_tls,
             trusted_proxies=trusted_proxies,
             max_heap_bytes=max_heap_bytes,
+            plain_http_beyond_loopback=plain_http_beyond_loopback,
+            metrics_port=metrics_port,
+            metrics_host=metrics_host,
+            public_host=public_host,
+            hsts_max_age=hsts_max_age,
+            hsts_include_subdomains=hsts_include_subdomains,
         )
         work = install(spec, work_dir)
         proxy = cls(
@@ -209,8 +220,6 @@ class EnvoyProcess:
             "--log-level",
             self.log_level,
             *(["--log-format", ENVOY_JSON_LOG_FORMAT] if self.log_format == "json" else []),
-            "--admin-address-path",
-            str(self.admin_address_path),
         ]
 
     def launch(self) -> None:
@@ -231,7 +240,6 @@ class EnvoyProcess:
         """Start the process (`poll_ready` says when it serves)."""
         if self._process is not None and self._process.poll() is None:
             raise EnvoyError("Envoy is already running")
-        self.admin_address_path.unlink(missing_ok=True)
         # Envoy gets SIGTERM when this thread exits (Linux; see the module docstring).
         command = die_with_parent(self.command(), signal.SIGTERM)
         with self._output() as output:
@@ -265,15 +273,13 @@ class EnvoyProcess:
         """Envoy is LIVE, took its listeners and clusters, and its port answers. Raises
         (and stops Envoy) when it refused them, e.g. because the port is in use: Envoy
         itself keeps running without the listener."""
-        admin = EnvoyAdmin.from_address_file(self.admin_address_path)
-        if admin is None:
-            return False
+        admin = self.admin
         try:
             stats = admin.xds_stats()
             refused = LISTENERS.rejected(stats) or CLUSTERS.rejected(stats)
             reasons = admin.update_errors() if refused else []
-        except (OSError, ValueError, EnvoyError):  # not answering yet, or mid-start
-            return False
+        except (OSError, ValueError, EnvoyError):  # not answering yet (a socket left
+            return False  # by the Envoy before refuses connections), or mid-start
         if refused:
             self.stop()
             raise EnvoyError(
@@ -363,7 +369,6 @@ def gateway_spec(
     *,
     http_port: int,
     upstreams: tuple[str, ...],
-    admin_port: int,
     gateway_dir: Path | None,
     listen_host: str | None,
     tls: TlsFiles | None,
@@ -371,15 +376,22 @@ def gateway_spec(
     upstream_tls: GrpcTls | None,
     trusted_proxies: tuple[str, ...] = (),
     max_heap_bytes: int | None = None,
+    plain_http_beyond_loopback: bool = False,
+    metrics_port: int | None = None,
+    metrics_host: str = "127.0.0.1",
+    public_host: str | None = None,
+    hsts_max_age: int = DEFAULT_HSTS_MAX_AGE,
+    hsts_include_subdomains: bool = False,
 ) -> GatewaySpec:
     """What `start` and `run_gateway` install: the gateway folder (default the packaged
     one) with these ports, upstream servers, listen address, TLS files, trusted proxies
-    and heap budget."""
+    and heap budget (plain HTTP beyond loopback only with `plain_http_beyond_loopback`:
+    config.render_config), the metrics listener when `metrics_port` is given (None or 0:
+    none); with TLS, the redirect's public host and Strict-Transport-Security."""
     directory = gateway_dir if gateway_dir is not None else find_gateway_dir()
     return GatewaySpec(
         http_port=http_port,
         upstreams=upstreams,
-        admin_port=admin_port,
         gateway_dir=directory.resolve(),
         listen_host=listen_host,
         tls_cert=tls.cert if tls is not None else None,
@@ -387,6 +399,12 @@ def gateway_spec(
         redirect_port=redirect_port,
         trusted_proxies=trusted_proxies,
         max_heap_bytes=max_heap_bytes,
+        plain_http_beyond_loopback=plain_http_beyond_loopback,
+        metrics_port=metrics_port or None,
+        metrics_host=metrics_host,
+        public_host=public_host,
+        hsts_max_age=hsts_max_age,
+        hsts_include_subdomains=hsts_include_subdomains,
     ).with_upstream_tls(upstream_tls)
 
 
@@ -453,7 +471,8 @@ def run_gateway(spec: GatewaySpec, *, work_dir: Path, log_format: LogFormat = "t
         f"({'HTTPS only' if spec.tls else 'plain HTTP'}) -> gRPC"
         f"{' with mutual TLS' if spec.upstream_tls else ''} "
         f"{', '.join(spec.upstreams)} (config {work.static}; apply changes to "
-        f"{spec.gateway_dir} with `{command('gateway reload')} --work-dir {work.path}`)",
+        f"{spec.gateway_dir} with `{command('gateway reload')} --work-dir {work.path}`; "
+        f"admin socket {work.admin_socket}{_prometheus(spec)})",
         log_format,
     )
     table = ProcessFile.in_dir(work.path, "gateway run")
@@ -468,4 +487,25 @@ def run_gateway(spec: GatewaySpec, *, work_dir: Path, log_format: LogFormat = "t
     return 0
 
 
-__all__ = ["EnvoyProcess", "gateway_spec", "log_tail", "run_gateway", "supervised"]
+def _prometheus(spec: GatewaySpec) -> str:
+    url = metrics_url(spec.metrics_host, spec.metrics_port)
+    return f"; Prometheus {url}" if url else ""
+
+
+def metrics_url(host: str, port: int | None) -> str | None:
+    """The URL of Envoy's Prometheus series on the metrics listener at `host:port`, for a
+    client on this machine (None: no metrics listener)."""
+    if not port:
+        return None
+    near = connect_host(host)
+    return f"http://{f'[{near}]' if ':' in near else near}:{port}/stats/prometheus"
+
+
+__all__ = [
+    "EnvoyProcess",
+    "gateway_spec",
+    "log_tail",
+    "metrics_url",
+    "run_gateway",
+    "supervised",
+]

@@ -127,14 +127,20 @@ def _load_yaml(path: Path) -> dict[str, object]:
 
 
 def _running_admin(work: WorkDir) -> EnvoyAdmin:
-    admin = EnvoyAdmin.from_address_file(work.admin_address)
-    if admin is None or not admin.ready():
+    admin = work.admin()
+    if admin.ready():
+        return admin
+    if work.legacy_admin_address.is_file():
         raise EnvoyError(
-            f"no Envoy is serving from {work.path} (its admin interface, "
-            f"{work.admin_address}, does not answer): is the gateway running "
-            "with this --work-dir?"
+            f"the gateway running from {work.path} was started by an older version "
+            "(its admin interface is a TCP port, now a Unix socket): restart it to run "
+            "this version's configuration"
         )
-    return admin
+    raise EnvoyError(
+        f"no Envoy is serving from {work.path} (its admin socket, {work.admin_socket}, "
+        "does not answer, or this user may not open it): is the gateway running with "
+        "this --work-dir, as this user?"
+    )
 
 
 def _check_bootstrap_unchanged(generation: Generation, work: WorkDir) -> None:

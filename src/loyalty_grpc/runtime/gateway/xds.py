@@ -8,6 +8,10 @@ under content-hashed names. `envoy.yaml` there is the same configuration as one 
 file: the one `envoy --mode validate` checks. Every file Envoy reads is replaced whole
 (`write_atomic`). Rendering and validation: runtime/gateway/config.py.
 
+Envoy's admin interface is the Unix socket `admin/envoy.sock` (mode 0600) in the folder
+`admin/`, which `install` creates with mode 0700 and owned by this user: nobody else can
+even reach the socket (runtime/gateway/config.py `admin_pipe`).
+
 With TLS, `sds/tls_certificate.yaml` is the SDS file of the listener's certificate (a Secret
 naming the operator's PEM files, which Envoy watches itself: envoy_config.tls_secret); with
 mutual TLS to the servers, `sds/upstream_certificate.yaml` and `sds/upstream_ca.yaml`
@@ -31,9 +35,9 @@ from typing import Any
 import yaml
 
 from loyalty_grpc.runtime.console import say
+from loyalty_grpc.runtime.gateway.admin import EnvoyAdmin
 from loyalty_grpc.runtime.gateway.config import (
     CONFIG_NAME,
-    DEFAULT_ADMIN_PORT,
     DEFAULT_HTTP_PORT,
     DEFAULT_UPSTREAM,
     EnvoyError,
@@ -103,8 +107,34 @@ class WorkDir:
         return self.path / "gateway.json"
 
     @property
-    def admin_address(self) -> Path:
+    def admin_dir(self) -> Path:
+        """The folder of the admin socket: mode 0700, this user's (`secure_admin_dir`)."""
+        return self.path / "admin"
+
+    @property
+    def admin_socket(self) -> Path:
+        """Envoy's admin interface (a Unix socket, mode 0600)."""
+        return self.admin_dir / "envoy.sock"
+
+    @property
+    def legacy_admin_address(self) -> Path:
+        """Where a version whose admin interface was a TCP port wrote its address: its
+        Envoy may still run from here until restarted."""
         return self.path / "admin_address"
+
+    def admin(self) -> EnvoyAdmin:
+        return EnvoyAdmin(self.admin_socket)
+
+    def secure_admin_dir(self) -> None:
+        """Create `admin_dir` with mode 0700 (or set it), and refuse one another user
+        owns: the socket's own mode is only as good as the folder around it."""
+        self.admin_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        if self.admin_dir.is_symlink() or self.admin_dir.stat().st_uid != os.getuid():
+            raise EnvoyError(
+                f"{self.admin_dir} is not a folder of this user: it holds Envoy's admin "
+                "socket, remove it and start again"
+            )
+        self.admin_dir.chmod(0o700)
 
     @property
     def log(self) -> Path:
@@ -204,6 +234,7 @@ def render_generation(spec: GatewaySpec, work: WorkDir) -> Generation:
     tls = spec.tls
     upstream_tls = spec.upstream_tls
     static = spec.render(
+        admin_socket=work.admin_socket,
         tls_secret_path=work.tls_secret if tls is not None else None,
         upstream_sds=work.upstream_sds if upstream_tls is not None else None,
     )
@@ -287,9 +318,18 @@ def prune_assets(static: dict[str, Any], work: WorkDir) -> None:
 
 def install(spec: GatewaySpec, work_dir: Path) -> WorkDir:
     """Render, validate and write a generation for an Envoy about to start; raises
-    EnvoyError (with Envoy's message) when the configuration is not valid."""
+    EnvoyError (with Envoy's message) when the configuration is not valid, or when an
+    Envoy already serves from `work_dir` (its admin socket answers: a second one would
+    take the socket over and rewrite the files the first one runs)."""
     work = WorkDir(work_dir.resolve())
     with work.locked():
+        if work.admin().answers():
+            raise EnvoyError(
+                f"an Envoy already serves from {work.path} (its admin socket "
+                f"{work.admin_socket} answers): stop it, or use another work directory"
+            )
+        work.secure_admin_dir()
+        work.legacy_admin_address.unlink(missing_ok=True)
         generation = prepare_generation(spec, work)
         write_atomic(work.clusters, dump_yaml(generation.clusters))
         write_atomic(work.listeners, dump_yaml(generation.listeners))
@@ -327,7 +367,6 @@ def check_command(
         else GatewaySpec(
             http_port=DEFAULT_HTTP_PORT,
             upstreams=(DEFAULT_UPSTREAM,),
-            admin_port=DEFAULT_ADMIN_PORT,
             gateway_dir=directory,
             tls_cert=tls.cert if tls is not None else None,
             tls_key=tls.key if tls is not None else None,

@@ -9,7 +9,8 @@ adjustment of the difference.
 
 A conflict with rows already in the database (an e-mail or QR token another fan of the
 program uses, by the rule of fans.py's `find_taken`; a key registered to another
-program; a code's fan nobody knows) raises before anything is committed, so a failed
+program; a code's fan nobody knows; a key not stored yet that is too weak to be created,
+by domain/keys.py `require_strong`) raises before anything is committed, so a failed
 apply leaves the database as it was.
 
 Applies are serialised by an advisory lock; rows about to be compared are read FOR
@@ -49,7 +50,7 @@ from loyalty_grpc.domain.fixture import (
     ProgramaFixture,
     parse_fixture,
 )
-from loyalty_grpc.domain.keys import key_hash, suffix
+from loyalty_grpc.domain.keys import key_hash, require_strong, suffix
 from loyalty_grpc.domain.permissions import sorted_names
 from loyalty_grpc.domain.promos import EstadoCodigo, EstadoFan
 from loyalty_grpc.services.backoffice.fans import FanClaim, find_taken
@@ -192,6 +193,11 @@ def _apply_claves(conn: Connection, wanted: Sequence[ProgramaFixture], tally: _T
                 CodigoError.FIXTURE_INVALIDO,
                 f"{c.ruta}.clave: ya está registrada en otro programa ({row.programa_id})",
             )
+        if row is None:  # created now: it must be strong (a stored one keeps working)
+            try:
+                require_strong(c.clave)
+            except LoyaltyError as exc:
+                raise LoyaltyError(exc.codigo, f"{c.ruta}.clave: {exc.detalle}") from None
         permisos = sorted_names(c.permisos)
         if row is not None and set(row.permisos) == set(permisos):
             permisos = list(row.permisos)  # the same set in another order is no change
