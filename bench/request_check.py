@@ -3,13 +3,18 @@ the same requests through two Envoys, one with the check and one without it (the
 folder copied with that filter removed), in alternating rounds (a benchmark, not a test).
 
     .venv/bin/python bench/request_check.py [--seconds 5] [--rounds 4] [--clients 8]
-        [--ops tx,resolve,ping,codes-5000]
+        [--ops tx,resolve,ping,codes-5000] [--against DIR]
 
 Both Envoys (`--concurrency 1`) proxy to one in-process gRPC server that answers every POS
 method with an empty success at once, so the server does no work worth measuring; wrk
-sends each operation's fixed body. Per round and variant: calls/s and Envoy's CPU time per
-call (from /proc). The difference of the medians is the check: a coroutine, the body
-handed to Lua, the parse.
+sends each operation's fixed body with a well-formed key (the gateway's edge refuses a
+call without one). Per round and variant: calls/s and Envoy's CPU time per call (from
+/proc). The difference of the medians is the check: a coroutine, the body handed to Lua,
+the parse.
+
+`--against DIR`: a third Envoy on another gateway folder (e.g. the `gateway/` of an older
+checkout: `git worktree add /tmp/before <commit>`), in the same rounds: what this folder's
+gateway costs per call more than that one (the edge's header checks, say).
 """
 
 from __future__ import annotations
@@ -44,6 +49,8 @@ TX = (
 CODES = (
     '{"promo":"2x1 Hot Dog","codigos":[' + ",".join(f'"HD-{i:060d}"' for i in range(5000)) + "]}"
 )
+# A well-formed key (the in-process server takes any).
+KEY = "lp_vivo_" + "B" * 32
 OPS: dict[str, tuple[str, str]] = {
     "tx": ("/api/v1/tx", TX),
     "resolve": ("/api/v1/fan/resolve", '{"fan":"HAL0001"}'),
@@ -153,6 +160,7 @@ def wrk_script(path: str, body: str) -> str:
     return (
         f'wrk.method = "POST"\nwrk.path = "{path}"\nwrk.body = "{escaped}"\n'
         'wrk.headers["Content-Type"] = "application/json"\n'
+        f'wrk.headers["Authorization"] = "Bearer {KEY}"\n'
     )
 
 
@@ -162,11 +170,14 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--clients", type=int, default=8)
     parser.add_argument("--ops", type=lambda s: s.split(","), default=list(OPS))
+    parser.add_argument("--against", type=Path, help="another gateway folder to compare with")
     args = parser.parse_args()
     print(cores_line())
     with tempfile.TemporaryDirectory(prefix="request-check-") as tmp, server() as port:
         work = Path(tmp)
         variants = {"with check": GATEWAY, "without": without_check(work)}
+        if args.against is not None:
+            variants["against"] = args.against.resolve()
         proxies = {
             name: EnvoyProcess.start(
                 http_port=free_port(),
@@ -206,6 +217,9 @@ def main() -> int:
                     )
                 extra = statistics.median(cpu["with check"]) - statistics.median(cpu["without"])
                 line.append(f"check: {extra:+.1f} µs/call")
+                if "against" in cpu:
+                    more = statistics.median(cpu["with check"]) - statistics.median(cpu["against"])
+                    line.append(f"vs against: {more:+.1f} µs/call")
                 print(" | ".join(line), flush=True)
         finally:
             for proxy in proxies.values():

@@ -2,7 +2,11 @@
 -- defines it, whose fields have the JSON types of the request message; anything else is
 -- refused here with 400 solicitud_invalida and a one-line `detalle` that names the field
 -- (or the line and column) and what was expected, and never repeats any part of the body
--- (the Fan ID travels in bodies precisely to stay out of logs and URLs).
+-- (the Fan ID travels in bodies precisely to stay out of logs and URLs). The parse stops
+-- at the binding's limits (api/edge_limits.py): an object with more than MAX_MEMBERS
+-- members or a list with more than the route's max_elements is 413 solicitud_muy_grande,
+-- a list of codes over it demasiados_codigos (the server's own detalle), deeper than
+-- MAX_DEPTH 400; so the work before a refusal is bounded by the limits, not by the body.
 --
 -- Why it exists: the transcoder reads bodies with protobuf's JSON stream parser, which
 -- (Envoy 1.40, measured) accepts trailing commas, single-quoted strings, unquoted keys,
@@ -14,21 +18,23 @@
 -- long, quoting the body around a caret.
 --
 -- Where it runs (gateway/envoy.yaml): after the buffer filter, so the body is complete
--- and at most 1 MiB; before the transcoder. A refusal is a local reply that envelope.lua
--- (the first filter) turns into the envelope; the detalle travels to it in the stream's
--- dynamic metadata (loyalty.envelope / detalle), so envelope.lua can tell it from Envoy's
--- own texts, which it never shows for a 400. A bug here (a Lua error) fails closed: 500
--- error_interno, logged as "request_check.lua: ..." (the e2e tests check the log).
+-- and within its route's limit; before the transcoder. It checks the requests of the
+-- bindings only, known by their route's name (envoy.yaml names each binding route
+-- "METHOD /path", matching every form of the path the transcoder maps to it); envelope.lua
+-- (the first filter) answers every other /api/v1/ path from its headers. A refusal is a
+-- local reply that envelope.lua turns into the envelope; the codigo and detalle travel to
+-- it in the stream's dynamic metadata (loyalty.envelope / codigo, detalle), so envelope.lua
+-- can tell them from Envoy's own texts, which it never shows for a 400. A bug here (a Lua
+-- error) fails closed: 500 error_interno, logged as "request_check.lua: ..." (the e2e
+-- tests check the log).
 --
 -- The rules (README "Strict request bodies"):
--- * A request to a binding of ROUTES (path matched as the transcoder matches it:
---   percent-escapes decoded, trailing slashes ignored):
+-- * A request to a binding of ROUTES:
 --   - a binding without body (GET) takes none: a non-empty body is refused;
 --   - a binding with body: no query parameter may name a field (they go in the body);
 --     unknown parameters are ignored, as the transcoder does;
 --   - a GET: a field may come once in the query string, its value valid UTF-8.
--- * A non-empty body (any path under /api/v1/, so that a path variant the transcoder maps
---   and ROUTES misses still gets the grammar): Content-Type application/json (charset, if
+-- * A non-empty body: Content-Type application/json (charset, if
 --   any, utf-8), no Content-Encoding, valid UTF-8 without a BOM, exactly one JSON object
 --   (RFC 8259 grammar: " strings with the RFC's escapes and paired surrogates, numbers
 --   -?(0|[1-9]d*)(.d+)?([eE][+-]?d+)? within a double's range, true/false/null, whitespace
@@ -43,64 +49,138 @@
 -- request on this worker's Lua state; the header map cannot even be read after body()
 -- ("object used outside of proper scope"), so every header is read before it.
 
--- BEGIN ROUTES (written by scripts/gen_request_check.py from proto/loyalty/v1/pos_service.proto; do not edit by hand)
+-- BEGIN ROUTES (written by scripts/gen_request_check.py from proto/loyalty/v1/pos_service.proto and src/loyalty_grpc/api/edge_limits.py; do not edit by hand)
+local MAX_DEPTH = 8
+local MAX_MEMBERS = 64
+local CONTENT_TYPE_JSON = "Content-Type: debe ser application/json"
 local ROUTES = {
-  ["GET /api/v1/ping"] = {body = false, fields = {}},
-  ["GET /api/v1/promos"] = {body = false, fields = {}},
-  ["GET /api/v1/roster"] = {body = false, fields = {
-    ["desde"] = {"desde", "s"},
-    ["limite"] = {"limite", "s"},
-  }},
-  ["POST /api/v1/codes"] = {body = true, fields = {
-    ["codes"] = {"codes", "v"},
-    ["codigos"] = {"codigos", "v"},
-    ["promo"] = {"promo", "v"},
-    ["promoId"] = {"promo_id", "v"},
-    ["promo_id"] = {"promo_id", "v"},
-  }},
-  ["POST /api/v1/fan/resolve"] = {body = true, fields = {
-    ["codigo"] = {"codigo", "s"},
-    ["fan"] = {"fan", "s"},
-    ["fanId"] = {"fan_id", "s"},
-    ["fan_id"] = {"fan_id", "s"},
-    ["qr"] = {"qr", "s"},
-  }},
-  ["POST /api/v1/ping"] = {body = true, fields = {}},
-  ["POST /api/v1/redeem"] = {body = true, fields = {
-    ["caja"] = {"caja", "s"},
-    ["codigo"] = {"codigo", "s"},
-    ["codigos"] = {"codigos", "S"},
-    ["terminal"] = {"terminal", "s"},
-    ["ts"] = {"ts", "v"},
-  }},
-  ["POST /api/v1/roster"] = {body = true, fields = {
-    ["desde"] = {"desde", "v"},
-    ["limite"] = {"limite", "v"},
-  }},
-  ["POST /api/v1/tx"] = {body = true, fields = {
-    ["amountCents"] = {"amount_cents", "v"},
-    ["amount_cents"] = {"amount_cents", "v"},
-    ["caja"] = {"caja", "s"},
-    ["centavos"] = {"centavos", "v"},
-    ["codigo"] = {"codigo", "s"},
-    ["fan"] = {"fan", "s"},
-    ["fanId"] = {"fan_id", "s"},
-    ["fan_id"] = {"fan_id", "s"},
-    ["id"] = {"id", "s"},
-    ["idExterno"] = {"id_externo", "s"},
-    ["id_externo"] = {"id_externo", "s"},
-    ["importe"] = {"importe", "v"},
-    ["importeCentavos"] = {"importe_centavos", "v"},
-    ["importe_centavos"] = {"importe_centavos", "v"},
-    ["moneda"] = {"moneda", "s"},
-    ["qr"] = {"qr", "s"},
-    ["sitio"] = {"sitio", "s"},
-    ["sucursal"] = {"sucursal", "s"},
-    ["terminal"] = {"terminal", "s"},
-    ["ts"] = {"ts", "v"},
-    ["txId"] = {"tx_id", "s"},
-    ["tx_id"] = {"tx_id", "s"},
-  }},
+  ["GET /api/v1/ping"] = {
+    body = false,
+    no_body = "GET /api/v1/ping: no lleva cuerpo; sus parámetros van en la URL",
+    max_elements = 64,
+    members = "cuerpo: un objeto con más de 64 campos (GET /api/v1/ping)",
+    elements = "%s: una lista con más de 64 elementos (GET /api/v1/ping)",
+    too_many = {},
+    fields = {},
+  },
+  ["GET /api/v1/promos"] = {
+    body = false,
+    no_body = "GET /api/v1/promos: no lleva cuerpo; sus parámetros van en la URL",
+    max_elements = 64,
+    members = "cuerpo: un objeto con más de 64 campos (GET /api/v1/promos)",
+    elements = "%s: una lista con más de 64 elementos (GET /api/v1/promos)",
+    too_many = {},
+    fields = {},
+  },
+  ["GET /api/v1/roster"] = {
+    body = false,
+    no_body = "GET /api/v1/roster: no lleva cuerpo; sus parámetros van en la URL",
+    max_elements = 64,
+    members = "cuerpo: un objeto con más de 64 campos (GET /api/v1/roster)",
+    elements = "%s: una lista con más de 64 elementos (GET /api/v1/roster)",
+    too_many = {},
+    fields = {
+      ["desde"] = {"desde", "s"},
+      ["limite"] = {"limite", "s"},
+    },
+  },
+  ["POST /api/v1/codes"] = {
+    body = true,
+    max_elements = 5000,
+    members = "cuerpo: un objeto con más de 64 campos (POST /api/v1/codes)",
+    elements = "%s: una lista con más de 5000 elementos (POST /api/v1/codes)",
+    too_many = {
+      ["codigos"] = "codigos: más de 5000 códigos en una llamada; envíelos en varias",
+      ["codes"] = "codes: más de 5000 códigos en una llamada; envíelos en varias",
+    },
+    fields = {
+      ["codes"] = {"codes", "v"},
+      ["codigos"] = {"codigos", "v"},
+      ["promo"] = {"promo", "v"},
+      ["promoId"] = {"promo_id", "v"},
+      ["promo_id"] = {"promo_id", "v"},
+    },
+  },
+  ["POST /api/v1/fan/resolve"] = {
+    body = true,
+    max_elements = 64,
+    members = "cuerpo: un objeto con más de 64 campos (POST /api/v1/fan/resolve)",
+    elements = "%s: una lista con más de 64 elementos (POST /api/v1/fan/resolve)",
+    too_many = {},
+    fields = {
+      ["codigo"] = {"codigo", "s"},
+      ["fan"] = {"fan", "s"},
+      ["fanId"] = {"fan_id", "s"},
+      ["fan_id"] = {"fan_id", "s"},
+      ["qr"] = {"qr", "s"},
+    },
+  },
+  ["POST /api/v1/ping"] = {
+    body = true,
+    max_elements = 64,
+    members = "cuerpo: un objeto con más de 64 campos (POST /api/v1/ping)",
+    elements = "%s: una lista con más de 64 elementos (POST /api/v1/ping)",
+    too_many = {},
+    fields = {},
+  },
+  ["POST /api/v1/redeem"] = {
+    body = true,
+    max_elements = 500,
+    members = "cuerpo: un objeto con más de 64 campos (POST /api/v1/redeem)",
+    elements = "%s: una lista con más de 500 elementos (POST /api/v1/redeem)",
+    too_many = {
+      ["codigos"] = "codigos: más de 500 códigos en una llamada; envíelos en varias",
+    },
+    fields = {
+      ["caja"] = {"caja", "s"},
+      ["codigo"] = {"codigo", "s"},
+      ["codigos"] = {"codigos", "S"},
+      ["terminal"] = {"terminal", "s"},
+      ["ts"] = {"ts", "v"},
+    },
+  },
+  ["POST /api/v1/roster"] = {
+    body = true,
+    max_elements = 64,
+    members = "cuerpo: un objeto con más de 64 campos (POST /api/v1/roster)",
+    elements = "%s: una lista con más de 64 elementos (POST /api/v1/roster)",
+    too_many = {},
+    fields = {
+      ["desde"] = {"desde", "v"},
+      ["limite"] = {"limite", "v"},
+    },
+  },
+  ["POST /api/v1/tx"] = {
+    body = true,
+    max_elements = 64,
+    members = "cuerpo: un objeto con más de 64 campos (POST /api/v1/tx)",
+    elements = "%s: una lista con más de 64 elementos (POST /api/v1/tx)",
+    too_many = {},
+    fields = {
+      ["amountCents"] = {"amount_cents", "v"},
+      ["amount_cents"] = {"amount_cents", "v"},
+      ["caja"] = {"caja", "s"},
+      ["centavos"] = {"centavos", "v"},
+      ["codigo"] = {"codigo", "s"},
+      ["fan"] = {"fan", "s"},
+      ["fanId"] = {"fan_id", "s"},
+      ["fan_id"] = {"fan_id", "s"},
+      ["id"] = {"id", "s"},
+      ["idExterno"] = {"id_externo", "s"},
+      ["id_externo"] = {"id_externo", "s"},
+      ["importe"] = {"importe", "v"},
+      ["importeCentavos"] = {"importe_centavos", "v"},
+      ["importe_centavos"] = {"importe_centavos", "v"},
+      ["moneda"] = {"moneda", "s"},
+      ["qr"] = {"qr", "s"},
+      ["sitio"] = {"sitio", "s"},
+      ["sucursal"] = {"sucursal", "s"},
+      ["terminal"] = {"terminal", "s"},
+      ["ts"] = {"ts", "v"},
+      ["txId"] = {"tx_id", "s"},
+      ["tx_id"] = {"tx_id", "s"},
+    },
+  },
 }
 -- END ROUTES
 
@@ -112,7 +192,6 @@ if jit ~= nil then
 end
 
 local METADATA_NAMESPACE = "loyalty.envelope"
-local MAX_DEPTH = 32
 
 local byte, char, find, format, gsub, lower, match, sub =
   string.byte, string.char, string.find, string.format, string.gsub, string.lower,
@@ -124,13 +203,21 @@ local TYPE_NAME = {
   texto = "un texto", numero = "un número", booleano = "un booleano", null = "null",
   lista = "una lista", objeto = "un objeto",
 }
-local NO_FIELDS = {}
 
--- A refusal travels as an error object (caught by the pcall in envoy_on_request).
+-- The codigos of its refusals: envelope.lua writes their envelope (with the catalogue's
+-- status), so scripts/gen_envelope.py puts them in its catalogue block.
+local CODIGO = {
+  invalida = "solicitud_invalida",
+  muy_grande = "solicitud_muy_grande",
+  demasiados_codigos = "demasiados_codigos",
+}
+
+-- A refusal travels as an error object (caught by the pcall in envoy_on_request):
+-- solicitud_invalida unless `codigo` says otherwise.
 local Refusal = {}
 
-local function refuse(detalle)
-  error(setmetatable({detalle = detalle}, Refusal), 0)
+local function refuse(detalle, codigo)
+  error(setmetatable({detalle = detalle, codigo = codigo or CODIGO.invalida}, Refusal), 0)
 end
 
 -- "línea L, columna C" of byte `pos` (1-based); columns count characters.
@@ -365,7 +452,7 @@ local function parse_value(p, pos, depth)
   elseif c == 123 then
     return parse_object(p, pos, depth + 1, nil), "objeto"
   elseif c == 91 then
-    return parse_array(p, pos, depth + 1, nil), "lista"
+    return parse_array(p, pos, depth + 1, nil, nil), "lista"
   elseif c == 45 or (c ~= nil and c >= 48 and c <= 57) then
     return scan_number(p, pos), "numero"
   elseif c == 116 and sub(s, pos, pos + 3) == "true" then
@@ -384,8 +471,10 @@ local function too_deep(p, pos, depth)
   end
 end
 
--- A list at `pos`. `texts` (a field name) when every element must be a text.
-parse_array = function(p, pos, depth, texts)
+-- A list at `pos`. `texts` (a field name) when every element must be a text; `codes` the
+-- demasiados_codigos detalle when it is a list of codes. It may have the route's
+-- max_elements elements.
+parse_array = function(p, pos, depth, texts, codes)
   too_deep(p, pos, depth)
   local s = p.s
   pos = skip(s, pos + 1)
@@ -393,7 +482,14 @@ parse_array = function(p, pos, depth, texts)
     return pos + 1
   end
   local index = 0
+  local most = p.route.max_elements
   while true do
+    if index >= most then
+      if codes ~= nil then
+        refuse(codes, CODIGO.demasiados_codigos)
+      end
+      refuse(format(p.route.elements, p.campo or "cuerpo"), CODIGO.muy_grande)
+    end
     local after, tipo = parse_value(p, pos, depth)
     if texts ~= nil and tipo ~= "texto" then
       wrong_type(format("%s[%d]", texts, index), "un texto", tipo)
@@ -416,8 +512,8 @@ end
 -- The value of a field of the request message (`field` = {proto name, kind}).
 local function check_field(p, pos, depth, field)
   local name, kind = field[1], field[2]
-  if kind == "S" and byte(p.s, pos) == 91 then
-    return parse_array(p, pos, depth + 1, name)
+  if byte(p.s, pos) == 91 and (kind == "S" or p.route.too_many[name] ~= nil) then
+    return parse_array(p, pos, depth + 1, kind == "S" and name or nil, p.route.too_many[name])
   end
   local after, tipo = parse_value(p, pos, depth)
   if kind == "s" and tipo ~= "texto" and tipo ~= "null" then
@@ -433,11 +529,16 @@ parse_object = function(p, pos, depth, fields)
   too_deep(p, pos, depth)
   local s = p.s
   local seen = {}
+  local members = 0
   pos = skip(s, pos + 1)
   if byte(s, pos) == 125 then
     return pos + 1
   end
   while true do
+    members = members + 1
+    if members > MAX_MEMBERS then
+      refuse(p.route.members, CODIGO.muy_grande)
+    end
     if byte(s, pos) ~= 34 then
       syntax(p, pos, key_problem(s, pos))
     end
@@ -521,7 +622,8 @@ local FIRST_BYTE_TYPE = {
   [110] = "null",
 }
 
-local function check_body(s, fields)
+local function check_body(s, route)
+  local fields = route.fields
   local bad = invalid_utf8(s)
   if bad ~= nil then
     refuse(format("cuerpo: no es UTF-8 válido (byte %d)", bad))
@@ -530,7 +632,7 @@ local function check_body(s, fields)
     refuse("cuerpo: empieza con una marca de orden de bytes (BOM, U+FEFF); envíe UTF-8 "
            .. "sin ella")
   end
-  local p = {s = s, campo = nil}
+  local p = {s = s, campo = nil, route = route}
   local pos = skip(s, 1)
   local c = byte(s, pos)
   if c == nil then
@@ -564,7 +666,7 @@ local function check_content_headers(content_type, content_encoding)
   local value = lower(content_type)
   local media, parameters = match(value, "^[ \t]*([^; \t]+)[ \t]*(.*)$")
   if media ~= "application/json" then
-    refuse("Content-Type: debe ser application/json")
+    refuse(CONTENT_TYPE_JSON)
   end
   for name, parameter in string.gmatch(parameters, ';[ \t]*([^=; \t]+)[ \t]*=[ \t]*"?([^;" \t]*)') do
     if name == "charset" and parameter ~= "utf-8" then
@@ -602,27 +704,15 @@ local function check_query(route, query)
   end
 end
 
--- The binding of `method` `path` (no query string), as the transcoder matches paths:
--- percent-escapes decoded, trailing slashes ignored.
-local function route_of(method, path)
-  if find(path, "%", 1, true) ~= nil then
-    path = percent_decode(path)
-  end
-  local key = method .. " " .. (gsub(path, "/+$", ""))
-  return ROUTES[key], key
-end
-
 local function check(handle)
-  local headers = handle:headers()
-  local method = headers:get(":method")
-  local target = headers:get(":path")
-  if method == nil or target == nil or sub(target, 1, 8) ~= "/api/v1/" then
+  local route = ROUTES[handle:streamInfo():routeName()]
+  if route == nil then
     return
   end
-  local query_at = find(target, "?", 1, true)
-  local path = query_at ~= nil and sub(target, 1, query_at - 1) or target
-  local route, key = route_of(method, path)
-  if route ~= nil and query_at ~= nil and query_at < #target then
+  local headers = handle:headers()
+  local target = headers:get(":path")
+  local query_at = target ~= nil and find(target, "?", 1, true) or nil
+  if query_at ~= nil and query_at < #target then
     check_query(route, sub(target, query_at + 1))
   end
   local content_type = headers:get("content-type")
@@ -635,11 +725,11 @@ local function check(handle)
   if length == 0 then
     return
   end
-  if route ~= nil and not route.body then
-    refuse(key .. ": no lleva cuerpo; sus parámetros van en la URL")
+  if not route.body then
+    refuse(route.no_body)
   end
   check_content_headers(content_type, content_encoding)
-  check_body(body:getBytes(0, length), route ~= nil and route.fields or NO_FIELDS)
+  check_body(body:getBytes(0, length), route)
 end
 
 function envoy_on_request(handle)
@@ -652,6 +742,9 @@ function envoy_on_request(handle)
     handle:respond({[":status"] = "500"}, "")
     return
   end
-  handle:streamInfo():dynamicMetadata():set(METADATA_NAMESPACE, "detalle", err.detalle)
+  local metadata = handle:streamInfo():dynamicMetadata()
+  metadata:set(METADATA_NAMESPACE, "codigo", err.codigo)
+  metadata:set(METADATA_NAMESPACE, "detalle", err.detalle)
+  -- (envelope.lua gives the reply the status of the codigo in the catalogue.)
   handle:respond({[":status"] = "400"}, err.detalle)
 end

@@ -1,5 +1,6 @@
 """Generate the ROUTES table of gateway/request_check.lua (the gateway's strict request
-check) from the HTTP bindings and request messages of loyalty.v1.PosService.
+check) from the HTTP bindings and request messages of loyalty.v1.PosService, with the
+parse limits of src/loyalty_grpc/api/edge_limits.py.
 
     python scripts/gen_request_check.py           # rewrite the block in place
     python scripts/gen_request_check.py --check   # exit 1 when the block is stale
@@ -14,6 +15,13 @@ lowerCamelCase JSON name) → {the proto name, its kind}:
   field's own error for a wrong type, e.g. importe_invalido).
 
 Any other field type stops the script: decide its JSON rule in request_check.lua first.
+
+With each route its parse limits (edge_limits.py): the most elements a list may have, the
+detalle of too many members or elements (and of a body on a binding without one), and for
+the fields that carry codes the demasiados_codigos detalle the server gives
+(domain.codes.too_many_codes); and, for all routes, MAX_DEPTH, MAX_MEMBERS and the
+Content-Type refusal (shared with envelope.lua). A binding without limits in
+edge_limits.BINDINGS, or limits without a binding, stops the script.
 """
 
 from __future__ import annotations
@@ -26,6 +34,8 @@ from generated_block import main, replace_block
 from google.api import annotations_pb2
 from google.protobuf.descriptor import Descriptor, FieldDescriptor, MethodDescriptor
 
+from loyalty_grpc.api import edge_limits
+from loyalty_grpc.domain.codes import too_many_codes
 from loyalty_grpc.gen.loyalty.v1 import pos_service_pb2
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -35,7 +45,8 @@ BEGIN = "-- BEGIN ROUTES"
 END = "-- END ROUTES"
 HEADER = (
     f"{BEGIN} (written by scripts/gen_request_check.py from "
-    "proto/loyalty/v1/pos_service.proto; do not edit by hand)"
+    "proto/loyalty/v1/pos_service.proto and src/loyalty_grpc/api/edge_limits.py; "
+    "do not edit by hand)"
 )
 VALUE = "google.protobuf.Value"
 
@@ -88,25 +99,84 @@ def _lua_string(text: str) -> str:
     return f'"{text}"'
 
 
-def block() -> str:
+def lua_text(text: str) -> str:
+    """A Lua string literal of `text` (any printable text, UTF-8 kept)."""
+    if any(ord(c) < 32 or ord(c) == 127 for c in text):
+        raise SystemExit(f"control characters in {text!r}")
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def check_limits(keys: set[str]) -> None:
+    """Every binding has its limits in edge_limits.BINDINGS, and nothing else does."""
+    missing = sorted(keys - set(edge_limits.BINDINGS))
+    extra = sorted(set(edge_limits.BINDINGS) - keys)
+    if missing or extra:
+        raise SystemExit(
+            f"edge_limits.BINDINGS does not match the proto's bindings: missing {missing}, "
+            f"not bound {extra}"
+        )
+
+
+def _limits(key: str, fields: dict[str, tuple[str, str]]) -> str:
+    limits = edge_limits.BINDINGS[key]
+    canonical = {name for name, _ in fields.values()}
+    unknown = sorted(set(limits.codes_fields) - canonical)
+    if unknown:
+        raise SystemExit(f"{key}: codes_fields {unknown} are not fields of its request")
+    closing = "\n    " if limits.codes_fields else ""
+    too_many = "".join(
+        f"\n      [{_lua_string(name)}] = {lua_text(too_many_codes(name, limits.max_elements))},"
+        for name in limits.codes_fields
+    )
+    no_body = "" if limits.body else f"\n    no_body = {lua_text(edge_limits.no_body(key))},"
+    return (
+        f"{no_body}"
+        f"\n    max_elements = {limits.max_elements},"
+        f"\n    members = {lua_text(edge_limits.too_many_members(key))},"
+        f"\n    elements = {lua_text(edge_limits.too_many_elements(key))},"
+        f"\n    too_many = {{{too_many}{closing}}},"
+    )
+
+
+def bindings() -> dict[str, tuple[MethodDescriptor, bool]]:
+    """Each HTTP binding of the service, "METHOD /path" -> (its method, takes a body)."""
     service = pos_service_pb2.DESCRIPTOR.services_by_name[SERVICE]
-    routes: dict[str, str] = {}
+    found: dict[str, tuple[MethodDescriptor, bool]] = {}
     for method in service.methods:
         verb, path, body = _binding(method)
-        fields = _fields(method.input_type)
         key = f"{verb} {path}"
-        if key in routes:
+        if key in found:
             raise SystemExit(f"{key} is bound twice")
+        found[key] = (method, body)
+    return found
+
+
+def block() -> str:
+    found = bindings()
+    check_limits(set(found))
+    routes: dict[str, str] = {}
+    for key, (method, body) in found.items():
+        fields = _fields(method.input_type)
         entries = "".join(
-            f'\n    [{_lua_string(name)}] = {{{_lua_string(canonical)}, "{kind}"}},'
+            f'\n      [{_lua_string(name)}] = {{{_lua_string(canonical)}, "{kind}"}},'
             for name, (canonical, kind) in sorted(fields.items())
         )
-        closing = "\n  " if entries else ""
+        closing = "\n    " if entries else ""
         routes[key] = (
-            f"  [{_lua_string(key)}] = {{body = {str(body).lower()}, "
-            f"fields = {{{entries}{closing}}}}},"
+            f"  [{_lua_string(key)}] = {{\n    body = {str(body).lower()},"
+            f"{_limits(key, fields)}"
+            f"\n    fields = {{{entries}{closing}}},\n  }},"
         )
-    lines = [HEADER, "local ROUTES = {", *(routes[key] for key in sorted(routes)), "}", END]
+    lines = [
+        HEADER,
+        f"local MAX_DEPTH = {edge_limits.MAX_DEPTH}",
+        f"local MAX_MEMBERS = {edge_limits.MAX_MEMBERS}",
+        f"local CONTENT_TYPE_JSON = {lua_text(edge_limits.CONTENT_TYPE_JSON)}",
+        "local ROUTES = {",
+        *(routes[key] for key in sorted(routes)),
+        "}",
+        END,
+    ]
     return "\n".join(lines)
 
 

@@ -92,7 +92,22 @@ def h2c(
     ]
     if body is not None:
         fields.append((b"content-type", b"application/json"))
-    ends_with_headers = body is None and trailers is None
+    return h2c_stream(port, fields, [] if body is None else [body], trailers=trailers)
+
+
+def h2c_stream(
+    port: int,
+    fields: list[tuple[bytes, bytes]],
+    chunks: list[bytes],
+    *,
+    end_stream: bool = True,
+    trailers: list[tuple[bytes, bytes]] | None = None,
+) -> dict[str, object]:
+    """A request of exactly these header `fields` (pseudo-headers included) and DATA
+    `chunks` (no content-length unless in `fields`) on a new prior-knowledge HTTP/2
+    connection; with `end_stream` False the request never ends (the answer must come
+    before). The JSON it answered (a reset of the stream after the answer is fine)."""
+    ends_with_headers = not chunks and trailers is None and end_stream
     out = (
         _PREFACE
         + _frame(_SETTINGS, 0, 0, b"")
@@ -100,8 +115,9 @@ def h2c(
             _HEADERS, _END_HEADERS | (_END_STREAM if ends_with_headers else 0), 1, _block(fields)
         )
     )
-    if body is not None:
-        out += _frame(_DATA, 0 if trailers else _END_STREAM, 1, body)
+    for i, chunk in enumerate(chunks):
+        last = i == len(chunks) - 1 and trailers is None and end_stream
+        out += _frame(_DATA, _END_STREAM if last else 0, 1, chunk)
     if trailers is not None:
         out += _frame(_HEADERS, _END_HEADERS | _END_STREAM, 1, _block(trailers))
     with socket.create_connection(("127.0.0.1", port), timeout=TIMEOUT) as sock:
@@ -111,7 +127,7 @@ def h2c(
             chunk = sock.recv(65536)
             assert chunk, "Envoy closed the connection"
             received += chunk
-            while len(received) >= 9 and len(received) >= 9 + int.from_bytes(received[:3]):
+            while not done and len(received) >= 9 + int.from_bytes(received[:3]):
                 length = int.from_bytes(received[:3])
                 kind, flags = received[3], received[4]
                 stream = int.from_bytes(received[5:9]) & 0x7FFFFFFF

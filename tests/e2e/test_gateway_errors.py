@@ -37,6 +37,9 @@ from loyalty_grpc.runtime.gateway.envoy import EnvoyProcess
 
 ROOT = Path(__file__).resolve().parents[2]
 INTERNAL_DETAILS = "Traceback: psycopg.OperationalError at 10.0.0.7"
+# A well-formed key: the gateway refuses a call without one from its headers (the in-test
+# server takes any).
+KEY_HEADER = {"authorization": "Bearer lp_prueba_" + "K" * 32}
 
 
 def envelope_bytes(codigo: CodigoError, detalle: str) -> bytes:
@@ -191,7 +194,7 @@ def gateway_without_upstream(tmp_path_factory: pytest.TempPathFactory) -> Iterat
 
 @pytest.fixture(scope="module")
 def client(gateway: EnvoyProcess) -> Iterator[httpx.Client]:
-    with httpx.Client(base_url=gateway.url, timeout=30) as http:
+    with httpx.Client(base_url=gateway.url, timeout=30, headers=KEY_HEADER) as http:
         yield http
 
 
@@ -338,7 +341,9 @@ def test_huge_headers_are_solicitud_muy_grande(client: httpx.Client) -> None:
 
 
 def test_upstream_down_is_servicio_no_disponible(gateway_without_upstream: EnvoyProcess) -> None:
-    with httpx.Client(base_url=gateway_without_upstream.url, timeout=30) as http:
+    with httpx.Client(
+        base_url=gateway_without_upstream.url, timeout=30, headers=KEY_HEADER
+    ) as http:
         response = http.post("/api/v1/ping", json={})
     fields = assert_envelope(response, CodigoError.SERVICIO_NO_DISPONIBLE)
     assert "127.0.0.1" not in fields["detalle"]
@@ -351,7 +356,7 @@ def raw_get(gateway: EnvoyProcess, path: str) -> tuple[int, bytes, list[tuple[st
     """A GET with the path sent exactly as written (httpx would normalise it)."""
     connection = http.client.HTTPConnection("127.0.0.1", gateway.http_port, timeout=30)
     try:
-        connection.request("GET", path)
+        connection.request("GET", path, headers=KEY_HEADER)
         response = connection.getresponse()
         return response.status, response.read(), response.getheaders()
     finally:

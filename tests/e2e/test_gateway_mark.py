@@ -130,7 +130,9 @@ def test_every_forwarded_http1_request_carries_exactly_the_mark(
     recorded_gateway: EnvoyProcess, recording: Recording, sent: list[tuple[bytes, bytes]]
 ) -> None:
     with httpx.Client(base_url=recorded_gateway.url, timeout=10) as client:
-        response = client.post("/api/v1/ping", headers=sent)
+        response = client.post(
+            "/api/v1/ping", headers=[(b"authorization", b"Bearer lp_prueba_" + b"x" * 24), *sent]
+        )
     assert response.status_code == 200, response.text
     assert recording.last() == [GATEWAY_MARK_VALUE]
 
@@ -190,9 +192,16 @@ def _assert_server_envelope(response: httpx.Response, codigo: CodigoError) -> No
         assert name.lower() not in (ENVELOPE_KEY, HTTP_STATUS_KEY, GATEWAY_MARK_KEY), name
 
 
+# A well-formed key the server does not know: its clave_invalida is the server's envelope
+# (a call without a key is refused by the gateway itself, from its headers).
+UNKNOWN_KEY = {"authorization": "Bearer lp_vivo_" + "Z" * 30}
+
+
 def test_server_errors_through_envoy_are_the_servers_envelope(http: httpx.Client, key: str) -> None:
     _assert_server_envelope(_resolve_unknown(http, key, []), CodigoError.FAN_NO_ENCONTRADO)
-    _assert_server_envelope(http.post("/api/v1/ping", json={}), CodigoError.NO_AUTENTICADO)
+    _assert_server_envelope(
+        http.post("/api/v1/ping", json={}, headers=UNKNOWN_KEY), CodigoError.CLAVE_INVALIDA
+    )
 
 
 @pytest.mark.parametrize("forged", list(FORGERIES.values()), ids=list(FORGERIES))
@@ -203,7 +212,9 @@ def test_a_client_cannot_change_the_envelope(
     response = _resolve_unknown(http, key, forged)
     _assert_server_envelope(response, CodigoError.FAN_NO_ENCONTRADO)
     assert response.content == expected.content
-    unauthenticated = http.post("/api/v1/ping", json={})
-    forged_unauthenticated = http.post("/api/v1/ping", json={}, headers=forged)
-    _assert_server_envelope(forged_unauthenticated, CodigoError.NO_AUTENTICADO)
+    unauthenticated = http.post("/api/v1/ping", json={}, headers=UNKNOWN_KEY)
+    forged_unauthenticated = http.post(
+        "/api/v1/ping", json={}, headers=[*UNKNOWN_KEY.items(), *forged]
+    )
+    _assert_server_envelope(forged_unauthenticated, CodigoError.CLAVE_INVALIDA)
     assert forged_unauthenticated.content == unauthenticated.content

@@ -172,6 +172,42 @@ def add_ping_alias(descriptor_set: Path) -> None:
     descriptor_set.write_bytes(descriptors.SerializeToString())
 
 
+def add_alias_binding(gateway_dir: Path) -> None:
+    """What scripts/gen_edge.py and gen_request_check.py would write for the new binding:
+    its route (GET ping's, under the alias's name and path) and its entries in the edge's
+    and the strict check's tables (the gateway forwards only the bindings they know)."""
+    name = f"GET {ALIAS}"
+
+    def change(config: dict[str, Any]) -> None:
+        position, ping = next(
+            (n, route)
+            for n, route in enumerate(routes(config))
+            if route.get("name") == "GET /api/v1/ping"
+        )
+        alias = {
+            **ping,
+            "name": name,
+            "match": {**ping["match"], "safe_regex": {"regex": f"{ALIAS}/?"}},
+        }
+        routes(config).insert(position, alias)
+
+    edit_config(gateway_dir, change)
+    for lua, entry in (
+        ("envelope.lua", '  ["GET /api/v1/ping"] = '),
+        ("request_check.lua", '  ["GET /api/v1/ping"] = '),
+    ):
+        path = gateway_dir / lua
+        text = path.read_text(encoding="utf-8")
+        start = text.index(entry)
+        end = (
+            text.index("\n  [", start + 1)
+            if lua == "request_check.lua"
+            else text.index("\n", start)
+        )
+        copy = text[start:end].replace("GET /api/v1/ping", name)
+        path.write_text(text[:start] + copy + "\n" + text[start:], encoding="utf-8")
+
+
 def edit_config(gateway_dir: Path, change: Callable[[dict[str, Any]], None]) -> None:
     path = gateway_dir / "envoy.yaml"
     config = yaml.safe_load(path.read_text(encoding="utf-8"))
@@ -226,8 +262,10 @@ def test_descriptor_and_routes_change_while_requests_flow(
     with Load(gateway.url, key) as load:
         assert get(gateway, ALIAS, key).status_code == 404
 
-        # (a) The descriptor set: the transcoder of the new listener knows the new binding.
+        # (a) The descriptor set: the transcoder of the new listener knows the new binding
+        # (and the route table and the edge, which forward only the bindings they know).
         add_ping_alias(gateway_dir / "loyalty_pos.pb")
+        add_alias_binding(gateway_dir)
         assert "listeners updated" in reloaded(gateway.work_dir, load)
         load.wait_for(50)
         alias = get(gateway, ALIAS, key)
@@ -276,8 +314,8 @@ def not_yaml(gateway_dir: Path) -> None:
 
 def route_to_nowhere(gateway_dir: Path) -> None:
     def change(config: dict[str, Any]) -> None:
-        [forward] = [route for route in routes(config) if "route" in route]
-        forward["route"]["cluster"] = "no_such_cluster"
+        for forward in [route for route in routes(config) if "route" in route]:
+            forward["route"]["cluster"] = "no_such_cluster"
 
     edit_config(gateway_dir, change)
 

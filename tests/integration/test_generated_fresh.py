@@ -16,8 +16,9 @@ GENERATORS = {
     "gen_proto.py": "proto code and Envoy's descriptor set",
     "gen_openapi.py": "the OpenAPI document",
     "gen_docs.py": "the README's error catalogue and configuration table",
-    "gen_request_check.py": "request_check.lua's routes",
+    "gen_request_check.py": "request_check.lua's routes and parse limits",
     "gen_envelope.py": "envelope.lua's catalogue",
+    "gen_edge.py": "envoy.yaml's binding routes and envelope.lua's edge block",
 }
 
 

@@ -21,6 +21,7 @@ import pytest
 import yaml
 from google.protobuf import descriptor_pb2
 
+from loyalty_grpc.api.edge_limits import BINDINGS, FLOOR
 from loyalty_grpc.api.gateway_protocol import GATEWAY_MARK_KEY, GATEWAY_MARK_VALUE
 from loyalty_grpc.domain.errors import CATALOGO, CodigoError
 from loyalty_grpc.runtime.gateway import config as envoy_config
@@ -296,10 +297,60 @@ def test_filter_order_and_transcoder_options(config: dict[str, Any]) -> None:
     assert transcoder.get("convert_grpc_status", False) is False  # envelope.lua owns errors
 
 
-def test_body_limit_fits_the_largest_request(config: dict[str, Any]) -> None:
-    limit = http_filter(config, "envoy.filters.http.buffer")["max_request_bytes"]
-    largest = len(json.dumps({"promo": "x" * 200, "codigos": ["A" * 64] * 5000}))
-    assert largest < limit <= 4 * 1024 * 1024
+def binding_routes(config: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {route["name"]: route for route in routes(config) if route["name"] in BINDINGS}
+
+
+def test_each_binding_has_its_body_limit(config: dict[str, Any]) -> None:
+    """The buffer filter's limit of every binding route is api/edge_limits.py's; every
+    other route gets the filter's default, FLOOR; the transcoder's own bound is the largest
+    (and its response bound the listener's, not the request's route limit)."""
+    bound = binding_routes(config)
+    assert set(bound) == set(BINDINGS)
+    for name, route in bound.items():
+        per_route = route["typed_per_filter_config"]["envoy.filters.http.buffer"]
+        assert per_route["buffer"] == {"max_request_bytes": BINDINGS[name].buffer_limit}, name
+    assert http_filter(config, "envoy.filters.http.buffer")["max_request_bytes"] == FLOOR
+    largest = max(binding.limit for binding in BINDINGS.values())
+    assert largest == BINDINGS["POST /api/v1/codes"].limit
+    largest_codes = len(json.dumps({"promo": "x" * 200, "codigos": ["A" * 64] * 5000}))
+    assert largest_codes < largest <= 1024 * 1024
+    transcoder = http_filter(config, "envoy.filters.http.grpc_json_transcoder")
+    assert transcoder["max_request_body_size"] == largest
+    listener = config["static_resources"]["listeners"][0]
+    assert transcoder["max_response_body_size"] == listener["per_connection_buffer_limit_bytes"]
+
+
+def test_the_routes_envelope_lua_answers_are_routes(config: dict[str, Any], lua: str) -> None:
+    """envelope.lua answers native gRPC and unknown /api/v1/ paths from the headers, knowing
+    them by their route's name."""
+    names = {route["name"] for route in routes(config)}
+    for constant in ("NATIVE_GRPC_ROUTE", "UNKNOWN_API_ROUTE"):
+        found = re.search(rf'^local {constant} = "(\w+)"$', lua, re.MULTILINE)
+        assert found is not None, constant
+        assert found.group(1) in names, constant
+    (native,) = [r for r in routes(config) if r["name"] == "native_grpc"]
+    assert native["match"] == {"prefix": "/", "grpc": {}}
+    (unknown,) = [r for r in routes(config) if r["name"] == "api_v1"]
+    assert unknown["match"] == {"prefix": "/api/v1/"}
+
+
+def test_binding_routes_forward_like_the_api_route(config: dict[str, Any]) -> None:
+    """Each binding route matches its method and its path (with or without one trailing
+    slash), and forwards exactly as the hand-written /api/v1/ route; the bindings come
+    before it, after the native-gRPC and OpenAPI routes."""
+    names = [route["name"] for route in routes(config)]
+    assert names[:2] == ["native_grpc", "openapi"]
+    assert names[-2:] == ["api_v1", "not_found"]
+    assert set(names[2:-2]) == set(BINDINGS)
+    (api,) = [r for r in routes(config) if r["name"] == "api_v1"]
+    for name, route in binding_routes(config).items():
+        method, path = name.split(" ")
+        assert route["match"] == {
+            "safe_regex": {"regex": f"{path}/?"},
+            "headers": [{"name": ":method", "string_match": {"exact": method}}],
+        }
+        assert route["route"] == api["route"], name
 
 
 # ---------------------------------------------------------------- catalogue consistency
@@ -421,16 +472,24 @@ def test_descriptor_set_holds_only_the_pos_service() -> None:
     assert services == {"loyalty.v1.PosService"}
 
 
-def first_route(config: dict[str, Any], path: str, *, grpc: bool) -> dict[str, Any]:
+def first_route(
+    config: dict[str, Any], path: str, *, grpc: bool, method: str = "POST"
+) -> dict[str, Any]:
     """The route Envoy picks (for the matchers this config may use)."""
     for route in routes(config):
         match = route["match"]
-        assert set(match) <= {"prefix", "path", "grpc"}, f"unknown matcher in {match}"
+        assert set(match) <= {"prefix", "path", "grpc", "safe_regex", "headers"}, match
         if "grpc" in match and not grpc:
+            continue
+        headers = {h["name"]: h["string_match"]["exact"] for h in match.get("headers", [])}
+        assert set(headers) <= {":method"}, match
+        if headers.get(":method", method) != method:
             continue
         if "prefix" in match and path.startswith(match["prefix"]):
             return route
         if "path" in match and path == match["path"]:
+            return route
+        if "safe_regex" in match and re.fullmatch(match["safe_regex"]["regex"], path):
             return route
     raise AssertionError(f"no route for {path}")
 
@@ -461,7 +520,12 @@ def test_routes_to_the_server_cannot_be_steered(config: dict[str, Any]) -> None:
     forwarding = [route for route in routes(config) if "route" in route]
     assert forwarding
     for route in forwarding:
-        assert route["match"] == {"prefix": "/api/v1/"}
+        match = route["match"]
+        assert match == {"prefix": "/api/v1/"} or (
+            route["name"] in BINDINGS
+            and match["safe_regex"]["regex"].startswith("/api/v1/")
+            and re.fullmatch(r"[a-z0-9/]+/\?", match["safe_regex"]["regex"])
+        ), match
         assert not {
             "prefix_rewrite",
             "regex_rewrite",
@@ -632,3 +696,34 @@ def lua_table_text(lua: str, name: str) -> dict[str, str]:
     block = re.search(rf"local {name} = \{{\n(.*?)\n\}}", lua, re.DOTALL)
     assert block is not None, name
     return dict(re.findall(r'^\s*(\w+)\s*=\s*"([^"]*)"', block.group(1), re.MULTILINE))
+
+
+# ---------------------------------------------------------------- the edge's routes
+
+
+def test_the_edge_knows_every_forwarding_route(lua: str) -> None:
+    assert envoy_config.edge_bindings(lua) == set(BINDINGS)
+
+
+@pytest.mark.parametrize("change", ["unnamed", "unknown name", "binding missing in the Lua"])
+def test_a_forwarding_route_the_edge_does_not_know_is_refused(tmp_path: Path, change: str) -> None:
+    """A route that forwards without the edge knowing it would reach the server without the
+    key check and the body limit: refused by every rendering (`up`, `gateway run`/`reload`)."""
+    gateway = gateway_copy(tmp_path)
+    config = envoy_config.load_config(gateway)
+    table = routes(config)
+    (ping,) = [r for r in table if r["name"] == "GET /api/v1/ping"]
+    if change == "binding missing in the Lua":
+        lua = (gateway / "envelope.lua").read_text(encoding="utf-8")
+        line = next(x for x in lua.splitlines() if x.startswith('  ["GET /api/v1/ping"] = {'))
+        (gateway / "envelope.lua").write_text(lua.replace(line + "\n", ""), encoding="utf-8")
+    else:
+        extra = {**ping, "match": {"path": "/api/v1/ping/otro"}}
+        if change == "unnamed":
+            del extra["name"]
+        else:
+            extra["name"] = "GET /api/v1/ping/otro"
+        table.insert(2, extra)
+    (gateway / "envoy.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+    with pytest.raises(envoy_config.EnvoyError, match="forwards to the server"):
+        spec(gateway).render(admin_socket=ADMIN_SOCKET)

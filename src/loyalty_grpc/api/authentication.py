@@ -97,7 +97,7 @@ class AdminToken:
 
 
 def _invalid() -> LoyaltyError:
-    return LoyaltyError(CodigoError.CLAVE_INVALIDA, "la clave no existe o fue revocada")
+    return LoyaltyError(CodigoError.CLAVE_INVALIDA, keys.CLAVE_DESCONOCIDA)
 
 
 def _blocked(

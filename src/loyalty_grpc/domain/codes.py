@@ -45,6 +45,13 @@ _SEPARATORS = re.compile(r"[\s,;]+")
 _PIECE = re.compile(r"[^\s,;]+")
 
 
+def too_many_codes(campo: str, maximo: int) -> str:
+    """The detalle of demasiados_codigos: `campo` brought more than `maximo` codes. One text
+    for `codes` and `redeem`, and for the gateway, which stops reading a list at the limit
+    (gateway/request_check.lua, written by scripts/gen_request_check.py)."""
+    return f"{campo}: más de {maximo} códigos en una llamada; envíelos en varias"
+
+
 def code_text(text: str) -> str:
     """A code as stored and compared: trimmed, ASCII letters in upper case (may be empty;
     other characters as they are, so a non-ASCII code stays one)."""
@@ -220,8 +227,7 @@ def code_batch(
         leidos += 1
         if leidos > MAX_CODES_PER_CALL:
             raise LoyaltyError(
-                CodigoError.DEMASIADOS_CODIGOS,
-                f"{campo}: más de {MAX_CODES_PER_CALL} códigos en una llamada; envíelos en varias",
+                CodigoError.DEMASIADOS_CODIGOS, too_many_codes(campo, MAX_CODES_PER_CALL)
             )
         codigo = code_text(item)
         problem = code_problem(codigo)

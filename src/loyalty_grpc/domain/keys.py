@@ -18,21 +18,27 @@ class Modo(StrEnum):
 
 
 PREFIJOS: dict[Modo, str] = {Modo.VIVO: "lp_vivo_", Modo.PRUEBA: "lp_prueba_"}
-_KEY = re.compile(r"lp_(vivo|prueba)_[A-Za-z0-9]{24,}")
+# The fewest letters or digits after the prefix of a well-formed key.
+MIN_SECRET_LENGTH = 24
+_KEY = re.compile(rf"lp_(vivo|prueba)_[A-Za-z0-9]{{{MIN_SECRET_LENGTH},}}")
 _BEARER = re.compile(r"Bearer +(\S+)", re.IGNORECASE)
 SECRET_LENGTH = 32
+
+# The detalle of each refusal of a POS call's credential. The gateway gives the same ones
+# from the headers alone (gateway/envelope.lua, written by scripts/gen_edge.py).
+FALTA_AUTHORIZATION = "falta el encabezado Authorization"
+NO_ES_BEARER = "el encabezado Authorization debe ser 'Bearer <clave>'"
+CLAVE_DESCONOCIDA = "la clave no existe o fue revocada"
 _ALPHABET = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789"
 
 
 def bearer_token(header: str | None) -> str:
     """The token of an `Authorization: Bearer <token>` header, or no_autenticado."""
     if not header:
-        raise LoyaltyError(CodigoError.NO_AUTENTICADO, "falta el encabezado Authorization")
+        raise LoyaltyError(CodigoError.NO_AUTENTICADO, FALTA_AUTHORIZATION)
     match = _BEARER.fullmatch(header.strip())
     if match is None:
-        raise LoyaltyError(
-            CodigoError.NO_AUTENTICADO, "el encabezado Authorization debe ser 'Bearer <clave>'"
-        )
+        raise LoyaltyError(CodigoError.NO_AUTENTICADO, NO_ES_BEARER)
     return match.group(1)
 
 

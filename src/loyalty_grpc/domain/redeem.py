@@ -26,7 +26,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
-from loyalty_grpc.domain.codes import MAX_CODE_LENGTH, code_problem
+from loyalty_grpc.domain.codes import MAX_CODE_LENGTH, code_problem, too_many_codes
 from loyalty_grpc.domain.detalle import shown
 from loyalty_grpc.domain.errors import CodigoError, LoyaltyError
 from loyalty_grpc.domain.promos import EstadoCodigo
@@ -141,10 +141,7 @@ def check_length(codigo: str, campo: str, index: int | None = None) -> None:
 
 def check_batch_size(n: int) -> None:
     if n > MAX_CODIGOS:
-        raise LoyaltyError(
-            CodigoError.DEMASIADOS_CODIGOS,
-            f"codigos: {n} códigos; máximo {MAX_CODIGOS} por llamada",
-        )
+        raise LoyaltyError(CodigoError.DEMASIADOS_CODIGOS, too_many_codes("codigos", MAX_CODIGOS))
 
 
 def choose(copias: Iterable[Copia]) -> Copia | None:

@@ -58,6 +58,7 @@ import copy
 import dataclasses
 import ipaddress
 import json
+import re
 import shutil
 import subprocess
 from collections.abc import Iterator
@@ -286,6 +287,54 @@ def check_gateway_mark(config: dict[str, Any]) -> None:
                     f"request_headers_to_add, exactly {gateway_mark()} (the gateway mark of "
                     f"api/gateway_protocol.py); it has {marks}"
                 )
+
+
+# The one route that forwards without being a binding: its requests (any other /api/v1/
+# path or method) are answered 404 by envelope.lua's edge from their headers.
+UNKNOWN_API_ROUTE = "api_v1"
+_EDGE_BLOCK = re.compile(r"-- BEGIN EDGE.*?\nlocal BINDINGS = \{\n(.*?)\n\}", re.DOTALL)
+_EDGE_BINDING = re.compile(r'^\s*\["([A-Z]+ /[^"]*)"\] = \{', re.MULTILINE)
+
+
+def edge_bindings(lua: str) -> set[str] | None:
+    """The bindings envelope.lua's edge knows ("METHOD /path", the names of their routes),
+    from its EDGE block (scripts/gen_edge.py); None for an envelope.lua without the edge (a
+    gateway folder of a version before it)."""
+    block = _EDGE_BLOCK.search(lua)
+    if block is None:
+        return None
+    return set(_EDGE_BINDING.findall(block.group(1)))
+
+
+def check_edge_routes(config: dict[str, Any], directory: Path) -> None:
+    """Raise EnvoyError unless every route of the POS listener that forwards to the server
+    is a binding envelope.lua's edge knows by its route's name (so that the key check and
+    the binding's body limit run before its body is read: api/edge_limits.py) or the
+    /api/v1/ route whose calls the edge answers 404. A route added by hand that forwards
+    (a reload of an edited envoy.yaml) would otherwise reach the server unchecked. (A
+    gateway folder of a version before the edge, e.g. an older checkout's `gateway/`
+    given to `--gateway-dir` or a benchmark, has no edge to bypass: rendered as it is.)"""
+    listener = _named(config["static_resources"]["listeners"], LISTENER_NAME, "listener")
+    for manager in _connection_managers(listener):
+        lua_files = [
+            http_filter["typed_config"]["default_source_code"]["filename"]
+            for http_filter in manager.get("http_filters", [])
+            if http_filter.get("name") == LUA_FILTER
+        ]
+        if not lua_files:
+            raise EnvoyError(f"{CONFIG_NAME}: listener {LISTENER_NAME!r} has no Lua filter")
+        known = edge_bindings(Path(_beside(directory, lua_files[0])).read_text(encoding="utf-8"))
+        if known is None:
+            continue
+        for host in manager.get("route_config", {}).get("virtual_hosts", []):
+            for route in host.get("routes", []):
+                name = route.get("name")
+                if "route" in route and name != UNKNOWN_API_ROUTE and name not in known:
+                    raise EnvoyError(
+                        f"{CONFIG_NAME}: route {name!r} forwards to the server but is not a "
+                        f"binding {Path(lua_files[0]).name} knows (scripts/gen_edge.py "
+                        "writes the binding routes and the edge's table together)"
+                    )
 
 
 def client_address_header() -> dict[str, Any]:
@@ -874,6 +923,7 @@ def render_config(
             _set_heap_budget(config, max_heap_bytes)
         check_gateway_mark(config)
         check_client_address(config)
+        check_edge_routes(config, directory)
         for holder, key in file_references(config):
             holder[key] = _beside(directory, holder[key])
 
@@ -1114,6 +1164,7 @@ __all__ = [
     "admin_cluster",
     "admin_pipe",
     "check_client_address",
+    "check_edge_routes",
     "check_gateway_mark",
     "client_address_header",
     "edge_limits",
