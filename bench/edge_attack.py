@@ -182,7 +182,14 @@ class Attacker:
 
 
 def start_wrk_attack(
-    name: str, script: str, url: str, *, connections: int, seconds: float, work: Path
+    name: str,
+    script: str,
+    url: str,
+    *,
+    connections: int,
+    seconds: float,
+    work: Path,
+    nice: int,
 ) -> Attacker:
     path = work / f"attack-{abs(hash(name))}.lua"
     path.write_text(WRK_PRELUDE + script + WRK_CHECK + TALLY)
@@ -190,6 +197,9 @@ def start_wrk_attack(
     with output.open("wb") as out:
         process = subprocess.Popen(
             [
+                "nice",
+                "-n",
+                str(nice),
                 ensure_wrk(),
                 "-t1",
                 f"-c{connections}",
@@ -207,11 +217,17 @@ def start_wrk_attack(
 
 
 def start_attackers(
-    url: str, names: list[str], *, connections: int, seconds: float, work: Path
+    url: str, names: list[str], *, connections: int, seconds: float, work: Path, nice: int
 ) -> list[Attacker]:
     return [
         start_wrk_attack(
-            name, ATTACKS[name], url, connections=connections, seconds=seconds, work=work
+            name,
+            ATTACKS[name],
+            url,
+            connections=connections,
+            seconds=seconds,
+            work=work,
+            nice=nice,
         )
         for name in names
     ]
@@ -262,6 +278,13 @@ def main() -> int:
     parser.add_argument("--workers", type=int, default=None)
     parser.add_argument("--fans", type=int, default=1000)
     parser.add_argument(
+        "--attacker-nice",
+        type=int,
+        default=0,
+        help="run the attackers' wrk at this nice level (19: their own CPU does not compete "
+        "with the service's, as an attack from other machines would not; default 0)",
+    )
+    parser.add_argument(
         "--only",
         type=lambda text: text.split(","),
         default=list(ATTACKS),
@@ -272,6 +295,7 @@ def main() -> int:
     if unknown:
         parser.error(f"unknown attacks: {', '.join(unknown)}")
     print(cores_line(), flush=True)
+    print(f"attackers: {args.attackers} connections each, wrk at nice {args.attacker_nice}")
     keyed = {"ping": KEYED_PING, "tx": KEYED_TX.replace("{fans}", str(args.fans))}
     quiet = {op: Latency() for op in keyed}
     attacked = {op: Latency() for op in keyed}
@@ -291,6 +315,7 @@ def main() -> int:
                 connections=args.attackers,
                 seconds=attack_seconds,
                 work=work,
+                nice=args.attacker_nice,
             )
             time.sleep(2)  # the attack gets going
             before = cpu_snapshot(stack)
