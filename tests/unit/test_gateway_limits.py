@@ -1,7 +1,7 @@
 """The gateway's limits on slow requests, HTTP/2 and Envoy's memory (issue 22 §3), as
 gateway/envoy.yaml ships them and as rendering sets the heap budget; and every copy of
-their values in prose (the error catalogue, the settings table, docs/security-gateway-
-limits.md) tied to envoy.yaml.
+their values in prose (the error catalogue, the settings table, docs/security.md) tied to
+envoy.yaml.
 
 (Envoy accepting them: tests/integration/test_gateway_validate.py; the attacks against a
 real Envoy: tests/e2e/test_gateway_limits.py.)
@@ -24,7 +24,7 @@ from loyalty_grpc.runtime.settings import ENVOY_HEAP_MIN_MB, ENVOY_HEAP_SHARE, M
 from tests.gateway_specs import ADMIN_SOCKET, GATEWAY, ROOT, gateway_copy, hcm, routes, spec
 
 MiB = MIB
-DOC = ROOT / "docs" / "security-gateway-limits.md"
+DOC = ROOT / "docs" / "security.md"
 LUA = GATEWAY / "envelope.lua"
 
 
@@ -260,8 +260,15 @@ def test_the_settings_table_names_the_thresholds(config: dict[str, Any]) -> None
     assert f"at least {ENVOY_HEAP_MIN_MB}" in variable.default
 
 
+def doc_section() -> str:
+    """The security page's section on these limits (its "## 3." heading to the next)."""
+    text = DOC.read_text()
+    start = text.index("\n## 3. ")
+    return text[start : text.index("\n## ", start + 1)]
+
+
 def doc_table() -> dict[str, str]:
-    rows = re.findall(r"^\| (`?[\w ]+`?(?: `\w+`)?) \| ([^|]+) \|", DOC.read_text(), re.MULTILINE)
+    rows = re.findall(r"^\| (`?[\w ]+`?(?: `\w+`)?) \| ([^|]+) \|", doc_section(), re.MULTILINE)
     return {name.strip(): value.strip() for name, value in rows if name != "limit"}
 
 

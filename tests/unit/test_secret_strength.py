@@ -155,7 +155,7 @@ def test_weak_keys_are_malformed_for_creation_and_never_echoed(key: str) -> None
 def test_the_docs_state_the_rule_s_own_figures() -> None:
     """The figures written in prose are the module's."""
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    security = (ROOT / "docs" / "security-open-doors.md").read_text(encoding="utf-8")
+    security = (ROOT / "docs" / "security.md").read_text(encoding="utf-8")
     assert f"carry under {MIN_BITS} bits" in readme
     assert f"at least {MIN_LENGTH} characters" in security
     assert f"at least {MIN_BITS} bits" in security

@@ -1,4 +1,4 @@
-"""docs/security-edge-gateway.md quotes api/edge_limits.py: its table of body limits and the
+"""docs/security.md quotes api/edge_limits.py: its table of body limits and the
 sizes it names are the module's."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from pathlib import Path
 from loyalty_grpc.api import edge_limits
 from loyalty_grpc.api.edge_limits import BINDINGS
 
-DOC = Path(__file__).resolve().parents[2] / "docs" / "security-edge-gateway.md"
+DOC = Path(__file__).resolve().parents[2] / "docs" / "security.md"
 
 
 def number(text: str) -> int:

@@ -1,4 +1,4 @@
-"""The numbers that docs/security-values.md and the README state about request values are
+"""The numbers that docs/security.md and the README state about request values are
 the constants of their homes (a copy in prose, tied to its source)."""
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from loyalty_grpc.domain.roster_cursor import CURSOR_LENGTH
 from loyalty_grpc.domain.timestamps import MAX_TEXTO as MAX_TS_TEXTO
 
 ROOT = Path(__file__).resolve().parents[2]
-DOC = (ROOT / "docs" / "security-values.md").read_text(encoding="utf-8")
+DOC = (ROOT / "docs" / "security.md").read_text(encoding="utf-8")
 README = (ROOT / "README.md").read_text(encoding="utf-8")
 
 IN_DOC = [

@@ -8,7 +8,7 @@ gateway/envoy.yaml (the buffer filter's limit of each route) and the EDGE block 
 gateway/envelope.lua (the Content-Length check, the 413 detalle, the table sizes);
 scripts/gen_request_check.py writes each route's parse limits into
 gateway/request_check.lua. The catalogue's `solicitud_muy_grande` entry and
-docs/security-edge-gateway.md quote the figures (tests/unit/test_edge_limits.py ties them).
+docs/security.md quote the figures (tests/unit/test_edge_limits.py ties them).
 
 The arithmetic (`worst_case`): a body carries each field of its request message once (an
 alias is the same field: the server refuses two of a group), at its largest value:

@@ -266,7 +266,7 @@ VARIABLES: tuple[Variable, ...] = (
         f"{ENVOY_HEAP_MIN_MB} to {ENVOY_HEAP_MAX_MB}): from 90 % of it Envoy resets the "
         "HTTP/2 streams holding the most memory, from 95 % it answers new requests 503 "
         "`servicio_no_disponible`, from 98 % it closes new connections (see "
-        "docs/security-gateway-limits.md); a change needs a restart of the gateway",
+        "docs/security.md); a change needs a restart of the gateway",
     ),
     Variable(
         "LOYALTY_PROG",
