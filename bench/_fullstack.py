@@ -498,6 +498,34 @@ end
 """
 
 
+# A wrk epilogue that counts the answers by HTTP status in each thread and sums them in
+# done() (which wrk runs in its main thread): the line "STATUSES {...}" (bench/soak.py,
+# bench/edge_attack.py).
+STATUS_TALLY = """
+statuses = {}
+threads = {}
+local check = response
+function response(status, headers, body)
+  statuses[status] = (statuses[status] or 0) + 1
+  check(status, headers, body)
+end
+local setup_inner = setup
+function setup(thread)
+  setup_inner(thread)
+  table.insert(threads, thread)
+end
+function done(summary, latency, requests)
+  local total = {}
+  for _, t in ipairs(threads) do
+    for status, n in pairs(t:get("statuses")) do total[status] = (total[status] or 0) + n end
+  end
+  local parts = {}
+  for status, n in pairs(total) do table.insert(parts, '"' .. status .. '":' .. n) end
+  io.write("STATUSES {" .. table.concat(parts, ",") .. "}\\n")
+end
+"""
+
+
 def run_wrk(
     url: str, script: str, *, clients: int, seconds: float, work: Path, epilogue: str = ""
 ) -> WrkResult:

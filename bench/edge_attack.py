@@ -52,6 +52,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from _fullstack import (
     KEY,
+    STATUS_TALLY,
     WRK_CHECK,
     WRK_PRELUDE,
     cores_line,
@@ -61,31 +62,6 @@ from _fullstack import (
     full_stack,
     run_wrk,
 )
-
-# Counts per status in each thread, summed by done() (as bench/soak.py).
-TALLY = """
-statuses = {}
-threads = {}
-local check = response
-function response(status, headers, body)
-  statuses[status] = (statuses[status] or 0) + 1
-  check(status, headers, body)
-end
-local setup_inner = setup
-function setup(thread)
-  setup_inner(thread)
-  table.insert(threads, thread)
-end
-function done(summary, latency, requests)
-  local total = {}
-  for _, t in ipairs(threads) do
-    for status, n in pairs(t:get("statuses")) do total[status] = (total[status] or 0) + n end
-  end
-  local parts = {}
-  for status, n in pairs(total) do table.insert(parts, '"' .. status .. '":' .. n) end
-  io.write("STATUSES {" .. table.concat(parts, ",") .. "}\\n")
-end
-"""
 
 RANDOM_KEY = """
 local alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789"
@@ -192,7 +168,7 @@ def start_wrk_attack(
     nice: int,
 ) -> Attacker:
     path = work / f"attack-{abs(hash(name))}.lua"
-    path.write_text(WRK_PRELUDE + script + WRK_CHECK + TALLY)
+    path.write_text(WRK_PRELUDE + script + WRK_CHECK + STATUS_TALLY)
     output = work / f"attack-{abs(hash(name))}.out"
     with output.open("wb") as out:
         process = subprocess.Popen(

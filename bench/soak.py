@@ -21,7 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from _fullstack import cores_line, full_stack, run_wrk
+from _fullstack import STATUS_TALLY, cores_line, full_stack, run_wrk
 
 MIXED = """
 local forms = {
@@ -31,7 +31,6 @@ local forms = {
   function(g) return string.format("R%08d", g) end,
   function(g) return "qr-" .. g end,
 }
-statuses = {}
 function request()
   counter = counter + 1
   local pick = math.random(1, 10)
@@ -47,32 +46,7 @@ function request()
   end
   return wrk.format("POST", "/api/v1/ping", {["Authorization"] = "Bearer " .. key()}, "")
 end
-threads = {}
 """
-
-# Counts per status in each thread, summed by done() (wrk runs it in its main thread).
-TALLY = """
-local check = response
-function response(status, headers, body)
-  statuses[status] = (statuses[status] or 0) + 1
-  check(status, headers, body)
-end
-local setup_inner = setup
-function setup(thread)
-  setup_inner(thread)
-  table.insert(threads, thread)
-end
-function done(summary, latency, requests)
-  local total = {}
-  for _, t in ipairs(threads) do
-    for status, n in pairs(t:get("statuses")) do total[status] = (total[status] or 0) + n end
-  end
-  local parts = {}
-  for status, n in pairs(total) do table.insert(parts, '"' .. status .. '":' .. n) end
-  io.write("STATUSES {" .. table.concat(parts, ",") .. "}\\n")
-end
-"""
-
 
 # Envoy's counters of the cluster that explain a 503 (resets, retries, overflows).
 UPSTREAM_STATS = (
@@ -116,7 +90,7 @@ def run(args: argparse.Namespace) -> int:
             clients=args.clients,
             seconds=args.seconds,
             work=stack.work,
-            epilogue=TALLY,
+            epilogue=STATUS_TALLY,
         )
         print(
             f"{args.seconds:.0f} s, {args.clients} clients: {result.requests} calls, "

@@ -19,23 +19,17 @@ import socket
 import threading
 import time
 from collections.abc import Iterator
-from concurrent import futures
 from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
 import httpx
 import pytest
-from google.protobuf import any_pb2
-from google.rpc import error_details_pb2, status_pb2
-from grpc_status import rpc_status
 
 from loyalty_grpc.api import edge_limits
 from loyalty_grpc.api.edge_limits import BINDINGS, FLOOR, MAX_DEPTH, MAX_MEMBERS
 from loyalty_grpc.api.gateway_protocol import (
     ADDRESS_BLOCKED_KEY,
-    ENVELOPE_KEY,
-    HTTP_STATUS_KEY,
 )
 from loyalty_grpc.domain import keys
 from loyalty_grpc.domain.codes import MAX_CODES_PER_CALL, too_many_codes
@@ -44,8 +38,8 @@ from loyalty_grpc.domain.redeem import MAX_CODIGOS
 from loyalty_grpc.gen.loyalty.v1 import pos_service_pb2 as pb
 from loyalty_grpc.gen.loyalty.v1 import pos_service_pb2_grpc as pb_grpc
 from loyalty_grpc.runtime.gateway.envoy import EnvoyProcess
+from tests.e2e.fake_server import grpc_server, server_error, start_gateway
 from tests.e2e.support import TIMEOUT, h2c_stream
-from tests.support import free_port
 
 GATEWAY = Path(__file__).resolve().parents[2] / "gateway"
 KEY = "lp_prueba_" + "K" * 32
@@ -63,43 +57,6 @@ def random_key() -> str:
 
 
 # ---------------------------------------------------------------- the recording server
-
-
-def envelope_text(codigo: CodigoError, detalle: str) -> str:
-    entrada = CATALOGO[codigo]
-    body = {"ok": False, "error": {"codigo": codigo.value, "mensaje": entrada.mensaje}}
-    body["error"]["detalle"] = detalle  # type: ignore[index]
-    return json.dumps(body, ensure_ascii=True, separators=(",", ":"))
-
-
-@dataclass(frozen=True)
-class _Status(grpc.Status):
-    code: grpc.StatusCode
-    details: str
-    trailing_metadata: tuple[tuple[str, str | bytes], ...]
-
-
-def server_error(
-    codigo: CodigoError, detalle: str, extra: tuple[tuple[str, str], ...] = ()
-) -> grpc.Status:
-    """What the real server sends a gateway-marked call (api/failures.py)."""
-    entrada = CATALOGO[codigo]
-    code: grpc.StatusCode = getattr(grpc.StatusCode, entrada.grpc)
-    detail = any_pb2.Any()
-    detail.Pack(error_details_pb2.ErrorInfo(reason=codigo.value, domain="loyalty.v1"))
-    status = rpc_status.to_status(
-        status_pb2.Status(code=code.value[0], message=detalle, details=[detail])
-    )
-    return _Status(
-        code=status.code,
-        details=status.details,
-        trailing_metadata=(
-            *status.trailing_metadata,
-            (HTTP_STATUS_KEY, str(entrada.http)),
-            (ENVELOPE_KEY, envelope_text(codigo, detalle)),
-            *extra,
-        ),
-    )
 
 
 BLOCKED_DETALLE = "demasiadas claves no válidas desde esta dirección; espere"
@@ -182,22 +139,10 @@ def recorder() -> Recorder:
 
 @pytest.fixture(scope="module")
 def grpc_port(recorder: Recorder) -> Iterator[int]:
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
-    pb_grpc.add_PosServiceServicer_to_server(recorder, server)
-    port = server.add_insecure_port("127.0.0.1:0")
-    server.start()
-    yield port
-    server.stop(grace=None)
-
-
-def start_gateway(grpc_port: int, work: Path, gateway_dir: Path = GATEWAY) -> EnvoyProcess:
-    return EnvoyProcess.start(
-        http_port=free_port(),
-        upstreams=(f"127.0.0.1:{grpc_port}",),
-        listen_host="127.0.0.1",
-        work_dir=work,
-        gateway_dir=gateway_dir,
-    )
+    with grpc_server(
+        lambda server: pb_grpc.add_PosServiceServicer_to_server(recorder, server)
+    ) as port:
+        yield port
 
 
 @pytest.fixture(scope="module")

@@ -12,19 +12,13 @@ from __future__ import annotations
 
 import http.client
 import json
-import socket
 import threading
 from collections.abc import Iterator
-from concurrent import futures
-from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
 import httpx
 import pytest
-from google.protobuf import any_pb2
-from google.rpc import error_details_pb2, status_pb2
-from grpc_status import rpc_status
 
 from loyalty_grpc.domain.errors import CATALOGO, CodigoError
 from loyalty_grpc.gen.loyalty.v1 import (
@@ -34,6 +28,8 @@ from loyalty_grpc.gen.loyalty.v1 import (
     pos_service_pb2_grpc,
 )
 from loyalty_grpc.runtime.gateway.envoy import EnvoyProcess
+from tests.e2e.fake_server import envelope_text, grpc_server, server_error, start_gateway
+from tests.support import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 INTERNAL_DETAILS = "Traceback: psycopg.OperationalError at 10.0.0.7"
@@ -43,40 +39,7 @@ KEY_HEADER = {"authorization": "Bearer lp_prueba_" + "K" * 32}
 
 
 def envelope_bytes(codigo: CodigoError, detalle: str) -> bytes:
-    """The envelope exactly as the server (and envelope.lua) write it."""
-    body = {
-        "ok": False,
-        "error": {"codigo": codigo.value, "mensaje": CATALOGO[codigo].mensaje, "detalle": detalle},
-    }
-    return json.dumps(body, ensure_ascii=True, separators=(",", ":")).encode()
-
-
-@dataclass(frozen=True)
-class _Status(grpc.Status):
-    code: grpc.StatusCode
-    details: str
-    trailing_metadata: tuple[tuple[str, str | bytes], ...]
-
-
-def server_error(codigo: CodigoError, detalle: str) -> grpc.Status:
-    """What the real server's interceptor sends: real gRPC status + ErrorInfo, and the
-    HTTP status and envelope for envelope.lua."""
-    entrada = CATALOGO[codigo]
-    code: grpc.StatusCode = getattr(grpc.StatusCode, entrada.grpc)
-    detail = any_pb2.Any()
-    detail.Pack(error_details_pb2.ErrorInfo(reason=codigo.value, domain="loyalty.v1"))
-    status = rpc_status.to_status(
-        status_pb2.Status(code=code.value[0], message=detalle, details=[detail])
-    )
-    return _Status(
-        code=status.code,
-        details=status.details,
-        trailing_metadata=(
-            *status.trailing_metadata,
-            ("x-http-status", str(entrada.http)),
-            ("x-envelope", envelope_bytes(codigo, detalle).decode()),
-        ),
-    )
+    return envelope_text(codigo, detalle).encode()
 
 
 class Calls:
@@ -141,12 +104,6 @@ class Backoffice(backoffice_service_pb2_grpc.BackofficeServiceServicer):
         return backoffice_service_pb2.ListProgramsResponse()
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
 def calls() -> Calls:
     return Calls()
@@ -154,27 +111,22 @@ def calls() -> Calls:
 
 @pytest.fixture(scope="module")
 def grpc_port(calls: Calls) -> Iterator[int]:
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
     # The methods left out answer UNIMPLEMENTED (grpcio's default), like a server without
     # the error interceptor would.
     pos = Pos(calls)  # type: ignore[abstract]
     backoffice = Backoffice(calls)  # type: ignore[abstract]
-    pos_service_pb2_grpc.add_PosServiceServicer_to_server(pos, server)
-    backoffice_service_pb2_grpc.add_BackofficeServiceServicer_to_server(backoffice, server)
-    port = server.add_insecure_port("127.0.0.1:0")
-    server.start()
-    yield port
-    server.stop(grace=None)
+    with grpc_server(
+        lambda server: pos_service_pb2_grpc.add_PosServiceServicer_to_server(pos, server),
+        lambda server: backoffice_service_pb2_grpc.add_BackofficeServiceServicer_to_server(
+            backoffice, server
+        ),
+    ) as port:
+        yield port
 
 
 @pytest.fixture(scope="module")
 def gateway(grpc_port: int, tmp_path_factory: pytest.TempPathFactory) -> Iterator[EnvoyProcess]:
-    proxy = EnvoyProcess.start(
-        http_port=free_port(),
-        upstreams=(f"127.0.0.1:{grpc_port}",),
-        listen_host="127.0.0.1",
-        work_dir=tmp_path_factory.mktemp("envoy"),
-    )
+    proxy = start_gateway(grpc_port, tmp_path_factory.mktemp("envoy"))
     yield proxy
     proxy.stop()
 
@@ -182,12 +134,7 @@ def gateway(grpc_port: int, tmp_path_factory: pytest.TempPathFactory) -> Iterato
 @pytest.fixture(scope="module")
 def gateway_without_upstream(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EnvoyProcess]:
     """Envoy pointed at a port where nothing listens."""
-    proxy = EnvoyProcess.start(
-        http_port=free_port(),
-        upstreams=(f"127.0.0.1:{free_port()}",),
-        listen_host="127.0.0.1",
-        work_dir=tmp_path_factory.mktemp("envoy-down"),
-    )
+    proxy = start_gateway(free_port(), tmp_path_factory.mktemp("envoy-down"))
     yield proxy
     proxy.stop()
 

@@ -17,11 +17,9 @@ import random
 import shutil
 import threading
 from collections.abc import Iterator
-from concurrent import futures
 from pathlib import Path
 from typing import Any
 
-import grpc
 import httpx
 import pytest
 import yaml
@@ -35,7 +33,7 @@ from loyalty_grpc.domain.errors import CATALOGO, CodigoError
 from loyalty_grpc.gen.loyalty.v1 import pos_service_pb2 as pb
 from loyalty_grpc.gen.loyalty.v1 import pos_service_pb2_grpc as pb_grpc
 from loyalty_grpc.runtime.gateway.envoy import EnvoyProcess
-from tests.support import free_port
+from tests.e2e.fake_server import grpc_server, start_gateway
 
 ROOT = Path(__file__).resolve().parents[2]
 GATEWAY = ROOT / "gateway"
@@ -104,22 +102,10 @@ def recorder() -> Recorder:
 
 @pytest.fixture(scope="module")
 def grpc_port(recorder: Recorder) -> Iterator[int]:
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
-    pb_grpc.add_PosServiceServicer_to_server(recorder, server)
-    port = server.add_insecure_port("127.0.0.1:0")
-    server.start()
-    yield port
-    server.stop(grace=None)
-
-
-def start_gateway(grpc_port: int, work: Path, gateway_dir: Path = GATEWAY) -> EnvoyProcess:
-    return EnvoyProcess.start(
-        http_port=free_port(),
-        upstreams=(f"127.0.0.1:{grpc_port}",),
-        listen_host="127.0.0.1",
-        work_dir=work,
-        gateway_dir=gateway_dir,
-    )
+    with grpc_server(
+        lambda server: pb_grpc.add_PosServiceServicer_to_server(recorder, server)
+    ) as port:
+        yield port
 
 
 @pytest.fixture(scope="module")

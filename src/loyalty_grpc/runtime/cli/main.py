@@ -93,25 +93,10 @@ def _gateway(args: argparse.Namespace, settings: Settings) -> int:
             settings.log_format_for(_command_name(args)),
             upstreams=settings.gateway_upstreams,
         )
-    from loyalty_grpc.runtime.gateway.envoy import gateway_spec, run_gateway
+    from loyalty_grpc.runtime.gateway.envoy import run_gateway, spec_from_settings
 
-    tls = _tls(settings)
-    spec = gateway_spec(
-        http_port=settings.http_port,
-        upstreams=settings.upstreams,
-        gateway_dir=args.gateway_dir,
-        listen_host=settings.gateway_listen_host(tls=tls is not None),
-        tls=tls,
-        redirect_port=settings.http_redirect_port,
-        upstream_tls=settings.grpc_tls(),
-        trusted_proxies=settings.trusted_proxies,
-        max_heap_bytes=settings.envoy_heap_bytes,
-        plain_http_beyond_loopback=settings.plain_http_beyond_loopback,
-        metrics_port=settings.envoy_metrics_port,
-        metrics_host=settings.envoy_metrics_host,
-        public_host=settings.public_host,
-        hsts_max_age=settings.hsts_max_age,
-        hsts_include_subdomains=settings.hsts_include_subdomains,
+    spec = spec_from_settings(
+        settings, upstreams=settings.upstreams, tls=_tls(settings), gateway_dir=args.gateway_dir
     )
     return run_gateway(spec, work_dir=work_dir, log_format=settings.log_format_for(GATEWAY_RUN))
 

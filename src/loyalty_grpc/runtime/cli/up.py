@@ -30,7 +30,7 @@ def _up_admin_token(settings: Settings) -> str:
 def up(settings: Settings, *, demo: bool) -> int:
     # Checked before anything starts (a wrong value: exit 2, nothing created).
     tls_files = settings.tls_files()
-    http_host = settings.gateway_listen_host(tls=tls_files is not None)
+    settings.gateway_listen_host(tls=tls_files is not None)
     stop = stop_event()
     data_dir = settings.data_dir
     data_dir.mkdir(parents=True, exist_ok=True)
@@ -41,23 +41,13 @@ def up(settings: Settings, *, demo: bool) -> int:
         demo_banner = demo_lines(load_demo(db.url)) if demo else []
         server = server_settings(settings, database_url=db.url, admin_token=admin_token)
         with serving(settings, server, command=UP) as supervisor:
-            proxy = envoy.EnvoyProcess.start(
-                http_port=settings.http_port,
-                listen_host=http_host,
-                plain_http_beyond_loopback=settings.plain_http_beyond_loopback,
-                metrics_port=settings.envoy_metrics_port,
-                metrics_host=settings.envoy_metrics_host,
-                public_host=settings.public_host,
-                hsts_max_age=settings.hsts_max_age,
-                hsts_include_subdomains=settings.hsts_include_subdomains,
-                log_format=settings.log_format_for(UP),
+            spec = envoy.spec_from_settings(
+                settings,
                 upstreams=(join_target(connect_host(server.host), supervisor.pool.port),),
-                work_dir=data_dir / "envoy",
                 tls=TlsFiles(*tls_files) if tls_files is not None else None,
-                redirect_port=settings.http_redirect_port,
-                upstream_tls=settings.grpc_tls(),
-                trusted_proxies=settings.trusted_proxies,
-                max_heap_bytes=settings.envoy_heap_bytes,
+            )
+            proxy = envoy.EnvoyProcess.start_spec(
+                spec, work_dir=data_dir / "envoy", log_format=settings.log_format_for(UP)
             )
             try:
                 supervisor.add(

@@ -634,19 +634,38 @@ def redirect_listener(address: str, port: int, https_port: int, public_host: str
             "response_headers_to_add": json_header,
         }
     )
+    return _router_only_listener(
+        REDIRECT_LISTENER_NAME, address, port, routes, route_table="plain_http_redirect"
+    )
+
+
+def _router_only_listener(
+    name: str,
+    address: str,
+    port: int,
+    routes: list[dict[str, Any]],
+    *,
+    route_table: str,
+    **manager_options: object,
+) -> dict[str, Any]:
+    """A plain-HTTP listener `name` whose only filter is the router, over `routes`: the
+    gateway's side listeners (redirect, metrics). It carries the gateway mark and the
+    client address like every HTTP listener (check_gateway_mark, check_client_address),
+    from the TCP peer; `manager_options` are more options of its connection manager."""
     manager = {
         "@type": "type.googleapis.com/envoy.extensions.filters.network."
         "http_connection_manager.v3.HttpConnectionManager",
-        "stat_prefix": REDIRECT_LISTENER_NAME,
+        "stat_prefix": name,
         "codec_type": "AUTO",
         "normalize_path": True,
         "merge_slashes": True,
+        **manager_options,
         "server_header_transformation": "PASS_THROUGH",
         "use_remote_address": True,
         "route_config": {
-            "name": "plain_http_redirect",
+            "name": route_table,
             "request_headers_to_add": [gateway_mark(), client_address_header()],
-            "virtual_hosts": [{"name": "redirect", "domains": ["*"], "routes": routes}],
+            "virtual_hosts": [{"name": route_table, "domains": ["*"], "routes": routes}],
         },
         "http_filters": [
             {
@@ -659,19 +678,10 @@ def redirect_listener(address: str, port: int, https_port: int, public_host: str
         ],
     }
     return {
-        "name": REDIRECT_LISTENER_NAME,
+        "name": name,
         "address": {"socket_address": {"address": address, "port_value": port}},
         "enable_reuse_port": False,
-        "filter_chains": [
-            {
-                "filters": [
-                    {
-                        "name": "envoy.filters.network.http_connection_manager",
-                        "typed_config": manager,
-                    }
-                ]
-            }
-        ],
+        "filter_chains": [{"filters": [{"name": HCM_FILTER, "typed_config": manager}]}],
     }
 
 
@@ -739,46 +749,14 @@ def metrics_listener(address: str, port: int) -> dict[str, Any]:
         for path in METRICS_PATHS
     ]
     routes.append({"match": {"prefix": "/"}, "direct_response": {"status": 404}})
-    manager = {
-        "@type": "type.googleapis.com/envoy.extensions.filters.network."
-        "http_connection_manager.v3.HttpConnectionManager",
-        "stat_prefix": METRICS_LISTENER_NAME,
-        "codec_type": "AUTO",
-        "normalize_path": True,
-        "merge_slashes": True,
-        "path_with_escaped_slashes_action": "REJECT_REQUEST",
-        "server_header_transformation": "PASS_THROUGH",
-        "use_remote_address": True,
-        "route_config": {
-            "name": "envoy_metrics",
-            "request_headers_to_add": [gateway_mark(), client_address_header()],
-            "virtual_hosts": [{"name": "metrics", "domains": ["*"], "routes": routes}],
-        },
-        "http_filters": [
-            {
-                "name": "envoy.filters.http.router",
-                "typed_config": {
-                    "@type": "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router",
-                    "suppress_envoy_headers": True,
-                },
-            }
-        ],
-    }
-    return {
-        "name": METRICS_LISTENER_NAME,
-        "address": {"socket_address": {"address": address, "port_value": port}},
-        "enable_reuse_port": False,
-        "filter_chains": [
-            {
-                "filters": [
-                    {
-                        "name": "envoy.filters.network.http_connection_manager",
-                        "typed_config": manager,
-                    }
-                ]
-            }
-        ],
-    }
+    return _router_only_listener(
+        METRICS_LISTENER_NAME,
+        address,
+        port,
+        routes,
+        route_table="envoy_metrics",
+        path_with_escaped_slashes_action="REJECT_REQUEST",
+    )
 
 
 def _beside(directory: Path, configured: str) -> str:

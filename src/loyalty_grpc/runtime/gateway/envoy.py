@@ -39,7 +39,7 @@ from loyalty_grpc.runtime.logs import LogFormat
 from loyalty_grpc.runtime.process.parent_death import die_with_parent
 from loyalty_grpc.runtime.process.process_file import ProcessFile
 from loyalty_grpc.runtime.process.supervision import Child, StartFailed, supervise
-from loyalty_grpc.runtime.settings import DEFAULT_HSTS_MAX_AGE, GrpcTls, connect_host
+from loyalty_grpc.runtime.settings import DEFAULT_HSTS_MAX_AGE, GrpcTls, Settings, connect_host
 
 log = logging.getLogger(__name__)
 
@@ -147,8 +147,6 @@ class EnvoyProcess:
         Envoy's output goes to `work_dir/envoy.log`, else to our stderr.
         `max_heap_bytes`: Envoy's heap budget (None: the gateway folder's envoy.yaml's).
         """
-        if http_port <= 0:
-            raise ValueError("http_port must be a real port (Envoy would pick one we never learn)")
         spec = gateway_spec(
             http_port=http_port,
             upstreams=upstreams,
@@ -166,17 +164,42 @@ class EnvoyProcess:
             hsts_max_age=hsts_max_age,
             hsts_include_subdomains=hsts_include_subdomains,
         )
+        return cls.start_spec(
+            spec,
+            work_dir=work_dir,
+            concurrency=concurrency,
+            log_level=log_level,
+            log_format=log_format,
+            log_to_file=log_to_file,
+            startup_timeout=startup_timeout,
+        )
+
+    @classmethod
+    def start_spec(
+        cls,
+        spec: GatewaySpec,
+        *,
+        work_dir: Path,
+        concurrency: int = 1,
+        log_level: str = "warning",
+        log_format: LogFormat = "text",
+        log_to_file: bool = True,
+        startup_timeout: float = STARTUP_TIMEOUT,
+    ) -> Self:
+        """Install `spec` into `work_dir` (see `install`) and start Envoy on it."""
+        if spec.http_port <= 0:
+            raise ValueError("http_port must be a real port (Envoy would pick one we never learn)")
         work = install(spec, work_dir)
         proxy = cls(
             work=work,
-            http_port=http_port,
+            http_port=spec.http_port,
             listen_host=listen_host_of(work.static),
             concurrency=concurrency,
             log_level=log_level,
             log_format=log_format,
             log_to_file=log_to_file,
             startup_timeout=startup_timeout,
-            tls=tls is not None,
+            tls=spec.tls is not None,
         )
         proxy.launch()
         return proxy
@@ -408,6 +431,36 @@ def gateway_spec(
     ).with_upstream_tls(upstream_tls)
 
 
+def spec_from_settings(
+    settings: Settings,
+    *,
+    upstreams: tuple[str, ...],
+    tls: TlsFiles | None,
+    gateway_dir: Path | None = None,
+) -> GatewaySpec:
+    """The gateway `up` and `gateway run` serve, from the operator's settings: the one place
+    every gateway setting reaches the spec (`upstreams`: the servers to forward to; `tls`:
+    the checked files of `Settings.tls_files`). Raises ConfigError (plain HTTP beyond
+    loopback without LOYALTY_PLAIN_HTTP_BEYOND_LOOPBACK...)."""
+    return gateway_spec(
+        http_port=settings.http_port,
+        upstreams=upstreams,
+        gateway_dir=gateway_dir,
+        listen_host=settings.gateway_listen_host(tls=tls is not None),
+        tls=tls,
+        redirect_port=settings.http_redirect_port,
+        upstream_tls=settings.grpc_tls(),
+        trusted_proxies=settings.trusted_proxies,
+        max_heap_bytes=settings.envoy_heap_bytes,
+        plain_http_beyond_loopback=settings.plain_http_beyond_loopback,
+        metrics_port=settings.envoy_metrics_port,
+        metrics_host=settings.envoy_metrics_host,
+        public_host=settings.public_host,
+        hsts_max_age=settings.hsts_max_age,
+        hsts_include_subdomains=settings.hsts_include_subdomains,
+    )
+
+
 def supervised(
     proxy: EnvoyProcess,
     *,
@@ -507,5 +560,6 @@ __all__ = [
     "log_tail",
     "metrics_url",
     "run_gateway",
+    "spec_from_settings",
     "supervised",
 ]
