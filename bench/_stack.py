@@ -83,7 +83,7 @@ def running_stack(work: Path, promos: list[str]) -> Iterator[Stack]:
     `promos`), the gRPC server with its default settings, Envoy (`--concurrency 1`, as
     `loyalty up` runs it) in front; all on loopback, all stopped on exit."""
     from loyalty_grpc.api.server import ServerSettings, build_server
-    from loyalty_grpc.runtime.gateway.envoy import EnvoyProcess
+    from loyalty_grpc.runtime.gateway.envoy import EnvoyProcess, gateway_spec
     from loyalty_grpc.runtime.postgres import start_embedded
     from loyalty_grpc.services.backoffice.fixtures import apply_fixture
     from loyalty_grpc.store.db import make_engine
@@ -110,11 +110,13 @@ def running_stack(work: Path, promos: list[str]) -> Iterator[Stack]:
         )
         server.start()
         cleanup.callback(server.stop)
-        proxy = EnvoyProcess.start(
-            http_port=free_port(),
-            upstreams=(f"127.0.0.1:{server.port}",),
+        proxy = EnvoyProcess.start_spec(
+            gateway_spec(
+                http_port=free_port(),
+                upstreams=(f"127.0.0.1:{server.port}",),
+                listen_host="127.0.0.1",
+            ),
             work_dir=work / "envoy",
-            listen_host="127.0.0.1",
             startup_timeout=STARTUP_TIMEOUT,
         )
         cleanup.callback(proxy.stop)

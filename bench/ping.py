@@ -505,7 +505,7 @@ def running_stack(work: Path, *, server_process: bool) -> Iterator[Stack]:
     settings but the call limit raised (RATE_LIMIT), Envoy in front; all on loopback, all
     stopped on exit."""
     from loyalty_grpc.api.server import ServerSettings, build_server
-    from loyalty_grpc.runtime.gateway.envoy import EnvoyProcess
+    from loyalty_grpc.runtime.gateway.envoy import EnvoyProcess, gateway_spec
     from loyalty_grpc.runtime.postgres import start_embedded
     from loyalty_grpc.services.backoffice.fixtures import apply_fixture
     from loyalty_grpc.store.db import make_engine
@@ -540,11 +540,13 @@ def running_stack(work: Path, *, server_process: bool) -> Iterator[Stack]:
             server = grpc_server
             where = "in the benchmark process"
         cleanup.callback(server.stop)
-        proxy = EnvoyProcess.start(
-            http_port=free_port(),
-            upstreams=(f"127.0.0.1:{server.port}",),
+        proxy = EnvoyProcess.start_spec(
+            gateway_spec(
+                http_port=free_port(),
+                upstreams=(f"127.0.0.1:{server.port}",),
+                listen_host="127.0.0.1",
+            ),
             work_dir=work / "envoy",
-            listen_host="127.0.0.1",
         )
         cleanup.callback(proxy.stop)
         yield Stack(

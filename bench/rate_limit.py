@@ -67,7 +67,7 @@ def server_and_envoy(
 ) -> Iterator[tuple[int, int]]:
     """(gRPC port, HTTP port) of a server with `limit` and Envoy in front of it."""
     from loyalty_grpc.api.server import ServerSettings, build_server
-    from loyalty_grpc.runtime.gateway.envoy import EnvoyProcess
+    from loyalty_grpc.runtime.gateway.envoy import EnvoyProcess, gateway_spec
 
     server = build_server(
         ServerSettings(
@@ -81,8 +81,9 @@ def server_and_envoy(
     server.start()
     try:
         http_port = free_port()
-        proxy = EnvoyProcess.start(
-            http_port=http_port, upstreams=(f"127.0.0.1:{server.port}",), work_dir=work
+        proxy = EnvoyProcess.start_spec(
+            gateway_spec(http_port=http_port, upstreams=(f"127.0.0.1:{server.port}",)),
+            work_dir=work,
         )
         try:
             yield server.port, http_port

@@ -38,7 +38,7 @@ from _fullstack import cores_line, cpu_ns, free_port, run_wrk
 
 from loyalty_grpc.gen.loyalty.v1 import pos_service_pb2 as pb
 from loyalty_grpc.gen.loyalty.v1 import pos_service_pb2_grpc as pb_grpc
-from loyalty_grpc.runtime.gateway.envoy import EnvoyProcess
+from loyalty_grpc.runtime.gateway.envoy import EnvoyProcess, gateway_spec
 
 GATEWAY = Path(__file__).resolve().parents[1] / "gateway"
 
@@ -179,12 +179,14 @@ def main() -> int:
         if args.against is not None:
             variants["against"] = args.against.resolve()
         proxies = {
-            name: EnvoyProcess.start(
-                http_port=free_port(),
-                upstreams=(f"127.0.0.1:{port}",),
-                listen_host="127.0.0.1",
+            name: EnvoyProcess.start_spec(
+                gateway_spec(
+                    http_port=free_port(),
+                    upstreams=(f"127.0.0.1:{port}",),
+                    listen_host="127.0.0.1",
+                    gateway_dir=directory,
+                ),
                 work_dir=work / name.replace(" ", "-"),
-                gateway_dir=directory,
             )
             for name, directory in variants.items()
         }

@@ -49,7 +49,7 @@ from sqlalchemy import Engine, Select, text
 
 from loyalty_grpc.api.server import ServerSettings, build_server
 from loyalty_grpc.domain.roster_cursor import Fase, decode_cursor
-from loyalty_grpc.runtime.gateway.envoy import EnvoyProcess
+from loyalty_grpc.runtime.gateway.envoy import EnvoyProcess, gateway_spec
 from loyalty_grpc.runtime.postgres import start_embedded
 from loyalty_grpc.services.backoffice.fixtures import apply_fixture
 from loyalty_grpc.services.pos.roster import changes_query, read_roster, snapshot_query
@@ -282,11 +282,13 @@ def stack(work: Path, fans: int) -> Iterator[tuple[Engine, str, str, tuple[int, 
         )
         server.start()
         cleanup.callback(server.stop)
-        proxy = EnvoyProcess.start(
-            http_port=_free_port(),
-            upstreams=(f"127.0.0.1:{server.port}",),
+        proxy = EnvoyProcess.start_spec(
+            gateway_spec(
+                http_port=_free_port(),
+                upstreams=(f"127.0.0.1:{server.port}",),
+                listen_host="127.0.0.1",
+            ),
             work_dir=work / "envoy",
-            listen_host="127.0.0.1",
         )
         cleanup.callback(proxy.stop)
         yield engine, proxy.url, key, span

@@ -138,15 +138,15 @@ def measure(
     workers: int,
     wrk: str | None,
 ) -> Result:
-    from loyalty_grpc.runtime.gateway.envoy import EnvoyProcess
+    from loyalty_grpc.runtime.gateway.envoy import EnvoyProcess, gateway_spec
 
     with (
         serve_workers(database_url, workers, work) as port,
-        EnvoyProcess.start(
-            http_port=free_port(),
-            upstreams=(f"127.0.0.1:{port}",),
+        EnvoyProcess.start_spec(
+            gateway_spec(
+                http_port=free_port(), upstreams=(f"127.0.0.1:{port}",), listen_host="127.0.0.1"
+            ),
             work_dir=work / f"envoy-{workers}",
-            listen_host="127.0.0.1",
         ) as proxy,
     ):
         label = f"{workers} worker{'s' if workers > 1 else ''}"

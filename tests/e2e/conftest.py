@@ -14,7 +14,7 @@ import pytest
 
 from loyalty_grpc.api.server import GrpcServer, ServerSettings, build_server
 from loyalty_grpc.gen.loyalty.v1 import backoffice_service_pb2_grpc as bo_grpc
-from loyalty_grpc.runtime.gateway.envoy import EnvoyProcess
+from loyalty_grpc.runtime.gateway.envoy import EnvoyProcess, gateway_spec
 from loyalty_grpc.services.backoffice.fixtures import apply_fixture
 from loyalty_grpc.store.db import make_engine
 from loyalty_grpc.store.migrate import upgrade
@@ -91,9 +91,8 @@ def stack(
     sender = WalletSender(engine, LocalProvider(engine), interval=0.2)
     sender.start()
     http_port = free_port()
-    proxy = EnvoyProcess.start(
-        http_port=http_port,
-        upstreams=(f"127.0.0.1:{server.port}",),
+    proxy = EnvoyProcess.start_spec(
+        gateway_spec(http_port=http_port, upstreams=(f"127.0.0.1:{server.port}",)),
         work_dir=Path(tmp_path_factory.mktemp("envoy")),
     )
     channel = grpc.insecure_channel(f"127.0.0.1:{server.port}")

@@ -20,7 +20,7 @@ from grpc_status import rpc_status
 
 from loyalty_grpc.api.gateway_protocol import ENVELOPE_KEY, HTTP_STATUS_KEY
 from loyalty_grpc.domain.errors import CATALOGO, CodigoError
-from loyalty_grpc.runtime.gateway.envoy import EnvoyProcess
+from loyalty_grpc.runtime.gateway.envoy import EnvoyProcess, gateway_spec
 from tests.support import free_port
 
 
@@ -82,12 +82,14 @@ def grpc_server(*add: Callable[[grpc.Server], None]) -> Iterator[int]:
 def start_gateway(upstream_port: int, work: Path, gateway_dir: Path | None = None) -> EnvoyProcess:
     """`loyalty gateway run`'s Envoy on a free loopback port, forwarding to
     127.0.0.1:`upstream_port` (default: the repository's gateway folder)."""
-    return EnvoyProcess.start(
-        http_port=free_port(),
-        upstreams=(f"127.0.0.1:{upstream_port}",),
-        listen_host="127.0.0.1",
+    return EnvoyProcess.start_spec(
+        gateway_spec(
+            http_port=free_port(),
+            upstreams=(f"127.0.0.1:{upstream_port}",),
+            listen_host="127.0.0.1",
+            gateway_dir=gateway_dir,
+        ),
         work_dir=work,
-        gateway_dir=gateway_dir,
     )
 
 

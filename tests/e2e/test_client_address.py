@@ -34,7 +34,7 @@ from loyalty_grpc.api.gateway_protocol import ADDRESS_BLOCKED_KEY, CLIENT_ADDRES
 from loyalty_grpc.api.server import ServerSettings, build_server
 from loyalty_grpc.domain.errors import CodigoError
 from loyalty_grpc.gen.loyalty.v1 import pos_service_pb2, pos_service_pb2_grpc
-from loyalty_grpc.runtime.gateway.envoy import EnvoyProcess
+from loyalty_grpc.runtime.gateway.envoy import EnvoyProcess, gateway_spec
 from loyalty_grpc.services.backoffice.fixtures import apply_fixture
 from loyalty_grpc.store.db import make_engine
 from loyalty_grpc.store.migrate import upgrade
@@ -102,12 +102,14 @@ def recorded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Recorded]:
     started: list[EnvoyProcess] = []
 
     def start_envoy(trusted_proxies: tuple[str, ...]) -> EnvoyProcess:
-        proxy = EnvoyProcess.start(
-            http_port=free_port(),
-            upstreams=(f"127.0.0.1:{port}",),
-            listen_host="127.0.0.1",
+        proxy = EnvoyProcess.start_spec(
+            gateway_spec(
+                http_port=free_port(),
+                upstreams=(f"127.0.0.1:{port}",),
+                listen_host="127.0.0.1",
+                trusted_proxies=trusted_proxies,
+            ),
             work_dir=tmp_path_factory.mktemp("envoy-address"),
-            trusted_proxies=trusted_proxies,
         )
         started.append(proxy)
         return proxy
@@ -270,12 +272,14 @@ def limited(
     try:
         for trusted in ((), ("127.0.0.1/32",)):
             proxies.append(
-                EnvoyProcess.start(
-                    http_port=free_port(),
-                    upstreams=(f"127.0.0.1:{server.port}",),
-                    listen_host="127.0.0.1",
+                EnvoyProcess.start_spec(
+                    gateway_spec(
+                        http_port=free_port(),
+                        upstreams=(f"127.0.0.1:{server.port}",),
+                        listen_host="127.0.0.1",
+                        trusted_proxies=trusted,
+                    ),
                     work_dir=Path(tmp_path_factory.mktemp("envoy-limited")),
-                    trusted_proxies=trusted,
                 )
             )
         yield Limited(proxies[0].url, proxies[1].url, key)

@@ -18,7 +18,7 @@ import psutil  # type: ignore[import-untyped]
 import pytest
 
 from loyalty_grpc.runtime.gateway.config import EnvoyError
-from loyalty_grpc.runtime.gateway.envoy import EnvoyProcess
+from loyalty_grpc.runtime.gateway.envoy import EnvoyProcess, gateway_spec
 from tests.support import free_port
 
 HOST = "127.0.0.1"
@@ -43,12 +43,14 @@ class Gateway:
 @pytest.fixture(scope="module")
 def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
     metrics_port = free_port()
-    proxy = EnvoyProcess.start(
-        http_port=free_port(),
-        upstreams=(f"{HOST}:1",),
+    proxy = EnvoyProcess.start_spec(
+        gateway_spec(
+            http_port=free_port(),
+            upstreams=(f"{HOST}:1",),
+            listen_host=HOST,
+            metrics_port=metrics_port,
+        ),
         work_dir=tmp_path_factory.mktemp("admin") / "envoy",
-        listen_host=HOST,
-        metrics_port=metrics_port,
     )
     try:
         yield Gateway(proxy, metrics_port)
@@ -190,11 +192,9 @@ def test_a_second_gateway_on_the_same_work_dir_is_refused(gateway: Gateway) -> N
     rewrite the files the first one runs."""
     refused = r"an Envoy already serves from .* \(its admin socket .* answers\)"
     with pytest.raises(EnvoyError, match=refused):
-        EnvoyProcess.start(
-            http_port=free_port(),
-            upstreams=(f"{HOST}:1",),
+        EnvoyProcess.start_spec(
+            gateway_spec(http_port=free_port(), upstreams=(f"{HOST}:1",), listen_host=HOST),
             work_dir=gateway.proxy.work_dir,
-            listen_host=HOST,
         )
     assert gateway.proxy.admin.get("/ready") == (200, "LIVE\n")
 
@@ -202,4 +202,6 @@ def test_a_second_gateway_on_the_same_work_dir_is_refused(gateway: Gateway) -> N
 def test_a_work_dir_too_deep_for_a_socket_path_is_refused(tmp_path: Path) -> None:
     deep = tmp_path / ("d" * 100)
     with pytest.raises(EnvoyError, match="over the kernel's 107: use a shorter work directory"):
-        EnvoyProcess.start(http_port=free_port(), upstreams=(f"{HOST}:1",), work_dir=deep)
+        EnvoyProcess.start_spec(
+            gateway_spec(http_port=free_port(), upstreams=(f"{HOST}:1",)), work_dir=deep
+        )

@@ -25,10 +25,11 @@ pytestmark = pytest.mark.skipif(
 PARENT = textwrap.dedent("""
     import sys, time
     from pathlib import Path
-    from loyalty_grpc.runtime.gateway.envoy import EnvoyProcess
+    from loyalty_grpc.runtime.gateway.envoy import EnvoyProcess, gateway_spec
 
-    proxy = EnvoyProcess.start(http_port=int(sys.argv[1]), upstreams=("127.0.0.1:1",),
-                               work_dir=Path(sys.argv[2]), listen_host="127.0.0.1")
+    spec = gateway_spec(http_port=int(sys.argv[1]), upstreams=("127.0.0.1:1",),
+                        listen_host="127.0.0.1")
+    proxy = EnvoyProcess.start_spec(spec, work_dir=Path(sys.argv[2]))
     print(proxy.pid, flush=True)
     time.sleep(300)
 """)

@@ -26,7 +26,7 @@ import yaml
 
 from loyalty_grpc.domain.errors import CodigoError
 from loyalty_grpc.runtime.gateway import config as envoy_config
-from loyalty_grpc.runtime.gateway.envoy import EnvoyProcess
+from loyalty_grpc.runtime.gateway.envoy import EnvoyProcess, gateway_spec
 from tests.e2e.h2_client import INTERNAL_ERROR, MAX_CONCURRENT_STREAMS, H2Connection
 from tests.e2e.stack import Stack
 from tests.e2e.support import assert_error
@@ -53,13 +53,13 @@ def shipped() -> dict[str, Any]:
 
 
 def start_gateway(tmp: Path, gateway_dir: Path | None = None, **options: Any) -> EnvoyProcess:
-    return EnvoyProcess.start(
+    spec = gateway_spec(
         http_port=free_port(),
         upstreams=(f"127.0.0.1:{free_port()}",),  # nobody there: nothing is forwarded
-        work_dir=tmp / "envoy",
         gateway_dir=gateway_dir,
         **options,
     )
+    return EnvoyProcess.start_spec(spec, work_dir=tmp / "envoy")
 
 
 def edited_gateway(tmp: Path, change: Any) -> Path:

@@ -28,7 +28,7 @@ from loyalty_grpc.api.gateway_protocol import (
 )
 from loyalty_grpc.domain.errors import CATALOGO, CodigoError
 from loyalty_grpc.gen.loyalty.v1 import pos_service_pb2, pos_service_pb2_grpc
-from loyalty_grpc.runtime.gateway.envoy import EnvoyProcess
+from loyalty_grpc.runtime.gateway.envoy import EnvoyProcess, gateway_spec
 from tests.e2e.stack import Stack
 from tests.e2e.support import h2c
 from tests.support import free_port
@@ -112,10 +112,10 @@ def recorded_gateway(
     pos_service_pb2_grpc.add_PosServiceServicer_to_server(recording, server)
     port = server.add_insecure_port("127.0.0.1:0")
     server.start()
-    proxy = EnvoyProcess.start(
-        http_port=free_port(),
-        upstreams=(f"127.0.0.1:{port}",),
-        listen_host="127.0.0.1",
+    proxy = EnvoyProcess.start_spec(
+        gateway_spec(
+            http_port=free_port(), upstreams=(f"127.0.0.1:{port}",), listen_host="127.0.0.1"
+        ),
         work_dir=tmp_path_factory.mktemp("envoy-mark"),
     )
     try:

@@ -27,7 +27,7 @@ from google.protobuf import descriptor_pb2
 
 from loyalty_grpc.runtime.gateway.admin import LISTENERS
 from loyalty_grpc.runtime.gateway.config import EnvoyError, find_gateway_dir
-from loyalty_grpc.runtime.gateway.envoy import EnvoyProcess
+from loyalty_grpc.runtime.gateway.envoy import EnvoyProcess, gateway_spec
 from tests.e2e.stack import Stack
 from tests.support import free_port
 
@@ -52,15 +52,14 @@ def gateway_dir(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def gateway(stack: Stack, gateway_dir: Path, tmp_path: Path) -> Iterator[EnvoyProcess]:
-    proxy = EnvoyProcess.start(
-        http_port=free_port(),
-        upstreams=(stack.grpc_target,),
+    proxy = EnvoyProcess.start_spec(
+        gateway_spec(
+            http_port=free_port(),
+            upstreams=(stack.grpc_target,),
+            gateway_dir=gateway_dir,
+            plain_http_beyond_loopback=True,
+        ),
         work_dir=tmp_path / "envoy",
-        gateway_dir=gateway_dir,
-        # On 127.0.0.1 (envoy.yaml's address); allowed beyond it only so that a listener
-        # moved to 0.0.0.0 reaches the running Envoy, which refuses to bind it
-        # (listener_on_another_address): nothing ever listens beyond loopback here.
-        plain_http_beyond_loopback=True,
     )
     yield proxy
     proxy.stop()
@@ -413,11 +412,9 @@ def test_a_port_in_use_fails_at_start(tmp_path: Path):
         holder.listen()
         port = holder.getsockname()[1]
         with pytest.raises(EnvoyError, match=f"cannot bind '127.0.0.1:{port}': Address already"):
-            EnvoyProcess.start(
-                http_port=port,
-                upstreams=("127.0.0.1:1",),
+            EnvoyProcess.start_spec(
+                gateway_spec(http_port=port, upstreams=("127.0.0.1:1",), listen_host="127.0.0.1"),
                 work_dir=tmp_path,
-                listen_host="127.0.0.1",
             )
     assert envoy_pids(tmp_path / "bootstrap.yaml") == []
 

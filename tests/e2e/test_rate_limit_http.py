@@ -17,7 +17,7 @@ import pytest
 from loyalty_grpc.api.server import ServerSettings, build_server
 from loyalty_grpc.domain.errors import CodigoError
 from loyalty_grpc.domain.rate_limit import SLOTS
-from loyalty_grpc.runtime.gateway.envoy import EnvoyProcess
+from loyalty_grpc.runtime.gateway.envoy import EnvoyProcess, gateway_spec
 from loyalty_grpc.services.backoffice.fixtures import apply_fixture
 from loyalty_grpc.store.db import make_engine
 from loyalty_grpc.store.migrate import upgrade
@@ -87,9 +87,8 @@ def limited(
     server.start()
     proxy = None
     try:
-        proxy = EnvoyProcess.start(
-            http_port=free_port(),
-            upstreams=(f"127.0.0.1:{server.port}",),
+        proxy = EnvoyProcess.start_spec(
+            gateway_spec(http_port=free_port(), upstreams=(f"127.0.0.1:{server.port}",)),
             work_dir=Path(tmp_path_factory.mktemp("envoy-limit")),
         )
         yield LimitedStack(proxy.url, new_key)

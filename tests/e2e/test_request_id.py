@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from loyalty_grpc.api.observability import CALLS_LOGGER, log_context
-from loyalty_grpc.runtime.gateway.envoy import EnvoyProcess
+from loyalty_grpc.runtime.gateway.envoy import EnvoyProcess, gateway_spec
 from loyalty_grpc.runtime.logs import JsonFormatter
 from tests.e2e.stack import Stack
 from tests.support import free_port
@@ -58,9 +58,8 @@ class Captured(logging.Handler):
 def gateway(stack: Stack, tmp_path_factory: pytest.TempPathFactory) -> Iterator[EnvoyProcess]:
     """An Envoy of this module's own in front of the stack's server, so that its output
     (the access log) is a file only this module reads."""
-    proxy = EnvoyProcess.start(
-        http_port=free_port(),
-        upstreams=(stack.grpc_target,),
+    proxy = EnvoyProcess.start_spec(
+        gateway_spec(http_port=free_port(), upstreams=(stack.grpc_target,)),
         work_dir=tmp_path_factory.mktemp("envoy-request-id"),
     )
     yield proxy

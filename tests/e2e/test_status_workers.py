@@ -24,7 +24,7 @@ import pytest
 
 from loyalty_grpc.gen.loyalty.v1 import pos_service_pb2 as pos
 from loyalty_grpc.gen.loyalty.v1 import pos_service_pb2_grpc as pos_grpc
-from loyalty_grpc.runtime.gateway.envoy import EnvoyProcess
+from loyalty_grpc.runtime.gateway.envoy import EnvoyProcess, gateway_spec
 from loyalty_grpc.services.backoffice.fixtures import apply_fixture
 from loyalty_grpc.store import migrate
 from loyalty_grpc.store.db import make_engine
@@ -293,9 +293,8 @@ def _http_ping(client: httpx.Client) -> str | None:
 def test_rolling_stop_fails_no_call_through_envoy(served: Served, tmp_path: Path):
     """POS clients over HTTP through a real Envoy: Envoy retries only what never reached a
     worker (connect-failure, refused-stream), so every call must succeed on its own."""
-    proxy = EnvoyProcess.start(
-        http_port=free_port(),
-        upstreams=(f"127.0.0.1:{served.port}",),
+    proxy = EnvoyProcess.start_spec(
+        gateway_spec(http_port=free_port(), upstreams=(f"127.0.0.1:{served.port}",)),
         work_dir=tmp_path / "envoy",
     )
     clients = [httpx.Client(base_url=proxy.url, timeout=10) for _ in range(CHANNELS)]

@@ -24,7 +24,7 @@ import pytest
 from cryptography import x509
 
 from loyalty_grpc.runtime.gateway.config import TlsFiles, find_gateway_dir
-from loyalty_grpc.runtime.gateway.envoy import EnvoyProcess
+from loyalty_grpc.runtime.gateway.envoy import EnvoyProcess, gateway_spec
 from loyalty_grpc.runtime.gateway.reload import reload
 from tests.e2e.stack import Stack
 from tests.support import free_port
@@ -66,14 +66,16 @@ def gateway(stack: Stack, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
     cert, key = certs / "server.pem", certs / "server.key"
     install_pair(first, cert, key)
     redirect_port = free_port()
-    proxy = EnvoyProcess.start(
-        http_port=free_port(),
-        listen_host=HOST,
-        upstreams=(stack.grpc_target,),
+    proxy = EnvoyProcess.start_spec(
+        gateway_spec(
+            http_port=free_port(),
+            listen_host=HOST,
+            upstreams=(stack.grpc_target,),
+            tls=TlsFiles(cert=cert, key=key),
+            redirect_port=redirect_port,
+            public_host="localhost",
+        ),
         work_dir=root / "envoy",
-        tls=TlsFiles(cert=cert, key=key),
-        redirect_port=redirect_port,
-        public_host="localhost",
     )
     try:
         yield TlsGateway(
@@ -373,14 +375,16 @@ def test_envoys_503_for_a_dead_server_carries_hsts_and_the_setting_applies(
     cert, key = tmp_path / "certs" / "server.pem", tmp_path / "certs" / "server.key"
     cert.parent.mkdir()
     install_pair(make_server_cert(ca), cert, key)
-    proxy = EnvoyProcess.start(
-        http_port=free_port(),
-        listen_host=HOST,
-        upstreams=(f"{HOST}:{free_port()}",),
+    proxy = EnvoyProcess.start_spec(
+        gateway_spec(
+            http_port=free_port(),
+            listen_host=HOST,
+            upstreams=(f"{HOST}:{free_port()}",),
+            tls=TlsFiles(cert=cert, key=key),
+            hsts_max_age=0,
+            hsts_include_subdomains=True,
+        ),
         work_dir=tmp_path / "envoy",
-        tls=TlsFiles(cert=cert, key=key),
-        hsts_max_age=0,
-        hsts_include_subdomains=True,
     )
     try:
         context = ssl.create_default_context(cafile=str(ca.write(tmp_path / "ca.pem")))

@@ -17,7 +17,7 @@ import signal
 import subprocess
 from pathlib import Path
 
-from loyalty_grpc.runtime.gateway.envoy import EnvoyProcess
+from loyalty_grpc.runtime.gateway.envoy import EnvoyProcess, gateway_spec
 from tests.e2e.processes import LOYALTY, loyalty_env
 from tests.e2e.sales_load import (
     TOKEN,
@@ -38,9 +38,8 @@ def test_upgrade_and_crash_fail_no_call(tmp_path: Path, migrated_database: str) 
     sales = None
     try:
         key = sales_key(port)
-        proxy = EnvoyProcess.start(
-            http_port=free_port(),
-            upstreams=(f"127.0.0.1:{port}",),
+        proxy = EnvoyProcess.start_spec(
+            gateway_spec(http_port=free_port(), upstreams=(f"127.0.0.1:{port}",)),
             work_dir=tmp_path / "envoy",
         )
         sales = Sales(proxy.url, key)

@@ -115,66 +115,6 @@ class EnvoyProcess:
         self._process: subprocess.Popen[bytes] | None = None
 
     @classmethod
-    def start(
-        cls,
-        *,
-        http_port: int,
-        upstreams: tuple[str, ...],
-        work_dir: Path,
-        listen_host: str | None = None,
-        concurrency: int = 1,
-        log_level: str = "warning",
-        log_format: LogFormat = "text",
-        log_to_file: bool = True,
-        startup_timeout: float = STARTUP_TIMEOUT,
-        gateway_dir: Path | None = None,
-        tls: TlsFiles | None = None,
-        redirect_port: int | None = None,
-        upstream_tls: GrpcTls | None = None,
-        trusted_proxies: tuple[str, ...] = (),
-        max_heap_bytes: int | None = None,
-        plain_http_beyond_loopback: bool = False,
-        metrics_port: int | None = None,
-        metrics_host: str = "127.0.0.1",
-        public_host: str | None = None,
-        hsts_max_age: int = DEFAULT_HSTS_MAX_AGE,
-        hsts_include_subdomains: bool = False,
-    ) -> Self:
-        """Install the config into `work_dir` (see `install`) and start Envoy on it.
-
-        Its admin interface is the Unix socket `work_dir/admin/envoy.sock`; `metrics_port`
-        adds the listener for Prometheus (config.metrics_listener). With log_to_file
-        Envoy's output goes to `work_dir/envoy.log`, else to our stderr.
-        `max_heap_bytes`: Envoy's heap budget (None: the gateway folder's envoy.yaml's).
-        """
-        spec = gateway_spec(
-            http_port=http_port,
-            upstreams=upstreams,
-            gateway_dir=gateway_dir,
-            listen_host=listen_host,
-            tls=tls,
-            redirect_port=redirect_port,
-            upstream_tls=upstream_tls,
-            trusted_proxies=trusted_proxies,
-            max_heap_bytes=max_heap_bytes,
-            plain_http_beyond_loopback=plain_http_beyond_loopback,
-            metrics_port=metrics_port,
-            metrics_host=metrics_host,
-            public_host=public_host,
-            hsts_max_age=hsts_max_age,
-            hsts_include_subdomains=hsts_include_subdomains,
-        )
-        return cls.start_spec(
-            spec,
-            work_dir=work_dir,
-            concurrency=concurrency,
-            log_level=log_level,
-            log_format=log_format,
-            log_to_file=log_to_file,
-            startup_timeout=startup_timeout,
-        )
-
-    @classmethod
     def start_spec(
         cls,
         spec: GatewaySpec,
@@ -186,7 +126,10 @@ class EnvoyProcess:
         log_to_file: bool = True,
         startup_timeout: float = STARTUP_TIMEOUT,
     ) -> Self:
-        """Install `spec` into `work_dir` (see `install`) and start Envoy on it."""
+        """Install `spec` (see `gateway_spec`, `spec_from_settings`) into `work_dir` (see
+        `install`) and start Envoy on it. Its admin interface is the Unix socket
+        `work_dir/admin/envoy.sock`. With log_to_file Envoy's output goes to
+        `work_dir/envoy.log`, else to our stderr."""
         if spec.http_port <= 0:
             raise ValueError("http_port must be a real port (Envoy would pick one we never learn)")
         work = install(spec, work_dir)
@@ -392,11 +335,11 @@ def gateway_spec(
     *,
     http_port: int,
     upstreams: tuple[str, ...],
-    gateway_dir: Path | None,
-    listen_host: str | None,
-    tls: TlsFiles | None,
-    redirect_port: int | None,
-    upstream_tls: GrpcTls | None,
+    gateway_dir: Path | None = None,
+    listen_host: str | None = None,
+    tls: TlsFiles | None = None,
+    redirect_port: int | None = None,
+    upstream_tls: GrpcTls | None = None,
     trusted_proxies: tuple[str, ...] = (),
     max_heap_bytes: int | None = None,
     plain_http_beyond_loopback: bool = False,
@@ -406,7 +349,7 @@ def gateway_spec(
     hsts_max_age: int = DEFAULT_HSTS_MAX_AGE,
     hsts_include_subdomains: bool = False,
 ) -> GatewaySpec:
-    """What `start` and `run_gateway` install: the gateway folder (default the packaged
+    """What `start_spec` and `run_gateway` install: the gateway folder (default the packaged
     one) with these ports, upstream servers, listen address, TLS files, trusted proxies
     and heap budget (plain HTTP beyond loopback only with `plain_http_beyond_loopback`:
     config.render_config), the metrics listener when `metrics_port` is given (None or 0:
