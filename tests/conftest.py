@@ -14,7 +14,9 @@ import psycopg
 import pytest
 from sqlalchemy import Engine
 
-from loyalty_grpc.runtime.gateway.config import TlsFiles
+from loyalty_grpc.runtime.gateway.tls import (
+    TlsFiles,
+)
 from loyalty_grpc.runtime.postgres import Database, start_embedded
 from loyalty_grpc.runtime.settings import GrpcTls
 from loyalty_grpc.store.db import make_engine

@@ -9,7 +9,12 @@ from pathlib import Path
 from typing import Any
 
 from loyalty_grpc.runtime.gateway import config as envoy_config
-from loyalty_grpc.runtime.gateway.config import GatewaySpec, TlsFiles
+from loyalty_grpc.runtime.gateway.config import (
+    GatewaySpec,
+)
+from loyalty_grpc.runtime.gateway.tls import (
+    TlsFiles,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 GATEWAY = ROOT / "gateway"

@@ -1,4 +1,4 @@
-"""The client address through the real Envoy (runtime/gateway/config.py, api/gateway_protocol.py)
+"""The client address through the real Envoy (runtime/gateway/checks.py, api/gateway_protocol.py)
 and the limit on failed key checks behind it (api/failed_checks.py).
 
 What the server receives as `x-loyalty-client-address`, recorded by a tiny gRPC server

@@ -17,8 +17,10 @@ from pathlib import Path
 import psutil  # type: ignore[import-untyped]
 import pytest
 
-from loyalty_grpc.runtime.gateway.config import EnvoyError
 from loyalty_grpc.runtime.gateway.envoy import EnvoyProcess, gateway_spec
+from loyalty_grpc.runtime.gateway.shape import (
+    EnvoyError,
+)
 from tests.support import free_port
 
 HOST = "127.0.0.1"

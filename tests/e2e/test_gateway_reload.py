@@ -26,8 +26,13 @@ from google.api import annotations_pb2
 from google.protobuf import descriptor_pb2
 
 from loyalty_grpc.runtime.gateway.admin import LISTENERS
-from loyalty_grpc.runtime.gateway.config import EnvoyError, find_gateway_dir
+from loyalty_grpc.runtime.gateway.config import (
+    find_gateway_dir,
+)
 from loyalty_grpc.runtime.gateway.envoy import EnvoyProcess, gateway_spec
+from loyalty_grpc.runtime.gateway.shape import (
+    EnvoyError,
+)
 from tests.e2e.stack import Stack
 from tests.support import free_port
 

@@ -29,7 +29,9 @@ from schemathesis.openapi.checks import RejectedPositiveData, UnsupportedMethodR
 from loyalty_grpc.domain.amounts import parse_centavos, parse_importe
 from loyalty_grpc.domain.errors import CodigoError, LoyaltyError
 from loyalty_grpc.domain.timestamps import parse_ts
-from loyalty_grpc.runtime.gateway.config import find_gateway_dir
+from loyalty_grpc.runtime.gateway.config import (
+    find_gateway_dir,
+)
 from tests.e2e.stack import Stack
 
 DOCUMENT = "/api/v1/openapi.json"

@@ -23,9 +23,14 @@ import httpx
 import pytest
 from cryptography import x509
 
-from loyalty_grpc.runtime.gateway.config import TlsFiles, find_gateway_dir
+from loyalty_grpc.runtime.gateway.config import (
+    find_gateway_dir,
+)
 from loyalty_grpc.runtime.gateway.envoy import EnvoyProcess, gateway_spec
 from loyalty_grpc.runtime.gateway.reload import reload
+from loyalty_grpc.runtime.gateway.tls import (
+    TlsFiles,
+)
 from tests.e2e.stack import Stack
 from tests.support import free_port
 from tests.tls_certs import Ca, curl_http2, install_pair, make_ca, make_server_cert

@@ -13,9 +13,17 @@ from pathlib import Path
 import pytest
 import yaml
 
+from loyalty_grpc.runtime.gateway import checks as envoy_checks
 from loyalty_grpc.runtime.gateway import config as envoy_config
+from loyalty_grpc.runtime.gateway import shape as envoy_shape
+from loyalty_grpc.runtime.gateway import tls as envoy_tls
 from loyalty_grpc.runtime.gateway import xds as envoy_xds
-from loyalty_grpc.runtime.gateway.config import GatewaySpec, TlsFiles
+from loyalty_grpc.runtime.gateway.config import (
+    GatewaySpec,
+)
+from loyalty_grpc.runtime.gateway.tls import (
+    TlsFiles,
+)
 from loyalty_grpc.runtime.settings import GrpcTls
 from tests.gateway_specs import (
     ADMIN_SOCKET,
@@ -49,7 +57,7 @@ def test_rendered_config_validates(tmp_path: Path) -> None:
 def test_invalid_config_raises_with_envoys_message(tmp_path: Path) -> None:
     broken = tmp_path / "envoy.yaml"
     broken.write_text("static_resources: {clusters: [{name: x, type: NOPE}]}\n")
-    with pytest.raises(envoy_config.EnvoyError, match="NOPE"):
+    with pytest.raises(envoy_shape.EnvoyError, match="NOPE"):
         envoy_config.validate(broken)
 
 
@@ -90,7 +98,7 @@ def test_install_refuses_an_invalid_config_and_writes_nothing_envoy_reads(tmp_pa
     config = envoy_config.load_config(gateway)
     routes(config)[0]["direct_response"]["status"] = 999
     (gateway / "envoy.yaml").write_text(yaml.safe_dump(config))
-    with pytest.raises(envoy_config.EnvoyError, match=r"must be inside range") as error:
+    with pytest.raises(envoy_shape.EnvoyError, match=r"must be inside range") as error:
         envoy_xds.install(spec(gateway), tmp_path / "work")
     # Envoy prints the whole listener before the reason: the middle is left out.
     assert "lines of the offending configuration" in str(error.value)
@@ -133,7 +141,7 @@ def test_check_command_checks_the_folder_the_running_gateway_runs(
 
 def test_tls_rendering_validates_and_the_spec_keeps_it(pair: TlsFiles, tmp_path: Path) -> None:
     work = envoy_xds.install(tls_spec(pair), tmp_path / "work")
-    assert yaml.safe_load(work.tls_secret.read_text()) == envoy_config.tls_secret(pair)
+    assert yaml.safe_load(work.tls_secret.read_text()) == envoy_tls.tls_secret(pair)
     spec = work.load_spec()  # what `gateway reload` renders again
     assert spec.tls == pair
     assert GatewaySpec.from_json(tls_spec(None).to_json()).tls is None
@@ -156,7 +164,7 @@ def test_redirect_listener_forwards_nothing(pair: TlsFiles, tmp_path: Path) -> N
     assert "cluster" not in text  # no route forwards
     assert '"port_redirect": 8443' in text
     assert '"host_redirect": "pos.example.com"' in text
-    envoy_config.check_gateway_mark(generation.static)
+    envoy_checks.check_gateway_mark(generation.static)
     assert GatewaySpec.from_json(spec.to_json()) == spec
     assert envoy_xds.check_command(work_dir=envoy_xds.install(spec, tmp_path / "w").path) == 0
 
@@ -168,7 +176,7 @@ def test_mutual_tls_to_the_servers_by_sds_validates_and_the_spec_keeps_it(
     work = envoy_xds.install(spec, tmp_path / "work")
     (cluster,) = yaml.safe_load(work.static.read_text())["static_resources"]["clusters"]
     socket = cluster["transport_socket"]
-    assert socket == envoy_config.upstream_tls_transport_socket(*work.upstream_sds)
+    assert socket == envoy_tls.upstream_tls_transport_socket(*work.upstream_sds)
     context = socket["typed_config"]["common_tls_context"]
     assert context["alpn_protocols"] == ["h2"]
     assert context["tls_params"] == {"tls_minimum_protocol_version": "TLSv1_2"}

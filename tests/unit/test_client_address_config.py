@@ -1,4 +1,4 @@
-"""The client address in the gateway's configuration (runtime/gateway/config.py): every
+"""The client address in the gateway's configuration (runtime/gateway/checks.py): every
 HTTP listener's route table sets `x-loyalty-client-address` from Envoy's view of the
 client, that view is the TCP peer unless trusted proxies are rendered, and anything else
 is refused; the settings that carry the trusted proxies and the limit on failed key checks.
@@ -19,7 +19,9 @@ import yaml
 from loyalty_grpc.api import failed_checks
 from loyalty_grpc.api.gateway_protocol import CLIENT_ADDRESS_KEY
 from loyalty_grpc.api.server import ServerSettings
+from loyalty_grpc.runtime.gateway import checks as envoy_checks
 from loyalty_grpc.runtime.gateway import config as envoy_config
+from loyalty_grpc.runtime.gateway import shape as envoy_shape
 from loyalty_grpc.runtime.gateway import xds as envoy_xds
 from loyalty_grpc.runtime.process.serving import server_settings
 from loyalty_grpc.runtime.settings import ConfigError, Settings
@@ -34,27 +36,27 @@ def managers(config: dict[str, Any]) -> list[dict[str, Any]]:
         for listener in config["static_resources"]["listeners"]
         for chain in listener["filter_chains"]
         for network_filter in chain["filters"]
-        if network_filter["name"] == envoy_config.HCM_FILTER
+        if network_filter["name"] == envoy_shape.HCM_FILTER
     ]
 
 
 def test_the_route_table_sets_the_client_address_from_the_tcp_peer() -> None:
     config = yaml.safe_load((GATEWAY / "envoy.yaml").read_text(encoding="utf-8"))
     manager = hcm(config)
-    assert envoy_config.client_address_header() == {
+    assert envoy_checks.client_address_header() == {
         "header": {
             "key": CLIENT_ADDRESS_KEY,
             "value": "%DOWNSTREAM_REMOTE_ADDRESS_WITHOUT_PORT%",
         },
         "append_action": "OVERWRITE_IF_EXISTS_OR_ADD",
     }
-    assert envoy_config.client_address_header() in manager["route_config"]["request_headers_to_add"]
+    assert envoy_checks.client_address_header() in manager["route_config"]["request_headers_to_add"]
     assert manager["use_remote_address"] is True
     assert "xff_num_trusted_hops" not in manager
     assert "original_ip_detection_extensions" not in manager
     mentions = json.dumps(manager["route_config"]["virtual_hosts"]).lower()
     assert CLIENT_ADDRESS_KEY not in mentions
-    envoy_config.check_client_address(config)
+    envoy_checks.check_client_address(config)
 
 
 def test_every_rendering_and_xds_generation_carries_it(tmp_path: Path) -> None:
@@ -63,7 +65,7 @@ def test_every_rendering_and_xds_generation_carries_it(tmp_path: Path) -> None:
     for gateway in (plain, trusted):
         generation = envoy_xds.render_generation(gateway, envoy_xds.WorkDir(tmp_path / "w"))
         for config in (gateway.render(admin_socket=ADMIN_SOCKET), generation.static):
-            envoy_config.check_client_address(config)
+            envoy_checks.check_client_address(config)
     with_redirect = envoy_config.render_config(
         http_port=8443,
         upstreams=("127.0.0.1:50051",),
@@ -73,7 +75,7 @@ def test_every_rendering_and_xds_generation_carries_it(tmp_path: Path) -> None:
         public_host="pos.example.com",
     )
     assert len(managers(with_redirect)) == 2
-    envoy_config.check_client_address(with_redirect)
+    envoy_checks.check_client_address(with_redirect)
 
 
 def test_trusted_proxies_render_the_xff_detection() -> None:
@@ -140,11 +142,11 @@ def _refused(tmp_path: Path, change: str) -> None:
     elif change == "trusted hops":
         manager["xff_num_trusted_hops"] = 1
     else:  # a detection of its own in envoy.yaml
-        manager["original_ip_detection_extensions"] = [envoy_config.xff_detection(TRUSTED)]
+        manager["original_ip_detection_extensions"] = [envoy_checks.xff_detection(TRUSTED)]
     (gateway / "envoy.yaml").write_text(yaml.safe_dump(config))
-    with pytest.raises(envoy_config.EnvoyError, match="client address"):
+    with pytest.raises(envoy_shape.EnvoyError, match="client address"):
         spec(gateway).render(admin_socket=ADMIN_SOCKET)
-    with pytest.raises(envoy_config.EnvoyError, match="client address"):
+    with pytest.raises(envoy_shape.EnvoyError, match="client address"):
         envoy_xds.install(spec(gateway), tmp_path / "work")
     assert not envoy_xds.WorkDir(tmp_path / "work").listeners.exists()
 

@@ -24,7 +24,10 @@ from google.protobuf import descriptor_pb2
 from loyalty_grpc.api.edge_limits import BINDINGS, FLOOR
 from loyalty_grpc.api.gateway_protocol import GATEWAY_MARK_KEY, GATEWAY_MARK_VALUE
 from loyalty_grpc.domain.errors import CATALOGO, CodigoError
+from loyalty_grpc.runtime.gateway import checks as envoy_checks
 from loyalty_grpc.runtime.gateway import config as envoy_config
+from loyalty_grpc.runtime.gateway import shape as envoy_shape
+from loyalty_grpc.runtime.gateway import side_listeners as envoy_side_listeners
 from loyalty_grpc.runtime.gateway import xds as envoy_xds
 from tests.gateway_specs import ADMIN_SOCKET, GATEWAY, gateway_copy, hcm, routes, spec
 
@@ -100,7 +103,7 @@ def test_plain_http_beyond_loopback_is_refused_unless_allowed(host: str, tmp_pat
             http_port=1, upstreams=("a:1",), admin_socket=ADMIN_SOCKET, gateway_dir=GATEWAY, **extra
         )
 
-    with pytest.raises(envoy_config.EnvoyError) as refused:
+    with pytest.raises(envoy_shape.EnvoyError) as refused:
         render(listen_host=host)
     assert str(refused.value) == (
         f"LOYALTY_HTTP_HOST (--http-host) {host} is beyond loopback and the gateway has no "
@@ -119,9 +122,9 @@ def test_plain_http_beyond_loopback_is_refused_unless_allowed(host: str, tmp_pat
 def test_committed_defaults_match_the_module(config: dict[str, Any]) -> None:
     # The admin interface is a Unix socket of mode 0600, never a TCP port.
     assert config["admin"]["address"] == {
-        "pipe": {"path": "envoy-admin.sock", "mode": envoy_config.ADMIN_SOCKET_MODE}
+        "pipe": {"path": "envoy-admin.sock", "mode": envoy_side_listeners.ADMIN_SOCKET_MODE}
     }
-    assert envoy_config.ADMIN_SOCKET_MODE == 0o600
+    assert envoy_side_listeners.ADMIN_SOCKET_MODE == 0o600
     listen = config["static_resources"]["listeners"][0]["address"]["socket_address"]
     assert listen["port_value"] == envoy_config.DEFAULT_HTTP_PORT
     endpoint = config["static_resources"]["clusters"][0]["load_assignment"]["endpoints"][0][
@@ -136,12 +139,12 @@ def test_gateway_dir_is_found() -> None:
 
 def test_invalid_yaml_is_an_envoy_error(tmp_path: Path) -> None:
     (tmp_path / "envoy.yaml").write_text("static_resources: [\n")
-    with pytest.raises(envoy_config.EnvoyError, match="not valid YAML"):
+    with pytest.raises(envoy_shape.EnvoyError, match="not valid YAML"):
         envoy_config.load_config(tmp_path)
 
 
 def test_no_upstream_or_a_template_with_two_endpoints_is_refused(tmp_path: Path) -> None:
-    with pytest.raises(envoy_config.EnvoyError, match="at least one upstream"):
+    with pytest.raises(envoy_shape.EnvoyError, match="at least one upstream"):
         envoy_config.render_config(
             http_port=1, upstreams=(), admin_socket=ADMIN_SOCKET, gateway_dir=GATEWAY
         )
@@ -150,7 +153,7 @@ def test_no_upstream_or_a_template_with_two_endpoints_is_refused(tmp_path: Path)
     (group,) = config["static_resources"]["clusters"][0]["load_assignment"]["endpoints"]
     group["lb_endpoints"].append(group["lb_endpoints"][0])
     (folder / "envoy.yaml").write_text(yaml.safe_dump(config))
-    with pytest.raises(envoy_config.EnvoyError, match="must have one endpoint"):
+    with pytest.raises(envoy_shape.EnvoyError, match="must have one endpoint"):
         envoy_config.render_config(
             http_port=1, upstreams=("a:1",), admin_socket=ADMIN_SOCKET, gateway_dir=folder
         )
@@ -249,7 +252,7 @@ def test_bootstrap_level_dynamic_resources_are_refused(tmp_path: Path) -> None:
     config = envoy_config.load_config(gateway)
     config["dynamic_resources"] = {}
     (gateway / "envoy.yaml").write_text(yaml.safe_dump(config))
-    with pytest.raises(envoy_config.EnvoyError, match="dynamic_resources"):
+    with pytest.raises(envoy_shape.EnvoyError, match="dynamic_resources"):
         envoy_xds.render_generation(spec(gateway), envoy_xds.WorkDir(tmp_path / "work"))
 
 
@@ -553,10 +556,10 @@ def test_the_route_table_sets_the_gateway_mark_of_the_server(config: dict[str, A
             "header": {"key": GATEWAY_MARK_KEY, "value": GATEWAY_MARK_VALUE},
             "append_action": "OVERWRITE_IF_EXISTS_OR_ADD",
         },
-        envoy_config.client_address_header(),  # tests/unit/test_client_address_config.py
+        envoy_checks.client_address_header(),  # tests/unit/test_client_address_config.py
     ]
     assert not table.get("most_specific_header_mutations_wins")
-    envoy_config.check_gateway_mark(config)
+    envoy_checks.check_gateway_mark(config)
     forwarding = [route for route in routes(config) if "route" in route]
     assert forwarding  # every one of them is under the table's mark
     mentions = json.dumps(table["virtual_hosts"]).lower()
@@ -566,12 +569,12 @@ def test_the_route_table_sets_the_gateway_mark_of_the_server(config: dict[str, A
 def test_every_rendering_and_xds_generation_carries_the_mark(tmp_path: Path) -> None:
     generation = envoy_xds.render_generation(spec(), envoy_xds.WorkDir(tmp_path / "work"))
     for static in (spec().render(admin_socket=ADMIN_SOCKET), generation.static):
-        envoy_config.check_gateway_mark(static)
+        envoy_checks.check_gateway_mark(static)
     (listener,) = without_types(generation.listeners["resources"], envoy_xds.LISTENER_TYPE)
     manager = listener["filter_chains"][0]["filters"][0]["typed_config"]
     assert manager["route_config"]["request_headers_to_add"] == [
-        envoy_config.gateway_mark(),
-        envoy_config.client_address_header(),
+        envoy_checks.gateway_mark(),
+        envoy_checks.client_address_header(),
     ]
 
 
@@ -591,7 +594,7 @@ def test_a_config_without_the_mark_is_refused(tmp_path: Path, change: str) -> No
     gateway = gateway_copy(tmp_path)
     config = envoy_config.load_config(gateway)
     table = hcm(config)["route_config"]
-    (mark,) = [e for e in table["request_headers_to_add"] if e == envoy_config.gateway_mark()]
+    (mark,) = [e for e in table["request_headers_to_add"] if e == envoy_checks.gateway_mark()]
     if change == "no mark":
         del table["request_headers_to_add"]
     elif change == "another value":
@@ -609,9 +612,9 @@ def test_a_config_without_the_mark_is_refused(tmp_path: Path, change: str) -> No
         del manager["route_config"]
         manager["rds"] = {"route_config_name": "pos_routes"}
     (gateway / "envoy.yaml").write_text(yaml.safe_dump(config))
-    with pytest.raises(envoy_config.EnvoyError, match="gateway mark"):
+    with pytest.raises(envoy_shape.EnvoyError, match="gateway mark"):
         spec(gateway).render(admin_socket=ADMIN_SOCKET)
-    with pytest.raises(envoy_config.EnvoyError, match="gateway mark"):
+    with pytest.raises(envoy_shape.EnvoyError, match="gateway mark"):
         envoy_xds.install(spec(gateway), tmp_path / "work")
     assert not envoy_xds.WorkDir(tmp_path / "work").listeners.exists()
 
@@ -627,25 +630,25 @@ def test_the_admin_interface_is_a_unix_socket_of_mode_0600(config: dict[str, Any
 
 def test_an_admin_socket_path_too_long_for_the_kernel_is_refused(tmp_path: Path) -> None:
     deep = Path("/") / ("d" * 90) / "admin" / "envoy.sock"
-    with pytest.raises(envoy_config.EnvoyError, match=r"over the kernel's 107: use a shorter"):
+    with pytest.raises(envoy_shape.EnvoyError, match=r"over the kernel's 107: use a shorter"):
         spec().render(admin_socket=deep)
-    with pytest.raises(envoy_config.EnvoyError, match="absolute path"):
+    with pytest.raises(envoy_shape.EnvoyError, match="absolute path"):
         spec().render(admin_socket=Path("admin/envoy.sock"))
 
 
 def test_no_metrics_listener_unless_asked(config: dict[str, Any]) -> None:
     rendered = spec().render(admin_socket=ADMIN_SOCKET)
     names = [listener["name"] for listener in rendered["static_resources"]["listeners"]]
-    assert names == [envoy_config.LISTENER_NAME]
+    assert names == [envoy_shape.LISTENER_NAME]
     clusters = [cluster["name"] for cluster in rendered["static_resources"]["clusters"]]
-    assert clusters == [envoy_config.CLUSTER_NAME]
+    assert clusters == [envoy_shape.CLUSTER_NAME]
 
 
 def test_the_metrics_listener_forwards_only_get_prometheus_and_ready() -> None:
     metrics_spec = dataclasses.replace(spec(), metrics_port=19901)
     rendered = metrics_spec.render(admin_socket=ADMIN_SOCKET)
     listeners = {item["name"]: item for item in rendered["static_resources"]["listeners"]}
-    listener = listeners[envoy_config.METRICS_LISTENER_NAME]
+    listener = listeners[envoy_side_listeners.METRICS_LISTENER_NAME]
     assert listener["address"] == {"socket_address": {"address": "127.0.0.1", "port_value": 19901}}
     manager = listener["filter_chains"][0]["filters"][0]["typed_config"]
     assert manager["normalize_path"]
@@ -663,7 +666,7 @@ def test_the_metrics_listener_forwards_only_get_prometheus_and_ready() -> None:
     clusters = {item["name"]: item for item in rendered["static_resources"]["clusters"]}
     endpoint = clusters["envoy_admin"]["load_assignment"]["endpoints"][0]["lb_endpoints"][0]
     assert endpoint["endpoint"]["address"] == {"pipe": {"path": str(ADMIN_SOCKET), "mode": 0o600}}
-    envoy_config.check_gateway_mark(rendered)
+    envoy_checks.check_gateway_mark(rendered)
     elsewhere = dataclasses.replace(metrics_spec, metrics_host="0.0.0.0")
     address = elsewhere.render(admin_socket=ADMIN_SOCKET)["static_resources"]["listeners"][1]
     assert address["address"]["socket_address"]["address"] == "0.0.0.0"
@@ -705,7 +708,7 @@ def lua_table_text(lua: str, name: str) -> dict[str, str]:
 
 
 def test_the_edge_knows_every_forwarding_route(lua: str) -> None:
-    assert envoy_config.edge_bindings(lua) == set(BINDINGS)
+    assert envoy_checks.edge_bindings(lua) == set(BINDINGS)
 
 
 @pytest.mark.parametrize("change", ["unnamed", "unknown name", "binding missing in the Lua"])
@@ -728,5 +731,5 @@ def test_a_forwarding_route_the_edge_does_not_know_is_refused(tmp_path: Path, ch
             extra["name"] = "GET /api/v1/ping/otro"
         table.insert(2, extra)
     (gateway / "envoy.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
-    with pytest.raises(envoy_config.EnvoyError, match="forwards to the server"):
+    with pytest.raises(envoy_shape.EnvoyError, match="forwards to the server"):
         spec(gateway).render(admin_socket=ADMIN_SOCKET)

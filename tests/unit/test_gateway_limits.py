@@ -19,7 +19,11 @@ import yaml
 
 from loyalty_grpc.domain.errors import CATALOGO, CodigoError
 from loyalty_grpc.runtime.gateway import config as envoy_config
-from loyalty_grpc.runtime.gateway.config import GatewaySpec
+from loyalty_grpc.runtime.gateway import shape as envoy_shape
+from loyalty_grpc.runtime.gateway import side_listeners as envoy_side_listeners
+from loyalty_grpc.runtime.gateway.config import (
+    GatewaySpec,
+)
 from loyalty_grpc.runtime.settings import ENVOY_HEAP_MIN_MB, ENVOY_HEAP_SHARE, MIB, VARIABLES
 from tests.gateway_specs import ADMIN_SOCKET, GATEWAY, ROOT, gateway_copy, hcm, routes, spec
 
@@ -114,7 +118,7 @@ def test_the_redirect_listener_takes_the_api_listeners_limits() -> None:
         public_host="pos.example.com",
     )
     api, redirect = rendered["static_resources"]["listeners"]
-    assert redirect["name"] == envoy_config.REDIRECT_LISTENER_NAME
+    assert redirect["name"] == envoy_side_listeners.REDIRECT_LISTENER_NAME
     manager = redirect["filter_chains"][0]["filters"][0]["typed_config"]
     limits = envoy_config.edge_limits(hcm({"static_resources": {"listeners": [api]}}))
     assert set(limits) == set(envoy_config.EDGE_LIMITS)
@@ -202,7 +206,7 @@ def test_a_budget_without_a_heap_monitor_is_refused(tmp_path: Path) -> None:
     ]
     (gateway / "envoy.yaml").write_text(yaml.safe_dump(config))
     spec(gateway).render(admin_socket=ADMIN_SOCKET)  # without a budget to set, as configured
-    with pytest.raises(envoy_config.EnvoyError, match="fixed_heap resource monitor"):
+    with pytest.raises(envoy_shape.EnvoyError, match="fixed_heap resource monitor"):
         GatewaySpec(**{**spec(gateway).__dict__, "max_heap_bytes": 96 * MiB}).render(
             admin_socket=ADMIN_SOCKET
         )

@@ -15,8 +15,15 @@ import pytest
 
 from loyalty_grpc.runtime.cli import main
 from loyalty_grpc.runtime.gateway import config as envoy_config
+from loyalty_grpc.runtime.gateway import shape as envoy_shape
+from loyalty_grpc.runtime.gateway import tls as envoy_tls
 from loyalty_grpc.runtime.gateway import xds as envoy_xds
-from loyalty_grpc.runtime.gateway.config import GatewaySpec, TlsFiles
+from loyalty_grpc.runtime.gateway.config import (
+    GatewaySpec,
+)
+from loyalty_grpc.runtime.gateway.tls import (
+    TlsFiles,
+)
 from loyalty_grpc.runtime.settings import EXIT_CONFIG, ConfigError, GrpcTls, Settings
 from tests.gateway_specs import ADMIN_SOCKET, hcm, tls_spec
 from tests.tls_certs import make_ca, make_server_cert
@@ -24,7 +31,7 @@ from tests.tls_certs import make_ca, make_server_cert
 
 def _listener(config: dict[str, Any]) -> dict[str, Any]:
     (listener,) = config["static_resources"]["listeners"]
-    assert listener["name"] == envoy_config.LISTENER_NAME
+    assert listener["name"] == envoy_shape.LISTENER_NAME
     found: dict[str, Any] = listener
     return found
 
@@ -52,7 +59,7 @@ def test_tls_context_alpn_min_version_and_sds_from_a_file(pair: TlsFiles, tmp_pa
     assert common["tls_params"] == {"tls_minimum_protocol_version": "TLSv1_2"}
     assert "tls_certificates" not in common  # never inline: by SDS only
     (sds,) = common["tls_certificate_sds_secret_configs"]
-    assert sds["name"] == envoy_config.TLS_SECRET_NAME
+    assert sds["name"] == envoy_tls.TLS_SECRET_NAME
     source = sds["sds_config"]["path_config_source"]
     assert source == {
         "path": str(work.tls_secret),
@@ -62,7 +69,7 @@ def test_tls_context_alpn_min_version_and_sds_from_a_file(pair: TlsFiles, tmp_pa
     assert generation.secret is not None
     (secret,) = generation.secret["resources"]
     assert secret["@type"].endswith("tls.v3.Secret")
-    assert secret["name"] == envoy_config.TLS_SECRET_NAME
+    assert secret["name"] == envoy_tls.TLS_SECRET_NAME
     assert secret["tls_certificate"] == {
         "certificate_chain": {"filename": str(pair.cert)},
         "private_key": {"filename": str(pair.key)},
@@ -75,7 +82,7 @@ def test_tls_context_alpn_min_version_and_sds_from_a_file(pair: TlsFiles, tmp_pa
 
 def test_files_in_two_folders_are_watched_each(tmp_path: Path) -> None:
     tls = TlsFiles(cert=tmp_path / "a" / "cert.pem", key=tmp_path / "b" / "key.pem")
-    certificate = envoy_config.tls_secret(tls)["resources"][0]["tls_certificate"]
+    certificate = envoy_tls.tls_secret(tls)["resources"][0]["tls_certificate"]
     assert "watched_directory" not in certificate
 
 
@@ -97,8 +104,8 @@ def test_a_spec_written_before_tls_reads_as_plain_http_with_one_upstream() -> No
 def test_a_transport_socket_in_envoy_yaml_is_refused(pair: TlsFiles, tmp_path: Path) -> None:
     listener = _listener(envoy_config.load_config())
     listener["filter_chains"][0]["transport_socket"] = {"name": "x"}
-    with pytest.raises(envoy_config.EnvoyError, match="already has a transport_socket"):
-        envoy_config._add_tls(listener, tmp_path / "secret.yaml")
+    with pytest.raises(envoy_shape.EnvoyError, match="already has a transport_socket"):
+        envoy_tls.add_tls(listener, tmp_path / "secret.yaml")
 
 
 # ---------------------------------------------------------------- settings
@@ -180,7 +187,7 @@ def test_redirect_port_needs_tls(pair: TlsFiles) -> None:
     }
     with pytest.raises(ConfigError, match="must differ from LOYALTY_HTTP_PORT"):
         Settings.from_env(env, wallet=False).tls_files()
-    with pytest.raises(envoy_config.EnvoyError, match="needs TLS"):
+    with pytest.raises(envoy_shape.EnvoyError, match="needs TLS"):
         dataclasses.replace(tls_spec(None), redirect_port=8081).render(admin_socket=ADMIN_SOCKET)
 
 
@@ -205,7 +212,7 @@ def test_the_redirect_port_needs_the_public_host(pair: TlsFiles, tmp_path: Path)
         "pos.example.com:443"
     )
     spec = dataclasses.replace(tls_spec(pair), redirect_port=8081)
-    with pytest.raises(envoy_config.EnvoyError, match="needs the public host name"):
+    with pytest.raises(envoy_shape.EnvoyError, match="needs the public host name"):
         spec.render(admin_socket=ADMIN_SOCKET, tls_secret_path=tmp_path / "sds.yaml")
 
 
@@ -284,8 +291,8 @@ def test_every_https_response_gets_hsts_by_both_paths(pair: TlsFiles, tmp_path: 
     )
     plain = tls_spec(None).render(admin_socket=ADMIN_SOCKET)
     assert "strict-transport-security" not in json.dumps(plain)
-    assert envoy_config.hsts_value(0) == "max-age=0"
-    assert envoy_config.hsts_value(60, include_subdomains=True) == ("max-age=60; includeSubDomains")
+    assert envoy_tls.hsts_value(0) == "max-age=0"
+    assert envoy_tls.hsts_value(60, include_subdomains=True) == ("max-age=60; includeSubDomains")
 
 
 def test_hsts_settings() -> None:

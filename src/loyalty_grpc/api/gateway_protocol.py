@@ -1,5 +1,5 @@
 """The names the gateway (gateway/envoy.yaml, gateway/envelope.lua) and the server agree on.
-Plain constants without imports, so that the gateway's side (runtime/gateway/config.py,
+Plain constants without imports, so that the gateway's side (runtime/gateway/checks.py,
 which checks every Envoy configuration it renders for the mark) does not load grpc.
 
 - The gateway mark: Envoy sets the request header `x-loyalty-gateway: 1` on every request

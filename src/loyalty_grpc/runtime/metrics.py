@@ -19,7 +19,7 @@ it for every counter and histogram registered, on a fresh `loyalty serve`.
 
 Envoy publishes its own series on its metrics listener (LOYALTY_ENVOY_METRICS_PORT):
 `GET /stats/prometheus`, taken from its admin interface, a Unix socket that only the
-gateway's user can open (runtime/gateway/config.py `metrics_listener`).
+gateway's user can open (runtime/gateway/side_listeners.py `metrics_listener`).
 """
 
 from __future__ import annotations

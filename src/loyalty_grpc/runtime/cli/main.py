@@ -6,7 +6,12 @@ import argparse
 import sys
 
 from loyalty_grpc.runtime.cli.parser import FLAGS, build_parser
-from loyalty_grpc.runtime.gateway.config import EnvoyError, TlsFiles
+from loyalty_grpc.runtime.gateway.shape import (
+    EnvoyError,
+)
+from loyalty_grpc.runtime.gateway.tls import (
+    TlsFiles,
+)
 from loyalty_grpc.runtime.logs import configure_logging
 from loyalty_grpc.runtime.settings import EXIT_CONFIG, GATEWAY_RUN, ConfigError, Settings
 

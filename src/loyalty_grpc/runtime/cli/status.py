@@ -76,7 +76,9 @@ def gateway_lines(work_dir: Path) -> list[Line]:
     Envoy sees them. No gateway there is information, not a fault (a server-only host has
     none)."""
     from loyalty_grpc.runtime.gateway.admin import CLUSTERS, LISTENERS, address_text
-    from loyalty_grpc.runtime.gateway.config import EnvoyError
+    from loyalty_grpc.runtime.gateway.shape import (
+        EnvoyError,
+    )
     from loyalty_grpc.runtime.gateway.xds import WorkDir
 
     work = WorkDir(work_dir)
@@ -137,7 +139,12 @@ def gateway_lines(work_dir: Path) -> list[Line]:
 
 
 def envoy_version() -> Line:
-    from loyalty_grpc.runtime.gateway.config import EnvoyError, envoy_binary
+    from loyalty_grpc.runtime.gateway.config import (
+        envoy_binary,
+    )
+    from loyalty_grpc.runtime.gateway.shape import (
+        EnvoyError,
+    )
 
     try:
         done = subprocess.run(  # noqa: S603

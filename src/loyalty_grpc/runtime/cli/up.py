@@ -12,7 +12,9 @@ from loyalty_grpc.runtime.admin_token import ensure_admin_token
 from loyalty_grpc.runtime.cli.demo import demo_lines, load_demo
 from loyalty_grpc.runtime.console import say
 from loyalty_grpc.runtime.gateway import envoy
-from loyalty_grpc.runtime.gateway.config import TlsFiles
+from loyalty_grpc.runtime.gateway.tls import (
+    TlsFiles,
+)
 from loyalty_grpc.runtime.postgres import Database, open_database
 from loyalty_grpc.runtime.process.serving import server_settings, serving
 from loyalty_grpc.runtime.process.signals import stop_event

@@ -1,5 +1,5 @@
 """Envoy's admin interface, on the Unix socket of its work directory (runtime/gateway/
-config.py `admin_pipe`: mode 0600, so this works as Envoy's user or root only):
+side_listeners.py `admin_pipe`: mode 0600, so this works as Envoy's user or root only):
 readiness, the xDS stats that say whether Envoy took, refused or is still warming its
 listeners and clusters, why it refused an update (its config dump), and the upstream
 servers as its health checks and outlier detection see them."""
@@ -16,7 +16,10 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from loyalty_grpc.runtime.gateway.config import CLUSTER_NAME, EnvoyError
+from loyalty_grpc.runtime.gateway.shape import (
+    CLUSTER_NAME,
+    EnvoyError,
+)
 
 
 @dataclass(frozen=True)

@@ -27,12 +27,16 @@ from typing import IO, Self
 from loyalty_grpc.runtime.console import announce, command, say
 from loyalty_grpc.runtime.gateway.admin import CLUSTERS, LISTENERS
 from loyalty_grpc.runtime.gateway.config import (
-    EnvoyError,
     GatewaySpec,
-    TlsFiles,
     envoy_binary,
     find_gateway_dir,
     listen_host_of,
+)
+from loyalty_grpc.runtime.gateway.shape import (
+    EnvoyError,
+)
+from loyalty_grpc.runtime.gateway.tls import (
+    TlsFiles,
 )
 from loyalty_grpc.runtime.gateway.xds import WorkDir, install
 from loyalty_grpc.runtime.logs import LogFormat

@@ -36,7 +36,13 @@ import yaml
 from loyalty_grpc.api.interceptors import POS_SERVICE
 from loyalty_grpc.runtime.console import announce
 from loyalty_grpc.runtime.gateway.admin import CLUSTERS, LISTENERS, EnvoyAdmin, XdsKind
-from loyalty_grpc.runtime.gateway.config import CONFIG_NAME, EnvoyError, GatewaySpec
+from loyalty_grpc.runtime.gateway.config import (
+    GatewaySpec,
+)
+from loyalty_grpc.runtime.gateway.shape import (
+    CONFIG_NAME,
+    EnvoyError,
+)
 from loyalty_grpc.runtime.gateway.xds import (
     Generation,
     WorkDir,

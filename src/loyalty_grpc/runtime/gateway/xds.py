@@ -10,7 +10,7 @@ file: the one `envoy --mode validate` checks. Every file Envoy reads is replaced
 
 Envoy's admin interface is the Unix socket `admin/envoy.sock` (mode 0600) in the folder
 `admin/`, which `install` creates with mode 0700 and owned by this user: nobody else can
-even reach the socket (runtime/gateway/config.py `admin_pipe`).
+even reach the socket (runtime/gateway/side_listeners.py `admin_pipe`).
 
 With TLS, `sds/tls_certificate.yaml` is the SDS file of the listener's certificate (a Secret
 naming the operator's PEM files, which Envoy watches itself: envoy_config.tls_secret); with
@@ -37,17 +37,21 @@ import yaml
 from loyalty_grpc.runtime.console import say
 from loyalty_grpc.runtime.gateway.admin import EnvoyAdmin
 from loyalty_grpc.runtime.gateway.config import (
-    CONFIG_NAME,
     DEFAULT_HTTP_PORT,
     DEFAULT_UPSTREAM,
-    EnvoyError,
     GatewaySpec,
-    TlsFiles,
     file_references,
     find_gateway_dir,
+    validate,
+)
+from loyalty_grpc.runtime.gateway.shape import (
+    CONFIG_NAME,
+    EnvoyError,
+)
+from loyalty_grpc.runtime.gateway.tls import (
+    TlsFiles,
     tls_secret,
     upstream_secrets,
-    validate,
 )
 from loyalty_grpc.runtime.settings import GrpcTls
 
