@@ -14,6 +14,7 @@ import itertools
 import json
 import secrets
 import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 from datetime import UTC, datetime
@@ -39,6 +40,7 @@ from loyalty_grpc.services.pos.redeem import (
 )
 from loyalty_grpc.services.pos.sales import NewSale, SaleResult, register_sale
 from loyalty_grpc.store.db import make_engine
+from loyalty_grpc.store.ledger import Motivo, move_points
 from loyalty_grpc.store.tables import (
     LEDGER_MISMATCH_SQL,
     claves,
@@ -47,7 +49,7 @@ from loyalty_grpc.store.tables import (
     movimientos,
     promos,
 )
-from loyalty_grpc.store.uow import run_in_uow
+from loyalty_grpc.store.uow import UnitOfWork, run_in_uow
 
 P = "acred"
 FANS = [f"ACR{i:02}" for i in range(1, 7)]
@@ -359,6 +361,60 @@ def test_fifty_identical_redemptions_at_once_credit_once_and_all_say_what(engine
     assert sum(r.puntos_otorgados for r in results) == PUNTOS
     assert {r.puntos_acreditados for r in results} == {PUNTOS}
     assert ledger_credit_of_code(engine, codigo) == PUNTOS
+
+
+def _wait_for_lock_waiters(engine: Engine, count: int) -> None:
+    """Until `count` sessions of this database wait on a lock (10 s at most)."""
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        with engine.connect() as conn:
+            waiting = conn.execute(
+                text(
+                    "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                    "AND wait_event_type = 'Lock'"
+                )
+            ).scalar_one()
+        if waiting >= count:
+            return
+        time.sleep(0.02)
+    raise AssertionError(f"never saw {count} sessions waiting on a lock")
+
+
+def test_a_retry_that_waited_for_the_redemption_says_what_it_credited(engine, live):
+    """The race of issue 23 §2 made certain: a redemption holds the code's row lock (its
+    transaction open, its ledger entry written) while a single retry and a batch retry wait
+    for it; it commits. Both answer duplicado with the credit, which their statement that
+    waited (its snapshot older than the commit) could not see: the credit is read after."""
+    [codigo] = take(1)
+    with engine.connect() as conn:
+        copia, fan_pk = conn.execute(
+            select(codigos.c.id, codigos.c.fan_pk).where(
+                codigos.c.programa_id == P, codigos.c.codigo == codigo
+            )
+        ).one()
+    with UnitOfWork(engine) as uow:
+        uow.conn.execute(codigos.update().where(codigos.c.id == copia).values(estado="canjeado"))
+        move_points(uow.conn, fan_pk, PUNTOS, Motivo.CANJE, codigo_id=copia)
+        answers: list[Any] = []
+        threads = [
+            threading.Thread(
+                target=lambda: answers.append(redeem_code(engine, live, codigo, redemption()))
+            ),
+            threading.Thread(
+                target=lambda: answers.append(
+                    redeem_codes(engine, live, [codigo], redemption()).resultados[0].result
+                )
+            ),
+        ]
+        for thread in threads:
+            thread.start()
+        _wait_for_lock_waiters(engine, 2)
+        uow.commit()
+    for thread in threads:
+        thread.join(60)
+    assert [(a.duplicado, a.puntos_otorgados, a.puntos_acreditados) for a in answers] == [
+        (True, 0, PUNTOS)
+    ] * 2
 
 
 def test_batches_and_singles_at_once_credit_each_code_once_and_all_say_what(engine, live):
