@@ -35,7 +35,7 @@ from google.api import annotations_pb2
 from google.protobuf.descriptor import Descriptor, FieldDescriptor, MethodDescriptor
 
 from loyalty_grpc.api.requests import MAX_ID_EXTERNO, MAX_LABEL
-from loyalty_grpc.domain.amounts import MAX_CENTAVOS
+from loyalty_grpc.domain.amounts import MAX_CENTAVOS, parse_importe, points_for
 from loyalty_grpc.domain.codes import MAX_CODE_LENGTH, MAX_CODES_PER_CALL
 from loyalty_grpc.domain.errors import CATALOGO, CodigoError
 from loyalty_grpc.domain.fan_ref import MAX_FAN_TEXT
@@ -386,6 +386,35 @@ _LIMITE: Schema = {
 }
 
 # "Message.field" -> its schema as a property, where the descriptor alone is not enough.
+# The two point figures of `tx` and `redeem` answers (the batch entries too): what this call
+# credited, and what the sale or redemption credited when it was applied (issue 23 §2).
+_INT32: Schema = {"type": "integer", "format": "int32"}
+TX_OTORGADOS: Schema = {
+    **_INT32,
+    "description": "Points credited by this call: floor(cents × the program's rate / 100); "
+    "0 when `duplicado` (the first call credited them) or with a test key.",
+}
+TX_ACREDITADOS: Schema = {
+    **_INT32,
+    "description": "Points the sale credited when it was applied, by this call or by an "
+    "earlier one with the same `id_externo`: on a retry (`duplicado`: true) what the first "
+    "answer's `puntos_otorgados` said, so the till can still show what the sale earned. 0 "
+    "for a test key's sale. A later void by the back office does not change it (the void "
+    "shows in `saldo`).",
+}
+CANJE_OTORGADOS: Schema = {
+    **_INT32,
+    "description": "The promotion's `puntos_canje` credited to the code's fan by this call; "
+    "0 when `duplicado` or with a test key.",
+}
+CANJE_ACREDITADOS: Schema = {
+    **_INT32,
+    "description": "Points the code's redemption credited to its fan when it was applied, "
+    "by this call or by an earlier one: on a retry (`duplicado`: true) what the first "
+    "answer's `puntos_otorgados` said. 0 when a test key redeemed it or the promotion was "
+    "worth 0; a later change of the promotion's `puntos_canje` does not change it.",
+}
+
 FIELD_SCHEMAS: dict[str, Schema] = {
     # Requests. Every field may be null ("not sent", like an absent field).
     "ResolveFanRequest.fan": _FAN_FIELD,
@@ -471,6 +500,10 @@ FIELD_SCHEMAS: dict[str, Schema] = {
         },
     },
     "RedeemData.estado": {"const": "canjeado"},
+    "RegisterTxData.puntos_otorgados": TX_OTORGADOS,
+    "RegisterTxData.puntos_acreditados": TX_ACREDITADOS,
+    "RedeemData.puntos_otorgados": CANJE_OTORGADOS,
+    "RedeemData.puntos_acreditados": CANJE_ACREDITADOS,
     "PingData.modo": {"enum": ["vivo", "prueba"]},
     "PingGetData.modo": {"enum": ["vivo", "prueba"]},
     "PingData.permisos": {"type": "array", "items": {"enum": [p.value for p in Permiso]}},
@@ -591,7 +624,15 @@ def _group_schema(message: Descriptor, group: Group) -> Schema:
 FORMS: dict[str, dict[str, tuple[list[str], str]]] = {
     "RedeemData": {
         "RedeemSingleData": (
-            ["codigo", "estado", "duplicado", "promo", "fan", "puntos_otorgados"],
+            [
+                "codigo",
+                "estado",
+                "duplicado",
+                "promo",
+                "fan",
+                "puntos_otorgados",
+                "puntos_acreditados",
+            ],
             "Single form (`codigo`).",
         ),
         "RedeemBatchData": (
@@ -611,9 +652,19 @@ EXTRA_SCHEMAS: dict[str, Schema] = {
             "duplicado": {"type": "boolean"},
             "promo": {"type": "string"},
             "fan": {"$ref": "#/components/schemas/RedeemFan"},
-            "puntos_otorgados": {"type": "integer", "format": "int32"},
+            "puntos_otorgados": CANJE_OTORGADOS,
+            "puntos_acreditados": CANJE_ACREDITADOS,
         },
-        "required": ["codigo", "ok", "estado", "duplicado", "promo", "fan", "puntos_otorgados"],
+        "required": [
+            "codigo",
+            "ok",
+            "estado",
+            "duplicado",
+            "promo",
+            "fan",
+            "puntos_otorgados",
+            "puntos_acreditados",
+        ],
         "additionalProperties": False,
     },
     "RedeemBatchEntryError": {
@@ -730,6 +781,60 @@ def examples(programa: ProgramaFixture) -> dict[str, dict[str, Schema]]:
         },
         "RosterPostRequest": {
             "first_page": _example("A new snapshot, pages of 2", {"limite": 2}),
+        },
+    }
+
+
+def response_examples(programa: ProgramaFixture) -> dict[str, dict[str, Schema]]:
+    """Success examples by response message, for the answers whose fields a retry changes:
+    the first answer of the `tx` and single `redeem` request examples and the answer to
+    their retry (`duplicado`, `puntos_otorgados` 0, `puntos_acreditados` unchanged), on a
+    fresh demo program (the first sale is folio 1)."""
+    requests = examples(programa)
+    sale = requests["RegisterTxRequest"]["pesos"]["value"]
+    fans = {f.fan_id: f for f in programa.fans}
+    buyer = fans[sale["fan"]]
+    puntos = points_for(parse_importe(sale["importe"]), programa.tasa_puntos)
+    tx = {
+        "duplicado": False,
+        "tx": 1,
+        "puntos_otorgados": puntos,
+        "saldo": buyer.puntos + puntos,
+        "fan": {"id": buyer.fan_id, "correo": buyer.correo},
+        "puntos_acreditados": puntos,
+    }
+    codigo = requests["RedeemRequest"]["single"]["value"]["codigo"]
+    promo, code = next((p, c) for p in programa.promos for c in p.codigos if c.codigo == codigo)
+    assert code.fan is not None
+    redeemed = {
+        "codigo": codigo,
+        "estado": EstadoCodigo.CANJEADO.value,
+        "duplicado": False,
+        "promo": promo.nombre,
+        "fan": {"correo": fans[code.fan].correo},
+        "puntos_otorgados": promo.puntos_canje,
+        "puntos_acreditados": promo.puntos_canje,
+    }
+
+    def envelope(data: Schema) -> Schema:
+        return {"ok": True, "data": data}
+
+    return {
+        "RegisterTxResponse": {
+            "first": _example("The sale (request example `pesos`), answered", envelope(tx)),
+            "retry": _example(
+                "The same request again (its first answer was lost): the original folio, "
+                "nothing credited now, what the sale credited",
+                envelope({**tx, "duplicado": True, "puntos_otorgados": 0}),
+            ),
+        },
+        "RedeemResponse": {
+            "first": _example("One code (request example `single`), redeemed", envelope(redeemed)),
+            "retry": _example(
+                "The same code again: redeemed before, nothing credited now, what its "
+                "redemption credited",
+                envelope({**redeemed, "duplicado": True, "puntos_otorgados": 0}),
+            ),
         },
     }
 
@@ -941,6 +1046,7 @@ def build() -> Schema:
     service = pos_service_pb2.DESCRIPTOR.services_by_name[SERVICE]
     builder = Builder()
     request_examples = examples(demo_program())
+    success_examples = response_examples(demo_program())
     paths: dict[str, dict[str, Schema]] = {}
     for method in service.methods:
         verb, path, body = _http_rule(method)
@@ -953,6 +1059,9 @@ def build() -> Schema:
             "properties": {"ok": {"const": True}, "data": builder.message(data_type)},
             "required": ["ok", "data"],
         }
+        success_media: Schema = {"schema": success}
+        if output.name in success_examples:
+            success_media["examples"] = success_examples[output.name]
         operation: Schema = {
             "operationId": method.name,
             "summary": SUMMARIES[method.name],
@@ -965,7 +1074,7 @@ def build() -> Schema:
                         "RateLimit": _ref("headers", "RateLimit"),
                         "RateLimit-Policy": _ref("headers", "RateLimit-Policy"),
                     },
-                    "content": {"application/json": {"schema": success}},
+                    "content": {"application/json": success_media},
                 },
                 **{
                     name.removeprefix("Error"): _ref("responses", name)

@@ -217,7 +217,15 @@ def test_redeem_credits_records_and_then_is_a_duplicate(stack, http, keys):
         + codigo.encode()
         + b'","estado":"canjeado","duplicado":false,"promo":"Hot Dog",'
     )
-    assert list(data) == ["codigo", "estado", "duplicado", "promo", "fan", "puntos_otorgados"]
+    assert list(data) == [
+        "codigo",
+        "estado",
+        "duplicado",
+        "promo",
+        "fan",
+        "puntos_otorgados",
+        "puntos_acreditados",
+    ]
     assert data == {
         "codigo": codigo,
         "estado": "canjeado",
@@ -225,6 +233,7 @@ def test_redeem_credits_records_and_then_is_a_duplicate(stack, http, keys):
         "promo": "Hot Dog",
         "fan": correo("RED01"),
         "puntos_otorgados": 50,
+        "puntos_acreditados": 50,
     }
     assert balance(stack, "RED01") == before + 50
     row = stored(stack, codigo)
@@ -238,7 +247,8 @@ def test_redeem_credits_records_and_then_is_a_duplicate(stack, http, keys):
     assert credits(stack, row["id"]) == [(50, "canje")]
 
     again = ok(redeem(http, keys["todo"], {"codigo": codigo.lower(), "caja": "Otra"}))
-    assert again == {**data, "duplicado": True, "puntos_otorgados": 0}
+    # The retry: nothing credited now, and what the redemption credited (issue 23 §2).
+    assert again == {**data, "duplicado": True, "puntos_otorgados": 0, "puntos_acreditados": 50}
     assert balance(stack, "RED01") == before + 50
     assert stored(stack, codigo) == row  # a duplicate changes nothing
     assert credits(stack, row["id"]) == [(50, "canje")]
@@ -282,13 +292,17 @@ def test_test_key_redeems_without_points(stack, http, keys):
     codigo = fresh()
     before, entries = balance(stack, "RED01"), ledger_total(stack)
     data = ok(redeem(http, keys["prueba"], {"codigo": codigo}))
-    assert (data["duplicado"], data["puntos_otorgados"]) == (False, 0)
+    assert (data["duplicado"], data["puntos_otorgados"], data["puntos_acreditados"]) == (
+        False,
+        0,
+        0,
+    )
     row = stored(stack, codigo)
     assert (row["estado"], row["canje_clave_id"]) == ("canjeado", key_id(stack, "Caja prueba"))
     assert (balance(stack, "RED01"), ledger_total(stack)) == (before, entries)
     # Redeemed for good: a live key now gets the duplicate, still no points.
     live = ok(redeem(http, keys["todo"], {"codigo": codigo}))
-    assert (live["duplicado"], live["puntos_otorgados"]) == (True, 0)
+    assert (live["duplicado"], live["puntos_otorgados"], live["puntos_acreditados"]) == (True, 0, 0)
     assert balance(stack, "RED01") == before
 
 
@@ -312,6 +326,8 @@ def test_already_redeemed_in_the_fixture(stack, http, keys):
         "promo": "Hot Dog",
         "fan": correo("RED02"),
         "puntos_otorgados": 0,
+        # Recorded as canjeado by the fixture: no redemption credited anything.
+        "puntos_acreditados": 0,
     }
     assert balance(stack, "RED02") == before
 
@@ -458,6 +474,7 @@ def test_twenty_concurrent_redemptions_credit_once(stack, keys):
     assert len(datas) == 20
     assert sorted(bool(d["duplicado"]) for d in datas) == [False] + [True] * 19
     assert sum(int(str(d["puntos_otorgados"])) for d in datas) == 50
+    assert {d["puntos_acreditados"] for d in datas} == {50}
     assert balance(stack, "RED01") == before + 50
     assert credits(stack, stored(stack, codigo)["id"]) == [(50, "canje")]
 
@@ -505,7 +522,11 @@ def test_batch_answers_each_code_as_the_single_form_would(stack, http, keys):
     assert data["resumen"] == {"recibidos": 10, "canjeados": 2, "duplicados": 4, "rechazados": 4}
 
     def redeemed(
-        codigo: str, duplicado: bool, promo: str = "Hot Dog", fan_id: str = "RED01"
+        codigo: str,
+        duplicado: bool,
+        promo: str = "Hot Dog",
+        fan_id: str = "RED01",
+        acreditados: int = 50,
     ) -> dict[str, object]:
         return {
             "codigo": codigo,
@@ -515,6 +536,7 @@ def test_batch_answers_each_code_as_the_single_form_would(stack, http, keys):
             "promo": promo,
             "fan": correo(fan_id),
             "puntos_otorgados": 0 if duplicado else 50,
+            "puntos_acreditados": acreditados,
         }
 
     assert data["resultados"] == [
@@ -525,8 +547,9 @@ def test_batch_answers_each_code_as_the_single_form_would(stack, http, keys):
         error_entry("HD-D01", CodigoError.CODIGO_NO_ASIGNADO),
         error_entry("NADA", CodigoError.CODIGO_NO_ENCONTRADO),
         error_entry("", CodigoError.CODIGO_NO_ENCONTRADO),
-        redeemed("MULTI-2", True, "Gorra", "RED02"),
-        redeemed("HD-C01", True, fan_id="RED02"),
+        # Recorded as canjeado by the fixture: no redemption credited anything.
+        redeemed("MULTI-2", True, "Gorra", "RED02", acreditados=0),
+        redeemed("HD-C01", True, fan_id="RED02", acreditados=0),
         redeemed(b, True),
     ]
     assert balance(stack, "RED01") == before + 100
@@ -556,6 +579,7 @@ def test_batch_entry_fields(stack, http, keys):
         "promo",
         "fan",
         "puntos_otorgados",
+        "puntos_acreditados",
     }
     assert set(entries[1]) == {"codigo", "ok", "error"}
     assert set(entries[1]["error"]) == {"codigo", "mensaje"}
@@ -574,15 +598,22 @@ def test_batch_repeats_a_text_in_several_promotions(stack, http, keys):
         )
     )
     assert [
-        (e["codigo"], e.get("promo"), e.get("duplicado"), e.get("puntos_otorgados"))
+        (
+            e["codigo"],
+            e.get("promo"),
+            e.get("duplicado"),
+            e.get("puntos_otorgados"),
+            e.get("puntos_acreditados"),
+        )
         for e in data["resultados"]
     ] == [
-        ("MULTI-6", "Hot Dog", False, 50),
-        ("MULTI-6", "Gorra", False, 30),
-        ("MULTI-6", "Hot Dog", True, 0),
-        ("MULTI-3", None, None, None),
-        ("MULTI-4", None, None, None),
-        ("OTRO-1", None, None, None),
+        ("MULTI-6", "Hot Dog", False, 50, 50),
+        ("MULTI-6", "Gorra", False, 30, 30),
+        # The duplicate of the Hot Dog copy, redeemed by the first entry of this batch.
+        ("MULTI-6", "Hot Dog", True, 0, 50),
+        ("MULTI-3", None, None, None, None),
+        ("MULTI-4", None, None, None, None),
+        ("OTRO-1", None, None, None, None),
     ]
     assert data["resultados"][1]["fan"] == correo("RED02")
     assert data["resultados"][3:] == [
@@ -620,13 +651,13 @@ def test_batch_without_fan_leer_and_with_a_test_key(stack, http, keys):
             "promo": "Hot Dog",
             "fan": {},
             "puntos_otorgados": 50,
+            "puntos_acreditados": 50,
         }
     ]
     test = ok(redeem(http, keys["prueba"], {"codigos": [b, b]}))
-    assert [(e["duplicado"], e["puntos_otorgados"]) for e in test["resultados"]] == [
-        (False, 0),
-        (True, 0),
-    ]
+    assert [
+        (e["duplicado"], e["puntos_otorgados"], e["puntos_acreditados"]) for e in test["resultados"]
+    ] == [(False, 0, 0), (True, 0, 0)]
     assert test["resumen"] == {"recibidos": 2, "canjeados": 1, "duplicados": 1, "rechazados": 0}
     assert stored(stack, b)["estado"] == "canjeado"
     assert balance(stack, "RED01") == before + 50
@@ -660,6 +691,11 @@ def test_single_and_batch_over_native_grpc_leave_the_other_form_unset(stack, key
         stub = pb_grpc.PosServiceStub(channel)
         md = (("authorization", f"Bearer {keys['redeem']}"),)
         single = stub.Redeem(pb.RedeemRequest(codigo=codigo), metadata=md).data
+        assert (single.duplicado, single.puntos_otorgados, single.puntos_acreditados) == (
+            False,
+            50,
+            50,
+        )
         assert single.HasField("codigo")
         assert single.HasField("fan")
         assert not single.fan.HasField("correo")
@@ -670,8 +706,29 @@ def test_single_and_batch_over_native_grpc_leave_the_other_form_unset(stack, key
         assert batch.HasField("resultados")
         assert not any(
             batch.HasField(f)
-            for f in ("codigo", "estado", "duplicado", "promo", "fan", "puntos_otorgados")
+            for f in (
+                "codigo",
+                "estado",
+                "duplicado",
+                "promo",
+                "fan",
+                "puntos_otorgados",
+                "puntos_acreditados",
+            )
         )
+        [entry] = batch.resultados.values
+        fields = entry.struct_value.fields
+        assert fields["duplicado"].bool_value is True
+        assert (
+            fields["puntos_otorgados"].number_value,
+            fields["puntos_acreditados"].number_value,
+        ) == (
+            0,
+            50,
+        )
+        retry = stub.Redeem(pb.RedeemRequest(codigo=codigo), metadata=md).data
+        assert (retry.duplicado, retry.puntos_otorgados, retry.puntos_acreditados) == (True, 0, 50)
+        assert retry.HasField("puntos_acreditados")
         with pytest.raises(grpc.RpcError) as err:
             stub.Redeem(pb.RedeemRequest(codigo="HD-L01"), metadata=md)
         assert err.value.code() is grpc.StatusCode.FAILED_PRECONDITION

@@ -8,12 +8,18 @@ import threading
 import time
 from datetime import UTC, datetime, timedelta
 
+import grpc
 import httpx
 import pytest
+from google.protobuf import struct_pb2
 from sqlalchemy import func, select
 
 from loyalty_grpc.domain.errors import CodigoError
+from loyalty_grpc.gen.loyalty.v1 import pos_service_pb2 as pb
+from loyalty_grpc.gen.loyalty.v1 import pos_service_pb2_grpc as pb_grpc
+from loyalty_grpc.services.backoffice.points import void_sale
 from loyalty_grpc.store.tables import fans, movimientos, ventas, wallet_entregas
+from loyalty_grpc.store.uow import run_in_uow
 from loyalty_grpc.wallet import LocalProvider, send_pending
 from tests.e2e.stack import Stack
 from tests.e2e.support import assert_error, auth
@@ -146,10 +152,18 @@ def test_points_balance_and_response_shape(stack, http, keys):
     before = balance(stack, POINTS_PROGRAM, "TXP01")
     response = tx(http, keys["todo"], id_externo=new_id(), fan="txp 01", importe="123.45")
     data = ok(response)
-    assert list(data) == ["duplicado", "tx", "puntos_otorgados", "saldo", "fan"]
+    assert list(data) == [
+        "duplicado",
+        "tx",
+        "puntos_otorgados",
+        "saldo",
+        "fan",
+        "puntos_acreditados",
+    ]
     assert data["duplicado"] is False
     assert isinstance(data["tx"], int)
     assert data["puntos_otorgados"] == 12  # floor(123.45 × 0.1)
+    assert data["puntos_acreditados"] == 12
     assert data["saldo"] == before + 12 == balance(stack, POINTS_PROGRAM, "TXP01")
     assert data["fan"] == {"id": "TXP01", "correo": "txp01@example.com"}
     assert response.content.startswith(b'{"ok":true,"data":{"duplicado":false,"tx":')
@@ -198,7 +212,7 @@ def test_aliases_and_labels(stack, http, keys):
 def test_duplicate_replays_the_original(stack, http, keys):
     id_externo = new_id()
     first = ok(tx(http, keys["todo"], id_externo=id_externo, fan="TXP03", importe=50))
-    assert first["puntos_otorgados"] == 5
+    assert (first["puntos_otorgados"], first["puntos_acreditados"]) == (5, 5)
     ok(tx(http, keys["todo"], id_externo=new_id(), fan="TXP03", importe=100))  # +10
     again = ok(tx(http, keys["todo"], id_externo=id_externo, fan="qrTXP03", importe="50.00"))
     assert again == {
@@ -208,6 +222,47 @@ def test_duplicate_replays_the_original(stack, http, keys):
         "saldo": balance(stack, POINTS_PROGRAM, "TXP03"),
     }
     assert again["saldo"] == int(str(first["saldo"])) + 10
+    assert (again["puntos_otorgados"], again["puntos_acreditados"]) == (0, 5)
+
+
+def test_a_retry_over_native_grpc_and_http_says_what_the_sale_credited(stack, http, keys):
+    """issue 23 §2: the first answer is lost, the till retries; native gRPC callers get the
+    same field. Voided by the back office in between, the sale still says what it credited
+    (what the lost answer said); `saldo` shows the void."""
+    id_externo = new_id()
+    request = pb.RegisterTxRequest(
+        id_externo=id_externo,
+        fan="TXP04",
+        importe=struct_number(123.45),
+    )
+    with grpc.insecure_channel(stack.grpc_target) as channel:
+        stub = pb_grpc.PosServiceStub(channel)
+        md = (("authorization", f"Bearer {keys['todo']}"),)
+        first = stub.RegisterTx(request, metadata=md).data
+        assert (first.duplicado, first.puntos_otorgados, first.puntos_acreditados) == (
+            False,
+            12,
+            12,
+        )
+        retry = stub.RegisterTx(request, metadata=md).data
+        assert (retry.duplicado, retry.tx, retry.puntos_otorgados, retry.puntos_acreditados) == (
+            True,
+            first.tx,
+            0,
+            12,
+        )
+        run_in_uow(stack.engine, void_sale, POINTS_PROGRAM, first.tx, "devolución")
+        after_void = stub.RegisterTx(request, metadata=md).data
+        assert (after_void.duplicado, after_void.puntos_acreditados) == (True, 12)
+        assert after_void.saldo == first.saldo - 12 == balance(stack, POINTS_PROGRAM, "TXP04")
+    body = {"id_externo": id_externo, "fan": "TXP04", "importe": 123.45}
+    over_http = ok(tx(http, keys["todo"], **body))
+    assert (over_http["duplicado"], over_http["puntos_otorgados"]) == (True, 0)
+    assert (over_http["puntos_acreditados"], over_http["saldo"]) == (12, after_void.saldo)
+
+
+def struct_number(value: float) -> struct_pb2.Value:
+    return struct_pb2.Value(number_value=value)
 
 
 @pytest.mark.parametrize("change", [{"fan": "TXP02"}, {"importe": 51}])
@@ -226,9 +281,14 @@ def test_test_key_credits_nothing_in_its_own_namespace(stack, http, keys):
     before = balance(stack, POINTS_PROGRAM, "TXP05")
     test_sale = ok(tx(http, keys["prueba"], id_externo=id_externo, fan="TXP05", importe=1000))
     assert (test_sale["duplicado"], test_sale["puntos_otorgados"]) == (False, 0)
+    assert test_sale["puntos_acreditados"] == 0
     assert test_sale["saldo"] == before
     live = ok(tx(http, keys["todo"], id_externo=id_externo, fan="TXP05", importe=1000))
-    assert (live["duplicado"], live["puntos_otorgados"]) == (False, 100)
+    assert (live["duplicado"], live["puntos_otorgados"], live["puntos_acreditados"]) == (
+        False,
+        100,
+        100,
+    )
     assert live["tx"] != test_sale["tx"]
     replay = ok(tx(http, keys["prueba"], id_externo=id_externo, fan="TXP05", importe=1000))
     assert (replay["duplicado"], replay["tx"], replay["saldo"]) == (
@@ -236,6 +296,7 @@ def test_test_key_credits_nothing_in_its_own_namespace(stack, http, keys):
         test_sale["tx"],
         before + 100,
     )
+    assert (replay["puntos_otorgados"], replay["puntos_acreditados"]) == (0, 0)
     assert stored_sale(stack, int(str(test_sale["tx"])))["modo"] == "prueba"
 
 
@@ -258,6 +319,8 @@ def test_fifty_concurrent_identical_calls_credit_once(stack, keys):
     datas = [ok(r) for r in results]
     assert len(datas) == 50
     assert sorted(bool(d["duplicado"]) for d in datas) == [False] + [True] * 49
+    # Every answer, the first and the 49 that waited for it, says what the sale credited.
+    assert {d["puntos_acreditados"] for d in datas} == {8}
     assert len({d["tx"] for d in datas}) == 1
     assert sum(int(str(d["puntos_otorgados"])) for d in datas) == 8
     assert balance(stack, POINTS_PROGRAM, "TXP01") == before + 8

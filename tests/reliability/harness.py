@@ -553,6 +553,9 @@ class Book:
         # How many 200 replies said duplicado false (the credit), and the folios answered.
         self.first_replies: collections.Counter[str] = collections.Counter()
         self.folios: dict[str, set[int]] = collections.defaultdict(set)
+        # The `puntos_acreditados` every 200 reply carried (issue 23 §2): id_externo or code
+        # -> the values answered (the audit wants one: what the ledger credited).
+        self.acreditados: dict[str, set[int]] = collections.defaultdict(set)
         # Replies that contradict what was sent or the database's rules.
         self.problems: list[str] = []
 
@@ -568,6 +571,7 @@ class Book:
             self.acked_sales[sale.id_externo] = sale
             self.unacked.pop(sale.id_externo, None)
             self.folios[sale.id_externo].add(data["tx"])
+            self.acreditados[sale.id_externo].add(data["puntos_acreditados"])
             if data["fan"]["id"] != sale.fan:
                 self.problems.append(f"tx {sale.id_externo}: answered fan {data['fan']}")
             if not data["duplicado"]:
@@ -594,6 +598,7 @@ class Book:
             data = reply.data
             self.acked_codes.add(code)
             self.unacked.pop(code, None)
+            self.acreditados[code].add(data["puntos_acreditados"])
             if data["codigo"] != code or data["estado"] != "canjeado":
                 self.problems.append(f"redeem {code}: answered {data}")
             if not data["duplicado"]:
@@ -692,15 +697,23 @@ class Audited:
     sales: int
     redemptions: int
     fans: int
+    # Acknowledged sales and redemptions whose every 200 said `duplicado` (the answer of the
+    # call that applied them was lost): the till showed their `puntos_acreditados`.
+    first_seen_as_duplicates: int = 0
 
     def __str__(self) -> str:
-        return f"audit exact: {self.sales} sales, {self.redemptions} redemptions, {self.fans} fans"
+        return (
+            f"audit exact: {self.sales} sales, {self.redemptions} redemptions, {self.fans} fans"
+            f" ({self.first_seen_as_duplicates} first seen as duplicates)"
+        )
 
 
 def audit(stack: Stack) -> Audited:
     """The database against the book, exactly:
     - every call got an answer that acknowledges it (clients retried to a 200);
     - no reply contradicted what was sent (fan, points, a duplicate crediting points);
+    - every acknowledged reply's `puntos_acreditados`, first or duplicate, is what the ledger
+      says the sale or redemption credited (the retried till shows the right points);
     - each acknowledged `id_externo` is one sale, with its fan, amount and points, and one
       ledger entry of those points (none for 0 points); there is no other sale;
     - each acknowledged code is `canjeado` with one `canje` ledger entry of the
@@ -768,6 +781,11 @@ def audit(stack: Stack) -> Audited:
                 f"sale {row.id_externo}: {row.entries} ledger entries crediting "
                 f"{row.credited}, expected {sale.points} points"
             )
+        if book.acreditados[row.id_externo] - {row.credited}:
+            problems.append(
+                f"sale {row.id_externo}: answered puntos_acreditados "
+                f"{sorted(book.acreditados[row.id_externo])}, the ledger credited {row.credited}"
+            )
         if book.folios[row.id_externo] - {row.id}:
             problems.append(
                 f"sale {row.id_externo}: answered folios "
@@ -786,6 +804,11 @@ def audit(stack: Stack) -> Audited:
             problems.append(
                 f"acknowledged code {row.codigo}: {row.estado}, {row.entries} "
                 f"ledger entries crediting {row.credited}"
+            )
+        if acked and book.acreditados[row.codigo] - {row.credited}:
+            problems.append(
+                f"acknowledged code {row.codigo}: answered puntos_acreditados "
+                f"{sorted(book.acreditados[row.codigo])}, the ledger credited {row.credited}"
             )
         if not acked and (row.estado, row.entries) != ("asignado", 0):
             problems.append(
@@ -813,4 +836,5 @@ def audit(stack: Stack) -> Audited:
                 f"credits = {expected[fan]}, ledger sum {ledger_sum[fan]}"
             )
     assert not problems, f"audit: {len(problems)} problems:\n" + "\n".join(problems[:30])
-    return Audited(len(book.acked_sales), len(book.acked_codes), len(world.fans))
+    lost_first = [k for k in [*book.acked_sales, *book.acked_codes] if not book.first_replies[k]]
+    return Audited(len(book.acked_sales), len(book.acked_codes), len(world.fans), len(lost_first))

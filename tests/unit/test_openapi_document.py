@@ -134,6 +134,7 @@ def test_redeem_data_is_one_of_two_complete_objects() -> None:
         "promo": "2x1 Hot Dog",
         "fan": {"correo": "maria.lopez@example.com"},
         "puntos_otorgados": 50,
+        "puntos_acreditados": 50,
     }
     batch = {
         "resumen": {"recibidos": 2, "canjeados": 1, "duplicados": 0, "rechazados": 1},
@@ -152,6 +153,7 @@ def test_redeem_data_is_one_of_two_complete_objects() -> None:
     assert not validator.is_valid({**single, "resumen": batch["resumen"]})
     assert not validator.is_valid({**batch, "codigo": "HD-0003"})
     assert not validator.is_valid({k: v for k, v in single.items() if k != "promo"})
+    assert not validator.is_valid({k: v for k, v in single.items() if k != "puntos_acreditados"})
     entries = batch["resultados"]
     assert isinstance(entries, list)
     assert not validator.is_valid({**batch, "resultados": [{**entries[0], "ok": False}]})
@@ -294,6 +296,34 @@ def test_examples_name_the_demo_program() -> None:
                     listed = body.get("codigos") or re.split(r"[\s,;]+", body["codes"])
                     assert set(listed) <= own, (path, body)
     assert seen >= 10
+
+
+def test_success_examples_are_valid_answers_and_a_retry_keeps_what_was_credited() -> None:
+    """The 200 examples of tx and redeem validate against their schemas; the retry's
+    answer is the first one with `duplicado`, 0 `puntos_otorgados` and the same
+    `puntos_acreditados` (issue 23 §2), and the fields say so."""
+    seen = 0
+    for path in ("/api/v1/tx", "/api/v1/redeem"):
+        media = DOCUMENT["paths"][path]["post"]["responses"]["200"]["content"]["application/json"]
+        validator = jsonschema_rs.validator_for(
+            {**media["schema"], "components": DOCUMENT["components"]}
+        )
+        first, retry = media["examples"]["first"]["value"], media["examples"]["retry"]["value"]
+        for example in (first, retry):
+            assert validator.is_valid(example), (path, example)
+            seen += 1
+        assert first["data"]["puntos_acreditados"] == first["data"]["puntos_otorgados"] > 0
+        assert retry["data"] == {
+            **first["data"],
+            "duplicado": True,
+            "puntos_otorgados": 0,
+        }
+    assert seen == 4
+    for name in ("RegisterTxData", "RedeemSingleData", "RedeemBatchEntryOk"):
+        field = SCHEMAS[name]["properties"]["puntos_acreditados"]
+        assert field["type"] == "integer"
+        assert "duplicado" in field["description"]
+        assert "puntos_acreditados" in SCHEMAS[name]["required"]
 
 
 # ---------------------------------------------------------------- patterns vs parsers

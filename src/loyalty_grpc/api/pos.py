@@ -102,6 +102,7 @@ class PosServicer(pb_grpc.PosServiceServicer):
                     id=result.fan_id,
                     correo=result.correo if caller.sees_personal_data else None,
                 ),
+                puntos_acreditados=result.puntos_acreditados,
             ),
         )
 

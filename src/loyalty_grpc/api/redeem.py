@@ -47,6 +47,7 @@ def _result_dict(result: RedeemResult, sees_pii: bool) -> dict[str, JsonValue]:
         "promo": result.promo,
         "fan": {"correo": result.correo} if sees_pii else {},
         "puntos_otorgados": result.puntos_otorgados,
+        "puntos_acreditados": result.puntos_acreditados,
     }
 
 
@@ -81,6 +82,7 @@ def redeem_response(
             duplicado=result.duplicado,
             promo=result.promo,
             puntos_otorgados=result.puntos_otorgados,
+            puntos_acreditados=result.puntos_acreditados,
         )
         data.fan.SetInParent()
         if sees_pii:

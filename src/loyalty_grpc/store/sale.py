@@ -5,8 +5,9 @@ one round trip, atomic (store/autocommit.py).
 
 An identical sale running concurrently makes the INSERT wait for it to commit, and then do
 nothing: so 50 identical calls credit once. The answer then comes from `ORIGINAL` (a second
-statement, only on that path): the first sale's folio, fan and amount, and the fan's
-current balance.
+statement, only on that path): the first sale's folio, fan, amount and points (what it
+credited when it was applied: `ventas.puntos`, never changed, not even by a void), and the
+fan's current balance.
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ SALE: dict[Forma, str] = {
 }
 
 ORIGINAL = """
-SELECT v.id, v.fan_pk, v.importe_centavos, f.puntos
+SELECT v.id, v.fan_pk, v.importe_centavos, v.puntos, f.puntos
 FROM ventas v JOIN fans f ON f.pk = v.fan_pk
 WHERE v.programa_id = %(programa)s AND v.modo = %(modo)s AND v.id_externo = %(id_externo)s
 """
@@ -64,6 +65,9 @@ class OriginalSale:
     folio: int
     fan_pk: int
     centavos: int
+    # The points the sale credited when it was applied (0 for a test sale); a later void
+    # does not change them (it is a ledger entry of its own).
+    puntos: int
     saldo: int  # the fan's balance now
 
 
@@ -119,5 +123,7 @@ def original_sale(engine: Engine, programa: str, modo: str, id_externo: str) -> 
     )
     if row is None:  # the conflicting sale is committed: it cannot be gone
         raise LookupError("the sale with this id_externo vanished")
-    folio, fan_pk, centavos, saldo = row
-    return OriginalSale(folio=folio, fan_pk=fan_pk, centavos=int(centavos), saldo=int(saldo))
+    folio, fan_pk, centavos, puntos, saldo = row
+    return OriginalSale(
+        folio=folio, fan_pk=fan_pk, centavos=int(centavos), puntos=int(puntos), saldo=int(saldo)
+    )

@@ -13,6 +13,15 @@ concurrency left to PostgreSQL's row locks:
 3. Redeem the chosen `asignado` copies (one UPDATE) and credit their points through
    store/ledger.move_many (`Motivo.CANJE`, `codigo_id`; one statement, fans locked in pk
    order).
+4. Only when some code had been redeemed before this call: read what those redemptions
+   credited (store/redeem.credited_by_redemptions, one statement), for their
+   `puntos_acreditados`. It runs after the lock, so it sees the ledger entry of a
+   concurrent redemption that the lock waited for.
+
+`puntos_otorgados` is what this call credited (0 for a duplicate); `puntos_acreditados` what
+the code's redemption credited when it was applied, whichever call applied it: this one
+(then it equals `puntos_otorgados`; also for a text repeated in the batch, whose later
+entries are duplicates of the first), or an earlier one (its ledger entry).
 
 Locks are always taken codes first (ascending id), then fans (ascending pk: the ledger's
 CTEs lock them in that order), and a sale only locks its fan: the same global order
@@ -45,7 +54,12 @@ from loyalty_grpc.domain.redeem import (
     summarize,
 )
 from loyalty_grpc.store.ledger import Motivo, Move, move_many
-from loyalty_grpc.store.redeem import RedeemValues, redeem_one
+from loyalty_grpc.store.redeem import (
+    RedeemValues,
+    credited_by_redemption,
+    credited_by_redemptions,
+    redeem_one,
+)
 from loyalty_grpc.store.tables import codigos, fans, promos
 from loyalty_grpc.store.uow import UnitOfWork
 
@@ -68,7 +82,10 @@ class RedeemResult:
     duplicado: bool
     promo: str
     correo: str
+    # Credited by this call (0 on a duplicate).
     puntos_otorgados: int
+    # Credited by the code's redemption when it was applied, whichever call applied it.
+    puntos_acreditados: int
 
 
 @dataclass(frozen=True)
@@ -124,12 +141,14 @@ def redeem_code(
         raise falla
     assert row is not None
     nuevo = paso.desenlace is Desenlace.CANJEADO
+    otorgados = row.puntos_canje if nuevo and caller.earns_points else 0
     return RedeemResult(
         codigo=texto,
         duplicado=not nuevo,
         promo=row.promo,
         correo=row.correo,
-        puntos_otorgados=row.puntos_canje if nuevo and caller.earns_points else 0,
+        puntos_otorgados=otorgados,
+        puntos_acreditados=otorgados if nuevo else credited_by_redemption(engine, row.copia),
     )
 
 
@@ -229,16 +248,26 @@ def _redeem(
         if sorted(done) != sorted(ids):  # the rows are locked: cannot happen
             raise LoyaltyError(CodigoError.ERROR_INTERNO, "canje: el estado cambió bajo bloqueo")
     live = caller.earns_points
+    # What this call credits, by copy: the copies it redeems.
+    credited = {
+        row.id: row.puntos_canje if live and row.fan_pk is not None else 0 for row in redeemed
+    }
     if live:
         move_many(
             conn,
             [
-                Move(row.fan_pk, row.puntos_canje, codigo_id=row.id)
+                Move(row.fan_pk, credited[row.id], codigo_id=row.id)
                 for row in redeemed
-                if row.puntos_canje and row.fan_pk is not None
+                if credited[row.id] and row.fan_pk is not None
             ],
             Motivo.CANJE,
         )
+    before = {
+        p.copia
+        for p in pasos
+        if p.desenlace is Desenlace.DUPLICADO and p.copia is not None and p.copia not in credited
+    }
+    credited |= credited_by_redemptions(conn, before)
     outcomes: list[tuple[Paso, RedeemResult | None]] = []
     for paso in pasos:
         result = None
@@ -250,7 +279,8 @@ def _redeem(
                 duplicado=not nuevo,
                 promo=row.promo,
                 correo=row.correo,
-                puntos_otorgados=row.puntos_canje if nuevo and live else 0,
+                puntos_otorgados=credited[row.id] if nuevo else 0,
+                puntos_acreditados=credited[row.id],
             )
         outcomes.append((paso, result))
     return outcomes

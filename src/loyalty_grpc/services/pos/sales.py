@@ -5,6 +5,15 @@ and the wallet-pass outbox row, atomic, in one round trip. Idempotency rests on 
 (program, mode, id_externo) index: `INSERT … ON CONFLICT DO NOTHING` makes a concurrent
 identical call wait for the first to commit and then see it, so 50 identical calls credit
 once. The program's rate and currency come with the authenticated key (api/key_cache.py).
+
+Two point figures answer every sale: `puntos_otorgados`, what THIS call credited (0 on a
+duplicate, the contract's meaning), and `puntos_acreditados`, what the sale credited when
+it was applied, the same on the first answer and on every retry's, so that a till whose
+first answer was lost still shows the fan what the sale earned. A first sale has it
+without any work (it is `puntos_otorgados`); a retry reads it from the sale's own row
+(`ventas.puntos`) in the statement the retry already runs (store/sale.py ORIGINAL). A sale
+voided since by the back office keeps its figure: the retry answers what the first answer
+said; the void shows in `saldo` and in the ledger (its own `anulacion` entry).
 """
 
 from __future__ import annotations
@@ -42,7 +51,10 @@ class NewSale:
 class SaleResult:
     duplicado: bool
     folio: int
+    # Credited by this call (0 on a duplicate).
     puntos_otorgados: int
+    # Credited by the sale when it was applied, whichever call applied it.
+    puntos_acreditados: int
     saldo: int
     fan_id: str
     correo: str
@@ -61,8 +73,9 @@ def _points(caller: Caller, centavos: int) -> int:
 
 
 def _replay(engine: Engine, caller: Caller, sale: NewSale, fan: SaleRow) -> SaleResult:
-    """The answer to an id_externo seen before: the original folio, no points, today's
-    balance; or id_externo_en_conflicto when the fan or the amount differ."""
+    """The answer to an id_externo seen before: the original folio, no points now, the
+    points it credited then, today's balance; or id_externo_en_conflicto when the fan or
+    the amount differ."""
     original = original_sale(engine, caller.programa_id, caller.modo.value, sale.id_externo)
     if original.fan_pk != fan.fan_pk or original.centavos != sale.centavos:
         differs = "el fan" if original.fan_pk != fan.fan_pk else "el importe"
@@ -75,6 +88,7 @@ def _replay(engine: Engine, caller: Caller, sale: NewSale, fan: SaleRow) -> Sale
         duplicado=True,
         folio=original.folio,
         puntos_otorgados=0,
+        puntos_acreditados=original.puntos,
         saldo=original.saldo,
         fan_id=fan.fan_id,
         correo=fan.correo,
@@ -114,6 +128,7 @@ def register_sale(engine: Engine, caller: Caller, sale: NewSale) -> SaleResult:
         duplicado=False,
         folio=row.folio,
         puntos_otorgados=puntos,
+        puntos_acreditados=puntos,
         saldo=row.saldo,
         fan_id=row.fan_id,
         correo=row.correo,

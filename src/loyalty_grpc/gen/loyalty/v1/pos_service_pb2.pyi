@@ -490,6 +490,7 @@ class RegisterTxData(_message.Message):
     PUNTOS_OTORGADOS_FIELD_NUMBER: _builtins.int
     SALDO_FIELD_NUMBER: _builtins.int
     FAN_FIELD_NUMBER: _builtins.int
+    PUNTOS_ACREDITADOS_FIELD_NUMBER: _builtins.int
     duplicado: _builtins.bool
     """True when this id_externo was already registered (same fan and amount): nothing new
     is credited and `tx` is the original folio.
@@ -502,6 +503,11 @@ class RegisterTxData(_message.Message):
     """
     saldo: _builtins.int
     """The fan's points balance after this sale."""
+    puntos_acreditados: _builtins.int
+    """Points the sale credited when it was applied, by this call or by an earlier one with
+    the same id_externo: on a duplicate, what the first answer said in puntos_otorgados
+    (0 with a test key). A later void by the back office does not change it.
+    """
     @_builtins.property
     def fan(self) -> Global___TxFan:
         """The fan the sale was credited to."""
@@ -514,10 +520,11 @@ class RegisterTxData(_message.Message):
         puntos_otorgados: _builtins.int = ...,
         saldo: _builtins.int = ...,
         fan: Global___TxFan | None = ...,
+        puntos_acreditados: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["fan", b"fan"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["duplicado", b"duplicado", "fan", b"fan", "puntos_otorgados", b"puntos_otorgados", "saldo", b"saldo", "tx", b"tx"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["duplicado", b"duplicado", "fan", b"fan", "puntos_acreditados", b"puntos_acreditados", "puntos_otorgados", b"puntos_otorgados", "saldo", b"saldo", "tx", b"tx"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -629,9 +636,9 @@ Global___RedeemResponse: _TypeAlias = RedeemResponse  # noqa: Y015
 
 @_typing.final
 class RedeemData(_message.Message):
-    """`data` of POST /api/v1/redeem. The single form sets the first six fields; the batch
-    form sets `resumen` and `resultados` only. Every field has presence so that the other
-    form's fields are absent.
+    """`data` of POST /api/v1/redeem. The single form sets the first six fields and
+    `puntos_acreditados`; the batch form sets `resumen` and `resultados` only. Every field
+    has presence so that the other form's fields are absent.
     """
 
     DESCRIPTOR: _descriptor.Descriptor
@@ -644,6 +651,7 @@ class RedeemData(_message.Message):
     PUNTOS_OTORGADOS_FIELD_NUMBER: _builtins.int
     RESUMEN_FIELD_NUMBER: _builtins.int
     RESULTADOS_FIELD_NUMBER: _builtins.int
+    PUNTOS_ACREDITADOS_FIELD_NUMBER: _builtins.int
     codigo: _builtins.str
     """The code, normalised to upper case."""
     estado: _builtins.str
@@ -653,7 +661,14 @@ class RedeemData(_message.Message):
     promo: _builtins.str
     """Name of the promotion the code belongs to."""
     puntos_otorgados: _builtins.int
-    """The promotion's puntos_canje credited to the fan; 0 when duplicado or with a test key."""
+    """The promotion's puntos_canje credited to the fan by this call; 0 when duplicado or
+    with a test key.
+    """
+    puntos_acreditados: _builtins.int
+    """Points the code's redemption credited to the fan when it was applied, by this call or
+    by an earlier one: on a duplicate, what the first answer said in puntos_otorgados (0
+    when a test key redeemed it). Single form; in the batch form, in each entry.
+    """
     @_builtins.property
     def fan(self) -> Global___RedeemFan:
         """The fan the code had been delivered to; {} without fan:leer."""
@@ -679,10 +694,11 @@ class RedeemData(_message.Message):
         puntos_otorgados: _builtins.int | None = ...,
         resumen: Global___RedeemResumen | None = ...,
         resultados: _struct_pb2.ListValue | None = ...,
+        puntos_acreditados: _builtins.int | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_codigo", b"_codigo", "_duplicado", b"_duplicado", "_estado", b"_estado", "_promo", b"_promo", "_puntos_otorgados", b"_puntos_otorgados", "codigo", b"codigo", "duplicado", b"duplicado", "estado", b"estado", "fan", b"fan", "promo", b"promo", "puntos_otorgados", b"puntos_otorgados", "resultados", b"resultados", "resumen", b"resumen"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_codigo", b"_codigo", "_duplicado", b"_duplicado", "_estado", b"_estado", "_promo", b"_promo", "_puntos_acreditados", b"_puntos_acreditados", "_puntos_otorgados", b"_puntos_otorgados", "codigo", b"codigo", "duplicado", b"duplicado", "estado", b"estado", "fan", b"fan", "promo", b"promo", "puntos_acreditados", b"puntos_acreditados", "puntos_otorgados", b"puntos_otorgados", "resultados", b"resultados", "resumen", b"resumen"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_codigo", b"_codigo", "_duplicado", b"_duplicado", "_estado", b"_estado", "_promo", b"_promo", "_puntos_otorgados", b"_puntos_otorgados", "codigo", b"codigo", "duplicado", b"duplicado", "estado", b"estado", "fan", b"fan", "promo", b"promo", "puntos_otorgados", b"puntos_otorgados", "resultados", b"resultados", "resumen", b"resumen"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_codigo", b"_codigo", "_duplicado", b"_duplicado", "_estado", b"_estado", "_promo", b"_promo", "_puntos_acreditados", b"_puntos_acreditados", "_puntos_otorgados", b"_puntos_otorgados", "codigo", b"codigo", "duplicado", b"duplicado", "estado", b"estado", "fan", b"fan", "promo", b"promo", "puntos_acreditados", b"puntos_acreditados", "puntos_otorgados", b"puntos_otorgados", "resultados", b"resultados", "resumen", b"resumen"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__codigo: _TypeAlias = _typing.Literal["codigo"]  # noqa: Y015
     _WhichOneofArgType__codigo: _TypeAlias = _typing.Literal["_codigo", b"_codigo"]  # noqa: Y015
@@ -692,6 +708,8 @@ class RedeemData(_message.Message):
     _WhichOneofArgType__estado: _TypeAlias = _typing.Literal["_estado", b"_estado"]  # noqa: Y015
     _WhichOneofReturnType__promo: _TypeAlias = _typing.Literal["promo"]  # noqa: Y015
     _WhichOneofArgType__promo: _TypeAlias = _typing.Literal["_promo", b"_promo"]  # noqa: Y015
+    _WhichOneofReturnType__puntos_acreditados: _TypeAlias = _typing.Literal["puntos_acreditados"]  # noqa: Y015
+    _WhichOneofArgType__puntos_acreditados: _TypeAlias = _typing.Literal["_puntos_acreditados", b"_puntos_acreditados"]  # noqa: Y015
     _WhichOneofReturnType__puntos_otorgados: _TypeAlias = _typing.Literal["puntos_otorgados"]  # noqa: Y015
     _WhichOneofArgType__puntos_otorgados: _TypeAlias = _typing.Literal["_puntos_otorgados", b"_puntos_otorgados"]  # noqa: Y015
     @_typing.overload
@@ -702,6 +720,8 @@ class RedeemData(_message.Message):
     def WhichOneof(self, oneof_group: _WhichOneofArgType__estado) -> _WhichOneofReturnType__estado | None: ...
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__promo) -> _WhichOneofReturnType__promo | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__puntos_acreditados) -> _WhichOneofReturnType__puntos_acreditados | None: ...
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__puntos_otorgados) -> _WhichOneofReturnType__puntos_otorgados | None: ...
 
