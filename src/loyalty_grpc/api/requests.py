@@ -99,32 +99,57 @@ def sent(request: Message, names: tuple[str, ...]) -> dict[str, JsonValue | None
     scalar with presence (`optional`) unset. (Typed fields of native callers and the JSON
     contract's Value fields alike: one rule for "not sent".)"""
     result: dict[str, JsonValue | None] = {}
-    fields = request.DESCRIPTOR.fields_by_name
-    for name in names:
-        field = fields[name]
+    for name, rule in zip(names, _rules(type(request), names), strict=True):
         value: JsonValue | None
-        if field.is_repeated:
+        if rule == _LIST:
             items = list(getattr(request, name))
             value = cast("JsonValue", items) if items else None
-        elif field.message_type is not None:
-            value = json_of(getattr(request, name)) if request.HasField(name) else None
-        elif field.type == FieldDescriptor.TYPE_STRING:
+        elif rule == _TEXT:
             text: str = getattr(request, name)
             value = text if text.strip() else None
-        elif field.has_presence:
-            value = getattr(request, name) if request.HasField(name) else None
+        elif not request.HasField(name):
+            value = None
+        elif rule == _VALUE:
+            value = json_of(getattr(request, name))
         else:
-            raise TypeError(f"{field.full_name}: no rule for what counts as not sent")
+            value = getattr(request, name)
         result[name] = value
     return result
+
+
+# How `sent` reads a field, from its descriptor once per message type and group (a
+# dict, read without a lock: two threads may both work it out, to the same result).
+_LIST, _VALUE, _TEXT, _PRESENCE = "repeated", "google.protobuf.Value", "text", "presence"
+_RULES: dict[tuple[type[Message], tuple[str, ...]], tuple[str, ...]] = {}
+
+
+def _rules(message: type[Message], names: tuple[str, ...]) -> tuple[str, ...]:
+    rules = _RULES.get((message, names))
+    if rules is None:
+        rules = _RULES[(message, names)] = tuple(_rule(message, name) for name in names)
+    return rules
+
+
+def _rule(message: type[Message], name: str) -> str:
+    field = message.DESCRIPTOR.fields_by_name[name]
+    if field.is_repeated:
+        return _LIST
+    if field.message_type is not None and field.message_type.full_name == _VALUE:
+        return _VALUE
+    if field.type == FieldDescriptor.TYPE_STRING:
+        return _TEXT
+    if field.has_presence and field.message_type is None:
+        return _PRESENCE
+    raise TypeError(f"{field.full_name}: no rule for what counts as not sent")
 
 
 def event_time(request: Message, now: datetime) -> datetime:
     """`ts` (the contract's formats) or `ts_utc` (a Timestamp, native callers), at most one;
     neither -> now. Both within the same range (domain/timestamps.py)."""
     ts = values(request, ("ts",))["ts"]
-    stamp = cast("timestamp_pb2.Timestamp", getattr(request, TS_UTC))
-    typed = stamp if request.HasField(TS_UTC) else None
+    if not request.HasField(TS_UTC):  # (the usual case, and every JSON call: no group)
+        return now if ts is None else parse_ts(ts, now, "ts")
+    typed = cast("timestamp_pb2.Timestamp", getattr(request, TS_UTC))
     given: dict[str, JsonValue | timestamp_pb2.Timestamp | None] = {"ts": ts, TS_UTC: typed}
     picked = one_of(given, required=False)
     if picked is None:
