@@ -209,3 +209,32 @@ def test_a_call_retries_through_a_server_restart(db_url, demo):
     assert sleeps.slept  # it did retry
     assert (sale.duplicado, sale.puntos_otorgados) == (False, 1)
     assert (again.duplicado, again.tx) == (True, sale.tx)
+
+
+def test_mutual_tls(db_url, demo, grpc_tls):
+    """The client's channel with the `loyalty` commands' mutual TLS files (GrpcTls)."""
+    secure = build_server(
+        ServerSettings(
+            database_url=db_url,
+            admin_token=ADMIN_TOKEN,
+            port=0,
+            max_workers=2,
+            key_cache_seconds=0,
+            tls_cert=str(grpc_tls.cert),
+            tls_key=str(grpc_tls.key),
+            tls_ca=str(grpc_tls.ca),
+        )
+    )
+    secure.start()
+    try:
+        with PosClient.connect(f"localhost:{secure.port}", KEY, tls=grpc_tls) as client:
+            assert client.ping().programa == "Club Demo"
+        with (
+            PosClient.connect(f"localhost:{secure.port}", KEY, RetryPolicy(deadline=None)) as plain,
+            pytest.raises(LoyaltyCallError) as caught,
+        ):
+            plain.ping()
+    finally:
+        secure.stop()
+    assert caught.value.status == grpc.StatusCode.UNAVAILABLE
+    assert caught.value.codigo is None
