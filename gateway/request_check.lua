@@ -42,7 +42,9 @@
 --   one field), at most MAX_DEPTH levels deep; a field of the binding's request message
 --   has its kind's JSON type ("s": text; "S": list of texts; "v": any JSON value, whose
 --   type the server checks with the field's own error code; null = not sent); unknown
---   fields are ignored.
+--   fields are ignored; a field for native gRPC callers only ("n", the proto's
+--   `nativo_de` option) is refused wherever it comes (body or URL), with its detalle
+--   (the JSON field to send instead).
 --
 -- Lua notes: patterns use %z for NUL; string.find with "^" and an init anchors there;
 -- nothing here yields except handle:body(), so the parse never interleaves with another
@@ -96,9 +98,15 @@ local ROUTES = {
     fields = {
       ["codes"] = {"codes", "v"},
       ["codigos"] = {"codigos", "v"},
+      ["codigosLista"] = {"codigos_lista", "n", "codigos_lista: campo solo para clientes gRPC nativos, no existe en la API JSON; envíe codigos"},
+      ["codigos_lista"] = {"codigos_lista", "n", "codigos_lista: campo solo para clientes gRPC nativos, no existe en la API JSON; envíe codigos"},
       ["promo"] = {"promo", "v"},
       ["promoId"] = {"promo_id", "v"},
+      ["promoIdEntero"] = {"promo_id_entero", "n", "promo_id_entero: campo solo para clientes gRPC nativos, no existe en la API JSON; envíe promo"},
+      ["promoTexto"] = {"promo_texto", "n", "promo_texto: campo solo para clientes gRPC nativos, no existe en la API JSON; envíe promo"},
       ["promo_id"] = {"promo_id", "v"},
+      ["promo_id_entero"] = {"promo_id_entero", "n", "promo_id_entero: campo solo para clientes gRPC nativos, no existe en la API JSON; envíe promo"},
+      ["promo_texto"] = {"promo_texto", "n", "promo_texto: campo solo para clientes gRPC nativos, no existe en la API JSON; envíe promo"},
     },
   },
   ["POST /api/v1/fan/resolve"] = {
@@ -137,6 +145,8 @@ local ROUTES = {
       ["codigos"] = {"codigos", "S"},
       ["terminal"] = {"terminal", "s"},
       ["ts"] = {"ts", "v"},
+      ["tsUtc"] = {"ts_utc", "n", "ts_utc: campo solo para clientes gRPC nativos, no existe en la API JSON; envíe ts"},
+      ["ts_utc"] = {"ts_utc", "n", "ts_utc: campo solo para clientes gRPC nativos, no existe en la API JSON; envíe ts"},
     },
   },
   ["POST /api/v1/roster"] = {
@@ -147,7 +157,11 @@ local ROUTES = {
     too_many = {},
     fields = {
       ["desde"] = {"desde", "v"},
+      ["desdeTexto"] = {"desde_texto", "n", "desde_texto: campo solo para clientes gRPC nativos, no existe en la API JSON; envíe desde"},
+      ["desde_texto"] = {"desde_texto", "n", "desde_texto: campo solo para clientes gRPC nativos, no existe en la API JSON; envíe desde"},
       ["limite"] = {"limite", "v"},
+      ["limiteEntero"] = {"limite_entero", "n", "limite_entero: campo solo para clientes gRPC nativos, no existe en la API JSON; envíe limite"},
+      ["limite_entero"] = {"limite_entero", "n", "limite_entero: campo solo para clientes gRPC nativos, no existe en la API JSON; envíe limite"},
     },
   },
   ["POST /api/v1/tx"] = {
@@ -170,13 +184,19 @@ local ROUTES = {
       ["id_externo"] = {"id_externo", "s"},
       ["importe"] = {"importe", "v"},
       ["importeCentavos"] = {"importe_centavos", "v"},
+      ["importeCentavosEntero"] = {"importe_centavos_entero", "n", "importe_centavos_entero: campo solo para clientes gRPC nativos, no existe en la API JSON; envíe importe_centavos"},
+      ["importeTexto"] = {"importe_texto", "n", "importe_texto: campo solo para clientes gRPC nativos, no existe en la API JSON; envíe importe"},
       ["importe_centavos"] = {"importe_centavos", "v"},
+      ["importe_centavos_entero"] = {"importe_centavos_entero", "n", "importe_centavos_entero: campo solo para clientes gRPC nativos, no existe en la API JSON; envíe importe_centavos"},
+      ["importe_texto"] = {"importe_texto", "n", "importe_texto: campo solo para clientes gRPC nativos, no existe en la API JSON; envíe importe"},
       ["moneda"] = {"moneda", "s"},
       ["qr"] = {"qr", "s"},
       ["sitio"] = {"sitio", "s"},
       ["sucursal"] = {"sucursal", "s"},
       ["terminal"] = {"terminal", "s"},
       ["ts"] = {"ts", "v"},
+      ["tsUtc"] = {"ts_utc", "n", "ts_utc: campo solo para clientes gRPC nativos, no existe en la API JSON; envíe ts"},
+      ["ts_utc"] = {"ts_utc", "n", "ts_utc: campo solo para clientes gRPC nativos, no existe en la API JSON; envíe ts"},
       ["txId"] = {"tx_id", "s"},
       ["tx_id"] = {"tx_id", "s"},
     },
@@ -548,6 +568,9 @@ parse_object = function(p, pos, depth, fields)
       key = unescape_json(key)
     end
     local field = fields ~= nil and fields[key] or nil
+    if field ~= nil and field[2] == "n" then
+      refuse(field[3])
+    end
     local id = field ~= nil and field[1] or key
     local before = seen[id]
     if before ~= nil then
@@ -691,7 +714,9 @@ local function check_query(route, query)
     local field = route.fields[match(percent_decode(name), "^[^.]*")]
     if field ~= nil then
       local id = field[1]
-      if route.body then
+      if field[2] == "n" then
+        refuse(field[3])
+      elseif route.body then
         refuse(id .. ": va en el cuerpo JSON, no en la URL")
       elseif seen[id] then
         refuse(id .. ": el parámetro aparece dos veces en la URL")

@@ -18,6 +18,8 @@ issue, a time more than 24 h ahead of its clock, an `id_externo` used for anothe
 and a request the schema refuses is one the server refuses with 400. The text rules are
 regular expressions that mean the same in ECMA-262 and Python (no flags, lookarounds or
 named groups); tests/unit/test_openapi_document.py checks them against the parsers.
+Fields for native gRPC callers only (the proto's `nativo_de` option, api/native_fields.py)
+are not part of the JSON API and are left out.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from typing import Any
 from google.api import annotations_pb2
 from google.protobuf.descriptor import Descriptor, FieldDescriptor, MethodDescriptor
 
+from loyalty_grpc.api.native_fields import json_fields
 from loyalty_grpc.api.requests import MAX_ID_EXTERNO, MAX_LABEL
 from loyalty_grpc.domain.amounts import MAX_CENTAVOS, parse_importe, points_for
 from loyalty_grpc.domain.codes import MAX_CODE_LENGTH, MAX_CODES_PER_CALL
@@ -904,13 +907,13 @@ class Builder:
         repeated fields and set message fields; `optional` scalars only when set."""
         required = [
             field.name
-            for field in descriptor.fields
+            for field in json_fields(descriptor)
             if (field.is_repeated or not field.has_presence or field.message_type is not None)
             and f"{descriptor.name}.{field.name}" not in SOMETIMES_ABSENT
         ]
         schema: Schema = {
             "type": "object",
-            "properties": self._properties(descriptor, [f.name for f in descriptor.fields]),
+            "properties": self._properties(descriptor, [f.name for f in json_fields(descriptor)]),
         }
         if required:
             schema["required"] = required
@@ -922,7 +925,7 @@ class Builder:
         type per form."""
         forms = FORMS[descriptor.name]
         covered = sorted(name for names, _ in forms.values() for name in names)
-        if covered != sorted(f.name for f in descriptor.fields):
+        if covered != sorted(f.name for f in json_fields(descriptor)):
             raise SystemExit(f"{descriptor.name}: the forms must cover every field once")
         for form, (names, description) in forms.items():
             self.schemas[form] = {
@@ -939,7 +942,7 @@ class Builder:
         never empty (a body with a "" key is refused before it reaches the server)."""
         schema: Schema = {
             "type": "object",
-            "properties": self._properties(descriptor, [f.name for f in descriptor.fields]),
+            "properties": self._properties(descriptor, [f.name for f in json_fields(descriptor)]),
             "propertyNames": {"minLength": 1},
         }
         groups = GROUPS.get(descriptor.name, [])
@@ -1105,7 +1108,7 @@ def build() -> Schema:
                     "allowEmptyValue": True,
                     "schema": builder.field(field, f"{request.name}.{field.name}"),
                 }
-                for field in request.fields
+                for field in json_fields(request)
             ]
             if params:
                 operation["parameters"] = params

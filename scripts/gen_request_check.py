@@ -12,7 +12,10 @@ lowerCamelCase JSON name) → {the proto name, its kind}:
 - "s": a string field (JSON text, or null = not sent);
 - "S": a repeated string field (a JSON list of texts, or null = not sent);
 - "v": a google.protobuf.Value (any JSON value: the server reads it and answers the
-  field's own error for a wrong type, e.g. importe_invalido).
+  field's own error for a wrong type, e.g. importe_invalido);
+- "n": a field for native gRPC callers only (`(nativo_de)`, api/native_fields.py), whatever
+  its type: refused in a JSON body or URL, with the detalle that names the JSON field to
+  send instead.
 
 Any other field type stops the script: decide its JSON rule in request_check.lua first.
 
@@ -35,6 +38,7 @@ from google.api import annotations_pb2
 from google.protobuf.descriptor import Descriptor, FieldDescriptor, MethodDescriptor
 
 from loyalty_grpc.api import edge_limits
+from loyalty_grpc.api.native_fields import native_of, not_in_json
 from loyalty_grpc.domain.codes import too_many_codes
 from loyalty_grpc.gen.loyalty.v1 import pos_service_pb2
 
@@ -82,10 +86,17 @@ def _kind(field: FieldDescriptor, where: str) -> str:
     raise SystemExit(f"{where}.{field.name}: no JSON rule for this field type in request_check.lua")
 
 
-def _fields(request: Descriptor) -> dict[str, tuple[str, str]]:
-    names: dict[str, tuple[str, str]] = {}
+def _fields(request: Descriptor) -> dict[str, tuple[str, str, str]]:
+    """Each name the transcoder reads -> (the proto name, its kind, the refusal of a
+    native-only field or "")."""
+    names: dict[str, tuple[str, str, str]] = {}
     for field in request.fields:
-        entry = (field.name, _kind(field, request.full_name))
+        json_name = native_of(field)
+        entry = (
+            (field.name, _kind(field, request.full_name), "")
+            if json_name is None
+            else (field.name, "n", not_in_json(field.name, json_name))
+        )
         for name in (field.name, field.json_name):
             if names.get(name, entry) != entry:
                 raise SystemExit(f"{request.full_name}: {name!r} names two fields")
@@ -117,9 +128,9 @@ def check_limits(keys: set[str]) -> None:
         )
 
 
-def _limits(key: str, fields: dict[str, tuple[str, str]]) -> str:
+def _limits(key: str, fields: dict[str, tuple[str, str, str]]) -> str:
     limits = edge_limits.BINDINGS[key]
-    canonical = {name for name, _ in fields.values()}
+    canonical = {name for name, kind, _ in fields.values() if kind != "n"}
     unknown = sorted(set(limits.codes_fields) - canonical)
     if unknown:
         raise SystemExit(f"{key}: codes_fields {unknown} are not fields of its request")
@@ -158,8 +169,10 @@ def block() -> str:
     for key, (method, body) in found.items():
         fields = _fields(method.input_type)
         entries = "".join(
-            f'\n      [{_lua_string(name)}] = {{{_lua_string(canonical)}, "{kind}"}},'
-            for name, (canonical, kind) in sorted(fields.items())
+            f'\n      [{_lua_string(name)}] = {{{_lua_string(canonical)}, "{kind}"'
+            + (f", {lua_text(refusal)}" if refusal else "")
+            + "},"
+            for name, (canonical, kind, refusal) in sorted(fields.items())
         )
         closing = "\n    " if entries else ""
         routes[key] = (

@@ -18,16 +18,17 @@ import shutil
 import threading
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import httpx
 import pytest
 import yaml
 from google.protobuf import struct_pb2
-from google.protobuf.descriptor import FieldDescriptor
+from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from google.protobuf.message import Message
 
 from loyalty_grpc.api.edge_limits import MAX_DEPTH
+from loyalty_grpc.api.native_fields import native_fields, native_of, not_in_json
 from loyalty_grpc.api.requests import json_of
 from loyalty_grpc.domain.errors import CATALOGO, CodigoError
 from loyalty_grpc.gen.loyalty.v1 import pos_service_pb2 as pb
@@ -495,6 +496,41 @@ def test_body_fields_never_come_from_the_url(client, recorder, target, detalle):
     assert refused(response, received) == detalle
 
 
+# The request messages that have fields for native gRPC callers only, by their path.
+NATIVE_PATHS: dict[Descriptor, str] = {
+    pb.RegisterTxRequest.DESCRIPTOR: "/api/v1/tx",
+    pb.RedeemRequest.DESCRIPTOR: "/api/v1/redeem",
+    pb.DepositCodesRequest.DESCRIPTOR: "/api/v1/codes",
+    pb.RosterPostRequest.DESCRIPTOR: "/api/v1/roster",
+}
+NATIVE_CASES = [
+    (path, name, not_in_json(field.name, json_name))
+    for message, path in NATIVE_PATHS.items()
+    for field in native_fields(message)
+    if (json_name := native_of(field)) is not None
+    for name in sorted({field.name, field.json_name})
+]
+
+
+def test_native_paths_cover_every_request_with_native_fields():
+    with_native = {
+        name
+        for name, message in pb.DESCRIPTOR.message_types_by_name.items()
+        if name.endswith("Request") and native_fields(message)
+    }
+    assert with_native == {message.name for message in NATIVE_PATHS}
+
+
+@pytest.mark.parametrize(("path", "name", "detalle"), NATIVE_CASES)
+def test_native_only_fields_are_refused_in_json(client, recorder, path, name, detalle):
+    """A field for native gRPC callers only does not exist in the JSON API: in the body
+    (any value, null too) or the URL it is refused, naming the JSON field to send."""
+    for value in ("1", "null", '["A"]', '{"seconds": 1}'):
+        body = f'{{"{name}": {value}}}'
+        assert refused(*send(client, recorder, path, body), body) == detalle
+    assert refused(*send(client, recorder, f"{path}?{name}=1", "{}")) == detalle
+
+
 def test_unknown_query_parameters_of_a_post_are_ignored(client, recorder):
     response, received = send(client, recorder, "/api/v1/fan/resolve?v=2&x", '{"fan":"A"}')
     assert response.status_code == 200, response.text
@@ -619,8 +655,11 @@ def _check_tree(value: Any, depth: int) -> None:
 def _kinds(request: type[Message]) -> dict[str, tuple[str, str]]:
     """Each JSON name of the message's fields -> (proto name, kind), from the descriptor."""
     kinds: dict[str, tuple[str, str]] = {}
+    native = {field.name for field in native_fields(cast("Descriptor", request.DESCRIPTOR))}
     for field in request.DESCRIPTOR.fields:
-        if field.type == FieldDescriptor.TYPE_STRING:
+        if field.name in native:
+            kind = "n"  # for native gRPC callers only: refused in JSON
+        elif field.type == FieldDescriptor.TYPE_STRING:
             kind = "S" if field.is_repeated else "s"
         else:
             assert field.message_type is not None
@@ -659,6 +698,8 @@ def reference(body: bytes, request: type[Message]) -> dict[str, Any]:
         if key not in kinds:
             continue
         name, kind = kinds[key]
+        if kind == "n":
+            raise _RefusedError("native only")
         if name in seen:
             raise _RefusedError("alias twice")
         seen.add(name)

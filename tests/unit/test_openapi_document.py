@@ -22,6 +22,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from schemathesis.specs.openapi.definitions import OPENAPI_31
 
+from loyalty_grpc.api.native_fields import native_fields
 from loyalty_grpc.domain.amounts import parse_importe
 from loyalty_grpc.domain.ascii import ascii_upper
 from loyalty_grpc.domain.codes import code_batch_of_json
@@ -31,6 +32,7 @@ from loyalty_grpc.domain.promos import EstadoCodigo, EstadoFan
 from loyalty_grpc.domain.redeem import _ERRORES
 from loyalty_grpc.domain.text import single_line
 from loyalty_grpc.domain.timestamps import parse_ts
+from loyalty_grpc.gen.loyalty.v1 import pos_service_pb2 as pb
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCUMENT: dict[str, Any] = json.loads((ROOT / "gateway" / "openapi.json").read_text("utf-8"))
@@ -554,3 +556,28 @@ def test_integer_ranges(low: int, high: int) -> None:
         assert (pattern.fullmatch(str(number)) is not None) is (low <= number <= high)
     for number in range(max(0, high - 500), high + 50):
         assert (pattern.fullmatch(str(number)) is not None) is (low <= number <= high)
+
+
+def test_native_only_fields_are_not_in_the_document():
+    """The fields for native gRPC callers only (`nativo_de`) and the messages only they use
+    are not part of the JSON API: no schema names them."""
+    names = {
+        field.name
+        for message in pb.DESCRIPTOR.message_types_by_name.values()
+        for field in native_fields(message)
+    }
+    assert names
+    properties: set[str] = set()
+
+    def walk(value: Any) -> None:
+        if isinstance(value, dict):
+            properties.update(value.get("properties", {}))
+            for child in value.values():
+                walk(child)
+        elif isinstance(value, list):
+            for child in value:
+                walk(child)
+
+    walk(DOCUMENT)
+    assert not names & properties
+    assert not {"PromoActual", "RedeemResultados", "RedeemResultado"} & set(SCHEMAS)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import grpc
 
+from loyalty_grpc.api.gateway_protocol import GATEWAY_MARK_KEY, GATEWAY_MARK_VALUE
+
 Metadata = list[tuple[str, str]]
 
 
@@ -15,4 +17,10 @@ def metadata_value(context: grpc.ServicerContext, name: str) -> str | None:
     return None
 
 
-__all__ = ["Metadata", "metadata_value"]
+def from_gateway(context: grpc.ServicerContext) -> bool:
+    """Whether the call came through the gateway (it carries the mark Envoy sets on every
+    request it forwards: api/gateway_protocol.py). One scan of the call's metadata."""
+    return metadata_value(context, GATEWAY_MARK_KEY) == GATEWAY_MARK_VALUE
+
+
+__all__ = ["Metadata", "from_gateway", "metadata_value"]

@@ -2,7 +2,8 @@
 
 Request rules live in domain.codes (code text, splitting, limits, the promotion
 reference); this module only picks fields: exactly one of `promo`/`promo_id` and one of
-`codigos`/`codes` (blank text or JSON null counts as not sent)."""
+`codigos`/`codes` (blank text or JSON null counts as not sent), each group with its typed
+alternatives for native gRPC callers (`promo_id_entero`, `promo_texto`; `codigos_lista`)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from typing import cast
 
 from sqlalchemy import Engine
 
-from loyalty_grpc.api.requests import values
+from loyalty_grpc.api.requests import sent
 from loyalty_grpc.domain.caller import Caller
 from loyalty_grpc.domain.codes import code_batch_of_json, parse_promo_ref
 from loyalty_grpc.domain.fan_ref import one_of
@@ -19,8 +20,8 @@ from loyalty_grpc.gen.loyalty.v1 import pos_service_pb2 as pb
 from loyalty_grpc.services.pos.codes import deposit_codes
 from loyalty_grpc.services.pos.promos import Inventario, list_promos
 
-PROMO_FIELDS = ("promo", "promo_id")
-CODIGOS_FIELDS = ("codigos", "codes")
+PROMO_FIELDS = ("promo", "promo_id", "promo_id_entero", "promo_texto")
+CODIGOS_FIELDS = ("codigos", "codes", "codigos_lista")
 
 
 def _inventario(inventario: Inventario) -> pb.Inventario:
@@ -51,14 +52,14 @@ def list_promos_response(engine: Engine, caller: Caller) -> pb.ListPromosRespons
     )
 
 
-def _given(request: pb.DepositCodesRequest, names: tuple[str, str]) -> tuple[str, JsonValue]:
+def _given(request: pb.DepositCodesRequest, names: tuple[str, ...]) -> tuple[str, JsonValue]:
     """The one field of `names` the client sent (blank text is not sent)."""
-    sent = {
+    given = {
         name: None if isinstance(v, str) and not v.strip() else v
-        for name, v in values(request, names).items()
+        for name, v in sent(request, names).items()
     }
     # (JsonValue includes None, so one_of's type variable needs the hint.)
-    picked = cast("tuple[str, JsonValue] | None", one_of(sent))
+    picked = cast("tuple[str, JsonValue] | None", one_of(given))
     assert picked is not None
     return picked
 

@@ -5,8 +5,9 @@ error_interno without internals (logged whole here, never sent). The answer is a
 status with ErrorInfo (api/errors.py); the HTTP envelope metadata (`x-http-status`,
 `x-envelope`) goes only to calls that carry the gateway mark `x-loyalty-gateway: 1`
 (api/gateway_protocol.py), which Envoy sets on every request it forwards, so native gRPC
-callers get the status and ErrorInfo alone. The mark is looked up only when a call fails:
-successful calls do no extra work."""
+callers get the status and ErrorInfo alone. Here the mark is looked up only when a call
+fails (on success only fan/resolve and a batch redeem look it up, to fill their typed
+fields for native callers: api/native_fields.py)."""
 
 from __future__ import annotations
 
@@ -18,9 +19,8 @@ import psycopg
 from google.protobuf.message import Message
 from sqlalchemy import exc as sa_exc
 
-from loyalty_grpc.api.call_metadata import Metadata, metadata_value
+from loyalty_grpc.api.call_metadata import Metadata, from_gateway
 from loyalty_grpc.api.errors import to_grpc_status
-from loyalty_grpc.api.gateway_protocol import GATEWAY_MARK_KEY, GATEWAY_MARK_VALUE
 from loyalty_grpc.api.requests import reject_nul
 from loyalty_grpc.domain.errors import CodigoError, LoyaltyError
 
@@ -58,8 +58,8 @@ def failure_of(error: Exception, request: object, method: str) -> LoyaltyError:
 
 def abort(context: grpc.ServicerContext, failure: LoyaltyError, extra: Metadata) -> NoReturn:
     """End the call with `failure` (and the call's extra trailing metadata)."""
-    for_gateway = metadata_value(context, GATEWAY_MARK_KEY) == GATEWAY_MARK_VALUE
-    context.abort_with_status(to_grpc_status(failure, tuple(extra), for_gateway=for_gateway))
+    status = to_grpc_status(failure, tuple(extra), for_gateway=from_gateway(context))
+    context.abort_with_status(status)
     raise AssertionError("unreachable: abort_with_status raises")
 
 

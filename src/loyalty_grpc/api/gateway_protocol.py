@@ -5,7 +5,9 @@ which checks every Envoy configuration it renders for the mark) does not load gr
 - The gateway mark: Envoy sets the request header `x-loyalty-gateway: 1` on every request
   it forwards to the server (`request_headers_to_add` of the whole route table, with
   `append_action: OVERWRITE_IF_EXISTS_OR_ADD`: a value a client sent is replaced, and a
-  client cannot remove it). The server reads it only when a call fails.
+  client cannot remove it). The server reads it when a call fails, and on the two
+  successful answers that have typed fields for native callers (fan/resolve, a batch
+  redeem: filled only without the mark; api/native_fields.py).
 - The error metadata for envelope.lua: a failed call that carries the mark gets, besides
   the real gRPC status and its `google.rpc.ErrorInfo`, the trailing metadata
   `x-http-status` (the catalogue's HTTP status) and `x-envelope` (the complete envelope

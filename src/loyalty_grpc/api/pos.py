@@ -1,5 +1,6 @@
 """PosService: thin. Convert the request, call the use case, convert the result; no
-try/except (the interceptor maps errors)."""
+try/except (the interceptor maps errors). The typed response fields of native gRPC callers
+(api/native_fields.py) are filled only for calls without the gateway mark."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import grpc
 from google.protobuf import struct_pb2
 from sqlalchemy import Engine
 
+from loyalty_grpc.api.call_metadata import from_gateway
 from loyalty_grpc.api.codes import deposit_codes_response, list_promos_response
 from loyalty_grpc.api.context import current_caller
 from loyalty_grpc.api.redeem import redeem_response
@@ -20,6 +22,16 @@ from loyalty_grpc.services.pos.ping import ping
 from loyalty_grpc.services.pos.resolve import CurrentPromo, resolve_fan
 from loyalty_grpc.services.pos.roster import read_roster
 from loyalty_grpc.services.pos.sales import register_sale
+
+
+def _promo_detalle(promo: CurrentPromo) -> pb.PromoActual:
+    """`promo_detalle` (native gRPC callers): the offered promotion as a message."""
+    return pb.PromoActual(
+        nombre=promo.nombre,
+        descripcion=promo.descripcion,
+        vigencia_fin=promo.vigencia_fin.isoformat(),
+        codigo=promo.codigo,
+    )
 
 
 def _promo_value(promo: CurrentPromo | None) -> struct_pb2.Value:
@@ -71,6 +83,7 @@ class PosServicer(pb_grpc.PosServiceServicer):
         found = resolve_fan(self._engine, caller, fan_ref(request), datetime.now(UTC))
         fan = found.fan
         sees_pii = caller.sees_personal_data
+        typed = None if found.promo is None or from_gateway(context) else found.promo
         return pb.ResolveFanResponse(
             ok=True,
             data=pb.ResolveFanData(
@@ -83,6 +96,7 @@ class PosServicer(pb_grpc.PosServiceServicer):
                     puntos=fan.puntos,
                 ),
                 promo=_promo_value(found.promo),
+                promo_detalle=None if typed is None else _promo_detalle(typed),
             ),
         )
 
@@ -107,7 +121,13 @@ class PosServicer(pb_grpc.PosServiceServicer):
         )
 
     def Redeem(self, request: pb.RedeemRequest, context: grpc.ServicerContext) -> pb.RedeemResponse:
-        return redeem_response(self._engine, current_caller(), request, datetime.now(UTC))
+        return redeem_response(
+            self._engine,
+            current_caller(),
+            request,
+            datetime.now(UTC),
+            native=bool(request.codigos) and not from_gateway(context),
+        )
 
     def ListPromos(
         self, request: pb.ListPromosRequest, context: grpc.ServicerContext

@@ -5,14 +5,18 @@ GET carries `desde` and `limite` as query-string text (proto strings); the POST 
 carries them as JSON values with the contract's types (`desde` string or number, `limite`
 a number: a JSON text there is solicitud_invalida). Both end in the same rules: blank
 `desde` means a new snapshot; a number is never a cursor this service issued
-(cursor_invalido); `limite` as domain/roster.py rules (default 500, at most 2000)."""
+(cursor_invalido); `limite` as domain/roster.py rules (default 500, at most 2000). Native
+gRPC callers may send the POST's typed alternatives `desde_texto` and `limite_entero`
+instead (one of each pair)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import cast
 
-from loyalty_grpc.api.requests import strings, values
+from loyalty_grpc.api.requests import sent, strings
 from loyalty_grpc.domain.errors import CodigoError, LoyaltyError
+from loyalty_grpc.domain.fan_ref import one_of
 from loyalty_grpc.domain.integers import integral
 from loyalty_grpc.domain.json_value import JsonValue, json_type_name
 from loyalty_grpc.domain.promos import EstadoFan
@@ -54,11 +58,23 @@ def query_of_get(request: pb.RosterRequest) -> RosterQuery:
 
 
 def query_of_post(request: pb.RosterPostRequest) -> RosterQuery:
-    """POST /api/v1/roster with {"desde": …, "limite": …}."""
-    given = values(request, _FIELDS)
-    if isinstance(given["limite"], str):
+    """POST /api/v1/roster with {"desde": …, "limite": …} (or a native caller's
+    `desde_texto`, `limite_entero`)."""
+    # (JsonValue includes None, so one_of's type variable needs the hint.)
+    desde = cast(
+        "tuple[str, JsonValue] | None",
+        one_of(sent(request, ("desde", "desde_texto")), required=False),
+    )
+    limite = cast(
+        "tuple[str, JsonValue] | None",
+        one_of(sent(request, ("limite", "limite_entero")), required=False),
+    )
+    if limite is not None and limite[0] == "limite" and isinstance(limite[1], str):
         raise limite_invalido("llegó un texto (en el cuerpo JSON es un número)")
-    return RosterQuery(desde=_desde(given["desde"]), limite=parse_limite(given["limite"]))
+    return RosterQuery(
+        desde=None if desde is None else _desde(desde[1]),
+        limite=parse_limite(None if limite is None else limite[1]),
+    )
 
 
 def roster_data(page: RosterPage) -> pb.RosterData:

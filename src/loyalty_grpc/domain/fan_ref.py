@@ -83,17 +83,17 @@ def one_of(values: Mapping[str, T | None], *, required: bool = True) -> tuple[st
     the client set: campo_requerido when none (and `required`), solicitud_invalida when
     more than one."""
     given = [(name, value) for name, value in values.items() if value is not None]
-    names = " / ".join(values)
-    if len(given) > 1:
+    if len(given) == 1:
+        return given[0]
+    names = " / ".join(values)  # (only for an error: a call that fails)
+    if given:
         raise LoyaltyError(
             CodigoError.SOLICITUD_INVALIDA,
             f"envíe solo uno de {names} (llegaron {', '.join(n for n, _ in given)})",
         )
-    if not given:
-        if required:
-            raise LoyaltyError(CodigoError.CAMPO_REQUERIDO, f"falta {names}")
-        return None
-    return given[0]
+    if required:
+        raise LoyaltyError(CodigoError.CAMPO_REQUERIDO, f"falta {names}")
+    return None
 
 
 def not_found(ref: FanRef) -> LoyaltyError:

@@ -15,6 +15,8 @@ Input (`parse_ts`), always returned as an aware UTC datetime:
   moments before MIN_TS (2000-01-01T00:00:00Z: a POS clock reset to 1970, or seconds
   mistaken for something else, never a real sale) and moments more than MAX_ADELANTO
   (24 h) after the server's `now` (exactly `now + 24 h` is accepted).
+
+A google.protobuf.Timestamp of a native gRPC caller (`from_timestamp`): the same range.
 """
 
 from __future__ import annotations
@@ -86,6 +88,23 @@ def parse_ts(value: JsonValue, now: datetime, campo: str = "ts") -> datetime:
     if _EPOCH_TEXTO.fullmatch(texto):
         return _de_epoch(Decimal(texto), muestra, now, campo)
     return _en_rango(_de_iso(texto, muestra, campo), muestra, now, campo)
+
+
+def from_timestamp(seconds: int, nanos: int, now: datetime, campo: str) -> datetime:
+    """A google.protobuf.Timestamp (seconds and nanos since the epoch, as a native gRPC
+    caller sends `ts_utc`) -> an aware UTC datetime, within the range `parse_ts` accepts
+    (the same check). Nanoseconds are truncated to the microsecond."""
+    if now.tzinfo is None:
+        now = now.replace(tzinfo=UTC)
+    if not 0 <= nanos < 1_000_000_000:
+        raise _error(campo, f"nanos {nanos} fuera de rango (de 0 a 999999999)")
+    micros = seconds * 1_000_000 + nanos // 1000
+    mostrado = f"Timestamp de {seconds} s"
+    if micros > _MAX_MICROS:
+        raise _error(campo, f"{mostrado} está más de 24 h en el futuro")
+    if micros < 0:
+        raise _error(campo, f"{mostrado} es anterior a {format_iso_utc(MIN_TS)}")
+    return _en_rango(_EPOCH + timedelta(microseconds=micros), mostrado, now, campo)
 
 
 def _de_epoch(valor: Decimal, mostrado: str, now: datetime, campo: str) -> datetime:

@@ -17,13 +17,28 @@ solicitud_invalida); times are ISO 8601 UTC text ending in `Z`; dates are `YYYY-
 a Fan ID is canonical (upper case, no whitespace). Failures are the error envelope
 (DESIGN.md §2), never these messages; native gRPC callers get the gRPC status with
 google.rpc.ErrorInfo(reason=<codigo>).
+
+Native gRPC callers (README "Native gRPC clients"): the JSON contract needs
+google.protobuf.Value where it takes "string or number", null, or shapes that vary; a
+native caller gets typed alternatives instead. Each is a field of its own, numbered from
+20, marked `[(nativo_de) = "<the JSON field it stands for>"]`, and not part of the JSON
+API: scripts/gen_request_check.py makes the gateway refuse it in a JSON body or URL
+(solicitud_invalida naming the JSON field to use) and scripts/gen_openapi.py leaves it
+out. A typed request field joins its JSON field's group of aliases (send one: two ->
+solicitud_invalida) and is read by the same domain rules (amount limits, ts at most 24 h
+ahead, code rules). A typed response field is filled only for calls that did not come
+through the gateway (no `x-loyalty-gateway: 1` mark), beside the Value it types; the
+transcoder omits an unset message field, so the JSON stays byte-identical.
 """
 
 from collections import abc as _abc
 from google.protobuf import descriptor as _descriptor
+from google.protobuf import descriptor_pb2 as _descriptor_pb2
 from google.protobuf import message as _message
 from google.protobuf import struct_pb2 as _struct_pb2
+from google.protobuf import timestamp_pb2 as _timestamp_pb2
 from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import extension_dict as _extension_dict
 import builtins as _builtins
 import sys
 import typing as _typing
@@ -271,6 +286,7 @@ class ResolveFanData(_message.Message):
 
     FAN_FIELD_NUMBER: _builtins.int
     PROMO_FIELD_NUMBER: _builtins.int
+    PROMO_DETALLE_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def fan(self) -> Global___FanView:
         """The fan that matched."""
@@ -282,19 +298,58 @@ class ResolveFanData(_message.Message):
         vigencia_fin first, or the code the fan was identified by.
         """
 
+    @_builtins.property
+    def promo_detalle(self) -> Global___PromoActual:
+        """Native gRPC only: `promo` as a message; unset when `promo` is null."""
+
     def __init__(
         self,
         *,
         fan: Global___FanView | None = ...,
         promo: _struct_pb2.Value | None = ...,
+        promo_detalle: Global___PromoActual | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["fan", b"fan", "promo", b"promo"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["fan", b"fan", "promo", b"promo", "promo_detalle", b"promo_detalle"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["fan", b"fan", "promo", b"promo"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["fan", b"fan", "promo", b"promo", "promo_detalle", b"promo_detalle"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ResolveFanData: _TypeAlias = ResolveFanData  # noqa: Y015
+
+@_typing.final
+class PromoActual(_message.Message):
+    """`promo_detalle` of fan/resolve (native gRPC only): the fields of the `promo` object."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NOMBRE_FIELD_NUMBER: _builtins.int
+    DESCRIPCION_FIELD_NUMBER: _builtins.int
+    VIGENCIA_FIN_FIELD_NUMBER: _builtins.int
+    CODIGO_FIELD_NUMBER: _builtins.int
+    nombre: _builtins.str
+    """Name of the promotion."""
+    descripcion: _builtins.str
+    """Its description."""
+    vigencia_fin: _builtins.str
+    """Last day in force, YYYY-MM-DD."""
+    codigo: _builtins.str
+    """The coupon code the fan holds (or was identified by)."""
+    def __init__(
+        self,
+        *,
+        nombre: _builtins.str = ...,
+        descripcion: _builtins.str = ...,
+        vigencia_fin: _builtins.str = ...,
+        codigo: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["codigo", b"codigo", "descripcion", b"descripcion", "nombre", b"nombre", "vigencia_fin", b"vigencia_fin"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PromoActual: _TypeAlias = PromoActual  # noqa: Y015
 
 @_typing.final
 class FanView(_message.Message):
@@ -372,6 +427,9 @@ class RegisterTxRequest(_message.Message):
     SUCURSAL_FIELD_NUMBER: _builtins.int
     TS_FIELD_NUMBER: _builtins.int
     MONEDA_FIELD_NUMBER: _builtins.int
+    IMPORTE_TEXTO_FIELD_NUMBER: _builtins.int
+    IMPORTE_CENTAVOS_ENTERO_FIELD_NUMBER: _builtins.int
+    TS_UTC_FIELD_NUMBER: _builtins.int
     id_externo: _builtins.str
     """The caller's sale id: the idempotency key (per program and mode), at most 128 chars."""
     id: _builtins.str
@@ -396,6 +454,14 @@ class RegisterTxRequest(_message.Message):
     """Alias of `sitio`."""
     moneda: _builtins.str
     """Currency code; empty -> MXN; other than the program's -> moneda_no_soportada."""
+    importe_texto: _builtins.str
+    """Native gRPC only: `importe` (pesos) as text, read by the same rules ("1234.56",
+    "$ 1,234.56"...); empty -> not sent.
+    """
+    importe_centavos_entero: _builtins.int
+    """Native gRPC only: `importe_centavos` as an integer (one of the cents fields; 0 is a
+    zero amount, unset is not sent).
+    """
     @_builtins.property
     def importe(self) -> _struct_pb2.Value:
         """Amount in pesos: JSON number or string in either separator convention, optional
@@ -422,6 +488,10 @@ class RegisterTxRequest(_message.Message):
         (>= 10^11) or "YYYY-MM-DD hh:mm:ss" (UTC). Absent -> now; over 24 h ahead -> ts_invalido.
         """
 
+    @_builtins.property
+    def ts_utc(self) -> _timestamp_pb2.Timestamp:
+        """Native gRPC only: `ts` as a Timestamp, within the same range (at most 24 h ahead)."""
+
     def __init__(
         self,
         *,
@@ -442,12 +512,17 @@ class RegisterTxRequest(_message.Message):
         sucursal: _builtins.str = ...,
         ts: _struct_pb2.Value | None = ...,
         moneda: _builtins.str = ...,
+        importe_texto: _builtins.str = ...,
+        importe_centavos_entero: _builtins.int | None = ...,
+        ts_utc: _timestamp_pb2.Timestamp | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["amount_cents", b"amount_cents", "centavos", b"centavos", "importe", b"importe", "importe_centavos", b"importe_centavos", "ts", b"ts"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_importe_centavos_entero", b"_importe_centavos_entero", "amount_cents", b"amount_cents", "centavos", b"centavos", "importe", b"importe", "importe_centavos", b"importe_centavos", "importe_centavos_entero", b"importe_centavos_entero", "ts", b"ts", "ts_utc", b"ts_utc"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["amount_cents", b"amount_cents", "caja", b"caja", "centavos", b"centavos", "codigo", b"codigo", "fan", b"fan", "fan_id", b"fan_id", "id", b"id", "id_externo", b"id_externo", "importe", b"importe", "importe_centavos", b"importe_centavos", "moneda", b"moneda", "qr", b"qr", "sitio", b"sitio", "sucursal", b"sucursal", "terminal", b"terminal", "ts", b"ts", "tx_id", b"tx_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_importe_centavos_entero", b"_importe_centavos_entero", "amount_cents", b"amount_cents", "caja", b"caja", "centavos", b"centavos", "codigo", b"codigo", "fan", b"fan", "fan_id", b"fan_id", "id", b"id", "id_externo", b"id_externo", "importe", b"importe", "importe_centavos", b"importe_centavos", "importe_centavos_entero", b"importe_centavos_entero", "importe_texto", b"importe_texto", "moneda", b"moneda", "qr", b"qr", "sitio", b"sitio", "sucursal", b"sucursal", "terminal", b"terminal", "ts", b"ts", "ts_utc", b"ts_utc", "tx_id", b"tx_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
+    _WhichOneofReturnType__importe_centavos_entero: _TypeAlias = _typing.Literal["importe_centavos_entero"]  # noqa: Y015
+    _WhichOneofArgType__importe_centavos_entero: _TypeAlias = _typing.Literal["_importe_centavos_entero", b"_importe_centavos_entero"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__importe_centavos_entero) -> _WhichOneofReturnType__importe_centavos_entero | None: ...
 
 Global___RegisterTxRequest: _TypeAlias = RegisterTxRequest  # noqa: Y015
 
@@ -573,6 +648,7 @@ class RedeemRequest(_message.Message):
     TERMINAL_FIELD_NUMBER: _builtins.int
     CAJA_FIELD_NUMBER: _builtins.int
     TS_FIELD_NUMBER: _builtins.int
+    TS_UTC_FIELD_NUMBER: _builtins.int
     codigo: _builtins.str
     """Single form: the coupon code (trimmed and upper-cased)."""
     terminal: _builtins.str
@@ -589,6 +665,10 @@ class RedeemRequest(_message.Message):
     def ts(self) -> _struct_pb2.Value:
         """Time of the redemption, in the formats of RegisterTxRequest.ts; absent -> now."""
 
+    @_builtins.property
+    def ts_utc(self) -> _timestamp_pb2.Timestamp:
+        """Native gRPC only: `ts` as a Timestamp, within the same range (at most 24 h ahead)."""
+
     def __init__(
         self,
         *,
@@ -597,10 +677,11 @@ class RedeemRequest(_message.Message):
         terminal: _builtins.str = ...,
         caja: _builtins.str = ...,
         ts: _struct_pb2.Value | None = ...,
+        ts_utc: _timestamp_pb2.Timestamp | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["ts", b"ts"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["ts", b"ts", "ts_utc", b"ts_utc"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["caja", b"caja", "codigo", b"codigo", "codigos", b"codigos", "terminal", b"terminal", "ts", b"ts"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["caja", b"caja", "codigo", b"codigo", "codigos", b"codigos", "terminal", b"terminal", "ts", b"ts", "ts_utc", b"ts_utc"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -652,6 +733,7 @@ class RedeemData(_message.Message):
     RESUMEN_FIELD_NUMBER: _builtins.int
     RESULTADOS_FIELD_NUMBER: _builtins.int
     PUNTOS_ACREDITADOS_FIELD_NUMBER: _builtins.int
+    RESULTADOS_DETALLE_FIELD_NUMBER: _builtins.int
     codigo: _builtins.str
     """The code, normalised to upper case."""
     estado: _builtins.str
@@ -683,6 +765,12 @@ class RedeemData(_message.Message):
         fields or error {codigo, mensaje}}. A ListValue so that the single form omits it.
         """
 
+    @_builtins.property
+    def resultados_detalle(self) -> Global___RedeemResultados:
+        """Native gRPC only, batch form: `resultados` as messages (a message, not a repeated
+        field, so that the single form leaves it unset).
+        """
+
     def __init__(
         self,
         *,
@@ -695,10 +783,11 @@ class RedeemData(_message.Message):
         resumen: Global___RedeemResumen | None = ...,
         resultados: _struct_pb2.ListValue | None = ...,
         puntos_acreditados: _builtins.int | None = ...,
+        resultados_detalle: Global___RedeemResultados | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_codigo", b"_codigo", "_duplicado", b"_duplicado", "_estado", b"_estado", "_promo", b"_promo", "_puntos_acreditados", b"_puntos_acreditados", "_puntos_otorgados", b"_puntos_otorgados", "codigo", b"codigo", "duplicado", b"duplicado", "estado", b"estado", "fan", b"fan", "promo", b"promo", "puntos_acreditados", b"puntos_acreditados", "puntos_otorgados", b"puntos_otorgados", "resultados", b"resultados", "resumen", b"resumen"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_codigo", b"_codigo", "_duplicado", b"_duplicado", "_estado", b"_estado", "_promo", b"_promo", "_puntos_acreditados", b"_puntos_acreditados", "_puntos_otorgados", b"_puntos_otorgados", "codigo", b"codigo", "duplicado", b"duplicado", "estado", b"estado", "fan", b"fan", "promo", b"promo", "puntos_acreditados", b"puntos_acreditados", "puntos_otorgados", b"puntos_otorgados", "resultados", b"resultados", "resultados_detalle", b"resultados_detalle", "resumen", b"resumen"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_codigo", b"_codigo", "_duplicado", b"_duplicado", "_estado", b"_estado", "_promo", b"_promo", "_puntos_acreditados", b"_puntos_acreditados", "_puntos_otorgados", b"_puntos_otorgados", "codigo", b"codigo", "duplicado", b"duplicado", "estado", b"estado", "fan", b"fan", "promo", b"promo", "puntos_acreditados", b"puntos_acreditados", "puntos_otorgados", b"puntos_otorgados", "resultados", b"resultados", "resumen", b"resumen"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_codigo", b"_codigo", "_duplicado", b"_duplicado", "_estado", b"_estado", "_promo", b"_promo", "_puntos_acreditados", b"_puntos_acreditados", "_puntos_otorgados", b"_puntos_otorgados", "codigo", b"codigo", "duplicado", b"duplicado", "estado", b"estado", "fan", b"fan", "promo", b"promo", "puntos_acreditados", b"puntos_acreditados", "puntos_otorgados", b"puntos_otorgados", "resultados", b"resultados", "resultados_detalle", b"resultados_detalle", "resumen", b"resumen"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__codigo: _TypeAlias = _typing.Literal["codigo"]  # noqa: Y015
     _WhichOneofArgType__codigo: _TypeAlias = _typing.Literal["_codigo", b"_codigo"]  # noqa: Y015
@@ -726,6 +815,94 @@ class RedeemData(_message.Message):
     def WhichOneof(self, oneof_group: _WhichOneofArgType__puntos_otorgados) -> _WhichOneofReturnType__puntos_otorgados | None: ...
 
 Global___RedeemData: _TypeAlias = RedeemData  # noqa: Y015
+
+@_typing.final
+class RedeemResultados(_message.Message):
+    """`resultados_detalle` of a batch redeem (native gRPC only)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RESULTADOS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def resultados(self) -> _containers.RepeatedCompositeFieldContainer[Global___RedeemResultado]:
+        """One entry per input code, in input order."""
+
+    def __init__(
+        self,
+        *,
+        resultados: _abc.Iterable[Global___RedeemResultado] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["resultados", b"resultados"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RedeemResultados: _TypeAlias = RedeemResultados  # noqa: Y015
+
+@_typing.final
+class RedeemResultado(_message.Message):
+    """One entry of `resultados_detalle`: the code and either its outcome or its error."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CODIGO_FIELD_NUMBER: _builtins.int
+    OK_FIELD_NUMBER: _builtins.int
+    CANJE_FIELD_NUMBER: _builtins.int
+    ERROR_FIELD_NUMBER: _builtins.int
+    codigo: _builtins.str
+    """The code as read (normalised to upper case)."""
+    ok: _builtins.bool
+    """True when the code was redeemed (now or before); `canje` is set. False: `error` is."""
+    @_builtins.property
+    def canje(self) -> Global___RedeemData:
+        """The single form's fields for this code (its `resumen` and `resultados` unset)."""
+
+    @_builtins.property
+    def error(self) -> Global___RedeemResultadoError:
+        """Why the code was refused."""
+
+    def __init__(
+        self,
+        *,
+        codigo: _builtins.str = ...,
+        ok: _builtins.bool = ...,
+        canje: Global___RedeemData | None = ...,
+        error: Global___RedeemResultadoError | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["canje", b"canje", "error", b"error"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["canje", b"canje", "codigo", b"codigo", "error", b"error", "ok", b"ok"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RedeemResultado: _TypeAlias = RedeemResultado  # noqa: Y015
+
+@_typing.final
+class RedeemResultadoError(_message.Message):
+    """`error` of a refused code in a batch: the catalogue's codigo and mensaje."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CODIGO_FIELD_NUMBER: _builtins.int
+    MENSAJE_FIELD_NUMBER: _builtins.int
+    codigo: _builtins.str
+    """The error code, e.g. "codigo_no_encontrado"."""
+    mensaje: _builtins.str
+    """The catalogue's message for it."""
+    def __init__(
+        self,
+        *,
+        codigo: _builtins.str = ...,
+        mensaje: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["codigo", b"codigo", "mensaje", b"mensaje"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RedeemResultadoError: _TypeAlias = RedeemResultadoError  # noqa: Y015
 
 @_typing.final
 class RedeemFan(_message.Message):
@@ -948,6 +1125,13 @@ class DepositCodesRequest(_message.Message):
     PROMO_ID_FIELD_NUMBER: _builtins.int
     CODIGOS_FIELD_NUMBER: _builtins.int
     CODES_FIELD_NUMBER: _builtins.int
+    PROMO_ID_ENTERO_FIELD_NUMBER: _builtins.int
+    PROMO_TEXTO_FIELD_NUMBER: _builtins.int
+    CODIGOS_LISTA_FIELD_NUMBER: _builtins.int
+    promo_id_entero: _builtins.int
+    """Native gRPC only: `promo` as the promotion's id (unset: not sent)."""
+    promo_texto: _builtins.str
+    """Native gRPC only: `promo` as text (the name, or an id in digits); empty -> not sent."""
     @_builtins.property
     def promo(self) -> _struct_pb2.Value:
         """Promotion id (number or numeric string) or its exact name (case-insensitive)."""
@@ -966,6 +1150,10 @@ class DepositCodesRequest(_message.Message):
     def codes(self) -> _struct_pb2.Value:
         """Alias of `codigos`."""
 
+    @_builtins.property
+    def codigos_lista(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Native gRPC only: `codigos` as a list of codes, one per element; empty -> not sent."""
+
     def __init__(
         self,
         *,
@@ -973,12 +1161,17 @@ class DepositCodesRequest(_message.Message):
         promo_id: _struct_pb2.Value | None = ...,
         codigos: _struct_pb2.Value | None = ...,
         codes: _struct_pb2.Value | None = ...,
+        promo_id_entero: _builtins.int | None = ...,
+        promo_texto: _builtins.str = ...,
+        codigos_lista: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["codes", b"codes", "codigos", b"codigos", "promo", b"promo", "promo_id", b"promo_id"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_promo_id_entero", b"_promo_id_entero", "codes", b"codes", "codigos", b"codigos", "promo", b"promo", "promo_id", b"promo_id", "promo_id_entero", b"promo_id_entero"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["codes", b"codes", "codigos", b"codigos", "promo", b"promo", "promo_id", b"promo_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_promo_id_entero", b"_promo_id_entero", "codes", b"codes", "codigos", b"codigos", "codigos_lista", b"codigos_lista", "promo", b"promo", "promo_id", b"promo_id", "promo_id_entero", b"promo_id_entero", "promo_texto", b"promo_texto"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
+    _WhichOneofReturnType__promo_id_entero: _TypeAlias = _typing.Literal["promo_id_entero"]  # noqa: Y015
+    _WhichOneofArgType__promo_id_entero: _TypeAlias = _typing.Literal["_promo_id_entero", b"_promo_id_entero"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__promo_id_entero) -> _WhichOneofReturnType__promo_id_entero | None: ...
 
 Global___DepositCodesRequest: _TypeAlias = DepositCodesRequest  # noqa: Y015
 
@@ -1150,6 +1343,12 @@ class RosterPostRequest(_message.Message):
 
     DESDE_FIELD_NUMBER: _builtins.int
     LIMITE_FIELD_NUMBER: _builtins.int
+    DESDE_TEXTO_FIELD_NUMBER: _builtins.int
+    LIMITE_ENTERO_FIELD_NUMBER: _builtins.int
+    desde_texto: _builtins.str
+    """Native gRPC only: `desde` as text (the previous `siguiente`); empty -> new snapshot."""
+    limite_entero: _builtins.int
+    """Native gRPC only: `limite` as an integer (unset: the default)."""
     @_builtins.property
     def desde(self) -> _struct_pb2.Value:
         """String or number: the `siguiente` of the previous call; null or absent -> a new
@@ -1165,12 +1364,16 @@ class RosterPostRequest(_message.Message):
         *,
         desde: _struct_pb2.Value | None = ...,
         limite: _struct_pb2.Value | None = ...,
+        desde_texto: _builtins.str = ...,
+        limite_entero: _builtins.int | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["desde", b"desde", "limite", b"limite"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_limite_entero", b"_limite_entero", "desde", b"desde", "limite", b"limite", "limite_entero", b"limite_entero"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["desde", b"desde", "limite", b"limite"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_limite_entero", b"_limite_entero", "desde", b"desde", "desde_texto", b"desde_texto", "limite", b"limite", "limite_entero", b"limite_entero"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
+    _WhichOneofReturnType__limite_entero: _TypeAlias = _typing.Literal["limite_entero"]  # noqa: Y015
+    _WhichOneofArgType__limite_entero: _TypeAlias = _typing.Literal["_limite_entero", b"_limite_entero"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__limite_entero) -> _WhichOneofReturnType__limite_entero | None: ...
 
 Global___RosterPostRequest: _TypeAlias = RosterPostRequest  # noqa: Y015
 
@@ -1315,3 +1518,9 @@ class Baja(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___Baja: _TypeAlias = Baja  # noqa: Y015
+
+NATIVO_DE_FIELD_NUMBER: _builtins.int
+nativo_de: _extension_dict._ExtensionFieldDescriptor[_descriptor_pb2.FieldOptions, _builtins.str]
+"""Marks a field for native gRPC callers only (see the header): its value names the JSON
+field of the same message that it is the typed form of.
+"""

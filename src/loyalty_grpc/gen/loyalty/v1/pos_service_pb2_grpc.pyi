@@ -17,6 +17,18 @@ solicitud_invalida); times are ISO 8601 UTC text ending in `Z`; dates are `YYYY-
 a Fan ID is canonical (upper case, no whitespace). Failures are the error envelope
 (DESIGN.md §2), never these messages; native gRPC callers get the gRPC status with
 google.rpc.ErrorInfo(reason=<codigo>).
+
+Native gRPC callers (README "Native gRPC clients"): the JSON contract needs
+google.protobuf.Value where it takes "string or number", null, or shapes that vary; a
+native caller gets typed alternatives instead. Each is a field of its own, numbered from
+20, marked `[(nativo_de) = "<the JSON field it stands for>"]`, and not part of the JSON
+API: scripts/gen_request_check.py makes the gateway refuse it in a JSON body or URL
+(solicitud_invalida naming the JSON field to use) and scripts/gen_openapi.py leaves it
+out. A typed request field joins its JSON field's group of aliases (send one: two ->
+solicitud_invalida) and is read by the same domain rules (amount limits, ts at most 24 h
+ahead, code rules). A typed response field is filled only for calls that did not come
+through the gateway (no `x-loyalty-gateway: 1` mark), beside the Value it types; the
+transcoder omits an unset message field, so the JSON stays byte-identical.
 """
 
 from collections import abc as _abc
