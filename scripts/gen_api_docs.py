@@ -3,8 +3,11 @@
 error catalogue, the permission table and the demo fixture): one section per operation,
 in the order of loyalty.v1.PosService's methods, with its permission, its request fields
 and examples, its response fields and, per HTTP status, the `codigo`s it can answer.
-Nothing here is written by hand: a change to the proto or the catalogue reaches the page
-through the document.
+The document has no response examples; each operation's are the answers the tour of
+docs/tour.md shows for it (a success and, where the tour has one, a failure), which
+tests/e2e/test_readme_tour.py checks against the running service. Nothing here is
+written by hand: a change to the proto, the catalogue or the tour reaches the page
+through them.
 
     python scripts/gen_api_docs.py           # rewrite docs/api.md
     python scripts/gen_api_docs.py --check   # exit 1 when docs/api.md is stale
@@ -14,9 +17,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import shlex
 import sys
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +30,7 @@ from loyalty_grpc.gen.loyalty.v1 import pos_service_pb2
 ROOT = Path(__file__).resolve().parents[1]
 OPENAPI = ROOT / "gateway" / "openapi.json"
 PAGE = ROOT / "docs" / "api.md"
+TOUR = ROOT / "docs" / "tour.md"
 REF = "#/components/schemas/"
 # How the JSON types read in the tables.
 KINDS = {
@@ -128,6 +134,75 @@ def field_rows(doc: Document, schema: Schema, prefix: str = "", depth: int = 0) 
 TABLE_HEAD = ["| field | JSON type | always | description |", "|---|---|---|---|"]
 
 
+@dataclass(frozen=True)
+class Answer:
+    """A call of the tour and the answer it shows."""
+
+    method: str
+    path: str
+    command: str
+    status: int
+    body: Any
+
+
+def tour_answers(tour: str) -> list[Answer]:
+    """Every command of the tour (between its markers, in ```sh blocks) with the answer
+    shown under it (`# BODY (HTTP STATUS)`, wrapped over `# ` lines)."""
+    section = tour.split("<!-- tour:start -->", 1)[1].split("<!-- tour:end -->", 1)[0]
+    answers: list[Answer] = []
+    for block in re.findall(r"^```sh\n(.*?)^```$", section, re.S | re.M):
+        command, shown = "", []
+        for line in [*block.splitlines(), ""]:
+            if line.startswith("#"):
+                shown.append(line.removeprefix("#").strip())
+                continue
+            called = re.search(r"\$API(/[a-z/]+)", command)
+            if called and shown:
+                matched = re.fullmatch(r"(.*) \(HTTP (\d{3})\)", "".join(shown), re.S)
+                if matched:
+                    post = " -d " in command or "-X POST" in command
+                    answers.append(
+                        Answer(
+                            "post" if post else "get",
+                            "/api/v1" + called.group(1),
+                            command,
+                            int(matched.group(2)),
+                            json.loads(matched.group(1)),
+                        )
+                    )
+            command, shown = line, []
+    return answers
+
+
+def answers_part(method: str, path: str, answers: list[Answer]) -> list[str]:
+    """The tour's first success and first failure of this operation, as it shows them."""
+    mine = [a for a in answers if (a.method, a.path) == (method, path)]
+    chosen = [a for a in mine if a.status == 200][:1] + [a for a in mine if a.status != 200][:1]
+    if not chosen:
+        return []
+    out = [
+        "### Answers",
+        "",
+        "As [the tour](tour.md) shows them (its test checks them against the service):",
+        "",
+    ]
+    for answer in chosen:
+        body = json.dumps(answer.body, ensure_ascii=False, indent=2)
+        out += [
+            "```sh",
+            answer.command,
+            "```",
+            "",
+            f"HTTP {answer.status}:",
+            "",
+            "```json",
+            body,
+            "```",
+            "",
+        ]
+    return out
+
+
 def request_part(doc: Document, method: str, path: str, op: dict[str, Any]) -> list[str]:
     out = ["### Request", ""]
     parameters = op.get("parameters", [])
@@ -213,7 +288,7 @@ def errors_part(doc: Document, op: dict[str, Any]) -> list[str]:
     return out
 
 
-def render(doc: Document) -> str:
+def render(doc: Document, answers: list[Answer]) -> str:
     info = doc.data["info"]
     out = [
         "# API reference",
@@ -236,6 +311,7 @@ def render(doc: Document) -> str:
         out += [cell(op.get("summary", "")), "", cell(op.get("description", "")), ""]
         out += request_part(doc, method, path, op)
         out += response_part(doc, op)
+        out += answers_part(method, path, answers)
         out += errors_part(doc, op)
     return "\n".join(out).rstrip("\n") + "\n"
 
@@ -244,7 +320,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--check", action="store_true", help="fail when docs/api.md is stale")
     args = parser.parse_args()
-    fresh = render(Document(json.loads(OPENAPI.read_text(encoding="utf-8"))))
+    document = Document(json.loads(OPENAPI.read_text(encoding="utf-8")))
+    fresh = render(document, tour_answers(TOUR.read_text(encoding="utf-8")))
     if args.check:
         if PAGE.read_text(encoding="utf-8") != fresh:
             print("docs/api.md is stale: run python scripts/gen_api_docs.py")
