@@ -20,6 +20,7 @@ On a mismatch the failure shows the real answers in the tour's form, to paste.""
 from __future__ import annotations
 
 import json
+import os
 import queue
 import re
 import shlex
@@ -170,6 +171,7 @@ class Shell:
             stderr=subprocess.STDOUT,
             text=True,
             cwd=workdir,
+            env={**os.environ, "TMPDIR": str(workdir)},  # the tour's mktemp lands here
         )
         assert self.process.stdin
         assert self.process.stdout
