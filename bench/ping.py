@@ -1,4 +1,4 @@
-"""End-to-end throughput and latency of `ping`, for the README (a benchmark, not a test).
+"""End-to-end throughput and latency of `ping`, for docs/performance.md (a benchmark, not a test).
 
     .venv/bin/python bench/ping.py [--seconds 10] [--concurrency 16] [--grpc-server-process]
                                    [--load-generator auto|wrk|python]

@@ -1,4 +1,4 @@
-"""The roster feed at scale, for the README (a benchmark, not a test).
+"""The roster feed at scale, for docs/performance.md (a benchmark, not a test).
 
     .venv/bin/python bench/roster.py [--fans 1000000] [--limite 2000] [--changes 20000]
 

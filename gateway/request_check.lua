@@ -28,7 +28,7 @@
 -- error) fails closed: 500 error_interno, logged as "request_check.lua: ..." (the e2e
 -- tests check the log).
 --
--- The rules (README "Strict request bodies"):
+-- The rules (docs/requests.md):
 -- * A request to a binding of ROUTES:
 --   - a binding without body (GET) takes none: a non-empty body is refused;
 --   - a binding with body: no query parameter may name a field (they go in the body);

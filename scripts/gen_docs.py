@@ -1,8 +1,8 @@
-"""Regenerate the parts of README.md that derive from code (the error catalogue, the
-configuration table).
+"""Regenerate the parts of the documentation that derive from code: the error catalogue
+(docs/errors.md) and the configuration table (docs/configuration.md).
 
-    python scripts/gen_docs.py           # rewrite README.md in place
-    python scripts/gen_docs.py --check   # exit 1 when README.md is stale
+    python scripts/gen_docs.py           # rewrite those pages in place
+    python scripts/gen_docs.py --check   # exit 1 when one is stale
 """
 
 from __future__ import annotations
@@ -16,10 +16,7 @@ from pathlib import Path
 from loyalty_grpc.domain.errors import CATALOGO
 from loyalty_grpc.runtime.settings import config_table
 
-README = Path(__file__).resolve().parents[1] / "README.md"
-START, END = "<!-- errors:start -->", "<!-- errors:end -->"
-# Marked block -> what fills it.
-BLOCKS: dict[str, Callable[[], str]] = {}
+DOCS = Path(__file__).resolve().parents[1] / "docs"
 
 
 def error_table() -> str:
@@ -40,33 +37,39 @@ def error_table() -> str:
     return "\n".join(rows)
 
 
-BLOCKS.update(errors=error_table, config=config_table)
+# Page -> its marked block (`<!-- name:start -->` … `<!-- name:end -->`) -> what fills it.
+BLOCKS: dict[str, tuple[str, Callable[[], str]]] = {
+    "errors.md": ("errors", error_table),
+    "configuration.md": ("config", config_table),
+}
 
 
-def render(text: str) -> str:
-    for name, make in BLOCKS.items():
-        start, end = f"<!-- {name}:start -->", f"<!-- {name}:end -->"
-        pattern = re.compile(re.escape(start) + r".*?" + re.escape(end), re.DOTALL)
-        if not pattern.search(text):
-            raise SystemExit(f"README.md lacks the {start} ... {end} markers")
-        block = f"{start}\n{make()}\n{end}"
-        text = pattern.sub(lambda _, block=block: block, text)  # type: ignore[misc]
-    return text
+def render(page: str, text: str) -> str:
+    name, make = BLOCKS[page]
+    start, end = f"<!-- {name}:start -->", f"<!-- {name}:end -->"
+    pattern = re.compile(re.escape(start) + r".*?" + re.escape(end), re.DOTALL)
+    if not pattern.search(text):
+        raise SystemExit(f"docs/{page} lacks the {start} ... {end} markers")
+    block = f"{start}\n{make()}\n{end}"
+    return pattern.sub(lambda _: block, text)
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--check", action="store_true")
     args = parser.parse_args()
-    text = README.read_text()
-    fresh = render(text)
-    if args.check:
-        if fresh != text:
-            print("README.md generated tables are stale: run python scripts/gen_docs.py")
-            return 1
-        return 0
-    README.write_text(fresh)
-    return 0
+    stale = 0
+    for page in BLOCKS:
+        path = DOCS / page
+        text = path.read_text(encoding="utf-8")
+        fresh = render(page, text)
+        if args.check:
+            if fresh != text:
+                print(f"docs/{page}: its generated table is stale: run python scripts/gen_docs.py")
+                stale = 1
+            continue
+        path.write_text(fresh, encoding="utf-8")
+    return stale
 
 
 if __name__ == "__main__":

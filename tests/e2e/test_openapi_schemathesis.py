@@ -70,7 +70,7 @@ SCHEMA.config.generation.update(with_security_parameters=False, deterministic=Tr
 #   is only valid if this program's feed issued it) and `ts_invalido` for a time more than
 #   24 h after the server's clock (400). Any other refusal of valid data fails.
 # - negative_data_rejection: `tx` accepts `importe` together with a cents field when both
-#   are the same amount (README "Sales"); the document allows one of them, since equality
+#   are the same amount (docs/sales.md); the document allows one of them, since equality
 #   across fields is not JSON Schema. A body over its operation's limit is refused by the
 #   gateway with 413 `solicitud_muy_grande` (documented; schemathesis expects a 400 or
 #   422 for a value over its maxLength). Any other acceptance of invalid data fails.

@@ -58,7 +58,7 @@ class UpTls:
 
     @property
     def key_header(self) -> dict[str, str]:
-        """The README's key of "Caja Principal" (every permission), as `up` printed it."""
+        """The tour's key of "Caja Principal" (every permission), as `up` printed it."""
         keys = [m.group(1) for line in self.running.lines if (m := DEMO_KEY_LINE.match(line))]
         assert DEMO_KEY in keys, "\n".join(self.running.lines)
         return {"Authorization": f"Bearer {DEMO_KEY}"}

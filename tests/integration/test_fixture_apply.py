@@ -513,7 +513,7 @@ def test_key_of_another_program_is_refused_without_echoing_it(engine: Engine) ->
     [
         "lp_vivo_000000000000000000000000",
         "lp_vivo_OtroPrograma00000000000000000",
-        "lp_vivo_NoExisteEstaClave0000000000",  # the README's example
+        "lp_vivo_NoExisteEstaClave0000000000",  # the tour's example (docs/tour.md)
     ],
 )
 def test_a_weak_new_key_is_clave_mal_formada_and_changes_nothing(engine: Engine, weak: str) -> None:

@@ -15,7 +15,8 @@ ROOT = Path(__file__).resolve().parents[2]
 GENERATORS = {
     "gen_proto.py": "proto code and Envoy's descriptor set",
     "gen_openapi.py": "the OpenAPI document",
-    "gen_docs.py": "the README's error catalogue and configuration table",
+    "gen_docs.py": "docs/errors.md's catalogue and docs/configuration.md's settings table",
+    "gen_api_docs.py": "the API reference (docs/api.md) from the OpenAPI document",
     "gen_request_check.py": "request_check.lua's routes and parse limits",
     "gen_envelope.py": "envelope.lua's catalogue",
     "gen_edge.py": "envoy.yaml's binding routes and envelope.lua's edge block",

@@ -1,7 +1,8 @@
-"""Which schemas this code runs on (store/migrate.py `Schema`, README "Upgrades"): `loyalty
-serve` refuses one older than its head with one line and starts nothing, runs on one a
-later version migrated (a revision it does not know) with a warning; `loyalty wallet send`
-and `upgrade` apply the same rule. Real PostgreSQL, real `loyalty serve` processes."""
+"""Which schemas this code runs on (store/migrate.py `Schema`, docs/deployment.md
+"Upgrades"): `loyalty serve` refuses one older than its head with one line and starts
+nothing, runs on one a later version migrated (a revision it does not know) with a
+warning; `loyalty wallet send` and `upgrade` apply the same rule. Real PostgreSQL, real
+`loyalty serve` processes."""
 
 from __future__ import annotations
 

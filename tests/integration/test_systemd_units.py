@@ -164,13 +164,13 @@ def test_the_slots_share_the_port_each_with_its_own_data_dir_and_metrics_port() 
             str(settings.data_dir)
         ]
         assert service["WorkingDirectory"] == [str(settings.data_dir)]
-        assert settings.metrics_port != 0  # how to tell when a slot serves (README)
+        assert settings.metrics_port != 0  # how to tell when a slot serves (docs/deployment.md)
     ports = {(settings.listen_host, settings.grpc_port) for settings, _ in slots}
     assert len(ports) == 1
     assert len({settings.data_dir for settings, _ in slots}) == len(SLOTS)
     assert len({settings.metrics_port for settings, _ in slots}) == len(SLOTS)
     # Blue keeps loyalty-serve.service's /metrics, so green is the slot to start beside
-    # that one when switching over from it (README).
+    # that one when switching over from it (docs/deployment.md).
     single = Settings.from_env(_environment("loyalty.env.example"))
     assert slots[0][0].metrics_port == single.metrics_port
 

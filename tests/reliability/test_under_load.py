@@ -100,7 +100,7 @@ def _not_envelopes(journal: Journal) -> list[Attempt]:
 
 
 def test_calls_cut_by_a_worker_kill_get_the_envelope(stack: Stack, journal: Journal):
-    """README, Errors: every failure is the envelope, whoever produced it. Kills workers
+    """docs/decisions.md, Errors: every failure is the envelope, whoever produced it. Kills workers
     under load until a cut call is answered with something else (at most 20 kills). Before
     the local_reply_config backstop in gateway/envoy.yaml, most runs found one or two:
     Envoy's own text/plain 503 (`UC`) that skipped envelope.lua, 1 in 4 to 1 in 20 of the

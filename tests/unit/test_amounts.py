@@ -100,7 +100,7 @@ def _detalle(fn, value, *campo: str) -> str:
         ("1234,56\u00a0MXN", 123_456),  # Intl.NumberFormat("es-ES", MXN)
         ("MX$\u202f99.90", 9_990),
         ("$ \u00a0 5", 500),
-        # zero with a minus sign is zero (README "Decisions where the contract is silent")
+        # zero with a minus sign is zero (docs/decisions.md)
         ("-0", 0),
         ("$-0.00", 0),
         ("MXN\u00a0-0", 0),
@@ -423,19 +423,20 @@ def test_accepted_text_is_one_of_its_two_readings(text):
     assert result in readings
 
 
-# ---------------------------------------------------------------- the README's table
+# ---------------------------------------------------------------- docs/sales.md's table
 
 
-def _readme_amount_rows() -> list[tuple[str, str]]:
-    """(Sent, Cents) of each row of the README's `importe` table."""
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
-    table = readme.split("| Sent | Cents | Rule |", 1)[1].split("\n\n", 1)[0]
+def _doc_amount_rows() -> list[tuple[str, str]]:
+    """(Sent, Cents) of each row of the `importe` table of docs/sales.md."""
+    page = Path(__file__).resolve().parents[2] / "docs" / "sales.md"
+    table = page.read_text(encoding="utf-8").split("| Sent | Cents | Rule |", 1)[1]
+    table = table.split("\n\n", 1)[0]
     rows = [line.split(" | ") for line in table.splitlines() if line.startswith("| `")]
     return [(row[0].removeprefix("| "), row[1]) for row in rows]
 
 
-def test_every_input_of_the_readme_amount_table_is_json_and_reads_as_it_says():
-    rows = _readme_amount_rows()
+def test_every_input_of_the_documented_amount_table_is_json_and_reads_as_it_says():
+    rows = _doc_amount_rows()
     assert len(rows) >= 8
     for sent, cents in rows:
         # Asides in parentheses (`0.1 + 0.2` explains an input) are not inputs.

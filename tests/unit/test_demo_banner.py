@@ -41,7 +41,7 @@ def test_the_banner_shows_every_key_and_fan_and_codes_of_every_state_of_the_fixt
             for estado in STATES
         }
         for estado in STATES:
-            assert codes[estado], f"the demo has no code in state {estado} for the README tour"
+            assert codes[estado], f"the demo has no code in state {estado} for the tour"
             (line,) = (line for line in lines if line.startswith(f"demo codes {tag} {estado}: "))
             for codigo in codes[estado][:CODES_PER_STATE]:
                 assert f" {codigo} (" in line

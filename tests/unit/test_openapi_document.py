@@ -382,7 +382,7 @@ def _iso_before_the_pattern(text: str) -> bool:
     return text.strip()[:10] <= "2000-01-01"
 
 
-# Boundaries of each rule (README "Amounts and timestamps"), tried first.
+# Boundaries of each rule (docs/sales.md "Amounts and timestamps"), tried first.
 AMOUNTS = [
     *["100", "12.5", "0", "0.50", "0001234", "000000001", "12,5", "12.50", "1,234", "1.234"],
     *["12.345", "1.234.567", "1,234.56", "1.234,56", "1,234,567.89", "1.234.567,89", "$1234"],

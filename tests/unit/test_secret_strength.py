@@ -119,12 +119,12 @@ def test_the_estimate_does_not_see_order() -> None:
 
 def test_the_documented_examples_are_refused_by_name() -> None:
     """The example files' values themselves: loyalty.env.example's admin token and the
-    README tour's key that does not exist."""
+    tour's key that does not exist (docs/tour.md)."""
     token = env_file_keys(ROOT / "loyalty.env.example")["LOYALTY_ADMIN_TOKEN"]
     assert (verdict := weakness(token)) is not None
     assert verdict.weakness is Weakness.PLACEHOLDER
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    (missing,) = set(re.findall(r"Bearer (lp_vivo_NoExiste\w+)", readme))
+    tour = (ROOT / "docs" / "tour.md").read_text(encoding="utf-8")
+    (missing,) = set(re.findall(r"Bearer (lp_vivo_NoExiste\w+)", tour))
     with pytest.raises(LoyaltyError) as error:
         keys.require_strong(missing)
     assert error.value.codigo is CodigoError.CLAVE_MAL_FORMADA
@@ -154,8 +154,8 @@ def test_weak_keys_are_malformed_for_creation_and_never_echoed(key: str) -> None
 
 def test_the_docs_state_the_rule_s_own_figures() -> None:
     """The figures written in prose are the module's."""
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    fixtures = (ROOT / "docs" / "cli.md").read_text(encoding="utf-8")
     security = (ROOT / "docs" / "security.md").read_text(encoding="utf-8")
-    assert f"carry under {MIN_BITS} bits" in readme
+    assert f"carry under {MIN_BITS} bits" in fixtures
     assert f"at least {MIN_LENGTH} characters" in security
     assert f"at least {MIN_BITS} bits" in security

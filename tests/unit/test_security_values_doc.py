@@ -1,5 +1,5 @@
-"""The numbers that docs/security.md and the README state about request values are
-the constants of their homes (a copy in prose, tied to its source)."""
+"""The numbers that docs/security.md and the pages of each endpoint state about request
+values are the constants of their homes (a copy in prose, tied to its source)."""
 
 from __future__ import annotations
 
@@ -22,7 +22,6 @@ from loyalty_grpc.domain.timestamps import MAX_TEXTO as MAX_TS_TEXTO
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC = (ROOT / "docs" / "security.md").read_text(encoding="utf-8")
-README = (ROOT / "README.md").read_text(encoding="utf-8")
 
 IN_DOC = [
     f"| {MAX_FAN_TEXT} characters as sent |",
@@ -44,15 +43,16 @@ IN_DOC = [
     f"at most **{MAX_SHOWN} characters** of that escaped text",
     f"has at most {MAX_NOMBRE} characters too",
 ]
-IN_README = [
-    f"**At most {MAX_FAN_TEXT} characters** as sent",
-    f"`detalle`** is at most {MAX_DETALLE} characters",
-    f"at most {MAX_SHOWN} characters of it",
-    f"a name has at most {MAX_NOMBRE} characters",
-    f"text of more than {MAX_LIMITE_TEXTO} characters",
-    f"longer than {MAX_CODE_LENGTH} characters after trimming",
-    f"(above, ≤ {MAX_FAN_TEXT})",
-    f"each ≤ {MAX_LABEL} characters",
+# (page of docs/, what it states)
+IN_PAGES = [
+    ("fan.md", f"**At most {MAX_FAN_TEXT} characters** as sent"),
+    ("decisions.md", f"`detalle`** is at most {MAX_DETALLE} characters"),
+    ("decisions.md", f"at most {MAX_SHOWN} characters of it"),
+    ("coupons.md", f"a name has at most {MAX_NOMBRE} characters"),
+    ("roster.md", f"text of more than {MAX_LIMITE_TEXTO} characters"),
+    ("coupons.md", f"longer than {MAX_CODE_LENGTH} characters after trimming"),
+    ("sales.md", f"(above, ≤ {MAX_FAN_TEXT})"),
+    ("sales.md", f"each ≤ {MAX_LABEL} characters"),
 ]
 
 
@@ -61,6 +61,6 @@ def test_the_security_page_states_the_limits(text: str) -> None:
     assert text in DOC
 
 
-@pytest.mark.parametrize("text", IN_README)
-def test_the_readme_states_the_limits(text: str) -> None:
-    assert text in README
+@pytest.mark.parametrize(("page", "text"), IN_PAGES)
+def test_the_endpoint_pages_state_the_limits(page: str, text: str) -> None:
+    assert text in (ROOT / "docs" / page).read_text(encoding="utf-8")

@@ -1,6 +1,6 @@
 """The error catalogue (DESIGN.md §2): the one table of every `error.codigo`.
 
-The gRPC interceptor, Envoy's local replies (checked by a test), the README and the tests
+The gRPC interceptor, Envoy's local replies (checked by a test), docs/errors.md and the tests
 all read this table; nobody repeats it.
 """
 

@@ -9,7 +9,7 @@ The rule, in this order (the first that fails is the reason):
 
 1. at least MIN_LENGTH characters;
 2. not a documented example (PLACEHOLDERS, compared ignoring ASCII case): a value
-   copied from loyalty.env.example or the README is public, however long;
+   copied from loyalty.env.example or the documentation is public, however long;
 3. an entropy estimate of at least MIN_BITS: the sum over its characters of
    log2(length / occurrences of that character), i.e. what the text would carry if each
    character were drawn independently with the frequencies it has. 24 characters spread
@@ -34,7 +34,7 @@ MIN_LENGTH = 24
 MIN_BITS = 72
 
 # Documented examples that must never become secrets (compared ignoring ASCII case):
-# loyalty.env.example's admin token, and the key the README's tour shows as one that does
+# loyalty.env.example's admin token, and the key the tour (docs/tour.md) shows as one that does
 # not exist (its secret part). tests/unit/test_secret_strength.py reads them from those
 # files, so a changed example cannot slip past.
 PLACEHOLDERS = frozenset(

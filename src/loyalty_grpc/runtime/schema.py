@@ -1,5 +1,5 @@
 """Before a command works on the database: is its schema one this code may run on?
-The rule is `store.migrate.Schema` (README "Upgrades"); this applies it for `loyalty
+The rule is `store.migrate.Schema` (docs/deployment.md, "Upgrades"); this applies it for `loyalty
 serve` and `loyalty wallet send` (`loyalty up` migrates first instead)."""
 
 from __future__ import annotations

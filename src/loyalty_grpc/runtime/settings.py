@@ -3,7 +3,7 @@ check. `Settings.from_env()` reads them once at start; a wrong value stops the c
 one line naming the variable and what it expects (exit code 2) before anything starts.
 Command-line flags override the environment (`Settings.with_flags`), checked the same way.
 
-README.md's configuration table is generated from `VARIABLES` (scripts/gen_docs.py). The
+docs/configuration.md's table is generated from `VARIABLES` (scripts/gen_docs.py). The
 wallet variables are parsed by `wallet.WalletSettings.from_env` (kept there, next to the
 providers that use them) and only listed here.
 """
@@ -772,7 +772,7 @@ def _parse(rule: _Rule, name: str, text: str) -> object:
 
 
 LOOPBACK = "127.0.0.1"
-ANY_ADDRESS = "0.0.0.0"  # noqa: S104 - the TLS default, a choice the README explains
+ANY_ADDRESS = "0.0.0.0"  # noqa: S104 - the TLS default, a choice docs/gateway.md explains
 
 
 def is_loopback(host: str) -> bool:
@@ -833,7 +833,7 @@ def settings_fields() -> set[str]:
 
 
 def config_table() -> str:
-    """The README's configuration table (Markdown)."""
+    """docs/configuration.md's table of settings (Markdown)."""
     rows = ["| variable | default | meaning |", "|---|---|---|"]
     rows += [f"| `{v.name}` | {v.default} | {v.meaning} |" for v in VARIABLES]
     return "\n".join(rows)

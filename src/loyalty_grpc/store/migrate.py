@@ -4,7 +4,7 @@
 advisory lock for the whole migration, in the migration's own transaction.
 
 `check(url)` / `Schema.of(revision)` hold the one rule of whether this code may run on a
-database (README "Upgrades"): a schema older than the code's head is refused (`loyalty
+database (docs/deployment.md "Upgrades"): a schema older than the code's head is refused (`loyalty
 serve`, `loyalty wallet send`: run `loyalty migrate` first); a revision the code does
 not know was written by a later version, which migrations keep usable by the previous
 one (expand now, contract a release later), so the code runs on it with a warning.

@@ -1,7 +1,8 @@
 """The demo program of `up --demo`: the fixture shipped with the package
 (`demo_fixture.json`), applied on every start (idempotent), and what the banner shows of it
-so that the README's curl tour can be followed: its keys, its fans (Fan ID, name, e-mail,
-QR) and a few coupon codes in each state. Everything shown is read from the fixture."""
+so that the curl tours (README.md, docs/tour.md) can be followed: its keys, its fans (Fan
+ID, name, e-mail, QR) and a few coupon codes in each state. Everything shown is read from
+the fixture."""
 
 from __future__ import annotations
 

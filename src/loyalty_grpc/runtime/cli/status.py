@@ -169,7 +169,7 @@ def database_lines(engine: Engine, url: str) -> list[Line]:
     with engine.connect() as conn:
         version = conn.execute(text("SHOW server_version")).scalar_one()
     lines = [Line("postgresql", str(version))]
-    schema = migrate.check(url)  # the rule `serve` starts by (README "Upgrades")
+    schema = migrate.check(url)  # the rule `serve` starts by (docs/deployment.md "Upgrades")
     current, head = schema.applied, schema.head
     if not schema.usable:
         lines.append(

@@ -14,7 +14,7 @@ resolve's lookup (store/fan_lookup.py).
 Building it cannot fail on existing rows: two e-mails equal under the ASCII-only fold
 differ only in the case of ASCII letters, so they were equal under the old index too.
 
-Rolling upgrade (README "Upgrades"): the previous version still looks fans up by
+Rolling upgrade (docs/deployment.md "Upgrades"): the previous version still looks fans up by
 lower(correo); ix_fans_programa_correo_anterior keeps that lookup indexed until the next
 release's migration drops it. The unique index keeps its name, which the previous version
 also translates into `correo_duplicado`.
