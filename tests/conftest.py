@@ -2,6 +2,13 @@
 
 Each test module that needs a database gets a fresh one (`fresh_database`), so tests
 never see each other's rows unless they share a module fixture on purpose.
+
+No test reads or writes the checkout's `.loyalty` (where `./dev up` keeps its data) or any
+other folder of the machine: LOYALTY_DATA_DIR points the data dir's default (and with it
+the gateway's work dir, DATA_DIR/envoy) at a folder of this session's own, a new one for
+each test (`default_data_dir`), for the `loyalty` commands run here and in every child
+process (they inherit the environment). A test of the `.loyalty` default itself removes
+the variable and runs from an empty folder (tests/unit/test_settings.py).
 """
 
 from __future__ import annotations
@@ -18,11 +25,33 @@ from loyalty_grpc.runtime.gateway.tls import (
     TlsFiles,
 )
 from loyalty_grpc.runtime.postgres import Database, start_embedded
-from loyalty_grpc.runtime.settings import GrpcTls
+from loyalty_grpc.runtime.settings import GrpcTls, documented_names
 from loyalty_grpc.store.db import make_engine
 from tests.tls_certs import install_pair, make_ca, make_server_cert
 
 _counter = itertools.count()
+_tests = itertools.count()
+
+DATA_DIR_VARIABLE = "LOYALTY_DATA_DIR"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def default_data_dirs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """The folder holding every default data dir of this session; the default of the
+    session-wide and module-wide fixtures (set up before any test's) is `session` in it."""
+    assert DATA_DIR_VARIABLE in documented_names()  # the variable the settings read
+    base = tmp_path_factory.mktemp("default-data-dirs")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(DATA_DIR_VARIABLE, str(base / "session" / ".loyalty"))
+        yield base
+
+
+@pytest.fixture(autouse=True)
+def default_data_dir(default_data_dirs: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """This test's default data dir: not created, and no other test's."""
+    folder = default_data_dirs / f"test-{next(_tests)}" / ".loyalty"
+    monkeypatch.setenv(DATA_DIR_VARIABLE, str(folder))
+    return folder
 
 
 @pytest.fixture(scope="session")

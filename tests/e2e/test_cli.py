@@ -205,6 +205,9 @@ def test_gateway_run_listens_only_on_the_address_given_and_logs_json(tmp_path: P
             socket.create_connection(("127.0.0.1", port), timeout=5).close()
     finally:
         assert gateway.stop() == 0, "\n".join(gateway.lines)
+    # A clean stop removes what only a running gateway uses (configuration, spec, admin
+    # socket): nothing left claims a gateway runs from there.
+    assert sorted(p.name for p in (tmp_path / "envoy").iterdir()) == [".lock"]
     lines = [json.loads(line) for line in gateway.lines]  # every line is JSON
     assert {"ts", "level", "logger", "msg", "pid"} <= set(lines[0])
     envoy_lines = [line for line in lines if line["logger"].startswith("envoy.")]

@@ -10,6 +10,7 @@ import secrets
 import signal
 import socket
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -333,24 +334,50 @@ def test_status_of_a_healthy_server(served: Served):
     assert out.rstrip().endswith("status: healthy")
 
 
-def test_status_says_unhealthy(create_database: Callable[[], str], tmp_path: Path):
-    url = create_database()  # never migrated, and no server listening
-    result = _status("--target", f"127.0.0.1:{free_port()}", LOYALTY_DATABASE_URL=url)
-    assert result.returncode == 1
-    assert "UNAVAILABLE" in result.stdout
+def test_status_says_unhealthy(create_database: Callable[[], str]):
+    url = create_database()  # never migrated
+    with socket.socket() as not_grpc:  # something listens at the target, and never answers
+        not_grpc.bind(("127.0.0.1", 0))
+        not_grpc.listen()
+        target = f"127.0.0.1:{not_grpc.getsockname()[1]}"
+        result = _status("--target", target, LOYALTY_DATABASE_URL=url)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert f"unreachable ({target})  << UNHEALTHY" in result.stdout
     assert "none applied, head is" in result.stdout
     assert result.stdout.rstrip().endswith("status: UNHEALTHY")
-    nothing = subprocess.run(
-        [*LOYALTY, "status", "--data-dir", str(tmp_path / "none")],
-        env=loyalty_env(),
-        text=True,
-        capture_output=True,
-        timeout=60,
-        check=False,
-    )
-    assert nothing.returncode == 1
+
+
+def test_status_says_not_running(tmp_path: Path):
+    """Nothing listens at the target, nothing was started from the data dir or the work
+    dir: not running (exit 3, as an LSB `status`), and nothing there is marked wrong."""
+    target = f"127.0.0.1:{free_port()}"
+    nothing = _status("--target", target, "--data-dir", str(tmp_path / "none"))
+    assert nothing.returncode == 3, nothing.stdout + nothing.stderr
+    assert f"({target}: nothing listens)" in nothing.stdout
     assert "no embedded database in" in nothing.stdout
+    assert "UNHEALTHY" not in nothing.stdout
+    assert nothing.stdout.rstrip().endswith("status: not running")
     assert not (tmp_path / "none").exists()
+
+
+def test_status_of_a_killed_supervisor_says_unhealthy(tmp_path: Path):
+    """A processes file whose writer is dead: it was killed (SIGKILL, a crash) and could
+    not clean up; what it started may still hold ports or data. UNHEALTHY, not "not
+    running"."""
+    with subprocess.Popen([sys.executable, "-c", "pass"]) as gone:
+        gone.wait()
+    data_dir = tmp_path / "data"
+    data_dir.mkdir()
+    (data_dir / "processes.json").write_text(
+        json.dumps({"command": "up", "pid": gone.pid, "started": 0, "children": []}),
+        encoding="utf-8",
+    )
+    killed = _status("--target", f"127.0.0.1:{free_port()}", "--data-dir", str(data_dir))
+    assert killed.returncode == 1, killed.stdout + killed.stderr
+    assert f"(pid {gone.pid}) is not running: it was killed before it could clean up" in (
+        killed.stdout
+    )
+    assert killed.stdout.rstrip().endswith("status: UNHEALTHY")
 
 
 def test_up_with_workers_and_status_on_its_embedded_database(tmp_path: Path):
@@ -401,6 +428,15 @@ def test_up_with_workers_and_status_on_its_embedded_database(tmp_path: Path):
     assert code == 0, "\n".join(up.lines)
     assert up.lines[-1] == "stopped"
     assert not (data_dir / "pgdata" / "postmaster.pid").exists()
+    # A clean stop leaves the data (the database, the generated admin token) and Envoy's
+    # log, and nothing that only a running `up` uses: status says not running.
+    assert sorted(p.name for p in data_dir.iterdir()) == ["admin_token", "envoy", "pgdata"]
+    assert sorted(p.name for p in (data_dir / "envoy").iterdir()) == [".lock", "envoy.log"]
+    after = _status("--data-dir", str(data_dir), LOYALTY_GRPC_PORT=str(grpc_port))
+    assert after.returncode == 3, after.stdout + after.stderr
+    assert "UNHEALTHY" not in after.stdout
+    assert "(head)" in after.stdout  # the database is still checked
+    assert after.stdout.rstrip().endswith("status: not running")
 
 
 def test_a_port_in_use_fails_before_any_worker_starts(

@@ -1,5 +1,6 @@
-"""The pre-commit hooks run the same checks, in the same order, as `./dev test` does
-before pytest (so a commit that passes its hooks passes CI's lint and type steps)."""
+"""The pre-commit hooks run the same checks, in the same order, as `./dev test` (and
+`./dev quick`) do before pytest (so a commit that passes its hooks passes CI's lint and
+type steps)."""
 
 from __future__ import annotations
 
@@ -12,14 +13,20 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def dev_checks() -> list[str]:
-    """The commands of ./dev's `test)` branch before pytest, as run from the root."""
+    """The commands of ./dev's `checks` function, as run from the root: what its `test`
+    and `quick` branches both run before pytest."""
     script = (ROOT / "dev").read_text()
-    branch = re.search(r"\n  test\)\n(.*?)\n    ;;", script, re.DOTALL)
-    assert branch, "no test) branch in ./dev"
-    commands = [line.strip() for line in branch.group(1).splitlines()]
-    assert commands[-1].startswith('exec "$VENV/bin/pytest"')
+    body = re.search(r"\nchecks\(\) \{\n(.*?)\n\}\n", script, re.DOTALL)
+    assert body, "no checks() function in ./dev"
+    for branch in ("test", "quick"):
+        found = re.search(rf"\n  {branch}\)\n(.*?)\n    ;;", script, re.DOTALL)
+        assert found, f"no {branch}) branch in ./dev"
+        first, last = (line.strip() for line in found.group(1).splitlines())
+        assert first == "checks"
+        assert last.startswith('exec "$VENV/bin/pytest"')
     return [
-        command.replace('"$VENV/bin/', ".venv/bin/").replace('"', "") for command in commands[:-1]
+        line.strip().replace('"$VENV/bin/', ".venv/bin/").replace('"', "")
+        for line in body.group(1).splitlines()
     ]
 
 

@@ -25,6 +25,13 @@ from loyalty_grpc.runtime.settings import (
 SRC = Path(__file__).resolve().parents[2] / "src" / "loyalty_grpc"
 
 
+def in_empty_folder(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Run from the empty `tmp_path` with the data dir's default (`.loyalty`, there): the
+    suite points LOYALTY_DATA_DIR elsewhere for every test (tests/conftest.py)."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("LOYALTY_DATA_DIR", raising=False)
+
+
 def test_defaults():
     settings = Settings.from_env({})
     assert settings.database_url is None
@@ -195,7 +202,7 @@ def test_the_cli_stops_before_starting_anything(
     capsys: pytest.CaptureFixture[str],
     tmp_path: Path,
 ):
-    monkeypatch.chdir(tmp_path)
+    in_empty_folder(monkeypatch, tmp_path)
     monkeypatch.setenv(variable, "zero")
     assert main(argv) == EXIT_CONFIG
     err = capsys.readouterr().err
@@ -250,7 +257,7 @@ def test_a_bad_admin_token_file_is_named(tmp_path: Path, content: str | None, me
 def test_serve_needs_a_configured_admin_token_and_starts_nothing_without_one(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ):
-    monkeypatch.chdir(tmp_path)
+    in_empty_folder(monkeypatch, tmp_path)
     monkeypatch.setenv("LOYALTY_DATABASE_URL", "postgresql://unused.invalid/x")
     monkeypatch.delenv("LOYALTY_ADMIN_TOKEN", raising=False)
     monkeypatch.delenv("LOYALTY_ADMIN_TOKEN_FILE", raising=False)
@@ -396,7 +403,7 @@ def test_a_weak_admin_token_stops_every_command_before_it_starts(
     capsys: pytest.CaptureFixture[str],
     tmp_path: Path,
 ) -> None:
-    monkeypatch.chdir(tmp_path)
+    in_empty_folder(monkeypatch, tmp_path)
     monkeypatch.setenv("LOYALTY_DATABASE_URL", "postgresql://unused.invalid/x")
     monkeypatch.setenv("LOYALTY_ADMIN_TOKEN", "change-me-to-a-long-random-token")
     argv = [command, *(["programs", "list"] if command == "admin" else [])]
@@ -410,7 +417,7 @@ def test_a_weak_admin_token_stops_every_command_before_it_starts(
 def test_up_refuses_a_weak_token_left_in_the_data_dir(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
-    monkeypatch.chdir(tmp_path)
+    in_empty_folder(monkeypatch, tmp_path)
     monkeypatch.delenv("LOYALTY_ADMIN_TOKEN", raising=False)
     monkeypatch.delenv("LOYALTY_ADMIN_TOKEN_FILE", raising=False)
     (tmp_path / ".loyalty").mkdir()
@@ -472,7 +479,7 @@ def test_up_and_gateway_run_refuse_plain_http_beyond_loopback_before_starting(
     capsys: pytest.CaptureFixture[str],
     tmp_path: Path,
 ) -> None:
-    monkeypatch.chdir(tmp_path)
+    in_empty_folder(monkeypatch, tmp_path)
     for name in ("LOYALTY_TLS_CERT", "LOYALTY_TLS_KEY", "LOYALTY_PLAIN_HTTP_BEYOND_LOOPBACK"):
         monkeypatch.delenv(name, raising=False)
     assert main(argv) == EXIT_CONFIG

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import socket
 from pathlib import Path
 
 import pytest
@@ -38,26 +39,55 @@ def test_addresses_as_an_operator_types_them() -> None:
 def test_status_without_a_gateway_or_without_the_right_to_its_socket(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """No socket: no gateway (not a fault). A socket this user may not open (the admin
-    socket is the gateway user's, mode 0600): said, and unhealthy. A work dir of an
-    earlier version (admin on a TCP port, its address file left): restart it."""
+    """No socket: no gateway (not a fault, and nothing there). A socket this user may not
+    open (the admin socket is the gateway user's, mode 0600): said, and unhealthy."""
     work = WorkDir(tmp_path / "envoy")
-    (line,) = gateway_lines(work.path)
-    assert (line.name, line.ok) == ("gateway", True)
+    part = gateway_lines(work.path)
+    (line,) = part.lines
+    assert (line.name, line.ok, part.present) == ("gateway", True, False)
     assert line.value == f"none running from {work.path}"
 
     def denied(self: EnvoyAdmin, path: str) -> tuple[int, str]:
         raise PermissionError(13, "Permission denied")
 
     monkeypatch.setattr(EnvoyAdmin, "get", denied)
-    (line,) = gateway_lines(work.path)
+    part = gateway_lines(work.path)
+    (line,) = part.lines
     assert not line.ok
+    assert part.present
     assert line.value == (
         f"admin socket {work.admin_socket}: permission denied (run status as the gateway's user)"
     )
-    monkeypatch.undo()
+
+
+def test_the_admin_address_file_of_an_earlier_version(tmp_path: Path) -> None:
+    """A work dir of an earlier version (admin on a TCP port, its address file left): while
+    something listens at that address its gateway may still run (restart it); once nothing
+    does, the file is a left-over of a stopped gateway: nothing runs, and nothing is wrong."""
+    work = WorkDir(tmp_path / "envoy")
     work.path.mkdir(parents=True)
-    work.legacy_admin_address.write_text("127.0.0.1:9901\n", encoding="utf-8")
-    (line,) = gateway_lines(work.path)
+    with socket.socket() as listening:
+        listening.bind(("127.0.0.1", 0))
+        listening.listen()
+        address = f"127.0.0.1:{listening.getsockname()[1]}"
+        work.legacy_admin_address.write_text(address + "\n", encoding="utf-8")
+        part = gateway_lines(work.path)
+    (line,) = part.lines
     assert not line.ok
+    assert part.present
     assert "by an older version (admin on a TCP port): restart it" in line.value
+
+    # The same port, closed now: nothing listens there.
+    part = gateway_lines(work.path)
+    (line,) = part.lines
+    assert line.ok
+    assert not part.present
+    assert line.value == (
+        f"none running from {work.path} (admin_address of an older version's stopped "
+        f"gateway left there: nothing listens at {address})"
+    )
+
+    work.legacy_admin_address.write_text("not an address\n", encoding="utf-8")
+    part = gateway_lines(work.path)
+    assert part.present
+    assert not part.lines[0].ok

@@ -8,6 +8,7 @@
   PROMETHEUS_MULTIPROC_DIR, else this process's default registry (one process, tests),
   plus gauges read from the database at scrape time (the wallet outbox backlog), which
   no worker owns. Returns the stop function (also telling the port it listens on).
+- `release(dir)`: after a clean stop, the files of `prepare`'s mode removed.
 - `mark_worker_dead(pid)`: after a worker exited, so its live gauges stop counting.
 - `count_restart(kind)`: a child process ("worker", "envoy") was restarted after it died
   (runtime/process/supervision.py); `loyalty_process_restarts_total{process}`, 0 from the start.
@@ -24,6 +25,7 @@ gateway's user can open (runtime/gateway/side_listeners.py `metrics_listener`).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import threading
@@ -73,6 +75,15 @@ def prepare(multiproc_dir: Path) -> None:
     # it is first labelled: here, after the storage was chosen.)
     for kind in RESTARTED_KINDS:
         RESTARTS.labels(process=kind)
+
+
+def release(multiproc_dir: Path) -> None:
+    """After the workers and /metrics stopped (a clean stop): remove the files `prepare`'s
+    mode wrote, and the folder when nothing else is in it."""
+    for used in multiproc_dir.glob("*.db"):
+        used.unlink(missing_ok=True)
+    with contextlib.suppress(OSError):  # absent, or holding files that are not ours
+        multiproc_dir.rmdir()
 
 
 def count_restart(kind: str) -> None:
@@ -198,5 +209,6 @@ __all__ = [
     "mark_worker_dead",
     "metrics_registry",
     "prepare",
+    "release",
     "serve_metrics",
 ]

@@ -5,11 +5,13 @@ service, gateway/envoy.yaml)."""
 
 from __future__ import annotations
 
+import socket
+
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from loyalty_grpc.runtime.grpc_channel import open_channel
-from loyalty_grpc.runtime.settings import GrpcTls
+from loyalty_grpc.runtime.settings import GrpcTls, split_target
 
 HEALTH_TIMEOUT = 3.0
 SERVING = "SERVING"
@@ -36,4 +38,17 @@ def health(
     return str(health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status))
 
 
-__all__ = ["HEALTH_TIMEOUT", "SERVING", "health"]
+def nothing_listens(target: str, timeout: float = HEALTH_TIMEOUT) -> bool:
+    """Whether `target` (a checked HOST:PORT) refuses a TCP connection: no process listens
+    there. Any other outcome (accepted, a timeout, an unknown host) is not proof of that."""
+    host, port = split_target(target)
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return False
+    except ConnectionRefusedError:
+        return True
+    except OSError:
+        return False
+
+
+__all__ = ["HEALTH_TIMEOUT", "SERVING", "health", "nothing_listens"]

@@ -4,9 +4,12 @@ It checks the gRPC server's health (LOYALTY_GRPC_TARGET / `--target`), shows wha
 `loyalty up`/`serve` supervising from the data dir runs and how often each kind of child
 was restarted (runtime/process/process_file.py), prints the service,
 Envoy and PostgreSQL versions, the Alembic revision applied against the package's head, the
-wallet outbox backlog and the ledger consistency check, and exits 1 when anything that
-matters is wrong (server not SERVING, database unreachable or behind, a balance that
-differs from its ledger). The outbox backlog is reported, never judged: it drains by itself.
+wallet outbox backlog and the ledger consistency check. Its exit code is that of an LSB
+`status` action: 0 healthy; 1 when anything that matters is wrong (server not SERVING,
+database unreachable or behind, a balance that differs from its ledger, a supervising
+process killed and its file left behind); 3 when nothing runs (no server listens at the
+target, nothing supervises from the data dir or the work dir, no gateway answers there).
+The outbox backlog is reported, never judged: it drains by itself.
 
 The database is LOYALTY_DATABASE_URL or the embedded one in the data dir; when `loyalty up`
 is running on that data dir its PostgreSQL is reused (and left running), else it is started
@@ -17,7 +20,7 @@ from __future__ import annotations
 
 import re
 import subprocess
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -30,9 +33,16 @@ from loyalty_grpc.runtime.process.process_file import ago, summary
 from loyalty_grpc.runtime.settings import GrpcTls, Settings
 
 if TYPE_CHECKING:
+    from loyalty_grpc.runtime.gateway.xds import WorkDir
     from loyalty_grpc.wallet.backlog import Backlog
 
 ENVOY_TIMEOUT = 10.0
+
+# The exit codes of an LSB init script's `status` action (1 also covers "dead, and its
+# pid file left behind": a supervising process killed before it could clean up).
+HEALTHY = 0
+UNHEALTHY = 1
+NOT_RUNNING = 3
 
 
 @dataclass(frozen=True)
@@ -42,14 +52,28 @@ class Line:
     ok: bool = True
 
 
-def grpc_health(target: str, tls: GrpcTls | None) -> Line:
-    from loyalty_grpc.runtime.server_health import SERVING, health
+@dataclass(frozen=True)
+class Part:
+    """The lines of one part of the report, and whether what that part looks at is there:
+    a listener at the target, a processes file (of a live or a killed process), a gateway
+    (or a file saying one may still run). Nothing there in every part: not running."""
+
+    lines: list[Line]
+    present: bool
+
+
+def grpc_health(target: str, tls: GrpcTls | None) -> Part:
+    from loyalty_grpc.runtime.server_health import SERVING, health, nothing_listens
 
     answer = health(target, tls=tls)
-    return Line("health", f"{answer} ({target})", ok=answer == SERVING)
+    if answer == SERVING:
+        return Part([Line("health", f"{answer} ({target})")], present=True)
+    if nothing_listens(target):
+        return Part([Line("health", f"{answer} ({target}: nothing listens)", ok=False)], False)
+    return Part([Line("health", f"{answer} ({target})", ok=False)], present=True)
 
 
-def process_lines(data_dir: Path, work_dir: Path) -> list[Line]:
+def process_lines(data_dir: Path, work_dir: Path) -> Part:
     """What the `loyalty up`/`serve` supervising from this data dir and the `gateway run`
     from that work dir run: how many processes, and their restarts
     (runtime/process/process_file.py)."""
@@ -61,20 +85,26 @@ def process_lines(data_dir: Path, work_dir: Path) -> list[Line]:
                 Line("processes", found.processes, ok=found.ok),
                 Line("restarts", found.restarts),
             ]
-    return lines or [
-        Line(
-            "processes",
-            f"no `{command('up')}`, `serve` or `gateway run` supervising from {data_dir}",
-        )
-    ]
+    if lines:
+        return Part(lines, present=True)
+    return Part(
+        [
+            Line(
+                "processes",
+                f"no `{command('up')}`, `serve` or `gateway run` supervising from {data_dir}",
+            )
+        ],
+        present=False,
+    )
 
 
-def gateway_lines(work_dir: Path) -> list[Line]:
+def gateway_lines(work_dir: Path) -> Part:
     """The gateway running from `work_dir` (`up`: DATA_DIR/envoy), from its admin
     interface (the Unix socket of the work dir: as the gateway's user or root): state and
     uptime, listeners, the configuration versions applied, and the upstream servers as
     Envoy sees them. No gateway there is information, not a fault (a server-only host has
-    none)."""
+    none). The admin address file of an earlier version (admin on a TCP port) means its
+    gateway may still run, unless nothing listens at that address any more."""
     from loyalty_grpc.runtime.gateway.admin import CLUSTERS, LISTENERS, address_text
     from loyalty_grpc.runtime.gateway.shape import (
         EnvoyError,
@@ -89,53 +119,88 @@ def gateway_lines(work_dir: Path) -> list[Line]:
         hosts = admin.upstream_hosts()
         stats = admin.xds_stats()
     except PermissionError:
-        return [
-            Line(
-                "gateway",
-                f"admin socket {admin}: permission denied (run status as the gateway's user)",
-                ok=False,
-            )
-        ]
-    except (FileNotFoundError, ConnectionRefusedError):
-        if work.legacy_admin_address.is_file():
-            return [
+        return Part(
+            [
                 Line(
                     "gateway",
-                    f"started from {work_dir} by an older version (admin on a TCP port): "
-                    "restart it",
+                    f"admin socket {admin}: permission denied (run status as the gateway's user)",
                     ok=False,
                 )
-            ]
-        return [Line("gateway", f"none running from {work_dir}")]
+            ],
+            present=True,
+        )
+    except (FileNotFoundError, ConnectionRefusedError):
+        return _no_gateway(work)
     except (OSError, ValueError, EnvoyError) as exc:
-        return [Line("gateway", f"admin {admin} does not answer ({exc})", ok=False)]
+        return Part([Line("gateway", f"admin {admin} does not answer ({exc})", ok=False)], True)
     state = str(info.get("state", "?"))
-    return [
-        Line(
-            "gateway",
-            f"Envoy {state}, up {info.get('uptime_current_epoch', '?')} (admin {admin})",
-            ok=state == "LIVE",
-        ),
-        Line(
-            "listeners",
-            ", ".join(
-                f"{listener.get('name')} {address_text(listener.get('local_address'))}"
-                for listener in listeners.get("listener_statuses", [])
+    return Part(
+        [
+            Line(
+                "gateway",
+                f"Envoy {state}, up {info.get('uptime_current_epoch', '?')} (admin {admin})",
+                ok=state == "LIVE",
+            ),
+            Line(
+                "listeners",
+                ", ".join(
+                    f"{listener.get('name')} {address_text(listener.get('local_address'))}"
+                    for listener in listeners.get("listener_statuses", [])
+                )
+                or "none",
+                ok=bool(listeners.get("listener_statuses")),
+            ),
+            Line(
+                "gateway config",
+                f"listeners {LISTENERS.version(stats) or '?'}, "
+                f"clusters {CLUSTERS.version(stats) or '?'}",
+            ),
+            Line(
+                "upstreams",
+                ", ".join(f"{host.address} {host.health}" for host in hosts) or "none",
+                ok=any(host.healthy for host in hosts),
+            ),
+        ],
+        present=True,
+    )
+
+
+def _no_gateway(work: WorkDir) -> Part:
+    """No Envoy answers on the work dir's admin socket."""
+    from loyalty_grpc.runtime.server_health import nothing_listens
+
+    legacy = work.legacy_admin_address
+    try:
+        address = legacy.read_text(encoding="utf-8").strip()
+    except FileNotFoundError:
+        return Part([Line("gateway", f"none running from {work.path}")], present=False)
+    except OSError:
+        address = ""
+    try:
+        stale = nothing_listens(address)
+    except (ValueError, OverflowError):  # not HOST:PORT: who knows what wrote it
+        stale = False
+    if stale:
+        return Part(
+            [
+                Line(
+                    "gateway",
+                    f"none running from {work.path} ({legacy.name} of an older version's "
+                    f"stopped gateway left there: nothing listens at {address})",
+                )
+            ],
+            present=False,
+        )
+    return Part(
+        [
+            Line(
+                "gateway",
+                f"started from {work.path} by an older version (admin on a TCP port): restart it",
+                ok=False,
             )
-            or "none",
-            ok=bool(listeners.get("listener_statuses")),
-        ),
-        Line(
-            "gateway config",
-            f"listeners {LISTENERS.version(stats) or '?'}, "
-            f"clusters {CLUSTERS.version(stats) or '?'}",
-        ),
-        Line(
-            "upstreams",
-            ", ".join(f"{host.address} {host.health}" for host in hosts) or "none",
-            ok=any(host.healthy for host in hosts),
-        ),
-    ]
+        ],
+        present=True,
+    )
 
 
 def envoy_version() -> Line:
@@ -228,24 +293,48 @@ def _open(settings: Settings) -> Database | str:
     return start_embedded(pgdata)
 
 
-def collect(settings: Settings, work_dir: Path | None = None) -> list[Line]:
-    """Every line; `work_dir` is the gateway's (default DATA_DIR/envoy, as `up` runs it)."""
+@dataclass(frozen=True)
+class Report:
+    """Every line, and whether anything runs (or was killed and left its file): see
+    `Part`."""
+
+    lines: list[Line]
+    running: bool
+
+    def verdict(self) -> tuple[str, int]:
+        """The last line's word and the exit code."""
+        if not self.running:
+            return "not running", NOT_RUNNING
+        if all(line.ok for line in self.lines):
+            return "healthy", HEALTHY
+        return "UNHEALTHY", UNHEALTHY
+
+
+def collect(settings: Settings, work_dir: Path | None = None) -> Report:
+    """Every line; `work_dir` is the gateway's (default DATA_DIR/envoy, as `up` runs it).
+    When nothing runs, no server at the target and no embedded database are what that
+    means, not faults; the database is still checked when there is one."""
     from loyalty_grpc.store.db import make_engine
 
     work_dir = work_dir if work_dir is not None else settings.data_dir / "envoy"
+    health = grpc_health(settings.server_target, settings.grpc_tls())
+    parts = [health, process_lines(settings.data_dir, work_dir), gateway_lines(work_dir)]
+    running = any(part.present for part in parts)
+    if not running:
+        health = Part([replace(line, ok=True) for line in health.lines], present=False)
     lines = [
-        grpc_health(settings.server_target, settings.grpc_tls()),
-        *process_lines(settings.data_dir, work_dir),
-        *gateway_lines(work_dir),
+        *health.lines,
+        *(line for part in parts[1:] for line in part.lines),
         Line("service", f"loyalty {__version__}"),
         envoy_version(),
     ]
     try:
         db = _open(settings)
     except Exception as exc:  # reported, not raised: this is a diagnosis
-        return [*lines, Line("postgresql", f"cannot start the embedded server: {exc}", ok=False)]
+        failed = Line("postgresql", f"cannot start the embedded server: {exc}", ok=False)
+        return Report([*lines, failed], running)
     if isinstance(db, str):
-        return [*lines, Line("postgresql", db, ok=False)]
+        return Report([*lines, Line("postgresql", db, ok=not running)], running)
     engine = make_engine(db.url, pool_size=1)
     try:
         lines += database_lines(engine, db.url)
@@ -254,17 +343,18 @@ def collect(settings: Settings, work_dir: Path | None = None) -> list[Line]:
     finally:
         engine.dispose()
         db.stop()
-    return lines
+    return Report(lines, running)
 
 
 def status_command(settings: Settings, work_dir: Path | None = None) -> int:
-    lines = collect(settings, work_dir)
+    report = collect(settings, work_dir)
+    lines = report.lines
     width = max(len(line.name) for line in lines) + 2
     out = [
         f"{line.name + ':':{width}}{line.value}" + ("" if line.ok else "  << UNHEALTHY")
         for line in lines
     ]
-    healthy = all(line.ok for line in lines)
-    out.append("status: " + ("healthy" if healthy else "UNHEALTHY"))
+    word, code = report.verdict()
+    out.append(f"status: {word}")
     say("\n".join(out))
-    return 0 if healthy else 1
+    return code

@@ -77,6 +77,7 @@ def up(settings: Settings, *, demo: bool) -> int:
                 supervisor.run(stop)
             finally:
                 proxy.stop()  # HTTP stops first; then the sender and the workers, one by one
+                proxy.work.clear()  # what only a running gateway uses (the log stays)
     finally:
         db.stop()
     say("stopped")

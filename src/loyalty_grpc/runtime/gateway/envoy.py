@@ -483,6 +483,7 @@ def run_gateway(spec: GatewaySpec, *, work_dir: Path, log_format: LogFormat = "t
         supervise(stop, [child.tick])
     finally:
         proxy.stop()
+        work.clear()  # what only a running gateway uses (the log stays)
         table.remove()
     return 0
 

@@ -26,6 +26,7 @@ import fcntl
 import hashlib
 import json
 import os
+import shutil
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -153,6 +154,30 @@ class WorkDir:
             ) from exc
         except (ValueError, TypeError, KeyError) as exc:
             raise EnvoyError(f"{self.spec} is damaged ({exc}): restart the gateway") from exc
+
+    def clear(self) -> None:
+        """After its Envoy stopped cleanly: remove what only a running gateway uses (the
+        rendered configuration, the xDS and SDS files, the assets, the spec a reload or
+        `gateway check` would read, the admin socket and its folder, an earlier
+        version's admin address), so that nothing in the folder claims a gateway still
+        runs from it. The log (envoy.log) stays for the operator, and the lock file. Does
+        nothing while an Envoy answers on the admin socket."""
+        if not self.path.is_dir():
+            return
+        with self.locked():
+            if self.admin().answers():
+                return
+            for file in (self.static, self.bootstrap, self.spec, self.legacy_admin_address):
+                file.unlink(missing_ok=True)
+            for folder in (
+                self.listeners.parent,
+                self.tls_secret.parent,
+                self.assets,
+                self.candidate,
+                self.admin_dir,
+            ):
+                if folder.is_dir() and not folder.is_symlink():
+                    shutil.rmtree(folder)
 
     @contextlib.contextmanager
     def locked(self) -> Iterator[None]:

@@ -87,7 +87,7 @@ def summary(data_dir: Path, now: float | None = None) -> Summary | None:
         return Summary(f"unreadable {path}: {exc}", "unknown", ok=False)
     now = time.time() if now is None else now
     who = f"loyalty {document['command']} (pid {document['pid']}"
-    if not _alive(int(document["pid"])):
+    if not alive(int(document["pid"])):
         return Summary(
             f"{who}) is not running: it was killed before it could clean up {path}",
             "unknown",
@@ -114,7 +114,7 @@ def live_writer(data_dir: Path) -> Writer | None:
         writer = Writer(str(document["command"]), int(document["pid"]))
     except (OSError, ValueError, KeyError, TypeError):
         return None
-    if writer.pid == os.getpid() or not _alive(writer.pid) or not _is_loyalty(writer.pid):
+    if writer.pid == os.getpid() or not alive(writer.pid) or not _is_loyalty(writer.pid):
         return None
     return writer
 
@@ -144,7 +144,8 @@ def _restarts(children: list[dict[str, Any]], now: float) -> str:
     return f"{text}; last: {last['last_exit']}, {ago(now - float(last['last_exit_at']))} ago"
 
 
-def _alive(pid: int) -> bool:
+def alive(pid: int) -> bool:
+    """Whether process `pid` exists (someone else's included)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -166,4 +167,4 @@ def ago(seconds: float) -> str:
     return f"{seconds // 86400} d"
 
 
-__all__ = ["FILE_NAME", "ProcessFile", "Summary", "ago", "summary"]
+__all__ = ["FILE_NAME", "ProcessFile", "Summary", "ago", "alive", "summary"]

@@ -68,7 +68,8 @@ def serving(
             f"another `{running.command}` (pid {running.pid}) runs from {settings.data_dir}: "
             "give this one its own --data-dir (and --metrics-port)"
         )
-    metrics.prepare(settings.data_dir / "metrics")  # before the workers start
+    metrics_dir = settings.data_dir / "metrics"
+    metrics.prepare(metrics_dir)  # before the workers start
     table = ProcessFile.in_dir(settings.data_dir, command)
     pool = WorkerPool(
         server,
@@ -101,4 +102,5 @@ def serving(
             stop_metrics()
         pool.stop()
         engine.dispose()
+        metrics.release(metrics_dir)
         table.remove()
