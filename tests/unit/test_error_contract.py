@@ -41,7 +41,6 @@ DESIGN: dict[str, tuple[int, str]] = {
     "codigo_liberado": (409, "FAILED_PRECONDITION"),
     "codigo_no_asignado": (409, "FAILED_PRECONDITION"),
     "promo_no_admite_codigos": (409, "FAILED_PRECONDITION"),
-    "operacion_en_curso": (409, "ABORTED"),
     "solicitud_muy_grande": (413, "INVALID_ARGUMENT"),
     "id_externo_en_conflicto": (422, "FAILED_PRECONDITION"),
     "demasiadas_llamadas": (429, "RESOURCE_EXHAUSTED"),

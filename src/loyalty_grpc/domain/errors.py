@@ -33,7 +33,6 @@ class CodigoError(StrEnum):
     CODIGO_LIBERADO = "codigo_liberado"
     CODIGO_NO_ASIGNADO = "codigo_no_asignado"
     PROMO_NO_ADMITE_CODIGOS = "promo_no_admite_codigos"
-    OPERACION_EN_CURSO = "operacion_en_curso"
     SOLICITUD_MUY_GRANDE = "solicitud_muy_grande"
     ID_EXTERNO_EN_CONFLICTO = "id_externo_en_conflicto"
     DEMASIADAS_LLAMADAS = "demasiadas_llamadas"
@@ -214,13 +213,6 @@ CATALOGO: dict[CodigoError, Entrada] = {
             "FAILED_PRECONDITION",
             "La promoción no admite códigos.",
             "`codes` into a `terminada` promotion",
-        ),
-        _e(
-            C.OPERACION_EN_CURSO,
-            409,
-            "ABORTED",
-            "La operación ya está en curso.",
-            "the same `id_externo` is being processed right now",
         ),
         _e(
             C.SOLICITUD_MUY_GRANDE,
