@@ -38,6 +38,7 @@ DESIGN: dict[str, tuple[int, str]] = {
     "codigo_no_encontrado": (404, "NOT_FOUND"),
     "promo_no_encontrada": (404, "NOT_FOUND"),
     "ruta_no_encontrada": (404, "NOT_FOUND"),
+    "metodo_no_permitido": (405, "UNIMPLEMENTED"),
     "codigo_liberado": (409, "FAILED_PRECONDITION"),
     "codigo_no_asignado": (409, "FAILED_PRECONDITION"),
     "promo_no_admite_codigos": (409, "FAILED_PRECONDITION"),

@@ -29,6 +29,7 @@ class CodigoError(StrEnum):
     CODIGO_NO_ENCONTRADO = "codigo_no_encontrado"
     PROMO_NO_ENCONTRADA = "promo_no_encontrada"
     RUTA_NO_ENCONTRADA = "ruta_no_encontrada"
+    METODO_NO_PERMITIDO = "metodo_no_permitido"
     TIEMPO_AGOTADO = "tiempo_agotado"
     CODIGO_LIBERADO = "codigo_liberado"
     CODIGO_NO_ASIGNADO = "codigo_no_asignado"
@@ -183,7 +184,16 @@ CATALOGO: dict[CodigoError, Entrada] = {
             404,
             "NOT_FOUND",
             "La ruta no existe.",
-            "unknown path or method (Envoy)",
+            "unknown path (Envoy); `detalle` suggests the real path when the one sent is "
+            "close to it (a typo, the case, another version)",
+        ),
+        _e(
+            C.METODO_NO_PERMITIDO,
+            405,
+            "UNIMPLEMENTED",
+            "El método no se admite en esta ruta.",
+            "a known path with a method it does not take (HEAD and OPTIONS included); "
+            "`Allow` lists the path's methods, `detalle` names the one to use (Envoy)",
         ),
         _e(
             C.TIEMPO_AGOTADO,
