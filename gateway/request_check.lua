@@ -270,9 +270,14 @@ local function value_problem(s, pos)
 end
 
 -- What the byte at `pos` is, when a field name (or the end of the object) was expected.
-local function key_problem(s, pos)
+-- `number_before`: the field (its proto name, or "el campo anterior") whose value, a
+-- number, came just before the comma: a digit here is most likely a decimal comma.
+local function key_problem(s, pos, number_before)
   local c = sub(s, pos, pos)
-  if c == "" then
+  if number_before ~= nil and find(c, "^%d") then
+    return format('%s: ¿un número con coma decimal? va entre comillas ("12,5") o con '
+                  .. "punto decimal (12.5)", number_before)
+  elseif c == "" then
     return "el cuerpo termina antes de tiempo"
   elseif c == "}" then
     return "sobra una coma antes de cerrar el objeto"
@@ -521,7 +526,7 @@ local function check_field(p, pos, depth, field)
   elseif kind == "S" and tipo ~= "null" then
     wrong_type(name, "una lista de textos", tipo)
   end
-  return after
+  return after, tipo
 end
 
 -- An object at `pos`. `fields` (name -> {proto name, kind}) for the request body itself.
@@ -530,6 +535,7 @@ parse_object = function(p, pos, depth, fields)
   local s = p.s
   local seen = {}
   local members = 0
+  local number_before = nil  -- the previous member's name when its value was a number
   pos = skip(s, pos + 1)
   if byte(s, pos) == 125 then
     return pos + 1
@@ -540,7 +546,7 @@ parse_object = function(p, pos, depth, fields)
       refuse(p.route.members, CODIGO.muy_grande)
     end
     if byte(s, pos) ~= 34 then
-      syntax(p, pos, key_problem(s, pos))
+      syntax(p, pos, key_problem(s, pos, number_before))
     end
     local after, escaped = scan_string(p, pos)
     local key = sub(s, pos + 1, after - 2)
@@ -565,13 +571,16 @@ parse_object = function(p, pos, depth, fields)
       syntax(p, pos, "falta \":\" entre el nombre de un campo y su valor")
     end
     pos = skip(s, pos + 1)
+    local tipo
     if field ~= nil then
       p.campo = id
-      pos = check_field(p, pos, depth, field)
+      pos, tipo = check_field(p, pos, depth, field)
       p.campo = nil
     else
-      pos = (parse_value(p, pos, depth))
+      pos, tipo = parse_value(p, pos, depth)
     end
+    -- (A client's own field name is never repeated: it is part of the body.)
+    number_before = tipo == "numero" and (field ~= nil and id or "el campo anterior") or nil
     pos = skip(s, pos)
     local c = byte(s, pos)
     if c == 125 then
