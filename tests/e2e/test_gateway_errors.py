@@ -314,6 +314,8 @@ def test_unknown_path_is_ruta_no_encontrada(client: httpx.Client, path: str) -> 
             "/api/v1/roster se llama con GET o POST, no con PUT",
         ),
         ("GET", "/api/v1//tx//", "POST", "/api/v1/tx se llama con POST, no con GET"),
+        ("GET", "/api/v1/t%78", "POST", "/api/v1/tx se llama con POST, no con GET"),
+        ("GET", "/api/./v1/fan/../tx", "POST", "/api/v1/tx se llama con POST, no con GET"),
     ],
 )
 def test_a_wrong_method_is_405_with_allow(
