@@ -57,6 +57,8 @@ local ROUTES = {
   ["GET /api/v1/ping"] = {
     body = false,
     no_body = "GET /api/v1/ping: no lleva cuerpo; sus parámetros van en la URL",
+    limit = 4096,
+    too_large = "GET /api/v1/ping: no lleva cuerpo; sus parámetros van en la URL",
     max_elements = 64,
     members = "cuerpo: un objeto con más de 64 campos (GET /api/v1/ping)",
     elements = "%s: una lista con más de 64 elementos (GET /api/v1/ping)",
@@ -66,6 +68,8 @@ local ROUTES = {
   ["GET /api/v1/promos"] = {
     body = false,
     no_body = "GET /api/v1/promos: no lleva cuerpo; sus parámetros van en la URL",
+    limit = 4096,
+    too_large = "GET /api/v1/promos: no lleva cuerpo; sus parámetros van en la URL",
     max_elements = 64,
     members = "cuerpo: un objeto con más de 64 campos (GET /api/v1/promos)",
     elements = "%s: una lista con más de 64 elementos (GET /api/v1/promos)",
@@ -75,6 +79,8 @@ local ROUTES = {
   ["GET /api/v1/roster"] = {
     body = false,
     no_body = "GET /api/v1/roster: no lleva cuerpo; sus parámetros van en la URL",
+    limit = 4096,
+    too_large = "GET /api/v1/roster: no lleva cuerpo; sus parámetros van en la URL",
     max_elements = 64,
     members = "cuerpo: un objeto con más de 64 campos (GET /api/v1/roster)",
     elements = "%s: una lista con más de 64 elementos (GET /api/v1/roster)",
@@ -86,6 +92,8 @@ local ROUTES = {
   },
   ["POST /api/v1/codes"] = {
     body = true,
+    limit = 704512,
+    too_large = "POST /api/v1/codes: el cuerpo pasa de 704512 bytes, lo más que admite esta operación",
     max_elements = 5000,
     members = "cuerpo: un objeto con más de 64 campos (POST /api/v1/codes)",
     elements = "%s: una lista con más de 5000 elementos (POST /api/v1/codes)",
@@ -103,6 +111,8 @@ local ROUTES = {
   },
   ["POST /api/v1/fan/resolve"] = {
     body = true,
+    limit = 8192,
+    too_large = "POST /api/v1/fan/resolve: el cuerpo pasa de 8192 bytes, lo más que admite esta operación",
     max_elements = 64,
     members = "cuerpo: un objeto con más de 64 campos (POST /api/v1/fan/resolve)",
     elements = "%s: una lista con más de 64 elementos (POST /api/v1/fan/resolve)",
@@ -117,6 +127,8 @@ local ROUTES = {
   },
   ["POST /api/v1/ping"] = {
     body = true,
+    limit = 4096,
+    too_large = "POST /api/v1/ping: el cuerpo pasa de 4096 bytes, lo más que admite esta operación",
     max_elements = 64,
     members = "cuerpo: un objeto con más de 64 campos (POST /api/v1/ping)",
     elements = "%s: una lista con más de 64 elementos (POST /api/v1/ping)",
@@ -125,6 +137,8 @@ local ROUTES = {
   },
   ["POST /api/v1/redeem"] = {
     body = true,
+    limit = 73728,
+    too_large = "POST /api/v1/redeem: el cuerpo pasa de 73728 bytes, lo más que admite esta operación",
     max_elements = 500,
     members = "cuerpo: un objeto con más de 64 campos (POST /api/v1/redeem)",
     elements = "%s: una lista con más de 500 elementos (POST /api/v1/redeem)",
@@ -141,6 +155,8 @@ local ROUTES = {
   },
   ["POST /api/v1/roster"] = {
     body = true,
+    limit = 4096,
+    too_large = "POST /api/v1/roster: el cuerpo pasa de 4096 bytes, lo más que admite esta operación",
     max_elements = 64,
     members = "cuerpo: un objeto con más de 64 campos (POST /api/v1/roster)",
     elements = "%s: una lista con más de 64 elementos (POST /api/v1/roster)",
@@ -152,6 +168,8 @@ local ROUTES = {
   },
   ["POST /api/v1/tx"] = {
     body = true,
+    limit = 12288,
+    too_large = "POST /api/v1/tx: el cuerpo pasa de 12288 bytes, lo más que admite esta operación",
     max_elements = 64,
     members = "cuerpo: un objeto con más de 64 campos (POST /api/v1/tx)",
     elements = "%s: una lista con más de 64 elementos (POST /api/v1/tx)",
@@ -734,7 +752,12 @@ local function check(handle)
   if length == 0 then
     return
   end
-  if not route.body then
+  if length > route.limit then
+    -- The buffer filter cuts a body over its limit while it is read, but lets one through
+    -- that arrived whole in one read (an HTTP/2 DATA frame of up to 16 KiB with
+    -- END_STREAM): the same refusal, from here.
+    refuse(route.too_large, CODIGO.muy_grande)
+  elseif not route.body then
     refuse(route.no_body)
   end
   check_content_headers(content_type, content_encoding)

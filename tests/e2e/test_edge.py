@@ -40,6 +40,7 @@ from loyalty_grpc.gen.loyalty.v1 import pos_service_pb2 as pb
 from loyalty_grpc.gen.loyalty.v1 import pos_service_pb2_grpc as pb_grpc
 from loyalty_grpc.runtime.gateway.envoy import EnvoyProcess
 from tests.e2e.fake_server import grpc_server, server_error, start_gateway
+from tests.e2e.h2_client import H2Connection
 from tests.e2e.support import TIMEOUT, h2c_stream
 
 GATEWAY = Path(__file__).resolve().parents[2] / "gateway"
@@ -463,6 +464,37 @@ def test_an_h2_body_without_content_length_is_cut_at_its_limit(
     # ... and without a key the body does not matter.
     answer = h2c_stream(gateway.http_port, h2_fields(method, path, JSON), [b"{"], end_stream=False)
     assert_refusal(answer, CodigoError.NO_AUTENTICADO, keys.FALTA_AUTHORIZATION)
+    assert recorder.count() == before
+
+
+@pytest.mark.parametrize("binding", sorted(BINDINGS))
+def test_every_413_names_its_routes_limit_in_spanish(
+    gateway: EnvoyProcess, recorder: Recorder, binding: str
+) -> None:
+    """Issue 23 §3: a body without Content-Length over its route's limit, cut off by the
+    buffer filter (whose own text is "Payload Too Large"), is answered with the same
+    detalle as the Content-Length refusal: the operation and its limit, in Spanish
+    (edge_limits.too_large; a GET takes no body and is cut at FLOOR). HTTP/1.1 chunked,
+    and HTTP/2 sending within the windows Envoy grants, as a real client does."""
+    method, path = binding.split(" ")
+    over = max(BINDINGS[binding].limit, FLOOR) + 1
+    before = recorder.count()
+    raw = http1(
+        gateway.http_port,
+        head(method, path, {**AUTH, **JSON, "Transfer-Encoding": "chunked"}),
+        chunked(b"{" + b" " * over, size=16384),
+    )
+    assert raw.status == 413
+    assert_refusal(raw.json(), CodigoError.SOLICITUD_MUY_GRANDE, edge_limits.too_large(binding))
+    with H2Connection(gateway.http_port) as connection:
+        stream = connection.request(
+            path.encode(),
+            method=method.encode(),
+            headers=[(name.encode(), value.encode()) for name, value in {**AUTH, **JSON}.items()],
+        )
+        connection.send(stream, b"{" + b" " * over, end=True)
+        answer = connection.answer(stream)
+    assert_refusal(answer, CodigoError.SOLICITUD_MUY_GRANDE, edge_limits.too_large(binding))
     assert recorder.count() == before
 
 
