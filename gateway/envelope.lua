@@ -103,6 +103,7 @@ local PATHS = {
 }
 local TOO_LARGE_ELSEWHERE = "cuerpo: pasa de 4096 bytes, lo más que admite esta ruta"
 local TOO_LARGE_HEADERS = "cabeceras: pasan de 60 KiB, lo más que admite la pasarela"
+local MAX_HINT_PATH, MAX_HINT_DISTANCE = 200, 2
 local CONTENT_TYPE_JSON = "Content-Type: debe ser application/json"
 local FALTA_AUTHORIZATION = "falta el encabezado Authorization"
 local NO_ES_BEARER = "el encabezado Authorization debe ser 'Bearer <clave>'"
@@ -340,9 +341,8 @@ end
 -- ---------------------------------------------------------------- wrong calls
 -- Only on a 404 or a 405: what the client meant, from PATHS (the paths served).
 
-local MAX_HINT_PATH = 200   -- a longer path gets no hint (the work stays bounded)
-local MAX_HINT_DISTANCE = 2 -- edits (insert, delete, change a character) at most
-local KNOWN_PATHS = {}      -- PATHS' keys in order: ties go to the first
+-- (MAX_HINT_PATH, MAX_HINT_DISTANCE: the EDGE block.)
+local KNOWN_PATHS = {}  -- PATHS' keys in order: ties go to the first
 for known in pairs(PATHS) do
   KNOWN_PATHS[#KNOWN_PATHS + 1] = known
 end

@@ -147,6 +147,8 @@ def lua_block(text: str) -> str:
         "}",
         f"local TOO_LARGE_ELSEWHERE = {lua_text(edge_limits.TOO_LARGE_ELSEWHERE)}",
         f"local TOO_LARGE_HEADERS = {lua_text(edge_limits.TOO_LARGE_HEADERS)}",
+        f"local MAX_HINT_PATH, MAX_HINT_DISTANCE = {edge_limits.MAX_HINT_PATH}, "
+        f"{edge_limits.MAX_HINT_DISTANCE}",
         f"local CONTENT_TYPE_JSON = {lua_text(edge_limits.CONTENT_TYPE_JSON)}",
         f"local FALTA_AUTHORIZATION = {lua_text(keys.FALTA_AUTHORIZATION)}",
         f"local NO_ES_BEARER = {lua_text(keys.NO_ES_BEARER)}",

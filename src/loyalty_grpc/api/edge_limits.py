@@ -216,6 +216,11 @@ MAX_REQUEST_HEADERS_KB: Final = 60
 TOO_LARGE_HEADERS: Final = (
     f"cabeceras: pasan de {MAX_REQUEST_HEADERS_KB} KiB, lo más que admite la pasarela"
 )
+# The hint of a 404 (envelope.lua): computed only for a path of at most MAX_HINT_PATH
+# characters, among the served paths within MAX_HINT_DISTANCE edits (insert, delete or
+# change a character) of what was sent, so that its work stays bounded.
+MAX_HINT_PATH: Final = 200
+MAX_HINT_DISTANCE: Final = 2
 # A body whose Content-Type is not JSON (request_check.lua), or any /api/v1/ call labelled
 # as gRPC (envelope.lua: the native-gRPC route would otherwise answer it).
 CONTENT_TYPE_JSON: Final = "Content-Type: debe ser application/json"
@@ -255,6 +260,8 @@ __all__ = [
     "KNOWN_KEY_SECONDS",
     "MAX_BLOCK_SECONDS",
     "MAX_DEPTH",
+    "MAX_HINT_DISTANCE",
+    "MAX_HINT_PATH",
     "MAX_MEMBERS",
     "MAX_REQUEST_HEADERS_KB",
     "TOO_LARGE_ELSEWHERE",
