@@ -408,6 +408,32 @@ def test_a_long_path_is_shown_as_any_client_value(gateway: EnvoyProcess, path: s
     assert ELLIPSIS in detalle
 
 
+@pytest.mark.parametrize(
+    ("raw", "seen"),
+    [
+        (b"/api/v1/" + "é".encode() * 40, "/api/v1/" + "%C3%A9" * 40),
+        (b'/api/v1/a"b\\c\xff', "/api/v1/a%22b/c%FF"),
+        (b"/api/v1/\xf0\x9f\x98\x80", "/api/v1/%F0%9F%98%80"),
+    ],
+)
+def test_a_hostile_path_over_h2c_comes_back_escaped_and_bounded(
+    gateway: EnvoyProcess, raw: bytes, seen: str
+) -> None:
+    """HTTP/2 lets any byte into :path; Envoy's normalize_path percent-encodes what is not
+    a URL character (and turns a backslash into a slash) before the edge sees it, and
+    the detalle shows that as any client value (`shown`)."""
+    fields = [
+        (b":method", b"GET"),
+        (b":scheme", b"http"),
+        (b":authority", b"pos.example"),
+        (b":path", raw),
+        *((name.encode(), value.encode()) for name, value in KEY_HEADER.items()),
+    ]
+    answer = h2c_stream(gateway.http_port, fields, [])
+    detalle = f"No existe GET {shown(seen, quote=False)}."
+    assert answer == json.loads(envelope_bytes(CodigoError.RUTA_NO_ENCONTRADA, detalle))
+
+
 def test_a_wrong_call_over_h2c_says_the_same(gateway: EnvoyProcess) -> None:
     for method, path, codigo, detalle in [
         (
