@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from loyalty_grpc.api.edge_limits import MAX_HINT_DISTANCE, MAX_HINT_PATH
+from loyalty_grpc.api.edge_limits import MAX_HINT_DISTANCE, MAX_HINT_PATH, MAX_REQUEST_HEADERS_KB
 from loyalty_grpc.api.requests import MAX_ID_EXTERNO, MAX_LABEL
 from loyalty_grpc.domain.amounts import MAX_CENTAVOS
 from loyalty_grpc.domain.amounts import MAX_TEXTO as MAX_IMPORTE_TEXTO
@@ -53,6 +53,7 @@ IN_README = [
     f"`detalle`** is at most {MAX_DETALLE} characters",
     f"at most {MAX_SHOWN} characters of it",
     f"shows any client value (at most {MAX_SHOWN} characters of it, then `…`)",
+    f"request headers over Envoy's {MAX_REQUEST_HEADERS_KB} KiB",
     f"a name has at most {MAX_NOMBRE} characters",
     f"text of more than {MAX_LIMITE_TEXTO} characters",
     f"longer than {MAX_CODE_LENGTH} characters after trimming",

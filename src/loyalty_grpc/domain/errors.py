@@ -232,8 +232,9 @@ CATALOGO: dict[CodigoError, Entrada] = {
             "body over its operation's limit, refused from Content-Length or while it is read "
             "(bytes: tx 12288, fan/resolve 8192, redeem 73728, codes 704512, POST ping and "
             "roster 4096; api/edge_limits.py), an object of more than 64 members or a list of "
-            "more elements than the operation takes, headers over the server's metadata limit "
-            "(detalle names the operation and its limit)",
+            "more elements than the operation takes, request headers over Envoy's limit "
+            "(detalle names the operation or the headers, and the limit); also headers over "
+            "the server's metadata limit, which is above Envoy's",
         ),
         _e(
             C.ID_EXTERNO_EN_CONFLICTO,
