@@ -7,8 +7,10 @@
 --
 -- The edge (envoy_on_request, before the buffer filter reads any body): a request is
 -- judged on its headers first. A route that is not a binding of the API (envoy.yaml names
--- each binding route "METHOD /path") is answered at once when it is an unknown /api/v1/
--- path (404) or native gRPC (404; under /api/v1/ the Content-Type refusal). A binding
+-- each binding route "METHOD /path") is answered at once when it is under /api/v1/ (a
+-- served path with another method: 405 with `Allow`; else 404, with a hint when the path
+-- is close to a served one) or native gRPC (404; under /api/v1/ the Content-Type
+-- refusal). A binding
 -- needs `Authorization: Bearer <well-formed key>` (401 with the server's own codigo and
 -- detalle, domain/keys.py), a Content-Length within the binding's limit (413; 400 on a
 -- binding without body), and, when the server has blocked the client's address (too many
@@ -63,6 +65,7 @@ local CATALOGO = {
   clave_invalida = {401, "La clave de API no es válida."},
   permiso_denegado = {403, "La clave no tiene permiso para esto."},
   ruta_no_encontrada = {404, "La ruta no existe."},
+  metodo_no_permitido = {405, "El método no se admite en esta ruta."},
   tiempo_agotado = {408, "La solicitud no llegó a tiempo."},
   solicitud_muy_grande = {413, "La solicitud es demasiado grande."},
   demasiadas_llamadas = {429, "Demasiadas llamadas."},
@@ -72,6 +75,50 @@ local CATALOGO = {
 }
 -- END CATALOGO
 
+-- BEGIN EDGE (written by scripts/gen_edge.py from the proto and src/loyalty_grpc/api/edge_limits.py, src/loyalty_grpc/domain/keys.py, domain/detalle.py and api/gateway_protocol.py; do not edit by hand)
+-- Each binding (the name of its route in envoy.yaml) -> the most bytes its body may
+-- have (0: none) and the detalle of a body over that.
+local BINDINGS = {
+  ["GET /api/v1/ping"] = {0, "GET /api/v1/ping: no lleva cuerpo; sus parámetros van en la URL"},
+  ["GET /api/v1/promos"] = {0, "GET /api/v1/promos: no lleva cuerpo; sus parámetros van en la URL"},
+  ["GET /api/v1/roster"] = {0, "GET /api/v1/roster: no lleva cuerpo; sus parámetros van en la URL"},
+  ["POST /api/v1/codes"] = {704512, "POST /api/v1/codes: el cuerpo pasa de 704512 bytes, lo más que admite esta operación"},
+  ["POST /api/v1/fan/resolve"] = {8192, "POST /api/v1/fan/resolve: el cuerpo pasa de 8192 bytes, lo más que admite esta operación"},
+  ["POST /api/v1/ping"] = {4096, "POST /api/v1/ping: el cuerpo pasa de 4096 bytes, lo más que admite esta operación"},
+  ["POST /api/v1/redeem"] = {73728, "POST /api/v1/redeem: el cuerpo pasa de 73728 bytes, lo más que admite esta operación"},
+  ["POST /api/v1/roster"] = {4096, "POST /api/v1/roster: el cuerpo pasa de 4096 bytes, lo más que admite esta operación"},
+  ["POST /api/v1/tx"] = {12288, "POST /api/v1/tx: el cuerpo pasa de 12288 bytes, lo más que admite esta operación"},
+}
+-- Each path served (without a trailing slash) -> the methods it takes (the Allow
+-- header of a 405) and the start of the 405's detalle.
+local PATHS = {
+  ["/api/v1/codes"] = {"POST", "/api/v1/codes se llama con POST"},
+  ["/api/v1/fan/resolve"] = {"POST", "/api/v1/fan/resolve se llama con POST"},
+  ["/api/v1/openapi.json"] = {"GET", "/api/v1/openapi.json se llama con GET"},
+  ["/api/v1/ping"] = {"GET, POST", "/api/v1/ping se llama con GET o POST"},
+  ["/api/v1/promos"] = {"GET", "/api/v1/promos se llama con GET"},
+  ["/api/v1/redeem"] = {"POST", "/api/v1/redeem se llama con POST"},
+  ["/api/v1/roster"] = {"GET, POST", "/api/v1/roster se llama con GET o POST"},
+  ["/api/v1/tx"] = {"POST", "/api/v1/tx se llama con POST"},
+}
+local TOO_LARGE_ELSEWHERE = "cuerpo: pasa de 4096 bytes, lo más que admite esta ruta"
+local TOO_LARGE_HEADERS = "cabeceras: pasan de 60 KiB, lo más que admite la pasarela"
+local MAX_HINT_PATH, MAX_HINT_DISTANCE = 200, 2
+local CONTENT_TYPE_JSON = "Content-Type: debe ser application/json"
+local FALTA_AUTHORIZATION = "falta el encabezado Authorization"
+local NO_ES_BEARER = "el encabezado Authorization debe ser 'Bearer <clave>'"
+local CLAVE_DESCONOCIDA = "la clave no existe o fue revocada"
+local KEY_PREFIXES = {"lp_vivo_", "lp_prueba_"}
+local KEY_MIN_SECRET = 24
+local KNOWN_KEYS, KNOWN_KEY_SECONDS = 4096, 3600
+local BLOCKED_ADDRESSES, MAX_BLOCK_SECONDS = 4096, 3600
+local ADDRESS_BLOCKED = "x-loyalty-address-blocked"
+-- domain/detalle.py: the longest detalle (characters; a longer one keeps its start
+-- and its end around the ellipsis) and the longest client value it shows.
+local MAX_DETALLE, DETALLE_HEAD = 300, 200
+local MAX_SHOWN, ELLIPSIS = 32, "…"
+-- END EDGE
+
 -- HTTP status of a failure -> codigo. Statuses not listed: 4xx -> solicitud_invalida,
 -- 5xx (and anything else) -> error_interno.
 local BY_HTTP_STATUS = {
@@ -79,7 +126,7 @@ local BY_HTTP_STATUS = {
   [401] = "no_autenticado",
   [403] = "permiso_denegado",
   [404] = "ruta_no_encontrada",
-  [405] = "ruta_no_encontrada",
+  [405] = "metodo_no_permitido",
   [408] = "tiempo_agotado",        -- headers, whole request or a pause over Envoy's timeouts
   [413] = "solicitud_muy_grande",
   [431] = "solicitud_muy_grande",   -- request headers too large
@@ -129,7 +176,6 @@ local ALLOWED_HEADERS = {
 }
 
 local METADATA_NAMESPACE = "loyalty.envelope"
-local MAX_DETALLE = 300
 
 local JSON_ESCAPES = {
   [8] = "\\b", [9] = "\\t", [10] = "\\n", [12] = "\\f", [13] = "\\r",
@@ -198,12 +244,206 @@ local function json_string(s)
   return '"' .. table.concat(out) .. '"'
 end
 
--- The envelope of a catalogue entry: `ok` first, then `error` {codigo, mensaje, detalle}.
+-- ---------------------------------------------------------------- detalle text
+-- domain/detalle.py's rules for a detalle the gateway writes: `bounded` keeps it within
+-- MAX_DETALLE characters, `shown` is how a client's value (a method, a path) appears in
+-- it. Characters are UTF-8 sequences; a byte that is not part of one counts as one
+-- character, U+FFFD. Only refusals use these.
+
+-- The character of `s` at byte `i`: its bytes, and whether it is valid UTF-8.
+local function char_at(s, i)
+  local b = string.byte(s, i)
+  local len = (b < 0x80 and 1) or (b >= 0xC2 and b <= 0xDF and 2)
+    or (b >= 0xE0 and b <= 0xEF and 3) or (b >= 0xF0 and b <= 0xF4 and 4) or 0
+  if len == 0 then
+    return string.sub(s, i, i), false
+  end
+  local c = string.sub(s, i, i + len - 1)
+  if #c < len or string.find(c, "^.[\128-\191]*$") == nil then
+    return string.sub(s, i, i), false
+  end
+  return c, true
+end
+
+local function chars_of(s)
+  local chars, i = {}, 1
+  while i <= #s do
+    local c = char_at(s, i)
+    chars[#chars + 1] = c
+    i = i + #c
+  end
+  return chars
+end
+
+local function bounded(detalle)
+  if #detalle <= MAX_DETALLE then
+    return detalle  -- bytes <= MAX_DETALLE: characters too (the usual case, no scan)
+  end
+  local chars = chars_of(detalle)
+  if #chars <= MAX_DETALLE then
+    return detalle
+  end
+  local tail = MAX_DETALLE - DETALLE_HEAD - 1  -- the ellipsis is one character
+  return table.concat(chars, "", 1, DETALLE_HEAD) .. ELLIPSIS
+    .. table.concat(chars, "", #chars - tail + 1, #chars)
+end
+
+local SHOWN_ESCAPES = {
+  [8] = "\\b", [9] = "\\t", [10] = "\\n", [12] = "\\f", [13] = "\\r", [34] = '\\"',
+  [92] = "\\\\",
+}
+
+-- One character as Python's json.dumps(char)[1:-1] writes it (ensure_ascii).
+local function shown_piece(c, valid)
+  local b = string.byte(c, 1)
+  if not valid then
+    return "\\ufffd"
+  elseif #c == 1 then
+    if SHOWN_ESCAPES[b] ~= nil then
+      return SHOWN_ESCAPES[b]
+    elseif b < 32 then
+      return string.format("\\u%04x", b)
+    end
+    return c
+  end
+  local cp = b % (2 ^ (7 - #c))
+  for i = 2, #c do
+    cp = cp * 64 + string.byte(c, i) % 64
+  end
+  if cp < 0x10000 then
+    return string.format("\\u%04x", cp)
+  end
+  cp = cp - 0x10000
+  return string.format("\\u%04x\\u%04x", 0xD800 + math.floor(cp / 1024), 0xDC00 + cp % 1024)
+end
+
+-- domain.detalle.shown(value, quote=False): printable ASCII up to MAX_SHOWN characters
+-- as it is; otherwise its escaped text, at most MAX_SHOWN characters of it (never half
+-- an escape), and the ellipsis when the value was longer.
+local function shown(value)
+  if #value <= MAX_SHOWN and string.find(value, '[^ !#-%[%]-~]') == nil then
+    return value
+  end
+  local pieces, width, i = {}, 0, 1
+  while i <= #value do
+    local c, valid = char_at(value, i)
+    local piece = shown_piece(c, valid)
+    if width + #piece > MAX_SHOWN then
+      return table.concat(pieces) .. ELLIPSIS
+    end
+    pieces[#pieces + 1] = piece
+    width = width + #piece
+    i = i + #c
+  end
+  return table.concat(pieces)
+end
+
+-- ---------------------------------------------------------------- wrong calls
+-- Only on a 404 or a 405: what the client meant, from PATHS (the paths served).
+
+-- (MAX_HINT_PATH, MAX_HINT_DISTANCE: the EDGE block.)
+local KNOWN_PATHS = {}  -- PATHS' keys in order: ties go to the first
+for known in pairs(PATHS) do
+  KNOWN_PATHS[#KNOWN_PATHS + 1] = known
+end
+table.sort(KNOWN_PATHS)
+
+-- The Levenshtein distance of `a` and `b` when it is at most `most`, else most + 1.
+local function distance(a, b, most)
+  if math.abs(#a - #b) > most then
+    return most + 1
+  end
+  local previous = {}
+  for j = 0, #b do
+    previous[j] = j
+  end
+  for i = 1, #a do
+    local current, smallest = {[0] = i}, i
+    local ca = string.byte(a, i)
+    for j = 1, #b do
+      local cost = ca == string.byte(b, j) and 0 or 1
+      local d = math.min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + cost)
+      current[j] = d
+      if d < smallest then
+        smallest = d
+      end
+    end
+    if smallest > most then
+      return most + 1
+    end
+    previous = current
+  end
+  return math.min(previous[#b], most + 1)
+end
+
+-- The served path closest to `path` (none when nothing is close): the same path in
+-- lower case, without trailing slashes, with /api/v1 for another version (/api/v2/ping,
+-- /v1/ping) or for none (/ping), or within MAX_HINT_DISTANCE edits of one of these.
+local function close_path(path)
+  if #path > MAX_HINT_PATH then
+    return nil
+  end
+  local p = string.gsub(string.lower(path), "/+$", "")
+  local forms = {p}
+  local tail = string.match(p, "^/api/v%d+(/.*)$") or string.match(p, "^/v%d+(/.*)$")
+  if tail == nil and string.find(p, "^/api/v%d+$") == nil then
+    tail = string.match(p, "^/api(/.*)$") or (p ~= "/api" and p ~= "" and p) or nil
+  end
+  if tail ~= nil then
+    forms[2] = "/api/v1" .. tail
+  end
+  for _, form in ipairs(forms) do
+    if PATHS[form] ~= nil then
+      return form
+    end
+  end
+  local best, best_distance = nil, MAX_HINT_DISTANCE + 1
+  for _, form in ipairs(forms) do
+    for _, known in ipairs(KNOWN_PATHS) do
+      local d = distance(form, known, best_distance - 1)
+      if d < best_distance then
+        best, best_distance = known, d
+      end
+    end
+  end
+  return best
+end
+
+-- The detalle of a 404: "No existe GET /api/v1/pingg; ¿quiso decir /api/v1/ping?",
+-- naming the method to use when the one sent is not among the suggested path's.
+local function not_found(method, path)
+  local detalle = "No existe " .. shown(method) .. " " .. shown(path)
+  local hint = close_path(path)
+  if hint == nil then
+    return detalle .. "."
+  end
+  local allowed = PATHS[hint][1]
+  detalle = detalle .. "; ¿quiso decir " .. hint .. "?"
+  if string.find(", " .. allowed .. ",", ", " .. method .. ",", 1, true) == nil then
+    detalle = detalle .. " (" .. PATHS[hint][2] .. ")"
+  end
+  return detalle
+end
+
+-- The 405 of `method` on a served `path` (or it with one trailing slash, the form a
+-- binding's route also takes): the Allow header's value and the detalle; nil when the
+-- path is not served or takes that method (then it is this path's form that is wrong).
+local function wrong_method(method, path)
+  local served = PATHS[path] or PATHS[string.match(path, "^(.*)/$") or ""]
+  if served == nil
+      or string.find(", " .. served[1] .. ",", ", " .. method .. ",", 1, true) ~= nil then
+    return nil
+  end
+  return served[1], served[2] .. ", no con " .. shown(method)
+end
+
+-- The envelope of a catalogue entry: `ok` first, then `error` {codigo, mensaje, detalle}
+-- (at most MAX_DETALLE characters).
 local function envelope(codigo, detalle)
   local entrada = CATALOGO[codigo]
   return '{"ok":false,"error":{"codigo":' .. json_string(codigo)
     .. ',"mensaje":' .. json_string(entrada[2])
-    .. ',"detalle":' .. json_string(detalle or "") .. "}}"
+    .. ',"detalle":' .. json_string(bounded(detalle or "")) .. "}}"
 end
 
 local function codigo_for_http(status)
@@ -336,31 +576,6 @@ end
 
 -- ---------------------------------------------------------------- the edge
 
--- BEGIN EDGE (written by scripts/gen_edge.py from the proto and src/loyalty_grpc/api/edge_limits.py, src/loyalty_grpc/domain/keys.py and api/gateway_protocol.py; do not edit by hand)
--- Each binding (the name of its route in envoy.yaml) -> the most bytes its body may
--- have (0: none) and the detalle of a body over that.
-local BINDINGS = {
-  ["GET /api/v1/ping"] = {0, "GET /api/v1/ping: no lleva cuerpo; sus parámetros van en la URL"},
-  ["GET /api/v1/promos"] = {0, "GET /api/v1/promos: no lleva cuerpo; sus parámetros van en la URL"},
-  ["GET /api/v1/roster"] = {0, "GET /api/v1/roster: no lleva cuerpo; sus parámetros van en la URL"},
-  ["POST /api/v1/codes"] = {704512, "POST /api/v1/codes: el cuerpo pasa de 704512 bytes, lo más que admite esta operación"},
-  ["POST /api/v1/fan/resolve"] = {8192, "POST /api/v1/fan/resolve: el cuerpo pasa de 8192 bytes, lo más que admite esta operación"},
-  ["POST /api/v1/ping"] = {4096, "POST /api/v1/ping: el cuerpo pasa de 4096 bytes, lo más que admite esta operación"},
-  ["POST /api/v1/redeem"] = {73728, "POST /api/v1/redeem: el cuerpo pasa de 73728 bytes, lo más que admite esta operación"},
-  ["POST /api/v1/roster"] = {4096, "POST /api/v1/roster: el cuerpo pasa de 4096 bytes, lo más que admite esta operación"},
-  ["POST /api/v1/tx"] = {12288, "POST /api/v1/tx: el cuerpo pasa de 12288 bytes, lo más que admite esta operación"},
-}
-local TOO_LARGE_ELSEWHERE = "cuerpo: pasa de 4096 bytes, lo más que admite esta ruta"
-local CONTENT_TYPE_JSON = "Content-Type: debe ser application/json"
-local FALTA_AUTHORIZATION = "falta el encabezado Authorization"
-local NO_ES_BEARER = "el encabezado Authorization debe ser 'Bearer <clave>'"
-local CLAVE_DESCONOCIDA = "la clave no existe o fue revocada"
-local KEY_PREFIXES = {"lp_vivo_", "lp_prueba_"}
-local KEY_MIN_SECRET = 24
-local KNOWN_KEYS, KNOWN_KEY_SECONDS = 4096, 3600
-local BLOCKED_ADDRESSES, MAX_BLOCK_SECONDS = 4096, 3600
-local ADDRESS_BLOCKED = "x-loyalty-address-blocked"
--- END EDGE
 
 -- Route names of envoy.yaml besides the bindings that the edge answers itself.
 local NATIVE_GRPC_ROUTE = "native_grpc"
@@ -523,20 +738,31 @@ local function refused_address(handle, info, hash)
                 {["retry-after"] = tostring(left)}, body)
 end
 
--- What the edge decides from the headers of a request (`line`: "METHOD /path", `path`
--- without the query string). True when it refused the request; otherwise it records a
--- binding's key hash for the response, and for any other route the request line (the
--- detalle of a 404 Envoy answers there: one metadata write per call either way).
-local function edge(handle, headers, info, path, line)
+-- What the edge decides from the headers of a request (`path` without the query string).
+-- True when it refused the request; otherwise it records a binding's key hash for the
+-- response, and for any other route the request line "METHOD /path" (both cut to what a
+-- 404's detalle can use: Envoy answers there; one metadata write per call either way).
+-- Under /api/v1/ a request that is not a binding's is answered here: 405 with `Allow`
+-- for a served path with another method, else 404 (with a hint when the path is close to
+-- a served one).
+local function edge(handle, headers, info, method, path)
   local route = info:routeName()
   local binding = BINDINGS[route]
   if binding == nil then
     if route == NATIVE_GRPC_ROUTE and sub(path, 1, 8) == "/api/v1/" then
       return refuse(handle, info, "solicitud_invalida", CONTENT_TYPE_JSON, true)
-    elseif route == NATIVE_GRPC_ROUTE or route == UNKNOWN_API_ROUTE then
-      return refuse(handle, info, "ruta_no_encontrada", "No existe " .. line .. ".",
-                    route == NATIVE_GRPC_ROUTE)
+    elseif route == NATIVE_GRPC_ROUTE then
+      -- (No hint: the API's paths are not gRPC methods; the server's port serves those.)
+      return refuse(handle, info, "ruta_no_encontrada",
+                    "No existe " .. shown(method) .. " " .. shown(path) .. ".", true)
+    elseif route == UNKNOWN_API_ROUTE then
+      local allow, detalle = wrong_method(method, path)
+      if allow ~= nil then
+        return refuse(handle, info, "metodo_no_permitido", detalle, false, {allow = allow})
+      end
+      return refuse(handle, info, "ruta_no_encontrada", not_found(method, path), false)
     end
+    local line = sub(method, 1, MAX_SHOWN + 1) .. " " .. sub(path, 1, MAX_HINT_PATH + 1)
     info:dynamicMetadata():set(METADATA_NAMESPACE, "request", line)
     return false
   end
@@ -680,6 +906,9 @@ local function on_response(handle)
       -- The buffer filter's (a body without Content-Length over its route's limit).
       local binding = BINDINGS[info:routeName()]
       detalle_envoy = binding ~= nil and binding[2] or TOO_LARGE_ELSEWHERE
+    elseif status == 431 then
+      -- The HTTP/1 codec's, for request headers over Envoy's limit (before any route).
+      detalle_envoy = TOO_LARGE_HEADERS
     end
     wants_envoy_reason = detalle_envoy == nil and CATALOGO[codigo][1] < 500
   end
@@ -696,7 +925,8 @@ local function on_response(handle)
     local detalle = DETALLE_FIJO[codigo] or detalle_envoy
     if detalle == nil then
       if codigo == "ruta_no_encontrada" and recorded.request ~= nil then
-        detalle = "No existe " .. recorded.request .. "."
+        local method, path = match(recorded.request, "^(%S*) (.*)$")
+        detalle = not_found(method, path)
       elseif wants_envoy_reason then
         local body = handle:body(true)
         local reason = body:getBytes(0, math.min(body:length(), MAX_DETALLE))
@@ -789,8 +1019,7 @@ local function on_request(handle)
     path = string.sub(path, 1, query - 1)
   end
   local info = handle:streamInfo()
-  local line = string.sub(method .. " " .. path, 1, 200)
-  if edge(handle, headers, info, path, line) then
+  if edge(handle, headers, info, method, path) then
     return nil
   end
   return info

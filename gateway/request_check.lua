@@ -59,6 +59,8 @@ local ROUTES = {
   ["GET /api/v1/ping"] = {
     body = false,
     no_body = "GET /api/v1/ping: no lleva cuerpo; sus parámetros van en la URL",
+    limit = 4096,
+    too_large = "GET /api/v1/ping: no lleva cuerpo; sus parámetros van en la URL",
     max_elements = 64,
     members = "cuerpo: un objeto con más de 64 campos (GET /api/v1/ping)",
     elements = "%s: una lista con más de 64 elementos (GET /api/v1/ping)",
@@ -68,6 +70,8 @@ local ROUTES = {
   ["GET /api/v1/promos"] = {
     body = false,
     no_body = "GET /api/v1/promos: no lleva cuerpo; sus parámetros van en la URL",
+    limit = 4096,
+    too_large = "GET /api/v1/promos: no lleva cuerpo; sus parámetros van en la URL",
     max_elements = 64,
     members = "cuerpo: un objeto con más de 64 campos (GET /api/v1/promos)",
     elements = "%s: una lista con más de 64 elementos (GET /api/v1/promos)",
@@ -77,6 +81,8 @@ local ROUTES = {
   ["GET /api/v1/roster"] = {
     body = false,
     no_body = "GET /api/v1/roster: no lleva cuerpo; sus parámetros van en la URL",
+    limit = 4096,
+    too_large = "GET /api/v1/roster: no lleva cuerpo; sus parámetros van en la URL",
     max_elements = 64,
     members = "cuerpo: un objeto con más de 64 campos (GET /api/v1/roster)",
     elements = "%s: una lista con más de 64 elementos (GET /api/v1/roster)",
@@ -88,6 +94,8 @@ local ROUTES = {
   },
   ["POST /api/v1/codes"] = {
     body = true,
+    limit = 704512,
+    too_large = "POST /api/v1/codes: el cuerpo pasa de 704512 bytes, lo más que admite esta operación",
     max_elements = 5000,
     members = "cuerpo: un objeto con más de 64 campos (POST /api/v1/codes)",
     elements = "%s: una lista con más de 5000 elementos (POST /api/v1/codes)",
@@ -111,6 +119,8 @@ local ROUTES = {
   },
   ["POST /api/v1/fan/resolve"] = {
     body = true,
+    limit = 8192,
+    too_large = "POST /api/v1/fan/resolve: el cuerpo pasa de 8192 bytes, lo más que admite esta operación",
     max_elements = 64,
     members = "cuerpo: un objeto con más de 64 campos (POST /api/v1/fan/resolve)",
     elements = "%s: una lista con más de 64 elementos (POST /api/v1/fan/resolve)",
@@ -125,6 +135,8 @@ local ROUTES = {
   },
   ["POST /api/v1/ping"] = {
     body = true,
+    limit = 4096,
+    too_large = "POST /api/v1/ping: el cuerpo pasa de 4096 bytes, lo más que admite esta operación",
     max_elements = 64,
     members = "cuerpo: un objeto con más de 64 campos (POST /api/v1/ping)",
     elements = "%s: una lista con más de 64 elementos (POST /api/v1/ping)",
@@ -133,6 +145,8 @@ local ROUTES = {
   },
   ["POST /api/v1/redeem"] = {
     body = true,
+    limit = 73728,
+    too_large = "POST /api/v1/redeem: el cuerpo pasa de 73728 bytes, lo más que admite esta operación",
     max_elements = 500,
     members = "cuerpo: un objeto con más de 64 campos (POST /api/v1/redeem)",
     elements = "%s: una lista con más de 500 elementos (POST /api/v1/redeem)",
@@ -151,6 +165,8 @@ local ROUTES = {
   },
   ["POST /api/v1/roster"] = {
     body = true,
+    limit = 4096,
+    too_large = "POST /api/v1/roster: el cuerpo pasa de 4096 bytes, lo más que admite esta operación",
     max_elements = 64,
     members = "cuerpo: un objeto con más de 64 campos (POST /api/v1/roster)",
     elements = "%s: una lista con más de 64 elementos (POST /api/v1/roster)",
@@ -166,6 +182,8 @@ local ROUTES = {
   },
   ["POST /api/v1/tx"] = {
     body = true,
+    limit = 12288,
+    too_large = "POST /api/v1/tx: el cuerpo pasa de 12288 bytes, lo más que admite esta operación",
     max_elements = 64,
     members = "cuerpo: un objeto con más de 64 campos (POST /api/v1/tx)",
     elements = "%s: una lista con más de 64 elementos (POST /api/v1/tx)",
@@ -290,9 +308,14 @@ local function value_problem(s, pos)
 end
 
 -- What the byte at `pos` is, when a field name (or the end of the object) was expected.
-local function key_problem(s, pos)
+-- `number_before`: the field (its proto name, or "el campo anterior") whose value, a
+-- number, came just before the comma: a digit here is most likely a decimal comma.
+local function key_problem(s, pos, number_before)
   local c = sub(s, pos, pos)
-  if c == "" then
+  if number_before ~= nil and find(c, "^%d") then
+    return format('%s: ¿un número con coma decimal? va entre comillas ("12,5") o con '
+                  .. "punto decimal (12.5)", number_before)
+  elseif c == "" then
     return "el cuerpo termina antes de tiempo"
   elseif c == "}" then
     return "sobra una coma antes de cerrar el objeto"
@@ -541,7 +564,7 @@ local function check_field(p, pos, depth, field)
   elseif kind == "S" and tipo ~= "null" then
     wrong_type(name, "una lista de textos", tipo)
   end
-  return after
+  return after, tipo
 end
 
 -- An object at `pos`. `fields` (name -> {proto name, kind}) for the request body itself.
@@ -550,6 +573,7 @@ parse_object = function(p, pos, depth, fields)
   local s = p.s
   local seen = {}
   local members = 0
+  local number_before = nil  -- the previous member's name when its value was a number
   pos = skip(s, pos + 1)
   if byte(s, pos) == 125 then
     return pos + 1
@@ -560,7 +584,7 @@ parse_object = function(p, pos, depth, fields)
       refuse(p.route.members, CODIGO.muy_grande)
     end
     if byte(s, pos) ~= 34 then
-      syntax(p, pos, key_problem(s, pos))
+      syntax(p, pos, key_problem(s, pos, number_before))
     end
     local after, escaped = scan_string(p, pos)
     local key = sub(s, pos + 1, after - 2)
@@ -588,13 +612,16 @@ parse_object = function(p, pos, depth, fields)
       syntax(p, pos, "falta \":\" entre el nombre de un campo y su valor")
     end
     pos = skip(s, pos + 1)
+    local tipo
     if field ~= nil then
       p.campo = id
-      pos = check_field(p, pos, depth, field)
+      pos, tipo = check_field(p, pos, depth, field)
       p.campo = nil
     else
-      pos = (parse_value(p, pos, depth))
+      pos, tipo = parse_value(p, pos, depth)
     end
+    -- (A client's own field name is never repeated: it is part of the body.)
+    number_before = tipo == "numero" and (field ~= nil and id or "el campo anterior") or nil
     pos = skip(s, pos)
     local c = byte(s, pos)
     if c == 125 then
@@ -750,7 +777,12 @@ local function check(handle)
   if length == 0 then
     return
   end
-  if not route.body then
+  if length > route.limit then
+    -- The buffer filter cuts a body over its limit while it is read, but lets one through
+    -- that arrived whole in one read (an HTTP/2 DATA frame of up to 16 KiB with
+    -- END_STREAM): the same refusal, from here.
+    refuse(route.too_large, CODIGO.muy_grande)
+  elseif not route.body then
     refuse(route.no_body)
   end
   check_content_headers(content_type, content_encoding)

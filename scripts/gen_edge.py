@@ -12,10 +12,12 @@ the binding routes of gateway/envoy.yaml and the EDGE block of gateway/envelope.
   with the route action of the hand-written `/api/v1/` route, and giving the buffer filter
   the binding's limit (src/loyalty_grpc/api/edge_limits.py).
 - envelope.lua, between `-- BEGIN EDGE` and `-- END EDGE`: each binding's body limit and
-  the detalle of a body over it, the texts of the credential's refusals
-  (src/loyalty_grpc/domain/keys.py), the shape of a well-formed key, the sizes of the
-  gateway's tables and the name of the server's address verdict
-  (src/loyalty_grpc/api/gateway_protocol.py).
+  the detalle of a body over it, each path served with its methods (a 405's `Allow` and
+  detalle; the 404's hint picks among them), the detalle of headers over Envoy's limit,
+  the bounds of a detalle and of a client value in it (src/loyalty_grpc/domain/detalle.py),
+  the texts of the credential's refusals (src/loyalty_grpc/domain/keys.py), the shape of
+  a well-formed key, the sizes of the gateway's tables and the name of the server's
+  address verdict (src/loyalty_grpc/api/gateway_protocol.py).
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from generated_block import main_many, replace_block
 
 from loyalty_grpc.api import edge_limits
 from loyalty_grpc.api.gateway_protocol import ADDRESS_BLOCKED_KEY
-from loyalty_grpc.domain import keys
+from loyalty_grpc.domain import detalle, keys
 
 ROOT = Path(__file__).resolve().parents[1]
 ENVOY = ROOT / "gateway" / "envoy.yaml"
@@ -59,6 +61,27 @@ def _forward_action(text: str) -> dict[str, Any]:
             action: dict[str, Any] = route["route"]
             return action
     raise SystemExit(f"{ENVOY.name}: no route with match {{prefix: {API_PREFIX}}} and an action")
+
+
+def _served_paths(text: str) -> dict[str, tuple[str, ...]]:
+    """Every path the gateway serves (as normalize_path and merge_slashes leave it,
+    without a trailing slash) -> the methods it takes: the bindings (edge_limits) and the
+    hand-written routes of envoy.yaml that match one exact path and one method (the
+    OpenAPI document)."""
+    served = {path: list(methods) for path, methods in edge_limits.methods_by_path().items()}
+    config = yaml.safe_load(replace_block(text, YAML_BEGIN, YAML_END, "", ENVOY.name))
+    listener = config["static_resources"]["listeners"][0]
+    manager = listener["filter_chains"][0]["filters"][0]["typed_config"]
+    for route in manager["route_config"]["virtual_hosts"][0]["routes"]:
+        match = route["match"]
+        methods = [
+            header["string_match"]["exact"]
+            for header in match.get("headers", [])
+            if header.get("name") == ":method" and "exact" in header.get("string_match", {})
+        ]
+        if "path" in match and len(methods) == 1:
+            served.setdefault(match["path"].rstrip("/"), []).extend(methods)
+    return {path: tuple(sorted(set(methods))) for path, methods in sorted(served.items())}
 
 
 def _path_regex(path: str) -> str:
@@ -96,22 +119,36 @@ def yaml_block(text: str) -> str:
     return "\n".join((ROUTE_INDENT + line) if i else line for i, line in enumerate(lines))
 
 
-def lua_block() -> str:
+def lua_block(text: str) -> str:
     check_limits(set(bindings()))
     rows = [
         f"  [{lua_text(key)}] = {{{binding.limit}, {lua_text(edge_limits.too_large(key))}}},"
         for key, binding in sorted(edge_limits.BINDINGS.items())
     ]
+    paths = [
+        f"  [{lua_text(path)}] = {{{lua_text(', '.join(methods))}, "
+        f"{lua_text(edge_limits.wrong_method(path, methods))}}},"
+        for path, methods in _served_paths(text).items()
+    ]
     prefixes = ", ".join(lua_text(keys.PREFIJOS[modo]) for modo in keys.Modo)
     lines = [
         f"{LUA_BEGIN} (written by scripts/gen_edge.py from {SOURCES}, "
-        "src/loyalty_grpc/domain/keys.py and api/gateway_protocol.py; do not edit by hand)",
+        "src/loyalty_grpc/domain/keys.py, domain/detalle.py and api/gateway_protocol.py; "
+        "do not edit by hand)",
         "-- Each binding (the name of its route in envoy.yaml) -> the most bytes its body may",
         "-- have (0: none) and the detalle of a body over that.",
         "local BINDINGS = {",
         *rows,
         "}",
+        "-- Each path served (without a trailing slash) -> the methods it takes (the Allow",
+        "-- header of a 405) and the start of the 405's detalle.",
+        "local PATHS = {",
+        *paths,
+        "}",
         f"local TOO_LARGE_ELSEWHERE = {lua_text(edge_limits.TOO_LARGE_ELSEWHERE)}",
+        f"local TOO_LARGE_HEADERS = {lua_text(edge_limits.TOO_LARGE_HEADERS)}",
+        f"local MAX_HINT_PATH, MAX_HINT_DISTANCE = {edge_limits.MAX_HINT_PATH}, "
+        f"{edge_limits.MAX_HINT_DISTANCE}",
         f"local CONTENT_TYPE_JSON = {lua_text(edge_limits.CONTENT_TYPE_JSON)}",
         f"local FALTA_AUTHORIZATION = {lua_text(keys.FALTA_AUTHORIZATION)}",
         f"local NO_ES_BEARER = {lua_text(keys.NO_ES_BEARER)}",
@@ -123,6 +160,10 @@ def lua_block() -> str:
         f"local BLOCKED_ADDRESSES, MAX_BLOCK_SECONDS = {edge_limits.BLOCKED_ADDRESSES}, "
         f"{edge_limits.MAX_BLOCK_SECONDS}",
         f"local ADDRESS_BLOCKED = {lua_text(ADDRESS_BLOCKED_KEY)}",
+        "-- domain/detalle.py: the longest detalle (characters; a longer one keeps its start",
+        "-- and its end around the ellipsis) and the longest client value it shows.",
+        f"local MAX_DETALLE, DETALLE_HEAD = {detalle.MAX_DETALLE}, {detalle.HEAD}",
+        f"local MAX_SHOWN, ELLIPSIS = {detalle.MAX_SHOWN}, {lua_text(detalle.ELLIPSIS)}",
         LUA_END,
     ]
     return "\n".join(lines)
@@ -133,7 +174,8 @@ def render_yaml(text: str) -> str:
 
 
 def render_lua(text: str) -> str:
-    return replace_block(text, LUA_BEGIN, LUA_END, lua_block(), LUA.name)
+    envoy = ENVOY.read_text(encoding="utf-8")
+    return replace_block(text, LUA_BEGIN, LUA_END, lua_block(envoy), LUA.name)
 
 
 if __name__ == "__main__":

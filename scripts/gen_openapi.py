@@ -975,6 +975,12 @@ class Builder:
         return {"type": "array", "items": item} if field.is_repeated else item
 
 
+# A status no declared operation answers: 405 metodo_no_permitido is the answer to a
+# method the document does not list for the path (with `Allow`); components/responses
+# keeps it documented.
+NOT_AN_OPERATIONS_ANSWER = {f"Error{CATALOGO[CodigoError.METODO_NO_PERMITIDO].http}"}
+
+
 def error_responses() -> dict[str, Schema]:
     """components/responses: one per HTTP status of the catalogue (HTTP API entries)."""
     by_status: dict[int, list[CodigoError]] = {}
@@ -1082,6 +1088,7 @@ def build() -> Schema:
                 **{
                     name.removeprefix("Error"): _ref("responses", name)
                     for name in error_responses()
+                    if name not in NOT_AN_OPERATIONS_ANSWER
                 },
             },
         }

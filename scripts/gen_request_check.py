@@ -19,8 +19,12 @@ lowerCamelCase JSON name) → {the proto name, its kind}:
 
 Any other field type stops the script: decide its JSON rule in request_check.lua first.
 
-With each route its parse limits (edge_limits.py): the most elements a list may have, the
-detalle of too many members or elements (and of a body on a binding without one), and for
+With each route its limits (edge_limits.py): the most bytes its body may have (FLOOR on a
+binding without one, as the buffer filter's) and the detalle of a body over that (the
+buffer filter lets a body over its limit through when it
+arrives whole in one read, e.g. one HTTP/2 DATA frame with END_STREAM), the most elements a
+list may have, the detalle of too many members or elements (and of a body on a binding
+without one), and for
 the fields that carry codes the demasiados_codigos detalle the server gives
 (domain.codes.too_many_codes); and, for all routes, MAX_DEPTH, MAX_MEMBERS and the
 Content-Type refusal (shared with envelope.lua). A binding without limits in
@@ -140,8 +144,12 @@ def _limits(key: str, fields: dict[str, tuple[str, str, str]]) -> str:
         for name in limits.codes_fields
     )
     no_body = "" if limits.body else f"\n    no_body = {lua_text(edge_limits.no_body(key))},"
+    body_limit = (
+        f"\n    limit = {limits.buffer_limit},"
+        f"\n    too_large = {lua_text(edge_limits.too_large(key))},"
+    )
     return (
-        f"{no_body}"
+        f"{no_body}{body_limit}"
         f"\n    max_elements = {limits.max_elements},"
         f"\n    members = {lua_text(edge_limits.too_many_members(key))},"
         f"\n    elements = {lua_text(edge_limits.too_many_elements(key))},"

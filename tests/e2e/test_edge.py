@@ -33,12 +33,14 @@ from loyalty_grpc.api.gateway_protocol import (
 )
 from loyalty_grpc.domain import keys
 from loyalty_grpc.domain.codes import MAX_CODES_PER_CALL, too_many_codes
+from loyalty_grpc.domain.detalle import shown
 from loyalty_grpc.domain.errors import CATALOGO, CodigoError, LoyaltyError
 from loyalty_grpc.domain.redeem import MAX_CODIGOS
 from loyalty_grpc.gen.loyalty.v1 import pos_service_pb2 as pb
 from loyalty_grpc.gen.loyalty.v1 import pos_service_pb2_grpc as pb_grpc
 from loyalty_grpc.runtime.gateway.envoy import EnvoyProcess
 from tests.e2e.fake_server import grpc_server, server_error, start_gateway
+from tests.e2e.h2_client import H2Connection
 from tests.e2e.support import TIMEOUT, h2c_stream
 
 GATEWAY = Path(__file__).resolve().parents[2] / "gateway"
@@ -465,17 +467,71 @@ def test_an_h2_body_without_content_length_is_cut_at_its_limit(
     assert recorder.count() == before
 
 
-@pytest.mark.parametrize("path", ["/api/v1/nope", "/api/v1/ping/x", "/api/v1/TX", "/api/v1/"])
+@pytest.mark.parametrize("binding", sorted(BINDINGS))
+def test_every_413_names_its_routes_limit_in_spanish(
+    gateway: EnvoyProcess, recorder: Recorder, binding: str
+) -> None:
+    """Issue 23 §3: a body without Content-Length over its route's limit, cut off by the
+    buffer filter (whose own text is "Payload Too Large"), is answered with the same
+    detalle as the Content-Length refusal: the operation and its limit, in Spanish
+    (edge_limits.too_large; a GET takes no body and is cut at FLOOR). HTTP/1.1 chunked,
+    and HTTP/2 sending within the windows Envoy grants, as a real client does."""
+    method, path = binding.split(" ")
+    over = max(BINDINGS[binding].limit, FLOOR) + 1
+    before = recorder.count()
+    raw = http1(
+        gateway.http_port,
+        head(method, path, {**AUTH, **JSON, "Transfer-Encoding": "chunked"}),
+        chunked(b"{" + b" " * over, size=16384),
+    )
+    assert raw.status == 413
+    assert_refusal(raw.json(), CodigoError.SOLICITUD_MUY_GRANDE, edge_limits.too_large(binding))
+    with H2Connection(gateway.http_port) as connection:
+        stream = connection.request(
+            path.encode(),
+            method=method.encode(),
+            headers=[(name.encode(), value.encode()) for name, value in {**AUTH, **JSON}.items()],
+        )
+        connection.send(stream, b"{" + b" " * over, end=True)
+        answer = connection.answer(stream)
+    assert_refusal(answer, CodigoError.SOLICITUD_MUY_GRANDE, edge_limits.too_large(binding))
+    assert recorder.count() == before
+
+
+@pytest.mark.parametrize(
+    ("path", "hint"),
+    [
+        ("/api/v1/nope", ""),
+        ("/api/v1/ping/x", "; ¿quiso decir /api/v1/ping?"),
+        ("/api/v1/TX", "; ¿quiso decir /api/v1/tx?"),
+        ("/api/v1/", ""),
+    ],
+)
 def test_an_unknown_path_is_answered_from_its_headers(
-    gateway: EnvoyProcess, recorder: Recorder, path: str
+    gateway: EnvoyProcess, recorder: Recorder, path: str, hint: str
 ) -> None:
     before = recorder.count()
     for headers in ({}, AUTH):
         raw = http1(gateway.http_port, head("POST", path, {**headers, **JSON}, length=500_000))
         assert raw.status == 404
-        assert_refusal(raw.json(), CodigoError.RUTA_NO_ENCONTRADA, f"No existe POST {path}.")
-    raw = http1(gateway.http_port, head("PUT", "/api/v1/tx", {**AUTH, **JSON}, length=500_000))
-    assert_refusal(raw.json(), CodigoError.RUTA_NO_ENCONTRADA, "No existe PUT /api/v1/tx.")
+        detalle = f"No existe POST {path}{hint}" + ("" if hint else ".")
+        assert_refusal(raw.json(), CodigoError.RUTA_NO_ENCONTRADA, detalle)
+    assert recorder.count() == before
+
+
+@pytest.mark.parametrize("headers", [{}, AUTH])
+def test_a_wrong_method_is_answered_from_its_headers(
+    gateway: EnvoyProcess, recorder: Recorder, headers: dict[str, str]
+) -> None:
+    """405 before the key or the body: the method alone decides (a body announced over any
+    limit is never read)."""
+    before = recorder.count()
+    raw = http1(gateway.http_port, head("PUT", "/api/v1/tx", {**headers, **JSON}, length=500_000))
+    assert raw.status == 405
+    assert raw.headers[b"allow"] == b"POST"
+    assert_refusal(
+        raw.json(), CodigoError.METODO_NO_PERMITIDO, "/api/v1/tx se llama con POST, no con PUT"
+    )
     assert recorder.count() == before
 
 
@@ -514,11 +570,12 @@ def test_every_form_of_a_binding_gets_its_limits(
 
 
 def test_other_routes_are_bounded_by_the_floor(gateway: EnvoyProcess) -> None:
-    """The OpenAPI document and paths outside /api/v1/ read at most FLOOR bytes."""
-    for path in ("/api/v1/openapi.json", "/nada"):
+    """The OpenAPI document and paths outside /api/v1/ read at most FLOOR bytes (a GET
+    with a body for the document: any other method is refused from its headers)."""
+    for method, path in (("GET", "/api/v1/openapi.json"), ("POST", "/nada")):
         raw = http1(
             gateway.http_port,
-            head("POST", path, {**JSON, "Transfer-Encoding": "chunked"}),
+            head(method, path, {**JSON, "Transfer-Encoding": "chunked"}),
             chunked(b" " * (FLOOR + 1)),
         )
         assert raw.status == 413
@@ -685,7 +742,7 @@ def test_grpc_outside_api_v1_is_still_not_found(gateway: EnvoyProcess, content_t
         assert_refusal(
             raw.json(),
             CodigoError.RUTA_NO_ENCONTRADA,
-            "No existe POST /loyalty.v1.BackofficeService/ListPrograms.",
+            f"No existe POST {shown('/loyalty.v1.BackofficeService/ListPrograms', quote=False)}.",
         )
 
 

@@ -20,6 +20,8 @@ import grpc
 import httpx
 import pytest
 
+from loyalty_grpc.api import edge_limits
+from loyalty_grpc.domain.detalle import ELLIPSIS, MAX_DETALLE, shown
 from loyalty_grpc.domain.errors import CATALOGO, CodigoError
 from loyalty_grpc.gen.loyalty.v1 import (
     backoffice_service_pb2,
@@ -29,6 +31,7 @@ from loyalty_grpc.gen.loyalty.v1 import (
 )
 from loyalty_grpc.runtime.gateway.envoy import EnvoyProcess
 from tests.e2e.fake_server import envelope_text, grpc_server, server_error, start_gateway
+from tests.e2e.support import h2c_stream
 from tests.support import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -172,6 +175,21 @@ def assert_envelope(response: httpx.Response, codigo: CodigoError) -> dict[str, 
     return fields
 
 
+def raw_request(
+    gateway: EnvoyProcess, method: str, path: str
+) -> tuple[int, bytes, list[tuple[str, str]]]:
+    """A request with the key, the path sent exactly as written (httpx would normalise it);
+    header names in lower case."""
+    connection = http.client.HTTPConnection("127.0.0.1", gateway.http_port, timeout=30)
+    try:
+        connection.request(method, path, headers=KEY_HEADER)
+        response = connection.getresponse()
+        headers = [(name.lower(), value) for name, value in response.getheaders()]
+        return response.status, response.read(), headers
+    finally:
+        connection.close()
+
+
 # ---------------------------------------------------------------- success
 
 
@@ -257,12 +275,195 @@ def test_reason_with_quotes_and_bytes_stays_valid_json(client: httpx.Client) -> 
 )
 def test_unknown_path_is_ruta_no_encontrada(client: httpx.Client, path: str) -> None:
     fields = assert_envelope(client.get(path), CodigoError.RUTA_NO_ENCONTRADA)
-    assert path in fields["detalle"]
+    assert fields["detalle"] == f"No existe GET {shown(path, quote=False)}."
 
 
-def test_wrong_method_is_ruta_no_encontrada(client: httpx.Client) -> None:
-    fields = assert_envelope(client.delete("/api/v1/ping"), CodigoError.RUTA_NO_ENCONTRADA)
-    assert fields["detalle"] == "No existe DELETE /api/v1/ping."
+# ---------------------------------------------------------------- wrong calls say what is right
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "allow", "detalle"),
+    [
+        ("GET", "/api/v1/tx", "POST", "/api/v1/tx se llama con POST, no con GET"),
+        ("PUT", "/api/v1/tx", "POST", "/api/v1/tx se llama con POST, no con PUT"),
+        (
+            "DELETE",
+            "/api/v1/ping",
+            "GET, POST",
+            "/api/v1/ping se llama con GET o POST, no con DELETE",
+        ),
+        (
+            "TRACE",
+            "/api/v1/fan/resolve",
+            "POST",
+            "/api/v1/fan/resolve se llama con POST, no con TRACE",
+        ),
+        ("PATCH", "/api/v1/promos", "GET", "/api/v1/promos se llama con GET, no con PATCH"),
+        ("OPTIONS", "/api/v1/redeem", "POST", "/api/v1/redeem se llama con POST, no con OPTIONS"),
+        (
+            "POST",
+            "/api/v1/openapi.json",
+            "GET",
+            "/api/v1/openapi.json se llama con GET, no con POST",
+        ),
+        # A binding's other forms (a trailing slash, merged slashes) are its path.
+        (
+            "PUT",
+            "/api/v1/roster/",
+            "GET, POST",
+            "/api/v1/roster se llama con GET o POST, no con PUT",
+        ),
+        ("GET", "/api/v1//tx//", "POST", "/api/v1/tx se llama con POST, no con GET"),
+        ("GET", "/api/v1/t%78", "POST", "/api/v1/tx se llama con POST, no con GET"),
+        ("GET", "/api/./v1/fan/../tx", "POST", "/api/v1/tx se llama con POST, no con GET"),
+    ],
+)
+def test_a_wrong_method_is_405_with_allow(
+    gateway: EnvoyProcess, calls: Calls, method: str, path: str, allow: str, detalle: str
+) -> None:
+    """A path the gateway serves, with a method it does not take: 405, `Allow` (the proto's
+    bindings), the method to use; answered from the headers, nothing reaches the server."""
+    before = list(calls.names)
+    status, body, headers = raw_request(gateway, method, path)
+    assert status == 405
+    assert dict(headers)["allow"] == allow
+    assert dict(headers)["content-type"] == "application/json"
+    assert body == envelope_bytes(CodigoError.METODO_NO_PERMITIDO, detalle)
+    assert calls.names == before
+
+
+@pytest.mark.parametrize("path", ["/api/v1/ping", "/api/v1/openapi.json"])
+def test_head_is_405_with_allow_and_no_body(gateway: EnvoyProcess, path: str) -> None:
+    """HEAD is not served (the transcoder binds no HEAD): 405 with `Allow`, the body's
+    length announced and no body sent, as HTTP wants for HEAD."""
+    status, body, headers = raw_request(gateway, "HEAD", path)
+    assert status == 405
+    assert "GET" in dict(headers)["allow"]
+    assert body == b""
+    assert int(dict(headers)["content-length"]) > 0
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "detalle"),
+    [
+        ("GET", "/api/v1/pingg", "No existe GET /api/v1/pingg; ¿quiso decir /api/v1/ping?"),
+        ("GET", "/api/v1/Ping", "No existe GET /api/v1/Ping; ¿quiso decir /api/v1/ping?"),
+        ("GET", "/api/v2/ping", "No existe GET /api/v2/ping; ¿quiso decir /api/v1/ping?"),
+        ("GET", "/ping", "No existe GET /ping; ¿quiso decir /api/v1/ping?"),
+        ("GET", "/api/ping/", "No existe GET /api/ping/; ¿quiso decir /api/v1/ping?"),
+        (
+            "POST",
+            "/api/v1/fan/resolv",
+            "No existe POST /api/v1/fan/resolv; ¿quiso decir /api/v1/fan/resolve?",
+        ),
+        (
+            "GET",
+            "/api/v1/fan/resolv",
+            "No existe GET /api/v1/fan/resolv; ¿quiso decir /api/v1/fan/resolve? "
+            "(/api/v1/fan/resolve se llama con POST)",
+        ),
+        ("POST", "/v1/TX", "No existe POST /v1/TX; ¿quiso decir /api/v1/tx?"),
+        (
+            "GET",
+            "/api/v1/openapi.json/",
+            "No existe GET /api/v1/openapi.json/; ¿quiso decir /api/v1/openapi.json?",
+        ),
+        # Nothing close: no hint.
+        ("GET", "/api/v1/", "No existe GET /api/v1/."),
+        ("GET", "/api/v1/nada/mas", "No existe GET /api/v1/nada/mas."),
+        ("GET", "/api/v3", "No existe GET /api/v3."),
+    ],
+)
+def test_an_unknown_path_suggests_the_one_close_to_it(
+    gateway: EnvoyProcess, calls: Calls, method: str, path: str, detalle: str
+) -> None:
+    before = list(calls.names)
+    status, body, headers = raw_request(gateway, method, path)
+    assert status == 404
+    assert "allow" not in dict(headers)
+    assert body == envelope_bytes(CodigoError.RUTA_NO_ENCONTRADA, detalle)
+    assert calls.names == before
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/api/v1/" + "a" * 300,
+        "/" + "b" * 5000,
+        "/api/v1/ping/" + "x" * 150,
+        "/api/v1/%7Bx%7D%7C%5E%60" + "%41" * 40,
+    ],
+)
+def test_a_long_path_is_shown_as_any_client_value(gateway: EnvoyProcess, path: str) -> None:
+    """The path in a 404's detalle is shown by domain/detalle.py's rule (`shown`: at most
+    MAX_SHOWN characters, then the ellipsis), which envelope.lua mirrors with the figures
+    scripts/gen_edge.py writes into it; a path over 200 characters gets no hint."""
+    status, body, _ = raw_request(gateway, "GET", path)
+    assert status == 404
+    detalle = json.loads(body)["error"]["detalle"]
+    # Envoy decodes %41 (an unreserved character) before routing; the others stay escaped.
+    seen = path.replace("%41", "A")
+    assert detalle.startswith(f"No existe GET {shown(seen, quote=False)}")
+    assert len(detalle) <= MAX_DETALLE
+    assert ELLIPSIS in detalle
+
+
+@pytest.mark.parametrize(
+    ("raw", "seen"),
+    [
+        (b"/api/v1/" + "é".encode() * 40, "/api/v1/" + "%C3%A9" * 40),
+        (b'/api/v1/a"b\\c\xff', "/api/v1/a%22b/c%FF"),
+        (b"/api/v1/\xf0\x9f\x98\x80", "/api/v1/%F0%9F%98%80"),
+    ],
+)
+def test_a_hostile_path_over_h2c_comes_back_escaped_and_bounded(
+    gateway: EnvoyProcess, raw: bytes, seen: str
+) -> None:
+    """HTTP/2 lets any byte into :path; Envoy's normalize_path percent-encodes what is not
+    a URL character (and turns a backslash into a slash) before the edge sees it, and
+    the detalle shows that as any client value (`shown`)."""
+    fields = [
+        (b":method", b"GET"),
+        (b":scheme", b"http"),
+        (b":authority", b"pos.example"),
+        (b":path", raw),
+        *((name.encode(), value.encode()) for name, value in KEY_HEADER.items()),
+    ]
+    answer = h2c_stream(gateway.http_port, fields, [])
+    detalle = f"No existe GET {shown(seen, quote=False)}."
+    assert answer == json.loads(envelope_bytes(CodigoError.RUTA_NO_ENCONTRADA, detalle))
+
+
+def test_a_wrong_call_over_h2c_says_the_same(gateway: EnvoyProcess) -> None:
+    for method, path, codigo, detalle in [
+        (
+            "GET",
+            "/api/v1/tx",
+            CodigoError.METODO_NO_PERMITIDO,
+            "/api/v1/tx se llama con POST, no con GET",
+        ),
+        (
+            "GET",
+            "/api/v1/pingg",
+            CodigoError.RUTA_NO_ENCONTRADA,
+            "No existe GET /api/v1/pingg; ¿quiso decir /api/v1/ping?",
+        ),
+        (
+            "GET",
+            "/api/v2/ping",
+            CodigoError.RUTA_NO_ENCONTRADA,
+            "No existe GET /api/v2/ping; ¿quiso decir /api/v1/ping?",
+        ),
+    ]:
+        fields = [
+            (b":method", method.encode()),
+            (b":scheme", b"http"),
+            (b":authority", b"pos.example"),
+            (b":path", path.encode()),
+            *((name.encode(), value.encode()) for name, value in KEY_HEADER.items()),
+        ]
+        answer = h2c_stream(gateway.http_port, fields, [])
+        assert answer == json.loads(envelope_bytes(codigo, detalle))
 
 
 def test_body_over_the_limit_is_solicitud_muy_grande(client: httpx.Client) -> None:
@@ -271,7 +472,8 @@ def test_body_over_the_limit_is_solicitud_muy_grande(client: httpx.Client) -> No
     response = client.post(
         "/api/v1/codes", content=body, headers={"content-type": "application/json"}
     )
-    assert_envelope(response, CodigoError.SOLICITUD_MUY_GRANDE)
+    fields = assert_envelope(response, CodigoError.SOLICITUD_MUY_GRANDE)
+    assert fields["detalle"] == edge_limits.too_large("POST /api/v1/codes")
 
 
 def test_largest_legitimate_body_passes(client: httpx.Client) -> None:
@@ -284,7 +486,10 @@ def test_largest_legitimate_body_passes(client: httpx.Client) -> None:
 
 def test_huge_headers_are_solicitud_muy_grande(client: httpx.Client) -> None:
     response = client.get("/api/v1/ping", headers={"x-relleno": "a" * 100_000})
-    assert_envelope(response, CodigoError.SOLICITUD_MUY_GRANDE)
+    fields = assert_envelope(response, CodigoError.SOLICITUD_MUY_GRANDE)
+    # Envoy's 431 says it in English ("Request Header Fields Too Large"); the envelope
+    # names the limit, in Spanish.
+    assert fields["detalle"] == edge_limits.TOO_LARGE_HEADERS
 
 
 def test_upstream_down_is_servicio_no_disponible(gateway_without_upstream: EnvoyProcess) -> None:
@@ -301,13 +506,7 @@ def test_upstream_down_is_servicio_no_disponible(gateway_without_upstream: Envoy
 
 def raw_get(gateway: EnvoyProcess, path: str) -> tuple[int, bytes, list[tuple[str, str]]]:
     """A GET with the path sent exactly as written (httpx would normalise it)."""
-    connection = http.client.HTTPConnection("127.0.0.1", gateway.http_port, timeout=30)
-    try:
-        connection.request("GET", path, headers=KEY_HEADER)
-        response = connection.getresponse()
-        return response.status, response.read(), response.getheaders()
-    finally:
-        connection.close()
+    return raw_request(gateway, "GET", path)
 
 
 @pytest.mark.parametrize(

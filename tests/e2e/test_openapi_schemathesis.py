@@ -24,7 +24,7 @@ from schemathesis.checks import CHECKS, CheckContext, CheckFunction, load_all_ch
 from schemathesis.core.failures import AcceptedNegativeData
 from schemathesis.core.transport import Response
 from schemathesis.generation.meta import CoveragePhaseData, CoverageScenario
-from schemathesis.openapi.checks import RejectedPositiveData, UnsupportedMethodResponse
+from schemathesis.openapi.checks import RejectedPositiveData
 
 from loyalty_grpc.domain.amounts import parse_centavos, parse_importe
 from loyalty_grpc.domain.errors import CodigoError, LoyaltyError
@@ -37,8 +37,6 @@ from tests.e2e.stack import Stack
 DOCUMENT = "/api/v1/openapi.json"
 PROGRAM = "openapi"
 CENTAVOS_FIELDS = ("importe_centavos", "centavos", "amount_cents")
-# Methods schemathesis tries that Envoy's HTTP/1 codec does not parse.
-CODEC_UNKNOWN_METHODS = {"QUERY"}
 
 
 def _demo_program() -> dict[str, Any]:
@@ -74,23 +72,28 @@ SCHEMA.config.generation.update(with_security_parameters=False, deterministic=Tr
 #   across fields is not JSON Schema. A body over its operation's limit is refused by the
 #   gateway with 413 `solicitud_muy_grande` (documented; schemathesis expects a 400 or
 #   422 for a value over its maxLength). Any other acceptance of invalid data fails.
-# - unsupported_method expects 405 with `Allow` for a method the document does not list;
-#   the contract's answer (DESIGN.md §2) is 404 `ruta_no_encontrada` for an unknown path
-#   or method, which `undeclared_method_is_not_found` checks instead.
+# - unsupported_method: a method the document does not list for a path is 405
+#   `metodo_no_permitido` with `Allow` (DESIGN.md §2), as schemathesis expects, except
+#   QUERY without a body, which Envoy's HTTP/1 codec refuses before any route (400
+#   solicitud_invalida). test_undeclared_methods_are_405 checks every other one directly.
 #
 # Checks that pass trivially here by nature: use_after_free and
 # ensure_resource_availability (stateful: the API has no links, no DELETE and no resource
 # path, so `schemathesis run` reports the stateful phase "not applicable");
 # object_level_authorization (needs several identities reading objects by id; every read
-# here is of the key's own program and nothing is addressed by id); allow_header_conformance
-# (only for an OPTIONS answer with `Allow`: Envoy answers 404); missing_required_header (see
-# above). max_response_time is not a `--checks` check (it is `--max-response-time`).
+# here is of the key's own program and nothing is addressed by id); missing_required_header
+# (see above). allow_header_conformance now applies: OPTIONS is answered 405 with `Allow`
+# listing exactly the methods the document declares for the path. max_response_time is
+# not a `--checks` check (it is `--max-response-time`).
 load_all_checks()
 # (All of them are functions; a class-based check would be a custom one, registered by
 # nobody here.)
 BUILT_IN: dict[str, CheckFunction] = {
     check.__name__: check for check in CHECKS.get_all() if not isinstance(check, type)
 }
+# A method schemathesis tries that Envoy's HTTP/1 codec does not always parse (without a
+# body it is a malformed request).
+CODEC_UNKNOWN_METHODS = {"QUERY"}
 FAR_FUTURE = datetime.max.replace(tzinfo=UTC) - timedelta(days=1)
 
 
@@ -159,39 +162,29 @@ def negative_data_rejection(ctx: CheckContext, response: Response, case: Case[An
         raise
 
 
-def undeclared_method_is_not_found(
+def undeclared_method_is_refused(
     ctx: CheckContext, response: Response, case: Case[Any]
 ) -> bool | None:
+    """schemathesis' unsupported_method (405 with `Allow`), except that Envoy's HTTP/1
+    codec refuses QUERY (the newest method) as a malformed request before any route when
+    it comes without a body: 400 solicitud_invalida, as for any method it does not parse."""
     meta = case.meta
-    if meta is None or not isinstance(meta.phase.data, CoveragePhaseData):
-        return None
-    if meta.phase.data.scenario != CoverageScenario.UNSPECIFIED_HTTP_METHOD:
-        return None
-    if response.status_code == 404 and _codigo(response) == CodigoError.RUTA_NO_ENCONTRADA:
-        return None
-    # Envoy's HTTP/1 codec refuses a method it does not know (QUERY, the newest, is not
-    # among them) as a malformed request, before any route: 400 solicitud_invalida.
-    method = str(response.request.method)
     if (
-        method in CODEC_UNKNOWN_METHODS
+        meta is not None
+        and isinstance(meta.phase.data, CoveragePhaseData)
+        and meta.phase.data.scenario == CoverageScenario.UNSPECIFIED_HTTP_METHOD
+        and str(response.request.method) in CODEC_UNKNOWN_METHODS
         and response.status_code == 400
         and _codigo(response) == CodigoError.SOLICITUD_INVALIDA
     ):
         return None
-    raise UnsupportedMethodResponse(
-        operation=case.operation.label,
-        method=method,
-        status_code=response.status_code,
-        failure_reason="wrong_status",
-        message=f"Undeclared method {method} returned {response.status_code}; the contract "
-        "answers 404 `ruta_no_encontrada` to a method the document does not list",
-    )
+    return BUILT_IN["unsupported_method"](ctx, response, case)
 
 
 ADAPTED: dict[str, CheckFunction] = {
     "positive_data_acceptance": positive_data_acceptance,
     "negative_data_rejection": negative_data_rejection,
-    "unsupported_method": undeclared_method_is_not_found,
+    "unsupported_method": undeclared_method_is_refused,
 }
 CHECKS_RUN: list[CheckFunction] = [ADAPTED.get(name, check) for name, check in BUILT_IN.items()]
 
@@ -258,6 +251,26 @@ def test_the_api_conforms_to_its_document(case: Case[Any], stack: Stack, openapi
         checks=CHECKS_RUN,
         timeout=15,
     )
+
+
+UNDECLARED = ["GET", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "TRACE", "HEAD"]
+
+
+def test_undeclared_methods_are_405(stack: Stack, http: httpx.Client, openapi_key: str) -> None:
+    """Every method the document does not list for one of its paths: 405
+    metodo_no_permitido, `Allow` listing exactly the methods it does list (what
+    schemathesis' unsupported_method and allow_header_conformance check)."""
+    document = json.loads((find_gateway_dir() / "openapi.json").read_bytes())
+    for path, operations in document["paths"].items():
+        declared = sorted(method.upper() for method in operations)
+        for method in sorted(set(UNDECLARED) - set(declared)):
+            response = http.request(
+                method, path, headers={"Authorization": f"Bearer {openapi_key}"}
+            )
+            assert response.status_code == 405, (method, path, response.text)
+            assert response.headers["allow"] == ", ".join(declared)
+            if method != "HEAD":
+                assert response.json()["error"]["codigo"] == CodigoError.METODO_NO_PERMITIDO
 
 
 # Found by schemathesis (negative Authorization headers come with random header names):

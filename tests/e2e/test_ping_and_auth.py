@@ -115,7 +115,9 @@ def test_tx_only_key_cannot_resolve(stack: Stack, http: httpx.Client):
 def test_unknown_path_and_method(stack: Stack, http: httpx.Client):
     headers = auth(stack.keys["todo"])
     assert_error(http.get("/api/v1/nope", headers=headers), CodigoError.RUTA_NO_ENCONTRADA)
-    assert_error(http.delete("/api/v1/ping", headers=headers), CodigoError.RUTA_NO_ENCONTRADA)
+    response = http.delete("/api/v1/ping", headers=headers)
+    assert_error(response, CodigoError.METODO_NO_PERMITIDO)
+    assert response.headers["allow"] == "GET, POST"
     assert_error(http.get("/", headers=headers), CodigoError.RUTA_NO_ENCONTRADA)
     assert_error(
         http.post("/loyalty.v1.BackofficeService/ListPrograms", headers=headers),

@@ -408,6 +408,55 @@ def test_state_errors_change_nothing(stack, http, keys, codigo, error):
     assert ledger_total(stack) == entries
 
 
+SEVERAL = (
+    '; parecen {n} códigos en un texto: para canjear varios, envíelos como lista en "codigos" '
+    '(["A", "B"]), uno por elemento'
+)
+
+
+@pytest.mark.parametrize("separator", [", ", ";", " ", "\n"])
+def test_several_codes_in_one_text_point_to_codigos(stack, http, keys, separator):
+    """Issue 23 §3: "HD-0101, HD-0102" as `codigo` is looked up as one text (a code stored
+    before the separator rule may hold a space), not found, and the detalle says where a
+    list of codes goes; nothing is redeemed. Sent as `codigos`, both are."""
+    first, second = fresh(), fresh()
+    entries = ledger_total(stack)
+    response = redeem(http, keys["todo"], {"codigo": f"{first}{separator}{second}"})
+    detalle = assert_error(response, CodigoError.CODIGO_NO_ENCONTRADO)["detalle"]
+    shown_text = json.dumps(f"{first}{separator}{second}")
+    assert detalle == (
+        f"codigo {shown_text}: el programa no tiene ese código" + SEVERAL.format(n=2)
+    )
+    assert stored(stack, first)["estado"] == stored(stack, second)["estado"] == "asignado"
+    assert ledger_total(stack) == entries
+    data = ok(redeem(http, keys["todo"], {"codigos": [first, second]}))
+    assert data["resumen"]["canjeados"] == 2
+
+
+@pytest.mark.parametrize(
+    "codigo",
+    [
+        "HD 001",  # one code typed with a space (pieces of different lengths)
+        "HD-001,",  # one piece
+        "HD-001, HD-\u00e9",  # a piece that is no code (not ASCII)
+    ],
+)
+def test_a_text_that_is_not_a_list_gets_no_hint(stack, http, keys, codigo):
+    detalle = assert_error(
+        redeem(http, keys["todo"], {"codigo": codigo}), CodigoError.CODIGO_NO_ENCONTRADO
+    )["detalle"]
+    assert "codigos" not in detalle
+
+
+def test_a_list_too_long_for_one_code_points_to_codigos(stack, http, keys):
+    """Over 64 characters a text is no code (400 codigo_invalido); a pasted list says so."""
+    text = ", ".join(f"HD-{i:03}" for i in range(1, 11))
+    detalle = assert_error(
+        redeem(http, keys["todo"], {"codigo": text}), CodigoError.CODIGO_INVALIDO
+    )["detalle"]
+    assert detalle.endswith(SEVERAL.format(n=10))
+
+
 @pytest.mark.parametrize(
     ("body", "error", "hint"),
     [

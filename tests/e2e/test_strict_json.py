@@ -274,6 +274,43 @@ def test_what_is_not_json_is_refused(client, recorder, body, problem):
     assert "JSON no válido en la línea" in detalle or "anidado" in detalle
 
 
+DECIMAL_COMMA = '¿un número con coma decimal? va entre comillas ("12,5") o con punto decimal (12.5)'
+
+
+@pytest.mark.parametrize(
+    ("body", "detalle"),
+    [
+        (
+            '{"fan":"DEMO0001","importe":12,5}',
+            f"cuerpo: JSON no válido en la línea 1, columna 32: importe: {DECIMAL_COMMA}",
+        ),
+        (
+            '{"importe": 1234,50, "fan":"DEMO0001"}',
+            f"cuerpo: JSON no válido en la línea 1, columna 18: importe: {DECIMAL_COMMA}",
+        ),
+        (
+            '{"importeCentavos":12,5}',
+            f"cuerpo: JSON no válido en la línea 1, columna 23: importe_centavos: {DECIMAL_COMMA}",
+        ),
+        # A field the request does not have: its name is the client's, never repeated.
+        (
+            '{"propina":10,5,"fan":"A"}',
+            f"cuerpo: JSON no válido en la línea 1, columna 15: el campo anterior: {DECIMAL_COMMA}",
+        ),
+        # Not after a number: the name of a field without quotes, as before.
+        (
+            '{"importe":"12",5}',
+            "cuerpo: JSON no válido en la línea 1, columna 17: "
+            "los nombres de campo van entre comillas dobles",
+        ),
+    ],
+)
+def test_a_decimal_comma_is_named(client, recorder, body, detalle):
+    """Issue 23 §3: `"importe":12,5` read as a second member without a name; a digit
+    where a field name belongs, right after a number, is a decimal comma."""
+    assert refused(*send(client, recorder, "/api/v1/tx", body), body) == detalle
+
+
 @pytest.mark.parametrize(
     ("body", "where"),
     [

@@ -19,6 +19,7 @@ from loyalty_grpc.domain.codes import (
     code_batch_of_list,
     code_text,
     parse_promo_ref,
+    several_codes,
     split_code_stream,
     split_codes,
 )
@@ -289,3 +290,22 @@ def test_fixture_codes_follow_the_same_rules():
         error = error_of(parse_fixture, _fixture_with_code(bad))
         assert error.codigo is CodigoError.FIXTURE_INVALIDO
         assert problem in error.detalle
+
+
+@pytest.mark.parametrize(
+    ("text", "count"),
+    [
+        ("HD-0101, HD-0102", 2),
+        ("HD-0101;HD-0102;HD-0103", 3),
+        ("HD-0101 HD-0102", 2),  # spaces, pieces of one length
+        ("HD-0101\tHD-0102", 2),
+        ("A,B", 2),
+        ("HD-0101", 0),  # one code
+        ("HD 0101", 0),  # spaces, pieces of different lengths: one code typed with a space
+        ("HD-0101,", 0),  # one piece
+        ("HD-0101, HD-é", 0),  # a piece that is no code
+        ("", 0),
+    ],
+)
+def test_several_codes_in_one_text(text: str, count: int) -> None:
+    assert several_codes(text) == count

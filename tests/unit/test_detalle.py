@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from loyalty_grpc.api.errors import envelope, to_grpc_status
-from loyalty_grpc.domain.detalle import ELLIPSIS, MAX_DETALLE, MAX_SHOWN, bounded, shown
+from loyalty_grpc.domain.detalle import ELLIPSIS, HEAD, MAX_DETALLE, MAX_SHOWN, bounded, shown
 from loyalty_grpc.domain.errors import CodigoError, LoyaltyError
 
 LUA = Path(__file__).resolve().parents[2] / "gateway" / "envelope.lua"
@@ -91,8 +91,17 @@ def test_the_metadata_of_an_error_stays_small_whatever_its_detalle():
     assert len(envelope(worst)) < 4 * 1024
 
 
-def test_the_gateways_limit_is_the_same_number():
-    """gateway/envelope.lua shows at most MAX_DETALLE bytes of Envoy's own reply text: the
-    same bound as the server's, so a client sees one limit whoever answered."""
-    found = re.findall(r"^local MAX_DETALLE = (\d+)$", LUA.read_text(encoding="utf-8"), re.M)
-    assert found == [str(MAX_DETALLE)]
+def test_the_gateway_follows_the_same_rules():
+    """gateway/envelope.lua bounds every detalle it writes and shows a client's value (a
+    method, a path) with the same figures as the server, so a client sees one limit
+    whoever answered: scripts/gen_edge.py writes them into its EDGE block from here (once;
+    tests/integration/test_generated_fresh.py keeps the block fresh, and
+    tests/e2e/test_gateway_errors.py compares what the gateway shows with `shown`)."""
+    text = LUA.read_text(encoding="utf-8")
+    found = re.findall(
+        r"^local MAX_DETALLE, DETALLE_HEAD = (\d+), (\d+)$\n"
+        r"^local MAX_SHOWN, ELLIPSIS = (\d+), \"(.)\"$",
+        text,
+        re.M,
+    )
+    assert found == [(str(MAX_DETALLE), str(HEAD), str(MAX_SHOWN), ELLIPSIS)]

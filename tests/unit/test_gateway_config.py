@@ -421,7 +421,7 @@ def test_envoy_direct_responses_map_to_their_catalogue_status(
     for route in routes(config):
         if "direct_response" in route:
             direct = route["direct_response"]
-            if route["match"] == {"path": "/api/v1/openapi.json"}:
+            if route["match"].get("path") == "/api/v1/openapi.json":
                 assert direct == {"status": 200, "body": {"filename": "gateway/openapi.json"}}
                 continue
             assert "body" not in direct  # the body is envelope.lua's

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 import yaml
 
+from loyalty_grpc.api import edge_limits
 from loyalty_grpc.domain.errors import CATALOGO, CodigoError
 from loyalty_grpc.runtime.gateway import config as envoy_config
 from loyalty_grpc.runtime.gateway import shape as envoy_shape
@@ -79,6 +80,17 @@ def threshold(config: dict[str, Any], name: str) -> float:
 
 ACTIONS = "envoy.overload_actions."
 SHED = "envoy.load_shed_points."
+
+
+# ---------------------------------------------------------------- request headers
+
+
+def test_the_header_limit_is_the_one_the_413_names(config: dict[str, Any]) -> None:
+    """envelope.lua's detalle for headers over Envoy's limit (edge_limits.TOO_LARGE_HEADERS)
+    names the limit envoy.yaml sets, and every rendered HTTP listener takes it."""
+    assert hcm(config)["max_request_headers_kb"] == edge_limits.MAX_REQUEST_HEADERS_KB
+    assert f"{edge_limits.MAX_REQUEST_HEADERS_KB} KiB" in edge_limits.TOO_LARGE_HEADERS
+    assert "max_request_headers_kb" in envoy_config.EDGE_LIMITS
 
 
 # ---------------------------------------------------------------- slow and idle requests

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from loyalty_grpc.api.edge_limits import MAX_HINT_DISTANCE, MAX_HINT_PATH, MAX_REQUEST_HEADERS_KB
 from loyalty_grpc.api.requests import MAX_ID_EXTERNO, MAX_LABEL
 from loyalty_grpc.domain.amounts import MAX_CENTAVOS
 from loyalty_grpc.domain.amounts import MAX_TEXTO as MAX_IMPORTE_TEXTO
@@ -42,12 +43,17 @@ IN_DOC = [
     f"shows at most {MAX_DETALLE} bytes",
     f"at most **{MAX_SHOWN} characters** of that escaped text",
     f"has at most {MAX_NOMBRE} characters too",
+    f"(at most {MAX_SHOWN} characters of its escaped text,",
+    f"computed only for paths up to {MAX_HINT_PATH} characters (an",
+    f"edit distance of at most {MAX_HINT_DISTANCE} to each served path",
 ]
 # (page of docs/, what it states)
 IN_PAGES = [
     ("fan.md", f"**At most {MAX_FAN_TEXT} characters** as sent"),
     ("decisions.md", f"`detalle`** is at most {MAX_DETALLE} characters"),
     ("decisions.md", f"at most {MAX_SHOWN} characters of it"),
+    ("decisions.md", f"shows any client value (at most {MAX_SHOWN} characters of it, then `…`)"),
+    ("decisions.md", f"request headers over Envoy's {MAX_REQUEST_HEADERS_KB} KiB"),
     ("coupons.md", f"a name has at most {MAX_NOMBRE} characters"),
     ("roster.md", f"text of more than {MAX_LIMITE_TEXTO} characters"),
     ("coupons.md", f"longer than {MAX_CODE_LENGTH} characters after trimming"),

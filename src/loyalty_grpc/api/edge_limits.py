@@ -208,9 +208,38 @@ def no_body(binding: str) -> str:
 
 # A body over FLOOR on a route that is not a binding (the OpenAPI document, a 404).
 TOO_LARGE_ELSEWHERE: Final = f"cuerpo: pasa de {FLOOR} bytes, lo más que admite esta ruta"
+# Envoy's limit on a request's headers (the HTTP connection manager's
+# max_request_headers_kb in gateway/envoy.yaml; tests/unit/test_gateway_config.py ties the
+# two): over it, HTTP/1.1 gets 431 (the envelope: 413 with this detalle); HTTP/2 gets its
+# stream reset, which carries no text.
+MAX_REQUEST_HEADERS_KB: Final = 60
+TOO_LARGE_HEADERS: Final = (
+    f"cabeceras: pasan de {MAX_REQUEST_HEADERS_KB} KiB, lo más que admite la pasarela"
+)
+# The hint of a 404 (envelope.lua): computed only for a path of at most MAX_HINT_PATH
+# characters, among the served paths within MAX_HINT_DISTANCE edits (insert, delete or
+# change a character) of what was sent, so that its work stays bounded.
+MAX_HINT_PATH: Final = 200
+MAX_HINT_DISTANCE: Final = 2
 # A body whose Content-Type is not JSON (request_check.lua), or any /api/v1/ call labelled
 # as gRPC (envelope.lua: the native-gRPC route would otherwise answer it).
 CONTENT_TYPE_JSON: Final = "Content-Type: debe ser application/json"
+
+
+def methods_by_path() -> dict[str, tuple[str, ...]]:
+    """Each binding's path -> the methods it takes, in alphabetical order (what `Allow`
+    lists on a 405)."""
+    found: dict[str, list[str]] = {}
+    for key in BINDINGS:
+        verb, path = key.split(" ")
+        found.setdefault(path, []).append(verb)
+    return {path: tuple(sorted(verbs)) for path, verbs in sorted(found.items())}
+
+
+def wrong_method(path: str, methods: tuple[str, ...]) -> str:
+    """The start of the detalle of a 405 (metodo_no_permitido): the gateway adds the
+    method that came (", no con PUT")."""
+    return f"{path} se llama con {' o '.join(methods)}"
 
 
 def too_many_members(binding: str) -> str:
@@ -231,12 +260,18 @@ __all__ = [
     "KNOWN_KEY_SECONDS",
     "MAX_BLOCK_SECONDS",
     "MAX_DEPTH",
+    "MAX_HINT_DISTANCE",
+    "MAX_HINT_PATH",
     "MAX_MEMBERS",
+    "MAX_REQUEST_HEADERS_KB",
     "TOO_LARGE_ELSEWHERE",
+    "TOO_LARGE_HEADERS",
     "Binding",
     "Field",
+    "methods_by_path",
     "no_body",
     "too_large",
     "too_many_elements",
     "too_many_members",
+    "wrong_method",
 ]

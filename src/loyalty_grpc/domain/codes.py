@@ -43,6 +43,7 @@ MAX_SHOWN_INVALID = 3
 _SEPARATOR = re.compile(r"[\s,;]")
 _SEPARATORS = re.compile(r"[\s,;]+")
 _PIECE = re.compile(r"[^\s,;]+")
+_LIST_SEPARATOR = re.compile(r"[,;]")
 
 
 def too_many_codes(campo: str, maximo: int) -> str:
@@ -156,6 +157,23 @@ def check_admite_codigos(nombre: str, estado: EstadoPromo) -> None:
 def split_codes(text: str) -> list[str]:
     """Pasted text → the pieces between runs of whitespace, commas and semicolons."""
     return list(_pieces(text))
+
+
+def several_codes(codigo: str) -> int:
+    """How many codes a single code text looks like when it is a pasted list ("HD-0101,
+    HD-0102"): the number of pieces between separators when there are at least two, each
+    could be a new code (`code_problem`), and either a comma or semicolon separates them
+    or they all have the same length ("HD-0101 HD-0102"; "HD 0101" is more likely one
+    code typed with a space); else 0. Only for explaining a code not found: a code stored
+    before the separator rule may itself contain a space."""
+    if not _SEPARATOR.search(codigo):
+        return 0
+    pieces = split_codes(codigo)
+    if len(pieces) < 2 or any(code_problem(code_text(piece)) for piece in pieces):
+        return 0
+    if not _LIST_SEPARATOR.search(codigo) and len({len(piece) for piece in pieces}) > 1:
+        return 0
+    return len(pieces)
 
 
 def _pieces(text: str) -> Iterator[str]:

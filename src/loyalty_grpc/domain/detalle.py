@@ -7,8 +7,8 @@ client's value shown one way. Pure, no I/O.
   message, `google.rpc.ErrorInfo`, and `x-envelope` for the gateway), each at most a few
   KB even if every character had to be escaped; a detalle the size of a request field
   made Envoy's upstream headers overflow, which it took for a broken connection and
-  retried (issue 22 §4). The gateway's limit on the text of its own replies
-  (`gateway/envelope.lua` MAX_DETALLE) is the same number: a test ties the two.
+  retried (issue 22 §4). The gateway's own replies (`gateway/envelope.lua`) follow the
+  same rules, with the figures scripts/gen_edge.py writes into it from here.
 - A client's value, when a detalle shows it at all, goes through `shown`: JSON-quoted,
   every character outside printable ASCII escaped (`\\u0131`: a look-alike letter, a
   zero-width or a control character is visible as what it is), at most MAX_SHOWN
@@ -29,9 +29,11 @@ ELLIPSIS = "…"
 
 # Printable ASCII that JSON writes as itself (not `"` or `\`): shown without escaping.
 _PLAIN = re.compile(r"[ !#-\[\]-~]*")
-# Of a longer detalle, the part kept before the ellipsis; the rest comes from its end,
-# where the problem usually is ("programas[0]…fans[3].correo: falta el campo").
-_HEAD = MAX_DETALLE * 2 // 3
+HEAD = MAX_DETALLE * 2 // 3
+"""Of a longer detalle, the characters kept before the ellipsis; the rest comes from its
+end, where the problem usually is ("programas[0]…fans[3].correo: falta el campo").
+gateway/envelope.lua applies the same rule to the detalles it writes (MAX_DETALLE, HEAD,
+MAX_SHOWN and ELLIPSIS written into it by scripts/gen_edge.py)."""
 
 
 def shown(value: str, *, quote: bool = True) -> str:
@@ -65,8 +67,8 @@ def bounded(detalle: str) -> str:
     characters around an ellipsis."""
     if len(detalle) <= MAX_DETALLE:
         return detalle
-    tail = MAX_DETALLE - _HEAD - len(ELLIPSIS)
-    return detalle[:_HEAD] + ELLIPSIS + detalle[-tail:]
+    tail = MAX_DETALLE - HEAD - len(ELLIPSIS)
+    return detalle[:HEAD] + ELLIPSIS + detalle[-tail:]
 
 
-__all__ = ["ELLIPSIS", "MAX_DETALLE", "MAX_SHOWN", "bounded", "shown"]
+__all__ = ["ELLIPSIS", "HEAD", "MAX_DETALLE", "MAX_SHOWN", "bounded", "shown"]

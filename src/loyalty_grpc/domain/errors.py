@@ -29,11 +29,11 @@ class CodigoError(StrEnum):
     CODIGO_NO_ENCONTRADO = "codigo_no_encontrado"
     PROMO_NO_ENCONTRADA = "promo_no_encontrada"
     RUTA_NO_ENCONTRADA = "ruta_no_encontrada"
+    METODO_NO_PERMITIDO = "metodo_no_permitido"
     TIEMPO_AGOTADO = "tiempo_agotado"
     CODIGO_LIBERADO = "codigo_liberado"
     CODIGO_NO_ASIGNADO = "codigo_no_asignado"
     PROMO_NO_ADMITE_CODIGOS = "promo_no_admite_codigos"
-    OPERACION_EN_CURSO = "operacion_en_curso"
     SOLICITUD_MUY_GRANDE = "solicitud_muy_grande"
     ID_EXTERNO_EN_CONFLICTO = "id_externo_en_conflicto"
     DEMASIADAS_LLAMADAS = "demasiadas_llamadas"
@@ -184,7 +184,16 @@ CATALOGO: dict[CodigoError, Entrada] = {
             404,
             "NOT_FOUND",
             "La ruta no existe.",
-            "unknown path or method (Envoy)",
+            "unknown path (Envoy); `detalle` suggests the real path when the one sent is "
+            "close to it (a typo, the case, another version)",
+        ),
+        _e(
+            C.METODO_NO_PERMITIDO,
+            405,
+            "UNIMPLEMENTED",
+            "El método no se admite en esta ruta.",
+            "a known path with a method it does not take (HEAD and OPTIONS included); "
+            "`Allow` lists the path's methods, `detalle` names the one to use (Envoy)",
         ),
         _e(
             C.TIEMPO_AGOTADO,
@@ -216,13 +225,6 @@ CATALOGO: dict[CodigoError, Entrada] = {
             "`codes` into a `terminada` promotion",
         ),
         _e(
-            C.OPERACION_EN_CURSO,
-            409,
-            "ABORTED",
-            "La operación ya está en curso.",
-            "the same `id_externo` is being processed right now",
-        ),
-        _e(
             C.SOLICITUD_MUY_GRANDE,
             413,
             "INVALID_ARGUMENT",
@@ -230,8 +232,9 @@ CATALOGO: dict[CodigoError, Entrada] = {
             "body over its operation's limit, refused from Content-Length or while it is read "
             "(bytes: tx 12288, fan/resolve 8192, redeem 73728, codes 704512, POST ping and "
             "roster 4096; api/edge_limits.py), an object of more than 64 members or a list of "
-            "more elements than the operation takes, headers over the server's metadata limit "
-            "(detalle names the operation and its limit)",
+            "more elements than the operation takes, request headers over Envoy's limit "
+            "(detalle names the operation or the headers, and the limit); also headers over "
+            "the server's metadata limit, which is above Envoy's",
         ),
         _e(
             C.ID_EXTERNO_EN_CONFLICTO,

@@ -26,7 +26,12 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
-from loyalty_grpc.domain.codes import MAX_CODE_LENGTH, code_problem, too_many_codes
+from loyalty_grpc.domain.codes import (
+    MAX_CODE_LENGTH,
+    code_problem,
+    several_codes,
+    too_many_codes,
+)
 from loyalty_grpc.domain.detalle import shown
 from loyalty_grpc.domain.errors import CodigoError, LoyaltyError
 from loyalty_grpc.domain.promos import EstadoCodigo
@@ -101,6 +106,8 @@ class Paso:
             Desenlace.NO_ASIGNADO: "no se ha entregado a ningún fan; no se puede canjear",
             Desenlace.NO_ENCONTRADO: "el programa no tiene ese código",
         }[self.desenlace]
+        if codigo is CodigoError.CODIGO_NO_ENCONTRADO:
+            detalle += _several_hint(self.codigo)
         return LoyaltyError(codigo, f"codigo {shown(self.codigo)}: {detalle}")
 
 
@@ -113,6 +120,18 @@ class Resumen:
     canjeados: int
     duplicados: int
     rechazados: int
+
+
+def _several_hint(codigo: str) -> str:
+    """For a code text not found (or too long to be one) that looks like several codes
+    pasted into one text: where they go. Empty otherwise."""
+    several = several_codes(codigo)
+    if not several:
+        return ""
+    return (
+        f"; parecen {several} códigos en un texto: para canjear varios, envíelos como "
+        'lista en "codigos" (["A", "B"]), uno por elemento'
+    )
 
 
 def could_exist(codigo: str) -> bool:
@@ -135,7 +154,8 @@ def check_length(codigo: str, campo: str, index: int | None = None) -> None:
         where = campo if index is None else f"{campo}[{index}]"
         raise LoyaltyError(
             CodigoError.CODIGO_INVALIDO,
-            f"{where} {shown(codigo)}: {code_problem(codigo)}; ningún código es tan largo",
+            f"{where} {shown(codigo)}: {code_problem(codigo)}; ningún código es tan largo"
+            + _several_hint(codigo),
         )
 
 

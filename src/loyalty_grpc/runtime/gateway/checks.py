@@ -97,7 +97,8 @@ def check_gateway_mark(config: dict[str, Any]) -> None:
 
 
 # The one route that forwards without being a binding: its requests (any other /api/v1/
-# path or method) are answered 404 by envelope.lua's edge from their headers.
+# path or method) are answered by envelope.lua's edge from their headers (405 for a served
+# path with another method, else 404).
 UNKNOWN_API_ROUTE = "api_v1"
 _EDGE_BLOCK = re.compile(r"-- BEGIN EDGE.*?\nlocal BINDINGS = \{\n(.*?)\n\}", re.DOTALL)
 _EDGE_BINDING = re.compile(r'^\s*\["([A-Z]+ /[^"]*)"\] = \{', re.MULTILINE)

@@ -74,6 +74,7 @@ HEAP_MONITOR = "envoy.resource_monitors.fixed_heap"
 # why), which every HTTP listener rendered here takes from the API listener's.
 EDGE_LIMITS = (
     "request_headers_timeout",
+    "max_request_headers_kb",
     "request_timeout",
     "stream_idle_timeout",
     "common_http_protocol_options",

@@ -116,8 +116,9 @@ class PosServiceServicer:
 
     def RegisterTx(self, request, context):
         """POST /api/v1/tx: registers a closed sale and credits points. Permission tx:escribir.
-        Idempotent by id_externo. Errors: importe_invalido, ts_invalido, moneda_no_soportada,
-        fan_no_encontrado, id_externo_en_conflicto (422), operacion_en_curso.
+        Idempotent by id_externo (a call while the same sale is being applied waits for it
+        and answers duplicado). Errors: importe_invalido, ts_invalido, moneda_no_soportada,
+        fan_no_encontrado, id_externo_en_conflicto (422).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -75,8 +75,9 @@ class PosServiceStub:
     """
     RegisterTx: _grpc.UnaryUnaryMultiCallable[_pos_service_pb2.RegisterTxRequest, _pos_service_pb2.RegisterTxResponse]
     """POST /api/v1/tx: registers a closed sale and credits points. Permission tx:escribir.
-    Idempotent by id_externo. Errors: importe_invalido, ts_invalido, moneda_no_soportada,
-    fan_no_encontrado, id_externo_en_conflicto (422), operacion_en_curso.
+    Idempotent by id_externo (a call while the same sale is being applied waits for it
+    and answers duplicado). Errors: importe_invalido, ts_invalido, moneda_no_soportada,
+    fan_no_encontrado, id_externo_en_conflicto (422).
     """
     Redeem: _grpc.UnaryUnaryMultiCallable[_pos_service_pb2.RedeemRequest, _pos_service_pb2.RedeemResponse]
     """POST /api/v1/redeem: redeems one coupon code (`codigo`) or a batch (`codigos`).
@@ -121,8 +122,9 @@ class PosServiceAsyncStub(PosServiceStub):
     """
     RegisterTx: _aio.UnaryUnaryMultiCallable[_pos_service_pb2.RegisterTxRequest, _pos_service_pb2.RegisterTxResponse]  # type: ignore[assignment]
     """POST /api/v1/tx: registers a closed sale and credits points. Permission tx:escribir.
-    Idempotent by id_externo. Errors: importe_invalido, ts_invalido, moneda_no_soportada,
-    fan_no_encontrado, id_externo_en_conflicto (422), operacion_en_curso.
+    Idempotent by id_externo (a call while the same sale is being applied waits for it
+    and answers duplicado). Errors: importe_invalido, ts_invalido, moneda_no_soportada,
+    fan_no_encontrado, id_externo_en_conflicto (422).
     """
     Redeem: _aio.UnaryUnaryMultiCallable[_pos_service_pb2.RedeemRequest, _pos_service_pb2.RedeemResponse]  # type: ignore[assignment]
     """POST /api/v1/redeem: redeems one coupon code (`codigo`) or a batch (`codigos`).
@@ -188,8 +190,9 @@ class PosServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_pos_service_pb2.RegisterTxResponse, _abc.Awaitable[_pos_service_pb2.RegisterTxResponse]]:
         """POST /api/v1/tx: registers a closed sale and credits points. Permission tx:escribir.
-        Idempotent by id_externo. Errors: importe_invalido, ts_invalido, moneda_no_soportada,
-        fan_no_encontrado, id_externo_en_conflicto (422), operacion_en_curso.
+        Idempotent by id_externo (a call while the same sale is being applied waits for it
+        and answers duplicado). Errors: importe_invalido, ts_invalido, moneda_no_soportada,
+        fan_no_encontrado, id_externo_en_conflicto (422).
         """
 
     @_abc_1.abstractmethod
