@@ -35,6 +35,7 @@ from typing import Any
 
 from google.api import annotations_pb2
 from google.protobuf.descriptor import Descriptor, FieldDescriptor, MethodDescriptor
+from proto_comments import comments
 
 from loyalty_grpc.api.native_fields import json_fields
 from loyalty_grpc.api.requests import MAX_ID_EXTERNO, MAX_LABEL
@@ -650,7 +651,10 @@ EXTRA_SCHEMAS: dict[str, Schema] = {
         "description": "An entry of a batch whose code was redeemed, now or before.",
         "properties": {
             "codigo": {"type": "string"},
-            "ok": {"const": True},
+            "ok": {
+                "const": True,
+                "description": "The code was redeemed, by this call or before (`duplicado`).",
+            },
             "estado": {"const": "canjeado"},
             "duplicado": {"type": "boolean"},
             "promo": {"type": "string"},
@@ -675,7 +679,7 @@ EXTRA_SCHEMAS: dict[str, Schema] = {
         "description": "An entry of a batch whose code was not redeemed.",
         "properties": {
             "codigo": {"type": "string"},
-            "ok": {"const": False},
+            "ok": {"const": False, "description": "The code was not redeemed: `error` says why."},
             "error": {
                 "type": "object",
                 "properties": {
@@ -690,6 +694,32 @@ EXTRA_SCHEMAS: dict[str, Schema] = {
         "additionalProperties": False,
     },
 }
+
+# The proto fields whose comments describe EXTRA_SCHEMAS' properties (the batch entries
+# are google.protobuf.Struct on the JSON side; their fields are the single form's).
+EXTRA_COMMENTS = {
+    "RedeemBatchEntryOk": {
+        "codigo": "loyalty.v1.RedeemResultado.codigo",
+        "estado": "loyalty.v1.RedeemData.estado",
+        "duplicado": "loyalty.v1.RedeemData.duplicado",
+        "promo": "loyalty.v1.RedeemData.promo",
+        "fan": "loyalty.v1.RedeemData.fan",
+    },
+    "RedeemBatchEntryError": {
+        "codigo": "loyalty.v1.RedeemResultado.codigo",
+        "error": "loyalty.v1.RedeemResultado.error",
+    },
+}
+
+
+def extra_schemas() -> dict[str, Schema]:
+    """EXTRA_SCHEMAS, each property described by its proto field's comment."""
+    described = json.loads(json.dumps(EXTRA_SCHEMAS))
+    for name, fields in EXTRA_COMMENTS.items():
+        for prop, full_name in fields.items():
+            described[name]["properties"][prop]["description"] = comments()[full_name]
+    return described
+
 
 # One line per operation (the proto's comments are not in the runtime descriptors).
 SUMMARIES = {
@@ -897,10 +927,17 @@ class Builder:
         return _ref("schemas", name)
 
     def _properties(self, descriptor: Descriptor, names: list[str]) -> dict[str, Schema]:
-        return {
-            name: self.field(descriptor.fields_by_name[name], f"{descriptor.name}.{name}")
-            for name in names
-        }
+        """Each field's schema, described by its comment in the proto where the schema
+        says nothing itself."""
+        properties = {}
+        for name in names:
+            field = descriptor.fields_by_name[name]
+            schema = self.field(field, f"{descriptor.name}.{name}")
+            comment = comments().get(field.full_name)
+            if comment and "description" not in schema:
+                schema["description"] = comment
+            properties[name] = schema
+        return properties
 
     def _object(self, descriptor: Descriptor) -> Schema:
         """A response object. Printed always: plain scalars (always_print_primitive_fields),
@@ -1121,7 +1158,7 @@ def build() -> Schema:
                 operation["parameters"] = params
         paths.setdefault(path, {})[verb] = operation
 
-    schemas = {**builder.schemas, **EXTRA_SCHEMAS, "ErrorEnvelope": ERROR_ENVELOPE}
+    schemas = {**builder.schemas, **extra_schemas(), "ErrorEnvelope": ERROR_ENVELOPE}
     return {
         "openapi": "3.1.0",
         "info": {

@@ -42,6 +42,11 @@ PROPERTY_SETTINGS = settings(max_examples=600, derandomize=True, deadline=None, 
 
 
 def _load_generator() -> ModuleType:
+    """scripts/gen_openapi.py as a module; it imports its sibling scripts as a script
+    does (proto_comments, gen_proto), so their folder is on the path while it loads."""
+    scripts = str(ROOT / "scripts")
+    if scripts not in sys.path:
+        sys.path.append(scripts)
     spec = importlib.util.spec_from_file_location(
         "gen_openapi", ROOT / "scripts" / "gen_openapi.py"
     )
