@@ -714,7 +714,7 @@ EXTRA_COMMENTS = {
 
 def extra_schemas() -> dict[str, Schema]:
     """EXTRA_SCHEMAS, each property described by its proto field's comment."""
-    described = json.loads(json.dumps(EXTRA_SCHEMAS))
+    described: dict[str, Schema] = json.loads(json.dumps(EXTRA_SCHEMAS))
     for name, fields in EXTRA_COMMENTS.items():
         for prop, full_name in fields.items():
             described[name]["properties"][prop]["description"] = comments()[full_name]
