@@ -508,15 +508,18 @@ FIELD_SCHEMAS: dict[str, Schema] = {
     "RegisterTxData.puntos_acreditados": TX_ACREDITADOS,
     "RedeemData.puntos_otorgados": CANJE_OTORGADOS,
     "RedeemData.puntos_acreditados": CANJE_ACREDITADOS,
-    "PingData.modo": {"enum": ["vivo", "prueba"]},
-    "PingGetData.modo": {"enum": ["vivo", "prueba"]},
-    "PingData.permisos": {"type": "array", "items": {"enum": [p.value for p in Permiso]}},
+    "PingData.modo": {"type": "string", "enum": ["vivo", "prueba"]},
+    "PingGetData.modo": {"type": "string", "enum": ["vivo", "prueba"]},
+    "PingData.permisos": {
+        "type": "array",
+        "items": {"type": "string", "enum": [p.value for p in Permiso]},
+    },
     "PingData.hora": DATE_TIME,
     "PingGetData.hora": DATE_TIME,
-    "Promo.estado": {"enum": [e.value for e in EstadoPromo]},
-    "PromoRef.estado": {"enum": [e.value for e in EstadoPromo]},
+    "Promo.estado": {"type": "string", "enum": [e.value for e in EstadoPromo]},
+    "PromoRef.estado": {"type": "string", "enum": [e.value for e in EstadoPromo]},
     "Promo.vigencia_fin": DATE,
-    "RosterFan.estado": {"enum": [e.value for e in EstadoFan]},
+    "RosterFan.estado": {"type": "string", "enum": [e.value for e in EstadoFan]},
     "RosterFan.actualizado": DATE_TIME,
     "Baja.en": DATE_TIME,
 }
@@ -683,7 +686,7 @@ EXTRA_SCHEMAS: dict[str, Schema] = {
             "error": {
                 "type": "object",
                 "properties": {
-                    "codigo": {"enum": [c.value for c in REDEEM_ENTRY_ERRORS]},
+                    "codigo": {"type": "string", "enum": [c.value for c in REDEEM_ENTRY_ERRORS]},
                     "mensaje": {"type": "string"},
                 },
                 "required": ["codigo", "mensaje"],
@@ -1043,7 +1046,9 @@ def error_responses() -> dict[str, Schema]:
                         "allOf": [_ref("schemas", "ErrorEnvelope")],
                         "properties": {
                             "error": {
-                                "properties": {"codigo": {"enum": [c.value for c in codigos]}}
+                                "properties": {
+                                    "codigo": {"type": "string", "enum": [c.value for c in codigos]}
+                                }
                             }
                         },
                     }
