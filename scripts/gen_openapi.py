@@ -1019,8 +1019,8 @@ class Builder:
 
 
 def _error_response(codigos: list[CodigoError], status: int) -> Schema:
-    """One HTTP status's error answer: `codigos` (all of that status) listed with when each
-    is sent, and the enum of `error.codigo`."""
+    """An error answer of one HTTP status: `codigos` (all of that status) listed with when
+    each is sent, and the enum of `error.codigo` they make."""
     lines = [f"- `{c.value}`: {CATALOGO[c].cuando}" for c in sorted(codigos)]
     headers = {
         "RateLimit": _ref("headers", "RateLimit"),
