@@ -268,7 +268,8 @@ def errors_part(doc: Document, op: dict[str, Any]) -> list[str]:
     out = ["### Errors", ""]
     out += [
         'Every failure is `{"ok": false, "error": {"codigo", "mensaje", "detalle"}}` '
-        "([the catalogue](errors.md)). The `codigo`s each HTTP status carries:",
+        "([the catalogue](errors.md)). The `codigo`s this operation can answer, by HTTP status "
+        "(`api/operation_errors.py`):",
         "",
         "| HTTP | `codigo`: when |",
         "|---|---|",

@@ -1,6 +1,7 @@
 """Generate gateway/openapi.json, the OpenAPI 3.1 document of the JSON API, from its single
 sources: the HTTP bindings and messages of loyalty.v1.PosService (the compiled proto
-descriptors), the error catalogue (domain/errors.py CATALOGO), the permission table
+descriptors), the error catalogue (domain/errors.py CATALOGO) and the codigos each
+operation can answer (api/operation_errors.py), the permission table
 (domain/permissions.py REQUIRED), the limits of the request parsers (imported from the
 modules that enforce them) and the demo fixture (runtime/cli/demo_fixture.json: every example
 names its fans, codes and promotions). Envoy serves the file at /api/v1/openapi.json.
@@ -27,6 +28,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from importlib import resources
@@ -38,6 +40,7 @@ from google.protobuf.descriptor import Descriptor, FieldDescriptor, MethodDescri
 from proto_comments import comments
 
 from loyalty_grpc.api.native_fields import json_fields
+from loyalty_grpc.api.operation_errors import EDGE, NOT_AN_OPERATIONS_ANSWER, OPERATION_ERRORS
 from loyalty_grpc.api.requests import MAX_ID_EXTERNO, MAX_LABEL
 from loyalty_grpc.domain.amounts import MAX_CENTAVOS, parse_importe, points_for
 from loyalty_grpc.domain.codes import MAX_CODE_LENGTH, MAX_CODES_PER_CALL
@@ -1015,47 +1018,74 @@ class Builder:
         return {"type": "array", "items": item} if field.is_repeated else item
 
 
-# A status no declared operation answers: 405 metodo_no_permitido is the answer to a
-# method the document does not list for the path (with `Allow`); components/responses
-# keeps it documented.
-NOT_AN_OPERATIONS_ANSWER = {f"Error{CATALOGO[CodigoError.METODO_NO_PERMITIDO].http}"}
-
-
-def error_responses() -> dict[str, Schema]:
-    """components/responses: one per HTTP status of the catalogue (HTTP API entries)."""
-    by_status: dict[int, list[CodigoError]] = {}
-    for entrada in CATALOGO.values():
-        if not entrada.interno:
-            by_status.setdefault(entrada.http, []).append(entrada.codigo)
-    responses: dict[str, Schema] = {}
-    for status in sorted(by_status):
-        codigos = sorted(by_status[status])
-        lines = [f"- `{c.value}`: {CATALOGO[c].cuando}" for c in codigos]
-        headers = {
-            "RateLimit": _ref("headers", "RateLimit"),
-            "RateLimit-Policy": _ref("headers", "RateLimit-Policy"),
-        }
-        if status == 429:
-            headers["Retry-After"] = _ref("headers", "Retry-After")
-        responses[f"Error{status}"] = {
-            "description": "\n".join(lines),
-            "headers": headers,
-            "content": {
-                "application/json": {
-                    "schema": {
-                        "allOf": [_ref("schemas", "ErrorEnvelope")],
-                        "properties": {
-                            "error": {
-                                "properties": {
-                                    "codigo": {"type": "string", "enum": [c.value for c in codigos]}
+def _error_response(codigos: list[CodigoError], status: int) -> Schema:
+    """An error answer of one HTTP status: `codigos` (all of that status) listed with when
+    each is sent, and the enum of `error.codigo` they make."""
+    lines = [f"- `{c.value}`: {CATALOGO[c].cuando}" for c in sorted(codigos)]
+    headers = {
+        "RateLimit": _ref("headers", "RateLimit"),
+        "RateLimit-Policy": _ref("headers", "RateLimit-Policy"),
+    }
+    if status == 429:
+        headers["Retry-After"] = _ref("headers", "Retry-After")
+    return {
+        "description": "\n".join(lines),
+        "headers": headers,
+        "content": {
+            "application/json": {
+                "schema": {
+                    "allOf": [_ref("schemas", "ErrorEnvelope")],
+                    "properties": {
+                        "error": {
+                            "properties": {
+                                "codigo": {
+                                    "type": "string",
+                                    "enum": [c.value for c in sorted(codigos)],
                                 }
                             }
-                        },
-                    }
+                        }
+                    },
                 }
-            },
-        }
-    return responses
+            }
+        },
+    }
+
+
+def _by_status(codigos: Iterable[CodigoError]) -> dict[int, list[CodigoError]]:
+    by_status: dict[int, list[CodigoError]] = {}
+    for codigo in sorted(codigos):
+        by_status.setdefault(CATALOGO[codigo].http, []).append(codigo)
+    return {status: by_status[status] for status in sorted(by_status)}
+
+
+# The codigos any call can get (api/operation_errors.EDGE) by status: an operation whose
+# codigos of a status are only these refers to the shared response of components/responses.
+EDGE_BY_STATUS = _by_status(EDGE)
+
+
+def operation_error_responses(method: str) -> dict[str, Schema]:
+    """An operation's error responses: the statuses of the codigos it can answer
+    (api/operation_errors.py), each with the enum of those codigos (a `$ref` to the
+    shared response when they are the codigos any call can get with that status)."""
+    return {
+        str(status): _ref("responses", f"Error{status}")
+        if codigos == EDGE_BY_STATUS.get(status)
+        else _error_response(codigos, status)
+        for status, codigos in _by_status(OPERATION_ERRORS[method]).items()
+    }
+
+
+def shared_error_responses() -> dict[str, Schema]:
+    """components/responses: per status, the codigos any call can get (the edge's), and
+    the answers of the routes themselves, no operation's (a path no operation has, a
+    method the path does not take), kept documented here."""
+    routes = _by_status(NOT_AN_OPERATIONS_ANSWER)
+    if routes.keys() & EDGE_BY_STATUS.keys():
+        raise SystemExit(f"a status both of every call and of no operation: {routes}")
+    return {
+        f"Error{status}": _error_response(codigos, status)
+        for status, codigos in sorted({**EDGE_BY_STATUS, **routes}.items())
+    }
 
 
 ERROR_ENVELOPE: Schema = {
@@ -1127,11 +1157,7 @@ def build() -> Schema:
                     },
                     "content": {"application/json": success_media},
                 },
-                **{
-                    name.removeprefix("Error"): _ref("responses", name)
-                    for name in error_responses()
-                    if name not in NOT_AN_OPERATIONS_ANSWER
-                },
+                **operation_error_responses(method.name),
             },
         }
         request = method.input_type
@@ -1196,7 +1222,7 @@ def build() -> Schema:
                 }
             },
             "headers": HEADERS,
-            "responses": error_responses(),
+            "responses": shared_error_responses(),
             "schemas": {name: schemas[name] for name in sorted(schemas)},
         },
     }

@@ -21,13 +21,14 @@ import schemathesis
 from hypothesis import HealthCheck, Phase, settings
 from schemathesis import Case
 from schemathesis.checks import CHECKS, CheckContext, CheckFunction, load_all_checks
-from schemathesis.core.failures import AcceptedNegativeData
+from schemathesis.core.failures import AcceptedNegativeData, FailureGroup
 from schemathesis.core.transport import Response
 from schemathesis.generation.meta import CoveragePhaseData, CoverageScenario
 from schemathesis.openapi.checks import RejectedPositiveData
 
+from loyalty_grpc.api.operation_errors import OPERATION_ERRORS
 from loyalty_grpc.domain.amounts import parse_centavos, parse_importe
-from loyalty_grpc.domain.errors import CodigoError, LoyaltyError
+from loyalty_grpc.domain.errors import CATALOGO, CodigoError, LoyaltyError
 from loyalty_grpc.domain.timestamps import parse_ts
 from loyalty_grpc.runtime.gateway.config import (
     find_gateway_dir,
@@ -251,6 +252,44 @@ def test_the_api_conforms_to_its_document(case: Case[Any], stack: Stack, openapi
         checks=CHECKS_RUN,
         timeout=15,
     )
+
+
+def _conforms(case: Case[Any], codigo: CodigoError) -> bool:
+    """Whether schemathesis' status and body checks take `codigo`'s envelope (with its
+    catalogue status) as an answer of the case's operation."""
+    operation = case.operation
+    response = httpx.Response(
+        CATALOGO[codigo].http,
+        json={"ok": False, "error": {"codigo": codigo.value, "mensaje": "x"}},
+        request=httpx.Request(operation.method.upper(), f"http://127.0.0.1{operation.path}"),
+    )
+    response.elapsed = timedelta(0)
+    checks = [BUILT_IN["status_code_conformance"], BUILT_IN["response_schema_conformance"]]
+    try:
+        case.validate_response(response, checks=checks)
+    except FailureGroup:
+        return False
+    return True
+
+
+@pytest.mark.parametrize("method", list(OPERATION_ERRORS))
+def test_the_checks_hold_each_operation_to_its_own_codigos(method: str) -> None:
+    """What makes the run above tie api/operation_errors.py to the real answers: for each
+    operation, schemathesis' checks take an envelope with any of its codigos and refuse
+    one with any other codigo of the HTTP API (POST /api/v1/ping answering 404
+    codigo_no_encontrado, or fan/resolve answering 404 codigo_no_encontrado, fails)."""
+    (path, verb) = next(
+        (path, verb)
+        for path, operations in SCHEMA.raw_schema["paths"].items()
+        for verb, operation in operations.items()
+        if operation["operationId"] == method
+    )
+    case = SCHEMA[path][verb.upper()].Case()
+    for codigo, entrada in CATALOGO.items():
+        if entrada.interno:
+            continue
+        expected = codigo in OPERATION_ERRORS[method]
+        assert _conforms(case, codigo) is expected, (method, codigo.value)
 
 
 UNDECLARED = ["GET", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "TRACE", "HEAD"]

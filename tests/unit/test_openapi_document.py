@@ -23,10 +23,11 @@ from hypothesis import strategies as st
 from schemathesis.specs.openapi.definitions import OPENAPI_31
 
 from loyalty_grpc.api.native_fields import native_fields
+from loyalty_grpc.api.operation_errors import NOT_AN_OPERATIONS_ANSWER, OPERATION_ERRORS
 from loyalty_grpc.domain.amounts import parse_importe
 from loyalty_grpc.domain.ascii import ascii_upper
 from loyalty_grpc.domain.codes import code_batch_of_json
-from loyalty_grpc.domain.errors import LoyaltyError
+from loyalty_grpc.domain.errors import CATALOGO, CodigoError, LoyaltyError
 from loyalty_grpc.domain.fixture import parse_fixture
 from loyalty_grpc.domain.promos import EstadoCodigo, EstadoFan
 from loyalty_grpc.domain.redeem import _ERRORES
@@ -586,3 +587,45 @@ def test_native_only_fields_are_not_in_the_document():
     walk(DOCUMENT)
     assert not names & properties
     assert not {"PromoActual", "RedeemResultados", "RedeemResultado"} & set(SCHEMAS)
+
+
+def _error_codigos(response: dict[str, Any]) -> list[str]:
+    """The `error.codigo` enum of an error response (a `$ref` to components/responses or
+    the operation's own)."""
+    ref = response.get("$ref")
+    if isinstance(ref, str):
+        response = DOCUMENT["components"]["responses"][ref.rsplit("/", 1)[-1]]
+    schema = response["content"]["application/json"]["schema"]
+    assert schema["allOf"] == [{"$ref": "#/components/schemas/ErrorEnvelope"}]
+    codigos: list[str] = schema["properties"]["error"]["properties"]["codigo"]["enum"]
+    lines = response["description"].splitlines()
+    assert lines == [f"- `{c}`: {CATALOGO[CodigoError(c)].cuando}" for c in codigos]
+    return codigos
+
+
+def test_each_operation_lists_its_own_codigos() -> None:
+    """Each operation's error responses are the statuses of the codigos it can answer
+    (api/operation_errors.py), each with exactly those of its codigos that have the
+    status: POST /api/v1/ping does not offer 404 codigo_no_encontrado."""
+    for methods in DOCUMENT["paths"].values():
+        for operation in methods.values():
+            listed: set[str] = set()
+            for status, response in operation["responses"].items():
+                if status == "200":
+                    continue
+                codigos = _error_codigos(response)
+                assert {CATALOGO[CodigoError(c)].http for c in codigos} == {int(status)}
+                listed |= set(codigos)
+            expected = OPERATION_ERRORS[operation["operationId"]]
+            assert listed == {c.value for c in expected}, operation["operationId"]
+
+
+def test_the_routes_own_answers_stay_documented() -> None:
+    """ruta_no_encontrada and metodo_no_permitido are no operation's answer; the document
+    keeps them in components/responses."""
+    documented = {
+        codigo
+        for response in DOCUMENT["components"]["responses"].values()
+        for codigo in _error_codigos(response)
+    }
+    assert documented >= {c.value for c in NOT_AN_OPERATIONS_ANSWER}
