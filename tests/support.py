@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import bisect
 import socket
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -159,3 +160,26 @@ def max_in_any_window(admitted: list[float]) -> int:
     for i, a in enumerate(admitted):
         best = max(best, bisect.bisect_left(admitted, a + WINDOW_SECONDS) - i)
     return best
+
+
+def run_together(calls: list[Callable[[], Any]]) -> list[Any]:
+    """Start every call at once (a barrier), in threads; re-raise the first failure."""
+    barrier = threading.Barrier(len(calls))
+    results: list[Any] = [None] * len(calls)
+    errors: list[BaseException] = []
+
+    def run(i: int, call: Callable[[], Any]) -> None:
+        barrier.wait()
+        try:
+            results[i] = call()
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(i, c)) for i, c in enumerate(calls)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)
+    if errors:
+        raise errors[0]
+    return results

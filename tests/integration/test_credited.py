@@ -50,6 +50,7 @@ from loyalty_grpc.store.tables import (
     promos,
 )
 from loyalty_grpc.store.uow import UnitOfWork, run_in_uow
+from tests.support import run_together
 
 P = "acred"
 FANS = [f"ACR{i:02}" for i in range(1, 7)]
@@ -162,29 +163,6 @@ def sale(centavos: int = 12_345, fan: str = FANS[1], id_externo: str | None = No
 def redemption() -> Redemption:
     now = datetime.now(UTC)
     return Redemption(terminal="Caja 1", ts=now, now=now)
-
-
-def run_together(calls: list[Callable[[], Any]]) -> list[Any]:
-    """Start every call at once (a barrier), in threads; re-raise the first failure."""
-    barrier = threading.Barrier(len(calls))
-    results: list[Any] = [None] * len(calls)
-    errors: list[BaseException] = []
-
-    def run(i: int, call: Callable[[], Any]) -> None:
-        barrier.wait()
-        try:
-            results[i] = call()
-        except BaseException as exc:
-            errors.append(exc)
-
-    threads = [threading.Thread(target=run, args=(i, c)) for i, c in enumerate(calls)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(120)
-    if errors:
-        raise errors[0]
-    return results
 
 
 def ledger_credit_of_code(engine: Engine, codigo: str) -> int:

@@ -9,7 +9,6 @@ import itertools
 import json
 import random
 import secrets
-import threading
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from decimal import Decimal
@@ -30,6 +29,7 @@ from loyalty_grpc.store.db import make_engine
 from loyalty_grpc.store.ledger import move_many
 from loyalty_grpc.store.tables import LEDGER_MISMATCH_SQL, claves, codigos, fans, movimientos
 from loyalty_grpc.store.uow import run_in_uow
+from tests.support import run_together
 
 P = "conc"
 FANS = [f"CON{i:02}" for i in range(1, 9)]
@@ -113,29 +113,6 @@ def take(n: int) -> list[str]:
     numbers = [next(_next_code) for _ in range(n)]
     assert numbers[-1] <= CODES
     return [f"C-{i:04}" for i in numbers]
-
-
-def run_together(calls: list[Callable[[], Any]]) -> list[Any]:
-    """Start every call at once (a barrier), in threads; re-raise the first failure."""
-    barrier = threading.Barrier(len(calls))
-    results: list[Any] = [None] * len(calls)
-    errors: list[BaseException] = []
-
-    def run(i: int, call: Callable[[], Any]) -> None:
-        barrier.wait()
-        try:
-            results[i] = call()
-        except BaseException as exc:
-            errors.append(exc)
-
-    threads = [threading.Thread(target=run, args=(i, c)) for i, c in enumerate(calls)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(120)
-    if errors:
-        raise errors[0]
-    return results
 
 
 def credits_per_code(engine: Engine, texts: list[str]) -> dict[str, int]:
