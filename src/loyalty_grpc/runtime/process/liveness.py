@@ -4,7 +4,7 @@ The parent and each worker share one `socket.socketpair()` (the worker's end is 
 `--health-fd`). Every `interval` seconds the parent sends one byte (a sequence number);
 a thread of the worker (`answer`) sends it straight back. A ping not answered within
 `deadline` seconds is a miss; `misses` misses in a row and the worker is frozen (SIGSTOP,
-a deadlock holding the interpreter, a C call that never returns) and the supervisor
+a C call that never returns while it holds the GIL) and the supervisor
 replaces it (`supervision.Child.kill_unresponsive`).
 
 Why a socket pair and not a health check on a port: the workers share their gRPC port
