@@ -300,9 +300,10 @@ def kill_in_turn(
 
 
 @contextmanager
-def running_stack(database_url: str, work: Path, world: World) -> Iterator[Stack]:
+def running_stack(database_url: str, work: Path, world: World, **env: str) -> Iterator[Stack]:
     """`loyalty up --workers 2` on `database_url` (migrated and loaded with `world` first),
-    stopped with SIGTERM at the end, which must end it cleanly."""
+    with `env` added to its environment, stopped with SIGTERM at the end, which must end it
+    cleanly."""
     upgrade(database_url)
     engine = make_engine(database_url, pool_size=2)
     run_in_uow(engine, apply_fixture, world.document())
@@ -327,6 +328,7 @@ def running_stack(database_url: str, work: Path, world: World) -> Iterator[Stack
             LOYALTY_DATABASE_URL=database_url,
             LOYALTY_ADMIN_TOKEN=ADMIN_TOKEN,
             LOYALTY_RATE_LIMIT_PER_MINUTE="1000000",
+            **env,
         ),
     )
     stack = Stack(

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from loyalty_grpc.runtime.cli import main
+from loyalty_grpc.runtime.process.liveness import LivenessSettings
 from loyalty_grpc.runtime.settings import (
     ENVOY_HEAP_MIN_MB,
     EXIT_CONFIG,
@@ -99,6 +100,17 @@ def test_values_from_the_environment():
             "LOYALTY_KEY_CACHE_SECONDS",
             "-1",
             "LOYALTY_KEY_CACHE_SECONDS must be a number of seconds, 0 or more, got '-1'",
+        ),
+        (
+            "LOYALTY_WORKER_CHECK_DEADLINE_SECONDS",
+            "0",
+            "LOYALTY_WORKER_CHECK_DEADLINE_SECONDS must be a number of seconds, more than 0, "
+            "got '0'",
+        ),
+        (
+            "LOYALTY_WORKER_CHECK_MISSES",
+            "0",
+            "LOYALTY_WORKER_CHECK_MISSES must be an integer from 1 to 1000, got '0'",
         ),
         (
             "LOYALTY_KEY_CACHE_SECONDS",
@@ -512,3 +524,18 @@ def test_the_retired_admin_port_variable_says_what_replaced_it() -> None:
         "Prometheus set LOYALTY_ENVOY_METRICS_PORT instead"
     )
     assert Settings.from_env({"LOYALTY_ENVOY_ADMIN_PORT": " "}, wallet=False)
+
+
+def test_the_worker_checks_follow_the_environment() -> None:
+    assert Settings().liveness == LivenessSettings()
+    settings = Settings.from_env(
+        {
+            "LOYALTY_WORKER_CHECK_SECONDS": "0.5",
+            "LOYALTY_WORKER_CHECK_DEADLINE_SECONDS": "1.5",
+            "LOYALTY_WORKER_CHECK_MISSES": "4",
+        },
+        wallet=False,
+    )
+    assert settings.liveness == LivenessSettings(interval=0.5, deadline=1.5, misses=4)
+    off = Settings.from_env({"LOYALTY_WORKER_CHECK_SECONDS": "0"}, wallet=False)
+    assert not off.liveness.enabled

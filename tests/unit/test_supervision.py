@@ -193,3 +193,34 @@ def test_exit_descriptions():
     assert describe_exit(0) == "exited with code 0"
     assert describe_exit(-9) == "killed by SIGKILL"
     assert describe_exit(-200) == "killed by signal 200"
+
+
+def test_a_child_that_stopped_answering_is_killed_and_restarted_at_once():
+    clock, spawner = Clock(), Spawner()
+    child, restarts = _serving(spawner, clock)
+    frozen = child.handle
+    assert isinstance(frozen, Fake)
+    clock.now += 30.0
+    child.kill_unresponsive("did not answer 3 health checks in a row")
+    assert frozen.killed
+    assert _state(child) is State.WAITING
+    assert child.last_exit is not None
+    assert child.last_exit.cause == (
+        f"worker 0 (pid {frozen.pid}) did not answer 3 health checks in a row; "
+        "killed by SIGKILL after serving 30 s"
+    )
+    child.tick()
+    assert restarts == ["worker"]
+    assert child.handle is not frozen
+    child.tick()
+    assert _state(child) is State.SERVING
+
+
+def test_only_a_serving_child_is_killed_for_not_answering():
+    clock, spawner = Clock(), Spawner()
+    child, _ = _child(spawner, clock)
+    child.start()
+    child.kill_unresponsive("did not answer")
+    assert _state(child) is State.STARTING
+    assert isinstance(child.handle, Fake)
+    assert not child.handle.killed

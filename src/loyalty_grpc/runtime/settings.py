@@ -22,6 +22,7 @@ from pathlib import Path
 from loyalty_grpc.domain import secret_strength
 from loyalty_grpc.runtime.logs import FORMATS, LogFormat
 from loyalty_grpc.runtime.memory import available_memory
+from loyalty_grpc.runtime.process.liveness import LivenessSettings
 from loyalty_grpc.wallet import WalletConfigError, WalletSettings
 
 # The exit code of a configuration error (as argparse uses for a bad flag).
@@ -32,6 +33,7 @@ DEFAULT_FAILED_KEY_CHECKS = 60
 # Strict-Transport-Security's max-age with TLS: one year, what HSTS preload lists ask for.
 DEFAULT_HSTS_MAX_AGE = 31_536_000
 MAX_WORKERS = 64
+MAX_WORKER_CHECK_MISSES = 1000
 # Envoy's heap budget (envoy.yaml's overload_manager sheds load as it fills): by default
 # this share of the memory the machine (or its cgroup) gives a process, never less than
 # ENVOY_HEAP_MIN_MB, which is several times what Envoy holds idle (about 13 MiB with one
@@ -178,6 +180,28 @@ VARIABLES: tuple[Variable, ...] = (
         "LOYALTY_WORKERS",
         "CPU count",
         f"gRPC worker processes sharing the port, 1 to {MAX_WORKERS} (`--workers`)",
+    ),
+    Variable(
+        "LOYALTY_WORKER_CHECK_SECONDS",
+        f"`{LivenessSettings.interval:g}`",
+        "how often the supervising process pings each worker over its own socket pair "
+        "(`serve`, `up`); 0 = no checks (a frozen worker is then never replaced)",
+    ),
+    Variable(
+        "LOYALTY_WORKER_CHECK_DEADLINE_SECONDS",
+        f"`{LivenessSettings.deadline:g}`",
+        "how long a worker has to answer one ping before it counts as missed",
+    ),
+    Variable(
+        "LOYALTY_WORKER_CHECK_MISSES",
+        f"`{LivenessSettings.misses}`",
+        f"missed pings in a row (1 to {MAX_WORKER_CHECK_MISSES}) after which a worker "
+        "counts as frozen: it is killed (SIGKILL) and restarted; the defaults replace a "
+        f"frozen worker within about {LivenessSettings().worst_case:.0f} s, before Envoy's "
+        "route timeout, and a healthy one would have to go "
+        f"{LivenessSettings.misses * LivenessSettings.deadline:g} s without an answer, far "
+        "beyond a GC pause or a busy machine's delays (see Supervision in "
+        "docs/operations.md)",
     ),
     Variable(
         "LOYALTY_METRICS_PORT",
@@ -328,6 +352,13 @@ def _seconds(text: str) -> float:
         value = math.nan
     if not (math.isfinite(value) and value >= 0):
         raise ValueError("a number of seconds, 0 or more")
+    return value
+
+
+def _positive_seconds(text: str) -> float:
+    value = _seconds(text)
+    if value == 0:
+        raise ValueError("a number of seconds, more than 0")
     return value
 
 
@@ -486,6 +517,13 @@ _RULES: dict[str, _Rule] = {
     "grpc_tls_key": _Rule("LOYALTY_GRPC_TLS_KEY", "--grpc-tls-key", _path),
     "grpc_tls_ca": _Rule("LOYALTY_GRPC_TLS_CA", "--grpc-tls-ca", _path),
     "workers": _Rule("LOYALTY_WORKERS", "--workers", _integer(1, MAX_WORKERS)),
+    "worker_check_seconds": _Rule("LOYALTY_WORKER_CHECK_SECONDS", None, _seconds),
+    "worker_check_deadline_seconds": _Rule(
+        "LOYALTY_WORKER_CHECK_DEADLINE_SECONDS", None, _positive_seconds
+    ),
+    "worker_check_misses": _Rule(
+        "LOYALTY_WORKER_CHECK_MISSES", None, _integer(1, MAX_WORKER_CHECK_MISSES)
+    ),
     "metrics_port": _Rule("LOYALTY_METRICS_PORT", "--metrics-port", _port),
     "rate_limit_per_minute": _Rule("LOYALTY_RATE_LIMIT_PER_MINUTE", None, _integer(0, 1_000_000)),
     "rate_limit_batch": _Rule("LOYALTY_RATE_LIMIT_BATCH", None, _integer(0, 10_000)),
@@ -549,6 +587,10 @@ class Settings:
     grpc_tls_key: Path | None = None
     grpc_tls_ca: Path | None = None
     workers: int = field(default_factory=default_workers)
+    # The parent's pings that tell a frozen worker (`liveness`).
+    worker_check_seconds: float = LivenessSettings.interval
+    worker_check_deadline_seconds: float = LivenessSettings.deadline
+    worker_check_misses: int = LivenessSettings.misses
     metrics_port: int = 9464
     rate_limit_per_minute: int = 600
     rate_limit_batch: int = 0
@@ -616,6 +658,15 @@ class Settings:
         if self.gateway_upstreams is not None:
             return self.gateway_upstreams
         return (self.server_target,)
+
+    @property
+    def liveness(self) -> LivenessSettings:
+        """How the supervising process tells a frozen worker (runtime/process/liveness.py)."""
+        return LivenessSettings(
+            interval=self.worker_check_seconds,
+            deadline=self.worker_check_deadline_seconds,
+            misses=self.worker_check_misses,
+        )
 
     @property
     def listen_host(self) -> str:

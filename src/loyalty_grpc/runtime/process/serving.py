@@ -80,6 +80,7 @@ def serving(
         on_restart=metrics.count_restart,
         on_change=table.write,
         share_port=share_port,
+        liveness=settings.liveness,
     )
     # The wallet sender's own connections, named in pg_stat_activity.
     engine = make_engine(wallet.sender_url(server.database_url), pool_size=2)

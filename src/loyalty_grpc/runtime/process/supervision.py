@@ -9,6 +9,8 @@ admin endpoint answer). The rules, the same for `loyalty up`, `loyalty serve` an
   serve, and a restart would fail the same way.
 - A child that served and then died is always restarted, however often and however far
   apart the deaths are: a service runs for months.
+- A child that runs but stopped answering (a worker frozen: runtime/process/liveness.py)
+  is killed with SIGKILL (`Child.kill_unresponsive`) and then counts as one that died.
 - The first restart is immediate. When the new child cannot get to serving, or dies again
   less than `Backoff.stable` seconds after it started serving (a crash loop), each next
   attempt waits twice as long: 0.5 s, 1 s, 2 s, ... at most 30 s. A child that served for
@@ -67,7 +69,7 @@ class Handle(Protocol):
         """Whether it serves now (without waiting); StartFailed when it never will."""
 
     def kill(self) -> None:
-        """Stop it at once and reap it (it failed to start)."""
+        """Stop it at once (SIGKILL) and reap it (it failed to start or stopped answering)."""
 
 
 @dataclass(frozen=True)
@@ -175,6 +177,16 @@ class Child:
         if self.state is State.STARTING:
             self._check_started(now)
 
+    def kill_unresponsive(self, reason: str) -> None:
+        """The serving process runs but does not answer (`reason`): kill it (SIGKILL) and
+        restart it by the same rules as one that died."""
+        if self.state is not State.SERVING:
+            return
+        assert self.handle is not None
+        now = self._clock()
+        self.handle.kill()
+        self._died(now, f"{reason}; killed by SIGKILL")
+
     def forget(self) -> None:
         """The process was stopped on purpose: no restart."""
         self.handle = None
@@ -193,12 +205,14 @@ class Child:
         code = self.handle.poll()
         if code is None:
             return
+        self._died(now, describe_exit(code))
+
+    def _died(self, now: float, how: str) -> None:
+        assert self.handle is not None
         served = now - self._since
         self._failures = 0 if served >= self._backoff.stable else self._failures + 1
         self._schedule(
-            now,
-            f"{self.name} (pid {self.handle.pid}) {describe_exit(code)} "
-            f"after serving {_duration(served)}",
+            now, f"{self.name} (pid {self.handle.pid}) {how} after serving {_duration(served)}"
         )
 
     def _check_started(self, now: float) -> None:

@@ -1,9 +1,10 @@
-"""One gRPC worker process: `python -m loyalty_grpc.runtime.process.worker --index N --ready-fd FD`,
-started by `workers.WorkerPool` (never by hand).
+"""One gRPC worker process: `python -m loyalty_grpc.runtime.process.worker --index N
+--ready-fd FD --health-fd FD`, started by `workers.WorkerPool` (never by hand).
 
 It reads its configuration as one JSON line on stdin (secrets stay out of `ps`), serves on
 the shared port (SO_REUSEPORT), writes `ready PID PORT` to the ready pipe (or
-`failed REASON`, one line, when it cannot serve), and stops
+`failed REASON`, one line, when it cannot serve), answers the parent's pings on the health
+socket from then on (runtime/process/liveness.py), and stops
 gracefully (health NOT_SERVING, drain, hands its clients over to the other workers, its
 in-flight calls finish: api/server.py) on SIGTERM or when its stdin closes (the parent is
 gone). It runs in its own process group, so a Ctrl-C at the terminal reaches only the
@@ -26,6 +27,7 @@ from typing import IO
 
 from loyalty_grpc.api.server import ServerSettings, build_server
 from loyalty_grpc.runtime.logs import configure_logging
+from loyalty_grpc.runtime.process.liveness import start_answering
 from loyalty_grpc.runtime.process.shared_port import hand_over
 
 log = logging.getLogger("loyalty_grpc.runtime.process.worker")  # not __main__ under -m
@@ -40,6 +42,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="loyalty-worker")
     parser.add_argument("--index", type=int, required=True)
     parser.add_argument("--ready-fd", type=int, required=True)
+    parser.add_argument("--health-fd", type=int, required=True)
     args = parser.parse_args(argv)
     stop = threading.Event()
 
@@ -73,6 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     gc.freeze()
     os.write(args.ready_fd, f"ready {os.getpid()} {server.port}\n".encode())
     os.close(args.ready_fd)
+    start_answering(args.health_fd)
     log.info("worker %d (pid %d) serving on port %d", args.index, os.getpid(), server.port)
     stop.wait()
     log.info("worker %d (pid %d) stopping", args.index, os.getpid())

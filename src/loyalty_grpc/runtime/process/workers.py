@@ -11,8 +11,10 @@
   grpc never sees a fork) and waits until each says it is serving.
 - `check()`: a worker that died is replaced, by the rules of runtime/process/supervision.py (one
   slot per worker, `supervision.Child`): never given up on once it served, immediately,
-  with back-off only when it crash-loops. Only a worker that cannot get to serving at
-  start-up ends the pool (`WorkerError` with the worker's one-line reason).
+  with back-off only when it crash-loops. A serving worker that stops answering the
+  parent's pings over its own socket pair (runtime/process/liveness.py: frozen, e.g.
+  SIGSTOP) is killed with SIGKILL and replaced the same way. Only a worker that cannot
+  get to serving at start-up ends the pool (`WorkerError` with the worker's one-line reason).
 - `stop()`: rolling: every worker but the last gets SIGTERM at once and hands its clients
   over to the last (health NOT_SERVING, leaves the port, its connections move, then its
   in-flight calls finish: api/server.py's module doc says why this fails no call); when they
@@ -44,6 +46,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 
 from loyalty_grpc.api.server import ServerSettings
+from loyalty_grpc.runtime.process.liveness import Heartbeat, LivenessSettings
 from loyalty_grpc.runtime.process.supervision import (
     Backoff,
     CannotStartError,
@@ -81,9 +84,16 @@ def claim_port(host: str, port: int) -> int:
 class _Worker:
     """One worker process, as `supervision.Child` sees it."""
 
-    def __init__(self, index: int, process: subprocess.Popen[str], ready_fd: int) -> None:
+    def __init__(
+        self,
+        index: int,
+        process: subprocess.Popen[str],
+        ready_fd: int,
+        heartbeat: Heartbeat,
+    ) -> None:
         self.index = index
         self.process = process
+        self.heartbeat = heartbeat
         self._ready_fd = ready_fd
         self._received = b""
         self.reaped = False
@@ -141,6 +151,7 @@ class _Worker:
             self.process.kill()
             self.process.wait(10)
         self._close_ready()
+        self.heartbeat.close()
         if self.process.stdin is not None:
             self.process.stdin.close()
         return self.process.returncode
@@ -163,6 +174,8 @@ class WorkerPool:
     # Join the SO_REUSEPORT group of another `serve` already on the port (an upgrade:
     # the new version starts beside the old one) instead of insisting on a free port.
     share_port: bool = False
+    # The parent's pings that tell a frozen worker (runtime/process/liveness.py).
+    liveness: LivenessSettings = field(default_factory=LivenessSettings)
     children: list[Child] = field(default_factory=list)
     _port: int = 0
 
@@ -221,6 +234,7 @@ class WorkerPool:
 
     def _launch(self, index: int) -> _Worker:
         read_fd, write_fd = os.pipe()
+        ours, theirs = socket.socketpair()
         try:
             process = subprocess.Popen(  # noqa: S603 (our own module, no shell)
                 [
@@ -231,20 +245,24 @@ class WorkerPool:
                     str(index),
                     "--ready-fd",
                     str(write_fd),
+                    "--health-fd",
+                    str(theirs.fileno()),
                 ],
                 stdin=subprocess.PIPE,
                 text=True,
-                pass_fds=(write_fd,),
+                pass_fds=(write_fd, theirs.fileno()),
                 # Its own process group: a terminal's Ctrl-C reaches the parent only, which
                 # then stops the workers one by one.
                 process_group=0,
             )
         except BaseException:
             os.close(read_fd)
+            ours.close()
             raise
         finally:
             os.close(write_fd)
-        worker = _Worker(index, process, read_fd)
+            theirs.close()
+        worker = _Worker(index, process, read_fd, Heartbeat(ours, self.liveness))
         assert process.stdin is not None
         config = {
             "server": asdict(self.settings),
@@ -260,9 +278,17 @@ class WorkerPool:
 
     def check(self) -> None:
         """Restart workers that died (runtime/process/supervision.py: never gives up on a worker
-        that served)."""
+        that served); kill and restart those that stopped answering (liveness.py)."""
         for child in self.children:
             child.tick()
+        now = time.monotonic()
+        for child in self.children:
+            worker = child.handle
+            if child.serving and isinstance(worker, _Worker):
+                reason = worker.heartbeat.check(now)
+                if reason is not None:
+                    child.kill_unresponsive(reason)
+                    self._reaped(worker)
         for worker in self._workers():
             if worker.poll() is not None:
                 self._reaped(worker)
@@ -306,6 +332,7 @@ class WorkerPool:
         if worker.reaped:
             return
         worker.reaped = True
+        worker.heartbeat.close()
         if worker.process.stdin is not None:
             worker.process.stdin.close()
         if self.on_exit is not None:
