@@ -1,5 +1,9 @@
-"""The monitoring that ships, against a real `loyalty serve --workers 2` (issue 24 §3):
+"""The monitoring that ships, against real processes (issue 24 §3):
 
+- every metric the alert rules (deploy/prometheus/alerts.yml) and the Grafana dashboard
+  (deploy/grafana/loyalty.json) query is exported: by a real `loyalty serve --workers 2`
+  (its /metrics), by a real Envoy (its metrics listener, /stats/prometheus), or is
+  Prometheus' own `up`;
 - `loyalty_build_info{version}` is 1 with the package's version;
 - a worker killed with SIGKILL stops counting in the summed gauges: after the supervisor
   replaced it, `loyalty_db_pool_size` is the same as before (2 workers' worth), not 3.
@@ -7,6 +11,7 @@
 
 from __future__ import annotations
 
+import re
 import signal
 import time
 from collections.abc import Callable, Iterator
@@ -19,13 +24,17 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 import loyalty_grpc
+from loyalty_grpc.runtime.gateway.envoy import EnvoyProcess, gateway_spec
 from loyalty_grpc.runtime.process.supervision import Backoff
 from loyalty_grpc.store.migrate import upgrade
 from tests.e2e.processes import Running, loyalty_env
+from tests.monitoring import queried_names
 from tests.support import ADMIN_TOKEN, free_port
 
 WORKERS = 2
 HOST = "127.0.0.1"
+# Prometheus makes these itself for every scrape target.
+PROMETHEUS_OWN = frozenset({"up"})
 WAIT_SECONDS = 60
 
 
@@ -113,6 +122,49 @@ def served(
     finally:
         if serve.proc.poll() is None:
             serve.stop()
+
+
+@pytest.fixture(scope="module")
+def envoy_exposition(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """Envoy's series on its metrics listener (no server behind it: none is needed), after
+    one request (Envoy creates a response-class series when it first answers one)."""
+    metrics_port, http_port = free_port(), free_port()
+    proxy = EnvoyProcess.start_spec(
+        gateway_spec(
+            http_port=http_port,
+            upstreams=(f"{HOST}:1",),
+            listen_host=HOST,
+            metrics_port=metrics_port,
+        ),
+        work_dir=tmp_path_factory.mktemp("monitoring-envoy") / "envoy",
+    )
+    try:
+        httpx.get(f"http://{HOST}:{http_port}/v1/ping", timeout=10)  # any answer will do
+        page = httpx.get(f"http://{HOST}:{metrics_port}/stats/prometheus", timeout=10)
+        assert page.status_code == 200
+        return page.text
+    finally:
+        proxy.stop()
+
+
+def _names(exposition: str) -> set[str]:
+    """Sample names exactly as written (prometheus_client's parser would add `_total` to
+    a counter of Envoy's that has none, and PromQL sees the name as written)."""
+    return {
+        re.split(r"[{\s]", line, maxsplit=1)[0]
+        for line in exposition.splitlines()
+        if line.strip() and not line.startswith("#")
+    }
+
+
+def test_every_queried_metric_is_exported(served: Served, envoy_exposition: str) -> None:
+    page = httpx.get(f"http://{HOST}:{served.metrics_port}/metrics", timeout=10)
+    exported = _names(page.text) | _names(envoy_exposition) | PROMETHEUS_OWN
+    queried = queried_names()
+    assert "loyalty_requests_total" in queried  # the files were read
+    assert "envoy_server_days_until_first_cert_expiring" in queried
+    missing = {name: sorted(where) for name, where in queried.items() if name not in exported}
+    assert not missing, f"queried but not exported: {missing}"
 
 
 def test_build_info(served: Served) -> None:
