@@ -20,6 +20,7 @@ GENERATORS = {
     "gen_request_check.py": "request_check.lua's routes and parse limits",
     "gen_envelope.py": "envelope.lua's catalogue",
     "gen_edge.py": "envoy.yaml's binding routes and envelope.lua's edge block",
+    "gen_dashboard.py": "the Grafana dashboard deploy/grafana/loyalty.json",
 }
 
 

@@ -12,6 +12,8 @@
 - `mark_worker_dead(pid)`: after a worker exited, so its live gauges stop counting.
 - `count_restart(kind)`: a child process ("worker", "envoy") was restarted after it died
   (runtime/process/supervision.py); `loyalty_process_restarts_total{process}`, 0 from the start.
+- `loyalty_build_info{version}` 1 (`BuildInfoCollector`): which release answers, produced at
+  scrape time by the parent (no file, no cost per call).
 
 Every counter is on /metrics from the first scrape, at 0, with every label value the
 domain knows of: the restarts here (`prepare`), the call counters when a worker builds its
@@ -47,6 +49,7 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 from sqlalchemy import Engine, create_engine, text
 
+import loyalty_grpc
 from loyalty_grpc.store.db import sqlalchemy_url
 
 log = logging.getLogger(__name__)
@@ -102,6 +105,22 @@ class _DefaultRegistry(Collector):
 
     def collect(self) -> Iterable[Metric]:
         return REGISTRY.collect()
+
+
+BUILD_INFO: Final = "loyalty_build_info"
+
+
+class BuildInfoCollector(Collector):
+    """`loyalty_build_info{version="…"} 1`: the version of the package serving."""
+
+    def collect(self) -> Iterator[Metric]:
+        info = GaugeMetricFamily(
+            BUILD_INFO,
+            "Always 1; its version label is the loyalty_grpc release of the serving process.",
+            labels=["version"],
+        )
+        info.add_metric([loyalty_grpc.__version__], 1)
+        yield info
 
 
 class OutboxCollector(Collector):
@@ -177,6 +196,7 @@ def metrics_registry(engine: Engine) -> CollectorRegistry:
         )
     else:
         registry.register(_DefaultRegistry())
+    registry.register(BuildInfoCollector())
     registry.register(OutboxCollector(engine))
     return registry
 
@@ -201,8 +221,10 @@ def serve_metrics(host: str, port: int, database_url: str) -> MetricsEndpoint:
 
 
 __all__ = [
+    "BUILD_INFO",
     "MULTIPROC_ENV",
     "RESTARTS",
+    "BuildInfoCollector",
     "MetricsEndpoint",
     "OutboxCollector",
     "count_restart",

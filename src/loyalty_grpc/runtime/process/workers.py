@@ -279,6 +279,11 @@ class WorkerPool:
     def check(self) -> None:
         """Restart workers that died (runtime/process/supervision.py: never gives up on a worker
         that served); kill and restart those that stopped answering (liveness.py)."""
+        # A worker that died is replaced within the same tick (the slot's handle then
+        # names the new process): reap from the handles seen before the ticks as well,
+        # or the dead one's live gauges would keep counting (issue 24: pool size 48 with
+        # 2 workers of 16 after a SIGKILL).
+        before = self._workers()
         for child in self.children:
             child.tick()
         now = time.monotonic()
@@ -289,7 +294,7 @@ class WorkerPool:
                 if reason is not None:
                     child.kill_unresponsive(reason)
                     self._reaped(worker)
-        for worker in self._workers():
+        for worker in [*before, *self._workers()]:
             if worker.poll() is not None:
                 self._reaped(worker)
 

@@ -1,0 +1,213 @@
+"""The monitoring that ships, against real processes (issue 24 §3):
+
+- every metric the alert rules (deploy/prometheus/alerts.yml) and the Grafana dashboard
+  (deploy/grafana/loyalty.json) query is exported: by a real `loyalty serve --workers 2`
+  (its /metrics), by a real Envoy (its metrics listener, /stats/prometheus), or is
+  Prometheus' own `up`;
+- `loyalty_build_info{version}` is 1 with the package's version;
+- a worker killed with SIGKILL stops counting in the summed gauges: after the supervisor
+  replaced it, `loyalty_db_pool_size` is the same as before (2 workers' worth), not 3.
+"""
+
+from __future__ import annotations
+
+import re
+import signal
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import httpx
+import psutil  # type: ignore[import-untyped]
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+import loyalty_grpc
+from loyalty_grpc.runtime.gateway.envoy import EnvoyProcess, gateway_spec
+from loyalty_grpc.runtime.process.supervision import Backoff
+from loyalty_grpc.store.migrate import upgrade
+from tests.e2e.processes import Running, loyalty_env
+from tests.monitoring import queried_names
+from tests.support import ADMIN_TOKEN, free_port
+
+WORKERS = 2
+HOST = "127.0.0.1"
+# Prometheus makes these itself for every scrape target.
+PROMETHEUS_OWN = frozenset({"up"})
+WAIT_SECONDS = 60
+
+
+@dataclass(frozen=True)
+class Served:
+    serve: Running
+    metrics_port: int
+    data_dir: Path
+    ready_at: float  # time.monotonic() when every worker served and /metrics answered
+
+    def scrape(self) -> dict[str, list[tuple[dict[str, str], float]]]:
+        """Sample name -> (labels, value) of every sample on /metrics."""
+        page = httpx.get(f"http://{HOST}:{self.metrics_port}/metrics", timeout=10)
+        assert page.status_code == 200
+        samples: dict[str, list[tuple[dict[str, str], float]]] = {}
+        for family in text_string_to_metric_families(page.text):
+            for sample in family.samples:
+                samples.setdefault(sample.name, []).append((sample.labels, sample.value))
+        return samples
+
+    def value(self, name: str) -> float:
+        ((_, value),) = self.scrape()[name]
+        return value
+
+
+def _workers(parent_pid: int) -> list[psutil.Process]:
+    found = []
+    for child in psutil.Process(parent_pid).children():
+        try:
+            if "loyalty_grpc.runtime.process.worker" in " ".join(child.cmdline()):
+                found.append(child)
+        except psutil.Error:  # exited (a zombie until the parent reaps it)
+            continue
+    return found
+
+
+def _until(condition: Callable[[], bool], what: str) -> None:
+    deadline = time.monotonic() + WAIT_SECONDS
+    while not condition():
+        assert time.monotonic() < deadline, f"not within {WAIT_SECONDS} s: {what}"
+        time.sleep(0.2)
+
+
+@pytest.fixture(scope="module")
+def served(
+    create_database: Callable[[], str], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Served]:
+    url = create_database()
+    upgrade(url)
+    metrics_port = free_port()
+    cwd = tmp_path_factory.mktemp("monitoring")
+    data_dir = cwd / "data"
+    serve = Running(
+        [
+            "serve",
+            "--grpc-host",
+            HOST,
+            "--grpc-port",
+            str(free_port()),
+            "--workers",
+            str(WORKERS),
+            "--metrics-port",
+            str(metrics_port),
+            "--data-dir",
+            str(data_dir),
+        ],
+        cwd,
+        loyalty_env(
+            LOYALTY_DATABASE_URL=url, LOYALTY_ADMIN_TOKEN=ADMIN_TOKEN, LOYALTY_LOG_FORMAT="json"
+        ),
+    )
+    try:
+        serve.wait_for_workers(WORKERS)
+        running = Served(serve, metrics_port, data_dir, 0.0)
+
+        def answers() -> bool:
+            try:
+                running.scrape()
+            except httpx.TransportError:
+                return False
+            return True
+
+        _until(answers, "/metrics answers")
+        yield replace(running, ready_at=time.monotonic())
+    finally:
+        if serve.proc.poll() is None:
+            serve.stop()
+
+
+@pytest.fixture(scope="module")
+def envoy_exposition(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """Envoy's series on its metrics listener (no server behind it: none is needed), after
+    one request (Envoy creates a response-class series when it first answers one)."""
+    metrics_port, http_port = free_port(), free_port()
+    proxy = EnvoyProcess.start_spec(
+        gateway_spec(
+            http_port=http_port,
+            upstreams=(f"{HOST}:1",),
+            listen_host=HOST,
+            metrics_port=metrics_port,
+        ),
+        work_dir=tmp_path_factory.mktemp("monitoring-envoy") / "envoy",
+    )
+    try:
+        httpx.get(f"http://{HOST}:{http_port}/v1/ping", timeout=10)  # any answer will do
+        page = httpx.get(f"http://{HOST}:{metrics_port}/stats/prometheus", timeout=10)
+        assert page.status_code == 200
+        return page.text
+    finally:
+        proxy.stop()
+
+
+def _names(exposition: str) -> set[str]:
+    """Sample names exactly as written (prometheus_client's parser would add `_total` to
+    a counter of Envoy's that has none, and PromQL sees the name as written)."""
+    return {
+        re.split(r"[{\s]", line, maxsplit=1)[0]
+        for line in exposition.splitlines()
+        if line.strip() and not line.startswith("#")
+    }
+
+
+def test_every_queried_metric_is_exported(served: Served, envoy_exposition: str) -> None:
+    page = httpx.get(f"http://{HOST}:{served.metrics_port}/metrics", timeout=10)
+    exported = _names(page.text) | _names(envoy_exposition) | PROMETHEUS_OWN
+    queried = queried_names()
+    assert "loyalty_requests_total" in queried  # the files were read
+    assert "envoy_server_days_until_first_cert_expiring" in queried
+    missing = {name: sorted(where) for name, where in queried.items() if name not in exported}
+    assert not missing, f"queried but not exported: {missing}"
+
+
+def test_build_info(served: Served) -> None:
+    assert served.scrape()["loyalty_build_info"] == [({"version": loyalty_grpc.__version__}, 1.0)]
+
+
+def test_a_sigkilled_workers_gauges_stop_counting(served: Served) -> None:
+    """The issue's run: 48 with 2 live workers of 16 after a SIGKILL. The pool series are
+    written by each worker once a second; the dead one's must be dropped by the
+    supervisor (prometheus_client's mark_process_dead) when it reaps it.
+
+    The worker has served longer than `Backoff.stable`, as in production: the supervisor
+    then starts its successor at once, in the same look that sees the death (a worker
+    that dies sooner is restarted after a back-off, a path that reaped it already)."""
+    parent = served.serve.proc.pid
+    # Not a timed assertion: the wait that makes the kill the production case.
+    time.sleep(max(0.0, served.ready_at + 2 * Backoff().stable + 0.5 - time.monotonic()))
+    _until(lambda: served.value("loyalty_db_pool_size") > 0, "the workers wrote their pools")
+    before = served.value("loyalty_db_pool_size")
+    assert before % WORKERS == 0
+    victim, *survivors = _workers(parent)
+    victim.send_signal(signal.SIGKILL)
+    victim.wait(10)
+
+    def replaced() -> bool:
+        pids = {w.pid for w in _workers(parent)}
+        return len(pids) == WORKERS and victim.pid not in pids
+
+    _until(replaced, "the dead worker was replaced")
+    served.serve.wait_for(f"(pid {victim.pid}) killed by SIGKILL")
+    served.serve.wait_for("restarted (pid")
+    metrics_dir = served.data_dir / "metrics"
+    left = sorted(p.name for p in metrics_dir.glob(f"gauge_live*_{victim.pid}.db"))
+    assert not left, f"the dead worker's live gauge files are still there: {left}"
+    (newcomer,) = {w.pid for w in _workers(parent)} - {w.pid for w in survivors}
+    # Once the new worker has written its pool (its own file, then a full refresh
+    # period), the sum is two workers' worth again: never three.
+    _until(
+        lambda: any(metrics_dir.glob(f"gauge_livesum_{newcomer}.db")),
+        "the new worker wrote its gauges",
+    )
+    samples = []
+    for _ in range(3):
+        time.sleep(1.0)  # > POOL_REFRESH_SECONDS: the new worker has written its pool
+        samples.append(served.value("loyalty_db_pool_size"))
+    assert samples == [before] * 3, samples
