@@ -19,10 +19,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
+from sqlalchemy.exc import ArgumentError
+
 from loyalty_grpc.domain import secret_strength
 from loyalty_grpc.runtime.logs import FORMATS, LogFormat
 from loyalty_grpc.runtime.memory import available_memory
 from loyalty_grpc.runtime.process.liveness import LivenessSettings
+from loyalty_grpc.store.db import parse_url
 from loyalty_grpc.wallet import WalletConfigError, WalletSettings
 
 # The exit code of a configuration error (as argparse uses for a bad flag).
@@ -66,7 +69,9 @@ VARIABLES: tuple[Variable, ...] = (
     Variable(
         "LOYALTY_DATABASE_URL",
         "embedded PostgreSQL in `DATA_DIR/pgdata`",
-        "`postgresql://user:password@host:port/db` of an external server; required by `serve`",
+        "`postgresql://user:password@host:port/db` of an external server; required by `serve`; "
+        "libpq's multi-host form `…@h1:p1,h2:p2/db?target_session_attrs=read-write` follows "
+        "a failover ([High availability](deployment.md#high-availability))",
     ),
     Variable(
         "LOYALTY_ADMIN_TOKEN",
@@ -375,6 +380,13 @@ def _choice(options: tuple[str, ...], *, upper: bool) -> Callable[[str], str]:
 def _database_url(text: str) -> str:
     if not re.match(r"postgres(ql)?(\+psycopg)?://", text.strip()):
         raise ValueError("a postgresql:// URL")
+    try:
+        parse_url(text)  # the reading every engine makes of it (store/db.py)
+    except (ValueError, ArgumentError):  # their texts can repeat the URL, and its password
+        raise ValueError(
+            "a postgresql:// URL: user:password@host:port/db, or several host:port separated "
+            "by commas (percent-encode @ : / in the password)"
+        ) from None
     return text.strip()
 
 
@@ -496,7 +508,8 @@ class _Rule:
 
 # Settings field -> where it comes from and how it is checked.
 _RULES: dict[str, _Rule] = {
-    "database_url": _Rule("LOYALTY_DATABASE_URL", None, _database_url),
+    # A secret: the URL may hold the database password.
+    "database_url": _Rule("LOYALTY_DATABASE_URL", None, _database_url, secret=True),
     "admin_token": _Rule("LOYALTY_ADMIN_TOKEN", None, _token, secret=True),
     "admin_token_file": _Rule("LOYALTY_ADMIN_TOKEN_FILE", None, _path),
     "data_dir": _Rule("LOYALTY_DATA_DIR", "--data-dir", _path),

@@ -4,8 +4,8 @@
 from __future__ import annotations
 
 from sqlalchemy import Engine
-from sqlalchemy.engine import make_url
 
+from loyalty_grpc.store.db import parse_url
 from loyalty_grpc.wallet import (
     WalletConfigError,
     WalletSender,
@@ -19,7 +19,7 @@ SENDER_APPLICATION = "loyalty-wallet-sender"
 def sender_url(database_url: str) -> str:
     """The database URL for the sender's own engine: its connections carry
     SENDER_APPLICATION as their application_name."""
-    url = make_url(database_url).update_query_dict({"application_name": SENDER_APPLICATION})
+    url = parse_url(database_url).update_query_dict({"application_name": SENDER_APPLICATION})
     return url.render_as_string(hide_password=False)
 
 

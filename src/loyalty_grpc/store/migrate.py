@@ -23,10 +23,9 @@ from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import Engine, create_engine, func, select
-from sqlalchemy.engine import make_url
 from sqlalchemy.pool import NullPool
 
-from loyalty_grpc.store.db import CONNECT_TIMEOUT_SECONDS, sqlalchemy_url
+from loyalty_grpc.store.db import CONNECT_TIMEOUT_SECONDS, parse_url, sqlalchemy_url
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +39,7 @@ def _engine(url: str) -> Engine:
     CONNECT_TIMEOUT_SECONDS (unless the URL sets `connect_timeout`), like the server's."""
     timeout = (
         {}
-        if "connect_timeout" in make_url(url).query
+        if "connect_timeout" in parse_url(url).query
         else {"connect_timeout": CONNECT_TIMEOUT_SECONDS}
     )
     return create_engine(sqlalchemy_url(url), poolclass=NullPool, connect_args=timeout)
