@@ -12,6 +12,7 @@ import threading
 import time
 from pathlib import Path
 
+import psutil  # type: ignore[import-untyped]
 import pytest
 
 from tests.support import free_port
@@ -120,3 +121,15 @@ def serve_args(port: int, workers: int, *extra: str) -> list[str]:
         "0",
         *extra,
     ]
+
+
+def worker_processes(parent_pid: int) -> list[psutil.Process]:
+    """The live worker processes of a `loyalty` process."""
+    found = []
+    for child in psutil.Process(parent_pid).children():
+        try:
+            if "loyalty_grpc.runtime.process.worker" in " ".join(child.cmdline()):
+                found.append(child)
+        except psutil.Error:  # exited (a zombie until the parent reaps it)
+            continue
+    return found

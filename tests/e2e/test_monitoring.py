@@ -19,7 +19,6 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 import httpx
-import psutil  # type: ignore[import-untyped]
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -27,7 +26,7 @@ import loyalty_grpc
 from loyalty_grpc.runtime.gateway.envoy import EnvoyProcess, gateway_spec
 from loyalty_grpc.runtime.process.supervision import Backoff
 from loyalty_grpc.store.migrate import upgrade
-from tests.e2e.processes import Running, loyalty_env
+from tests.e2e.processes import Running, loyalty_env, worker_processes
 from tests.monitoring import queried_names
 from tests.support import ADMIN_TOKEN, free_port
 
@@ -58,17 +57,6 @@ class Served:
     def value(self, name: str) -> float:
         ((_, value),) = self.scrape()[name]
         return value
-
-
-def _workers(parent_pid: int) -> list[psutil.Process]:
-    found = []
-    for child in psutil.Process(parent_pid).children():
-        try:
-            if "loyalty_grpc.runtime.process.worker" in " ".join(child.cmdline()):
-                found.append(child)
-        except psutil.Error:  # exited (a zombie until the parent reaps it)
-            continue
-    return found
 
 
 def _until(condition: Callable[[], bool], what: str) -> None:
@@ -185,12 +173,12 @@ def test_a_sigkilled_workers_gauges_stop_counting(served: Served) -> None:
     _until(lambda: served.value("loyalty_db_pool_size") > 0, "the workers wrote their pools")
     before = served.value("loyalty_db_pool_size")
     assert before % WORKERS == 0
-    victim, *survivors = _workers(parent)
+    victim, *survivors = worker_processes(parent)
     victim.send_signal(signal.SIGKILL)
     victim.wait(10)
 
     def replaced() -> bool:
-        pids = {w.pid for w in _workers(parent)}
+        pids = {w.pid for w in worker_processes(parent)}
         return len(pids) == WORKERS and victim.pid not in pids
 
     _until(replaced, "the dead worker was replaced")
@@ -199,7 +187,7 @@ def test_a_sigkilled_workers_gauges_stop_counting(served: Served) -> None:
     metrics_dir = served.data_dir / "metrics"
     left = sorted(p.name for p in metrics_dir.glob(f"gauge_live*_{victim.pid}.db"))
     assert not left, f"the dead worker's live gauge files are still there: {left}"
-    (newcomer,) = {w.pid for w in _workers(parent)} - {w.pid for w in survivors}
+    (newcomer,) = {w.pid for w in worker_processes(parent)} - {w.pid for w in survivors}
     # Once the new worker has written its pool (its own file, then a full refresh
     # period), the sum is two workers' worth again: never three.
     _until(

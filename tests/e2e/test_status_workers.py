@@ -20,7 +20,6 @@ from pathlib import Path
 
 import grpc
 import httpx
-import psutil  # type: ignore[import-untyped]
 import pytest
 
 from loyalty_grpc.gen.loyalty.v1 import pos_service_pb2 as pos
@@ -31,7 +30,15 @@ from loyalty_grpc.store import migrate
 from loyalty_grpc.store.db import make_engine
 from loyalty_grpc.store.migrate import upgrade
 from loyalty_grpc.store.uow import run_in_uow
-from tests.e2e.processes import DEMO_KEY, LOYALTY, READY_LINE, Running, loyalty_env, serve_args
+from tests.e2e.processes import (
+    DEMO_KEY,
+    LOYALTY,
+    READY_LINE,
+    Running,
+    loyalty_env,
+    serve_args,
+    worker_processes,
+)
 from tests.support import ADMIN_TOKEN, free_port
 
 KEY = "lp_vivo_StatusWorkersCaja0000000001"
@@ -127,20 +134,8 @@ def _ping(channel: grpc.Channel) -> bool:
     return bool(reply.ok)
 
 
-def _workers(parent_pid: int) -> list[psutil.Process]:
-    """The live worker processes of a `loyalty` process."""
-    found = []
-    for child in psutil.Process(parent_pid).children():
-        try:
-            if "loyalty_grpc.runtime.process.worker" in " ".join(child.cmdline()):
-                found.append(child)
-        except psutil.Error:  # exited (a zombie until the parent reaps it)
-            continue
-    return found
-
-
 def test_serve_runs_workers_that_share_the_port(served: Served):
-    workers = _workers(served.serve.proc.pid)
+    workers = worker_processes(served.serve.proc.pid)
     assert len(workers) == 2
     channels = _channels(served.port)
     try:
@@ -170,11 +165,11 @@ def test_serve_runs_workers_that_share_the_port(served: Served):
 
 
 def test_a_dead_worker_is_replaced(served: Served):
-    first, _ = _workers(served.serve.proc.pid)
+    first, _ = worker_processes(served.serve.proc.pid)
     first.kill()
     deadline = time.monotonic() + 30
     while True:
-        pids = {w.pid for w in _workers(served.serve.proc.pid)}
+        pids = {w.pid for w in worker_processes(served.serve.proc.pid)}
         if len(pids) == 2 and first.pid not in pids:
             break
         assert time.monotonic() < deadline, "the dead worker was not replaced"
@@ -235,7 +230,7 @@ def _until_every_worker_has_clients(served: Served) -> None:
     given them all to the other one for a moment; they move about every second)."""
     deadline = time.monotonic() + 20
     while True:
-        workers = _workers(served.serve.proc.pid)
+        workers = worker_processes(served.serve.proc.pid)
         if len(workers) == 2 and all(
             any(
                 c.laddr and c.laddr.port == served.port and c.status == "ESTABLISHED"
@@ -403,7 +398,7 @@ def test_up_with_workers_and_status_on_its_embedded_database(tmp_path: Path):
     )
     try:
         up.wait_for(READY_LINE)
-        assert len(_workers(up.proc.pid)) == 2
+        assert len(worker_processes(up.proc.pid)) == 2
         # The same settings as up's server (no --target): status finds it, and the gateway.
         status = _status("--data-dir", str(data_dir), LOYALTY_GRPC_PORT=str(grpc_port))
         assert status.returncode == 0, status.stdout + status.stderr
