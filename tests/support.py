@@ -6,6 +6,7 @@ from __future__ import annotations
 import bisect
 import socket
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -15,7 +16,7 @@ import grpc
 import pytest
 from google.rpc import error_details_pb2
 from grpc_status import rpc_status
-from sqlalchemy import Engine, insert, select
+from sqlalchemy import Engine, insert, select, text
 
 from loyalty_grpc.api.backoffice_values import KEY_MODE
 from loyalty_grpc.domain.errors import CodigoError, LoyaltyError
@@ -183,3 +184,20 @@ def run_together(calls: list[Callable[[], Any]]) -> list[Any]:
     if errors:
         raise errors[0]
     return results
+
+
+def wait_for_lock_waiters(engine: Engine, count: int) -> None:
+    """Until `count` sessions of this database wait on a lock (10 s at most)."""
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        with engine.connect() as conn:
+            waiting = conn.execute(
+                text(
+                    "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                    "AND wait_event_type = 'Lock'"
+                )
+            ).scalar_one()
+        if waiting >= count:
+            return
+        time.sleep(0.02)
+    raise AssertionError(f"never saw {count} sessions waiting on a lock")

@@ -14,7 +14,6 @@ import itertools
 import json
 import secrets
 import threading
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 from datetime import UTC, datetime
@@ -50,7 +49,7 @@ from loyalty_grpc.store.tables import (
     promos,
 )
 from loyalty_grpc.store.uow import UnitOfWork, run_in_uow
-from tests.support import run_together
+from tests.support import run_together, wait_for_lock_waiters
 
 P = "acred"
 FANS = [f"ACR{i:02}" for i in range(1, 7)]
@@ -341,23 +340,6 @@ def test_fifty_identical_redemptions_at_once_credit_once_and_all_say_what(engine
     assert ledger_credit_of_code(engine, codigo) == PUNTOS
 
 
-def _wait_for_lock_waiters(engine: Engine, count: int) -> None:
-    """Until `count` sessions of this database wait on a lock (10 s at most)."""
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        with engine.connect() as conn:
-            waiting = conn.execute(
-                text(
-                    "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
-                    "AND wait_event_type = 'Lock'"
-                )
-            ).scalar_one()
-        if waiting >= count:
-            return
-        time.sleep(0.02)
-    raise AssertionError(f"never saw {count} sessions waiting on a lock")
-
-
 def test_a_retry_that_waited_for_the_redemption_says_what_it_credited(engine, live):
     """The race of issue 23 §2 made certain: a redemption holds the code's row lock (its
     transaction open, its ledger entry written) while a single retry and a batch retry wait
@@ -386,7 +368,7 @@ def test_a_retry_that_waited_for_the_redemption_says_what_it_credited(engine, li
         ]
         for thread in threads:
             thread.start()
-        _wait_for_lock_waiters(engine, 2)
+        wait_for_lock_waiters(engine, 2)
         uow.commit()
     for thread in threads:
         thread.join(60)

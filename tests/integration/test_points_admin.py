@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import itertools
 import threading
-import time
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from typing import Any
@@ -31,7 +30,7 @@ from loyalty_grpc.store.tables import (
 )
 from loyalty_grpc.store.tables import fans as fans_table
 from loyalty_grpc.store.uow import run_in_uow
-from tests.support import fails, snapshot
+from tests.support import fails, snapshot, wait_for_lock_waiters
 
 P = "halcones"
 OTRO = "otro"
@@ -136,23 +135,6 @@ def ledger_rows(engine: Engine, fan: fans.FanInfo) -> list[tuple[Any, ...]]:
                 .order_by(movimientos.c.id)
             )
         ]
-
-
-def _wait_for_lock_waiters(engine: Engine, count: int) -> None:
-    """Until `count` sessions of this database wait on a lock."""
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        with engine.connect() as conn:
-            waiting = conn.execute(
-                text(
-                    "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
-                    "AND wait_event_type = 'Lock'"
-                )
-            ).scalar_one()
-        if waiting >= count:
-            return
-        time.sleep(0.02)
-    raise AssertionError(f"never saw {count} sessions waiting on a lock")
 
 
 # ---------------------------------------------------------------- ledger
@@ -302,7 +284,7 @@ def test_concurrent_debits_never_go_below_zero(engine):
         )
         with ThreadPoolExecutor(2) as pool:
             futures = [pool.submit(debit) for _ in range(2)]
-            _wait_for_lock_waiters(engine, 2)
+            wait_for_lock_waiters(engine, 2)
             other.rollback()
             results = sorted(f.result(timeout=10) for f in futures)
     assert results[0] == "ok"
@@ -439,7 +421,7 @@ def _void_race(engine: Engine, folio: int, *, hold_lock: bool) -> list[tuple[int
         with ThreadPoolExecutor(2) as pool:
             futures = [pool.submit(void) for _ in range(2)]
             if hold_lock:
-                _wait_for_lock_waiters(engine, 2)
+                wait_for_lock_waiters(engine, 2)
             other.rollback()
             return sorted(f.result(timeout=10) for f in futures)
 
