@@ -32,6 +32,7 @@ from loyalty_grpc.runtime.gateway.config import (
     find_gateway_dir,
     listen_host_of,
 )
+from loyalty_grpc.runtime.gateway.reloaded import resume
 from loyalty_grpc.runtime.gateway.shape import (
     EnvoyError,
 )
@@ -449,6 +450,9 @@ def run_gateway(spec: GatewaySpec, *, work_dir: Path, log_format: LogFormat = "t
 
     stop = stop_event()
     try:
+        # What a `gateway reload` chose since still stands (gateway/reloaded.py).
+        resumed = resume(spec, work_dir.resolve())
+        spec = resumed.spec
         work = install(spec, work_dir)
     except EnvoyError as exc:
         say(f"error: {exc}")
@@ -466,6 +470,9 @@ def run_gateway(spec: GatewaySpec, *, work_dir: Path, log_format: LogFormat = "t
     except EnvoyError as exc:
         say(f"error: {exc}")
         return 1
+    resumed.commit(work.path)
+    for note in resumed.notes:
+        announce(note, log_format)
     announce(
         f"Envoy (pid {proxy.pid}) serving {proxy.listen_host}:{spec.http_port} /api/v1 "
         f"({'HTTPS only' if spec.tls else 'plain HTTP'}) -> gRPC"
