@@ -50,6 +50,7 @@ from prometheus_client.registry import Collector
 from sqlalchemy import Engine, create_engine, text
 
 import loyalty_grpc
+from loyalty_grpc.runtime.db_connections import METRICS_CONNECTIONS
 from loyalty_grpc.store.db import sqlalchemy_url
 
 log = logging.getLogger(__name__)
@@ -205,8 +206,8 @@ def serve_metrics(host: str, port: int, database_url: str) -> MetricsEndpoint:
     """Serve `GET /metrics` on host:port (0: any free port, see `.port`) in a thread."""
     engine = create_engine(
         sqlalchemy_url(database_url),
-        pool_size=1,
-        max_overflow=1,
+        pool_size=METRICS_CONNECTIONS // 2,
+        max_overflow=METRICS_CONNECTIONS // 2,
         pool_pre_ping=True,
         connect_args={"connect_timeout": DB_TIMEOUT_SECONDS},
     )

@@ -55,6 +55,12 @@ def sqlalchemy_url(url: str) -> str:
 CONNECT_TIMEOUT_SECONDS = 3
 
 
+def engine_connections(pool_size: int) -> int:
+    """The most connections `make_engine(…, pool_size=…)` opens at once: its pool and as
+    many again of overflow (what PostgreSQL's max_connections must allow for it)."""
+    return 2 * pool_size
+
+
 def make_engine(url: str, *, pool_size: int = 20) -> Engine:
     """One engine per process. The pool is at least as large as the gRPC worker threads.
 
@@ -68,7 +74,7 @@ def make_engine(url: str, *, pool_size: int = 20) -> Engine:
     return create_engine(
         sqlalchemy_url(url),
         pool_size=pool_size,
-        max_overflow=pool_size,
+        max_overflow=engine_connections(pool_size) - pool_size,
         pool_recycle=1800,
         hide_parameters=True,
         # Unless the URL sets its own (`?connect_timeout=N`).

@@ -348,6 +348,7 @@ def collect(settings: Settings, work_dir: Path | None = None) -> Report:
     """Every line; `work_dir` is the gateway's (default DATA_DIR/envoy, as `up` runs it).
     When nothing runs, no server at the target and no embedded database are what that
     means, not faults; the database is still checked when there is one."""
+    from loyalty_grpc.runtime.db_connections import STATUS_POOL_SIZE
     from loyalty_grpc.store.db import make_engine
 
     work_dir, expected_by = _gateway_work_dir(settings.data_dir, work_dir)
@@ -373,7 +374,7 @@ def collect(settings: Settings, work_dir: Path | None = None) -> Report:
         return Report([*lines, failed], running)
     if isinstance(db, str):
         return Report([*lines, Line("postgresql", db, ok=not running)], running)
-    engine = make_engine(db.url, pool_size=1)
+    engine = make_engine(db.url, pool_size=STATUS_POOL_SIZE)
     try:
         lines += database_lines(engine, db.url)
     except Exception as exc:

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 from loyalty_grpc.api.server import ServerSettings
 from loyalty_grpc.runtime import metrics, wallet
+from loyalty_grpc.runtime.db_connections import SENDER_POOL_SIZE
 from loyalty_grpc.runtime.process.process_file import ProcessFile, live_writer
 from loyalty_grpc.runtime.process.supervision import Child, supervise
 from loyalty_grpc.runtime.process.workers import WorkerPool
@@ -83,7 +84,7 @@ def serving(
         liveness=settings.liveness,
     )
     # The wallet sender's own connections, named in pg_stat_activity.
-    engine = make_engine(wallet.sender_url(server.database_url), pool_size=2)
+    engine = make_engine(wallet.sender_url(server.database_url), pool_size=SENDER_POOL_SIZE)
     stop_metrics: Callable[[], None] | None = None
     sender = None
     try:
