@@ -359,6 +359,7 @@ def full_stack(
     fans: int,
     codes: int,
     workers: int | None = None,
+    gateway_threads: int | None = None,
     extra_env: dict[str, str] | None = None,
     pg_options: tuple[str, ...] = (),
 ) -> Iterator[FullStack]:
@@ -396,6 +397,8 @@ def full_stack(
         ]
         if workers is not None:
             command += ["--workers", str(workers)]
+        if gateway_threads is not None:
+            command += ["--gateway-threads", str(gateway_threads)]
         log = work / "up.log"
         with log.open("wb") as out:
             up = subprocess.Popen(

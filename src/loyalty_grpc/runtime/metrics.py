@@ -58,6 +58,10 @@ MULTIPROC_ENV: Final = "PROMETHEUS_MULTIPROC_DIR"
 # A scrape must not hang on a database that does not answer (Prometheus' default scrape
 # timeout is 10 s).
 DB_TIMEOUT_SECONDS: Final = 3
+# The /metrics endpoint's own connections (the wallet backlog's query): one, and one more
+# while a second scrape overlaps.
+METRICS_POOL_SIZE: Final = 1
+METRICS_CONNECTIONS: Final = 2
 RESTARTED_KINDS: Final = ("worker", "envoy")
 RESTARTS: Final = Counter(
     "loyalty_process_restarts_total",
@@ -205,8 +209,8 @@ def serve_metrics(host: str, port: int, database_url: str) -> MetricsEndpoint:
     """Serve `GET /metrics` on host:port (0: any free port, see `.port`) in a thread."""
     engine = create_engine(
         sqlalchemy_url(database_url),
-        pool_size=1,
-        max_overflow=1,
+        pool_size=METRICS_POOL_SIZE,
+        max_overflow=METRICS_CONNECTIONS - METRICS_POOL_SIZE,
         pool_pre_ping=True,
         connect_args={"connect_timeout": DB_TIMEOUT_SECONDS},
     )

@@ -138,7 +138,8 @@ def gateway_lines(work_dir: Path) -> Part:
         [
             Line(
                 "gateway",
-                f"Envoy {state}, up {info.get('uptime_current_epoch', '?')} (admin {admin})",
+                f"Envoy {state}, up {info.get('uptime_current_epoch', '?')}, "
+                f"{_threads(info)} (admin {admin})",
                 ok=state == "LIVE",
             ),
             Line(
@@ -163,6 +164,16 @@ def gateway_lines(work_dir: Path) -> Part:
         ],
         present=True,
     )
+
+
+def _threads(info: dict[str, object]) -> str:
+    """How many worker threads the running Envoy has (its `--concurrency`, from
+    /server_info), as the banner says it."""
+    from loyalty_grpc.runtime.gateway.envoy import threads_text
+
+    options = info.get("command_line_options")
+    threads = options.get("concurrency") if isinstance(options, dict) else None
+    return threads_text(threads) if isinstance(threads, int) else "? worker threads"
 
 
 def _no_gateway(work: WorkDir) -> Part:

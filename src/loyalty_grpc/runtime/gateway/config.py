@@ -400,6 +400,10 @@ class GatewaySpec:
     # Envoy's Prometheus series on this port (None: no metrics listener) and address.
     metrics_port: int | None = None
     metrics_host: str = "127.0.0.1"
+    # Envoy's worker threads (`--concurrency`; LOYALTY_GATEWAY_THREADS): a process option,
+    # not configuration, kept so that a restart under `gateway run` keeps it (a change needs
+    # a restart; a spec written before it existed ran 1).
+    threads: int = 1
 
     @property
     def tls(self) -> TlsFiles | None:

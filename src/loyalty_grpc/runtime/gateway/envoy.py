@@ -119,12 +119,36 @@ class EnvoyProcess:
         self._process: subprocess.Popen[bytes] | None = None
 
     @classmethod
+    def of(
+        cls,
+        spec: GatewaySpec,
+        work: WorkDir,
+        *,
+        log_level: str = "warning",
+        log_format: LogFormat = "text",
+        log_to_file: bool = True,
+        startup_timeout: float = STARTUP_TIMEOUT,
+    ) -> Self:
+        """The Envoy (not started) that serves `spec`, installed in `work` (see `install`):
+        the one place a spec's process options (its worker threads) reach the command."""
+        return cls(
+            work=work,
+            http_port=spec.http_port,
+            listen_host=listen_host_of(work.static),
+            concurrency=spec.threads,
+            log_level=log_level,
+            log_format=log_format,
+            log_to_file=log_to_file,
+            startup_timeout=startup_timeout,
+            tls=spec.tls is not None,
+        )
+
+    @classmethod
     def start_spec(
         cls,
         spec: GatewaySpec,
         *,
         work_dir: Path,
-        concurrency: int = 1,
         log_level: str = "warning",
         log_format: LogFormat = "text",
         log_to_file: bool = True,
@@ -136,17 +160,13 @@ class EnvoyProcess:
         `work_dir/envoy.log`, else to our stderr."""
         if spec.http_port <= 0:
             raise ValueError("http_port must be a real port (Envoy would pick one we never learn)")
-        work = install(spec, work_dir)
-        proxy = cls(
-            work=work,
-            http_port=spec.http_port,
-            listen_host=listen_host_of(work.static),
-            concurrency=concurrency,
+        proxy = cls.of(
+            spec,
+            install(spec, work_dir),
             log_level=log_level,
             log_format=log_format,
             log_to_file=log_to_file,
             startup_timeout=startup_timeout,
-            tls=spec.tls is not None,
         )
         proxy.launch()
         return proxy
@@ -352,12 +372,14 @@ def gateway_spec(
     public_host: str | None = None,
     hsts_max_age: int = DEFAULT_HSTS_MAX_AGE,
     hsts_include_subdomains: bool = False,
+    threads: int = 1,
 ) -> GatewaySpec:
     """What `start_spec` and `run_gateway` install: the gateway folder (default the packaged
     one) with these ports, upstream servers, listen address, TLS files, trusted proxies
     and heap budget (plain HTTP beyond loopback only with `plain_http_beyond_loopback`:
     config.render_config), the metrics listener when `metrics_port` is given (None or 0:
-    none); with TLS, the redirect's public host and Strict-Transport-Security."""
+    none); with TLS, the redirect's public host and Strict-Transport-Security; `threads`
+    worker threads."""
     directory = gateway_dir if gateway_dir is not None else find_gateway_dir()
     return GatewaySpec(
         http_port=http_port,
@@ -375,6 +397,7 @@ def gateway_spec(
         public_host=public_host,
         hsts_max_age=hsts_max_age,
         hsts_include_subdomains=hsts_include_subdomains,
+        threads=threads,
     ).with_upstream_tls(upstream_tls)
 
 
@@ -405,6 +428,7 @@ def spec_from_settings(
         public_host=settings.public_host,
         hsts_max_age=settings.hsts_max_age,
         hsts_include_subdomains=settings.hsts_include_subdomains,
+        threads=settings.gateway_threads,
     )
 
 
@@ -453,21 +477,15 @@ def run_gateway(spec: GatewaySpec, *, work_dir: Path, log_format: LogFormat = "t
     except EnvoyError as exc:
         say(f"error: {exc}")
         return 2
-    proxy = EnvoyProcess(
-        work=work,
-        http_port=spec.http_port,
-        listen_host=listen_host_of(work.static),
-        log_format=log_format,
-        log_to_file=False,
-        tls=spec.tls is not None,
-    )
+    proxy = EnvoyProcess.of(spec, work, log_format=log_format, log_to_file=False)
     try:
         proxy.launch()
     except EnvoyError as exc:
         say(f"error: {exc}")
         return 1
     announce(
-        f"Envoy (pid {proxy.pid}) serving {proxy.listen_host}:{spec.http_port} /api/v1 "
+        f"Envoy (pid {proxy.pid}, {threads_text(spec.threads)}) serving "
+        f"{proxy.listen_host}:{spec.http_port} /api/v1 "
         f"({'HTTPS only' if spec.tls else 'plain HTTP'}) -> gRPC"
         f"{' with mutual TLS' if spec.upstream_tls else ''} "
         f"{', '.join(spec.upstreams)} (config {work.static}; apply changes to "
@@ -486,6 +504,11 @@ def run_gateway(spec: GatewaySpec, *, work_dir: Path, log_format: LogFormat = "t
         work.clear()  # what only a running gateway uses (the log stays)
         table.remove()
     return 0
+
+
+def threads_text(threads: int) -> str:
+    """How the banner, `gateway run` and `status` say how many worker threads Envoy runs."""
+    return f"{threads} worker thread{'' if threads == 1 else 's'}"
 
 
 def _prometheus(spec: GatewaySpec) -> str:

@@ -18,6 +18,9 @@ from loyalty_grpc.runtime.process.workers import WorkerPool
 from loyalty_grpc.runtime.settings import ConfigError, Settings
 from loyalty_grpc.store.db import make_engine
 
+# The wallet sender's pool in the supervising process (runtime/wallet.py: one thread).
+SENDER_POOL_SIZE = 2
+
 
 def server_settings(settings: Settings, *, database_url: str, admin_token: str) -> ServerSettings:
     tls = settings.grpc_tls()  # checked before anything starts
@@ -83,7 +86,7 @@ def serving(
         liveness=settings.liveness,
     )
     # The wallet sender's own connections, named in pg_stat_activity.
-    engine = make_engine(wallet.sender_url(server.database_url), pool_size=2)
+    engine = make_engine(wallet.sender_url(server.database_url), pool_size=SENDER_POOL_SIZE)
     stop_metrics: Callable[[], None] | None = None
     sender = None
     try:
