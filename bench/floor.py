@@ -25,6 +25,9 @@ wrk. Per run: calls/s, p99, the server's CPU per call (its processes only: not i
 not PostgreSQL), its Envoy's CPU per call, and voluntary context switches per call (every
 thread of the server's processes). Then per operation and client count the medians over
 rounds and the ratio real/bare of server CPU per call (the median of each round's ratio).
+CPU per call is all the CPU the processes used during the run over its calls, so it
+includes what they spend without calls (printed once as `idle`: health checks, timers, the
+real server's supervisor), which weighs most at 1 client.
 
 `redeem`: the real server redeems the first half of the `Canje` codes, the bare server the
 second half, each code once, in order (a wrk thread takes every other code), so a
@@ -69,10 +72,10 @@ from _fullstack import (
     FullStack,
     WrkResult,
     _proc_table,
-    _wait_http,
     children,
     comm,
     cores_line,
+    cpu_ns,
     free_port,
     full_stack,
     run_wrk,
@@ -202,6 +205,24 @@ def _wait_line(process: subprocess.Popen[bytes], log: Path, pattern: str) -> re.
     raise SystemExit(f"error: no {pattern!r} in {log} in time")
 
 
+UNKNOWN_KEY = "lp_vivo_" + "Z" * 32
+
+
+def _wait_answer(url: str, processes: dict[Path, subprocess.Popen[bytes]]) -> None:
+    """Until a ping with an unknown key gets the server's 401 through the gateway (a 503 is
+    the gateway without a server yet)."""
+    deadline = time.monotonic() + STARTUP_TIMEOUT
+    while time.monotonic() < deadline:
+        for log, process in processes.items():
+            if process.poll() is not None:
+                raise SystemExit(f"error: {log} exited:\n{log.read_text()[-2000:]}")
+        with contextlib.suppress(OSError, ValueError):
+            if _call(url, "/api/v1/ping", None, UNKNOWN_KEY)[0] == 401:
+                return
+        time.sleep(0.3)
+    raise SystemExit(f"error: no answer from {url} in time; see {', '.join(map(str, processes))}")
+
+
 @contextlib.contextmanager
 def served(
     stack: FullStack,
@@ -259,9 +280,7 @@ def served(
         gateway_log = work / "gateway.log"
         gateway = _spawn(command, env, gateway_log)
         url = f"http://127.0.0.1:{http_port}"
-        _wait_http(url, time.monotonic() + STARTUP_TIMEOUT, gateway, gateway_log)
-        if server.poll() is not None:
-            raise SystemExit(f"error: the {name} server exited:\n{log.read_text()[-2000:]}")
+        _wait_answer(url, {log: server, gateway_log: gateway})
         yield Served(name, server, gateway, url, tx_prefix, work, first, count)
     finally:
         if gateway is not None:
@@ -300,11 +319,10 @@ def check_answers(servers: list[Served]) -> list[str]:
     """One call of each operation to each server: both must answer 200 with answers of the
     same shape, and an unknown key the same 401 envelope. The problems found."""
     problems: list[str] = []
-    unknown = "lp_vivo_" + "Z" * 32
     calls: dict[str, tuple[str, dict[str, str] | None, str]] = {
         "ping": ("/api/v1/ping", None, KEY),
         "resolve": ("/api/v1/fan/resolve", {"fan": "F000001"}, KEY),
-        "unknown key": ("/api/v1/ping", None, unknown),
+        "unknown key": ("/api/v1/ping", None, UNKNOWN_KEY),
     }
     answers: dict[str, list[tuple[int, object]]] = {}
     for name, (path, body, key) in calls.items():
@@ -433,6 +451,30 @@ def measure(op: Op, s: Served, *, clients: int, args: argparse.Namespace) -> Run
     return run
 
 
+IDLE_SECONDS = 3.0
+
+
+def idle_cost(servers: list[Served]) -> str:
+    """What each server and its Envoy spend without calls (health checks, timers, the
+    supervisor), in ms of CPU per second: folded into every run's CPU per call, it weighs
+    most where calls are few (1 client)."""
+
+    # (Nanoseconds of the threads alive, /proc/PID/task/*/schedstat: clock ticks are too
+    # coarse for so little.)
+    def ns(s: Served) -> tuple[int, int]:
+        return sum(map(cpu_ns, s.server_pids())), sum(map(cpu_ns, s.envoy_pids()))
+
+    before = [ns(s) for s in servers]
+    time.sleep(IDLE_SECONDS)
+    after = [ns(s) for s in servers]
+    parts = [
+        f"{s.name} server {(a[0] - b[0]) / 1e6 / IDLE_SECONDS:.2f} "
+        f"envoy {(a[1] - b[1]) / 1e6 / IDLE_SECONDS:.2f}"
+        for s, b, a in zip(servers, before, after, strict=True)
+    ]
+    return f"idle, CPU ms per second ({IDLE_SECONDS:g} s without calls): " + "; ".join(parts)
+
+
 # ---------------------------------------------------------------- the table and the checks
 
 
@@ -535,6 +577,8 @@ def run(args: argparse.Namespace) -> int:
             print("\n".join(["the answers differ:", *problems]), flush=True)
             return 1
         print("answers: both servers answer each operation alike (shape, 401 envelope)")
+        idle = idle_cost(servers)
+        print(idle, flush=True)
         cells: dict[tuple[str, int], Cell] = {}
         for name in args.ops:
             op = by_name[name]
@@ -547,6 +591,7 @@ def run(args: argparse.Namespace) -> int:
         stack.wait_outbox_empty()
         print()
         print(cores_line())
+        print(idle)
         print(table(cells))
         print()
         problems += final_checks(stack, servers)
