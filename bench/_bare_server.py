@@ -1,22 +1,24 @@
 """The bare server of bench/floor.py (issue 25): the cashier's work and nothing else, the
 floor the project's server is measured against. Not a benchmark by itself.
 
-    .venv/bin/python bench/_bare_server.py --port 0 [--threads 16] [--connections 16]
+    .venv/bin/python bench/_bare_server.py --port 0 [--threads N] [--connections N]
 
 (LOYALTY_DATABASE_URL: the database bench/_fullstack.py built.) It prints
 `serving on 127.0.0.1:PORT` once it serves.
 
 What it is, all of it the project's own code, imported:
-- a synchronous `grpc.server` with a thread pool of `--threads` (16, as a worker of
-  `loyalty serve`), no interceptor, no server options;
+- a synchronous `grpc.server` with a thread pool of `--threads` (default: a `loyalty
+  serve` worker's, api/server.py ServerSettings.max_workers), no interceptor, no server
+  options;
 - the project's servicer (api/pos.py PosServicer: the generated stubs, the request parsers
   of api/requests.py, the use cases of services/pos/ with `points_for`, the response
   builders) for `ping`, `fan/resolve`, `tx` and `redeem`; every other method answers
   UNIMPLEMENTED (the base class of the generated stubs);
 - the hot paths' one statement each (store/sale.py SALE and ORIGINAL, store/resolve.py
   RESOLVE, store/redeem.py REDEEM and CREDITED, store/fan_lookup.py), reached through
-  store/autocommit.fetch_one on `--connections` psycopg connections (`BarePool`, a queue:
-  psycopg_pool is not a dependency) instead of SQLAlchemy's pool;
+  store/autocommit.fetch_one on `--connections` psycopg connections (as many as the
+  threads by default, as a worker's pool; `BarePool`, a queue: psycopg_pool is not a
+  dependency) instead of SQLAlchemy's pool;
 - API keys against a dict loaded once at start (the bench's 65 keys, looked up by
   services/backoffice/keys.authenticate): the key read from the `authorization` metadata
   and hashed as api/authentication.py does (domain/keys.py), the permission checked
@@ -54,6 +56,7 @@ from loyalty_grpc.api.context import reset_caller, set_caller
 from loyalty_grpc.api.failures import abort, failure_of
 from loyalty_grpc.api.interceptors import POS_SERVICE
 from loyalty_grpc.api.pos import PosServicer
+from loyalty_grpc.api.server import ServerSettings
 from loyalty_grpc.domain import keys, permissions
 from loyalty_grpc.domain.caller import Caller
 from loyalty_grpc.domain.errors import CodigoError, LoyaltyError
@@ -188,8 +191,9 @@ def build(
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--port", type=int, default=0, help="0: a free port (printed)")
-    parser.add_argument("--threads", type=int, default=16)
-    parser.add_argument("--connections", type=int, default=16)
+    # As a worker of `loyalty serve`: its gRPC threads, and a database pool as large.
+    parser.add_argument("--threads", type=int, default=ServerSettings.max_workers)
+    parser.add_argument("--connections", type=int, default=ServerSettings.max_workers)
     args = parser.parse_args(argv)
     url = os.environ.get("LOYALTY_DATABASE_URL", "")
     if not url:

@@ -15,8 +15,8 @@ both Lua filters, the transcoder):
   so that it never refuses (LOYALTY_RATE_LIMIT_PER_MINUTE=1000000), metrics port off, as
   the reference benchmark (../shared/bench/tx_vs_pgbench.sh) runs it;
 - bare: bench/_bare_server.py, the project's servicer, use cases and statements on a
-  synchronous grpc.server with 16 threads, keys in a dict, 16 psycopg connections, and
-  none of the edge's layers (see that file).
+  synchronous grpc.server with a worker's threads, keys in a dict, as many psycopg
+  connections, and none of the edge's layers (see that file).
 
 For each operation (wrk requests of bench/hot_paths.py OPS) and client count, `--rounds`
 rounds, each running both servers one after the other (real first in odd rounds, bare
