@@ -184,13 +184,15 @@ def _spawn(command: list[str], env: dict[str, str], log: Path) -> subprocess.Pop
 
 
 def _stop(process: subprocess.Popen[bytes]) -> None:
-    if process.poll() is None:
+    """SIGINT to the process's group (it was started in a session of its own), then, after
+    it exited or 30 s, SIGKILL to whatever is left of the group."""
+    with contextlib.suppress(ProcessLookupError):
         os.killpg(process.pid, signal.SIGINT)
-        try:
-            process.wait(30)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait(10)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        process.wait(30)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGKILL)
+    process.wait(10)
 
 
 def _wait_line(process: subprocess.Popen[bytes], log: Path, pattern: str) -> re.Match[str]:
@@ -281,7 +283,16 @@ def served(
         gateway = _spawn(command, env, gateway_log)
         url = f"http://127.0.0.1:{http_port}"
         _wait_answer(url, {log: server, gateway_log: gateway})
-        yield Served(name, server, gateway, url, tx_prefix, work, first, count)
+        running = Served(name, server, gateway, url, tx_prefix, work, first, count)
+        print(
+            f"{name}: {url}; measured as the server: "
+            + ", ".join(f"{comm(p)} {p}" for p in sorted(running.server_pids()))
+            + "; as its Envoy: "
+            + ", ".join(f"{comm(p)} {p}" for p in sorted(running.envoy_pids()))
+            + f"; logs in {work} (while it runs)",
+            flush=True,
+        )
+        yield running
     finally:
         if gateway is not None:
             _stop(gateway)
