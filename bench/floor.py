@@ -30,7 +30,7 @@ includes what they spend without calls (printed once as `idle`: health checks, t
 real server's supervisor), which weighs most at 1 client.
 
 `redeem`: the real server redeems the first half of the `Canje` codes, the bare server the
-second half, each code once, in order (a wrk thread takes every other code), so a
+second half, each code once, in order (wrk's threads take turns), so a
 redemption finds its code `asignado`. Should a half run out (too few `--codes` for the
 load), the codes are taken again from the start: those calls are still answered calls
 (200, `duplicado: true`, the extra statement that reads what the code credited), counted
