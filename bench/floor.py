@@ -5,7 +5,8 @@ the yardstick of issue 25 (a benchmark, not a test).
         [--ops ping,resolve-id,tx,redeem] [--fans 100000] [--codes 400000]
         [--gateway-threads N]
 
-Quick: `--seconds 2 --clients 8 --rounds 1 --fans 2000 --codes 4000`.
+Quick (about a minute): `--seconds 2 --clients 8 --rounds 1 --fans 2000 --codes 4000`;
+the defaults run 48 runs of 3 + 10 s, about 12 minutes with the data set's load.
 
 One embedded PostgreSQL with the data set of bench/_fullstack.py (its `loyalty up
 --workers 1` only applies the fixture and drains the wallet outbox: it gets no load), and
