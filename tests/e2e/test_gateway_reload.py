@@ -303,6 +303,9 @@ def test_descriptor_and_routes_change_while_requests_flow(
         assert "unchanged" in reloaded(gateway.work_dir, load)
         load.wait_for(50)
     assert load.failures == []
+    # loyalty_gateway_reloads_total (runtime/gateway/series.py): the two that changed
+    # something, not the one that did not.
+    assert gateway.work.reloads() == 2
     # The work directory holds what runs now, and only the files it uses.
     assert ROUTE in gateway.config_path.read_text(encoding="utf-8")
     # (Both Lua files, the descriptor set, the OpenAPI document.)
@@ -386,6 +389,7 @@ def test_a_broken_configuration_is_refused_and_the_running_one_keeps_serving(
         running_version = yaml.safe_load(running[gateway.work.listeners])["version_info"]
         assert LISTENERS.version(admin.xds_stats()) == running_version
     assert load.failures == []
+    assert gateway.work.reloads() == 1  # the refused one is not counted
     # Nothing Envoy reads changed (a refused listener file was put back).
     assert {path: path.read_bytes() for path in running} == running
     assert {

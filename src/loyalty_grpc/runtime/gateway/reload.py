@@ -118,6 +118,8 @@ def reload(
                 f"reload refused, Envoy keeps serving its current configuration: {exc}"
             ) from exc
         commit_generation(generation, spec, work)
+        if changed:
+            work.count_reload()  # loyalty_gateway_reloads_total (runtime/gateway/series.py)
     return Reloaded(
         gateway_dir=spec.gateway_dir,
         upstreams=spec.upstreams,
