@@ -10,14 +10,17 @@
 - the gateway's own series (runtime/gateway/series.py) are on the same scrape as Envoy's,
   by the same names under `loyalty gateway run` and `loyalty up`: Envoy SIGKILLed under
   each is counted in `loyalty_gateway_restarts_total`, with its exit as -9, on a page that
-  also has Envoy's own series of the new Envoy.
+  also has Envoy's own series of the new Envoy; a `gateway reload` that changes a route
+  in `loyalty_gateway_reloads_total`.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import shutil
 import signal
+import subprocess
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
@@ -30,10 +33,12 @@ from prometheus_client.parser import text_string_to_metric_families
 
 import loyalty_grpc
 from loyalty_grpc.runtime.gateway import series
+from loyalty_grpc.runtime.gateway.config import find_gateway_dir
 from loyalty_grpc.runtime.gateway.envoy import EnvoyProcess, gateway_spec
 from loyalty_grpc.runtime.process.supervision import Backoff
 from loyalty_grpc.store.migrate import upgrade
-from tests.e2e.processes import Running, demo_up_args, loyalty_env, worker_processes
+from tests.e2e.processes import LOYALTY, Running, demo_up_args, loyalty_env, worker_processes
+from tests.e2e.test_gateway_reload import add_route, edit_config
 from tests.monitoring import queried_names
 from tests.support import ADMIN_TOKEN, free_port
 
@@ -280,6 +285,7 @@ def _sigkill_envoy_and_see_it_counted(supervisor: Running, metrics_port: int) ->
 
 def test_gateway_run_counts_envoys_restarts_on_its_scrape(tmp_path: Path) -> None:
     metrics_port = free_port()
+    work_dir = tmp_path / "envoy"
     gateway = Running(
         [
             "gateway",
@@ -293,7 +299,7 @@ def test_gateway_run_counts_envoys_restarts_on_its_scrape(tmp_path: Path) -> Non
             "--envoy-metrics-port",
             str(metrics_port),
             "--work-dir",
-            str(tmp_path / "envoy"),
+            str(work_dir),
         ],
         tmp_path,
         loyalty_env(),
@@ -302,6 +308,23 @@ def test_gateway_run_counts_envoys_restarts_on_its_scrape(tmp_path: Path) -> Non
         gateway.wait_for("serving")
         _sigkill_envoy_and_see_it_counted(gateway, metrics_port)
         gateway.wait_for("killed by SIGKILL")
+        # A reload that changes a route is counted on the same scrape; it is no restart.
+        changed = Path(shutil.copytree(find_gateway_dir(), tmp_path / "gateway"))
+        edit_config(changed, add_route)
+        command = [*LOYALTY, "gateway", "reload", "--work-dir", str(work_dir)]
+        reloaded = subprocess.run(
+            [*command, "--gateway-dir", str(changed)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        assert reloaded.returncode == 0, reloaded.stdout + reloaded.stderr
+        assert "listeners updated" in reloaded.stdout
+        page = _gateway_page(metrics_port)
+        assert page is not None
+        assert page[series.RELOADS] == 1
+        assert page[series.RESTARTS] == 1
     finally:
         if gateway.proc.poll() is None:
             gateway.stop()
