@@ -22,7 +22,9 @@ it for every counter and histogram registered, on a fresh `loyalty serve`.
 
 Envoy publishes its own series on its metrics listener (LOYALTY_ENVOY_METRICS_PORT):
 `GET /stats/prometheus`, taken from its admin interface, a Unix socket that only the
-gateway's user can open (runtime/gateway/side_listeners.py `metrics_listener`).
+gateway's user can open (runtime/gateway/side_listeners.py `metrics_listener`), with the
+gateway's own series (`loyalty_gateway_restarts_total`...: runtime/gateway/series.py)
+appended by the process that supervises Envoy.
 """
 
 from __future__ import annotations

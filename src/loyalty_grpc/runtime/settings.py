@@ -280,7 +280,8 @@ VARIABLES: tuple[Variable, ...] = (
         "LOYALTY_ENVOY_METRICS_PORT",
         "`0` (none)",
         "`up` and `gateway run`: a listener for Prometheus that answers only `GET "
-        "/stats/prometheus` (Envoy's own series) and `GET /ready` from Envoy's admin "
+        "/stats/prometheus` (Envoy's own series and the gateway's, `loyalty_gateway_*`) "
+        "and `GET /ready` from Envoy's admin "
         "interface, which is a Unix socket of the work dir (mode 0600), never a port "
         "(`--envoy-metrics-port`)",
     ),

@@ -143,9 +143,9 @@ def _envoy_metrics_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--envoy-metrics-port",
         metavar="PORT",
-        help="Envoy's Prometheus series: GET /stats/prometheus and /ready, nothing else of "
-        "its admin interface (a Unix socket) (env LOYALTY_ENVOY_METRICS_PORT, default 0: "
-        "none)",
+        help="Envoy's Prometheus series and the gateway's own: GET /stats/prometheus and "
+        "/ready, nothing else of its admin interface (a Unix socket) (env "
+        "LOYALTY_ENVOY_METRICS_PORT, default 0: none)",
     )
     parser.add_argument(
         "--envoy-metrics-host",

@@ -32,6 +32,7 @@ from loyalty_grpc.runtime.gateway.config import (
     find_gateway_dir,
     listen_host_of,
 )
+from loyalty_grpc.runtime.gateway.series import GatewaySeries, SeriesServer
 from loyalty_grpc.runtime.gateway.shape import (
     EnvoyError,
 )
@@ -87,6 +88,10 @@ class EnvoyProcess:
     it exits (see the module docstring): call `start()`, `launch()` and `restart()` from a
     thread that lives as long as Envoy should serve. `loyalty gateway reload`
     (runtime/gateway/reload.py) changes its configuration while it runs.
+
+    `series` records each start and end (and `supervised` each restart) for Prometheus;
+    with `serve_series` (a metrics listener) its server runs while Envoy does
+    (runtime/gateway/series.py).
     """
 
     def __init__(
@@ -101,6 +106,7 @@ class EnvoyProcess:
         log_to_file: bool = True,
         startup_timeout: float = STARTUP_TIMEOUT,
         tls: bool = False,
+        serve_series: bool = False,
     ) -> None:
         self.work = work
         self.tls = tls
@@ -116,7 +122,13 @@ class EnvoyProcess:
         self.startup_timeout = startup_timeout
         self.log_path = work.log
         self.admin = work.admin()  # its Unix socket (runtime/gateway/admin.py)
+        # The gateway's own series (runtime/gateway/series.py), served to the metrics
+        # listener while Envoy runs when `serve_series` (the config has that listener).
+        self.series = GatewaySeries(reloads=work.reloads)
+        self.serve_series = serve_series
+        self._series_server: SeriesServer | None = None
         self._process: subprocess.Popen[bytes] | None = None
+        self._ended_pid: int | None = None  # the last process whose end `series` has
 
     @classmethod
     def of(
@@ -130,7 +142,8 @@ class EnvoyProcess:
         startup_timeout: float = STARTUP_TIMEOUT,
     ) -> Self:
         """The Envoy (not started) that serves `spec`, installed in `work` (see `install`):
-        the one place a spec's process options (its worker threads) reach the command."""
+        the one place a spec's process options (its worker threads, the gateway's own
+        series when it has a metrics listener) reach the process."""
         return cls(
             work=work,
             http_port=spec.http_port,
@@ -141,6 +154,7 @@ class EnvoyProcess:
             log_to_file=log_to_file,
             startup_timeout=startup_timeout,
             tls=spec.tls is not None,
+            serve_series=spec.metrics_port is not None,
         )
 
     @classmethod
@@ -228,8 +242,15 @@ class EnvoyProcess:
 
     def spawn(self) -> None:
         """Start the process (`poll_ready` says when it serves)."""
-        if self._process is not None and self._process.poll() is None:
+        if self._process is not None and self.poll() is None:
             raise EnvoyError("Envoy is already running")
+        if self.serve_series and self._series_server is None:
+            try:
+                self._series_server = SeriesServer(self.work.series_socket, self.series, self.admin)
+            except OSError as exc:
+                raise EnvoyError(
+                    f"cannot serve the gateway's series on {self.work.series_socket}: {exc}"
+                ) from exc
         # Envoy gets SIGTERM when this thread exits (Linux; see the module docstring).
         command = die_with_parent(self.command(), signal.SIGTERM)
         with self._output() as output:
@@ -241,6 +262,7 @@ class EnvoyProcess:
                 cwd=self.work_dir,
                 env={**os.environ, "TZ": "UTC"} if self.log_format == "json" else None,
             )
+        self.series.started()
         log.info("Envoy started (pid %s) on port %s", self._process.pid, self.http_port)
 
     def poll_ready(self) -> bool:
@@ -288,7 +310,16 @@ class EnvoyProcess:
         """None while Envoy runs, else its exit code."""
         if self._process is None:
             return None
-        return self._process.poll()
+        code = self._process.poll()
+        if code is not None:
+            self._note_end(self._process)
+        return code
+
+    def _note_end(self, process: subprocess.Popen[bytes]) -> None:
+        """Tell `series` how `process` (ended) ended, once."""
+        if process.pid != self._ended_pid and process.returncode is not None:
+            self._ended_pid = process.pid
+            self.series.ended(process.returncode)
 
     def wait(self, timeout: float | None = None) -> int:
         if self._process is None:
@@ -296,7 +327,11 @@ class EnvoyProcess:
         return self._process.wait(timeout)
 
     def stop(self, grace: float = STOP_GRACE) -> int | None:
-        """SIGTERM, then SIGKILL after `grace` seconds; returns the exit code."""
+        """SIGTERM, then SIGKILL after `grace` seconds; returns the exit code. The series
+        server stops too (the next start starts it again)."""
+        if self._series_server is not None:
+            self._series_server.close()
+            self._series_server = None
         process = self._process
         if process is None:
             return None
@@ -308,6 +343,7 @@ class EnvoyProcess:
                 log.warning("Envoy (pid %s) ignored SIGTERM; killing it", process.pid)
                 process.kill()
                 process.wait()
+        self._note_end(process)
         return process.returncode
 
     def restart(self) -> None:
@@ -439,8 +475,10 @@ def supervised(
     on_change: Callable[[], None] | None = None,
 ) -> Child:
     """The supervision slot of an Envoy that serves (runtime/process/supervision.py): when it dies
-    it is started again on the configuration installed, with every reload since. Tick it
-    from the thread that started it (the module doc says why)."""
+    it is started again on the configuration installed, with every reload since. Each
+    restart is counted in `proxy.series` (`loyalty_gateway_restarts_total`, whoever
+    supervises) and passed to `on_restart`. Tick it from the thread that started it (the
+    module doc says why)."""
 
     def spawn() -> _Supervised:
         try:
@@ -449,12 +487,17 @@ def supervised(
             raise StartFailed(_first_line(exc)) from None
         return _Supervised(proxy)
 
+    def restarted(kind: str) -> None:
+        proxy.series.restarted()
+        if on_restart is not None:
+            on_restart(kind)
+
     child = Child(
         "envoy",
         "envoy",
         spawn,
         start_timeout=proxy.startup_timeout,
-        on_restart=on_restart,
+        on_restart=restarted,
         on_change=on_change,
     )
     child.adopt(_Supervised(proxy))
