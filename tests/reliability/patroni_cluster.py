@@ -252,10 +252,15 @@ class Cluster:
         logs = "\n".join(f"--- {node.name}\n{tail(node.log)}" for node in self.nodes)
         pytest.fail(f"no leader with a sync standby after {timeout} s: {seen}\n{logs}")
 
-    def patronictl_list(self) -> str:
-        node = self.nodes[0]
+    def sync_standby(self, via: Node) -> Node:
+        (name,) = (n for n, m in self.members(via).items() if m["role"] == "sync_standby")
+        return next(node for node in self.nodes if node.name == name)
+
+    def patronictl(self, *args: str) -> str:
+        """`patronictl` as an operator runs it on a node (its patroni.yml and environment)."""
+        node = next(node for node in self.nodes if not node.lost)
         done = subprocess.run(
-            [str(PATRONICTL), "-c", str(node.config), "list"],
+            [str(PATRONICTL), "-c", str(node.config), *args],
             capture_output=True,
             text=True,
             check=False,

@@ -11,7 +11,8 @@ leader's key expires in etcd (its `ttl`), the other standby becomes the new lead
 synchronous standby, and the load goes on. Meanwhile every answer is 200 or 503
 `servicio_no_disponible`; the audit on the new leader finds every acknowledged sale and
 redemption once, balances equal to the ledger. The time without service is printed, not
-asserted (the machine is shared).
+asserted (the machine is shared). Before that, on the same cluster and stack, a switchover
+for maintenance (`patronictl switchover`) under the same load: 200 or 503 only, audit exact.
 
 Skipped, with the reason, when etcd is not installed, except under CI (`CI=true`), where
 .ci/run installs it and the test must run."""
@@ -25,7 +26,16 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.reliability.harness import Journal, Load, Policy, Stack, World, audit, running_stack
+from tests.reliability.harness import (
+    Attempt,
+    Journal,
+    Load,
+    Policy,
+    Stack,
+    World,
+    audit,
+    running_stack,
+)
 from tests.reliability.patroni_cluster import (
     TIMINGS,
     Cluster,
@@ -64,12 +74,60 @@ def stack(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterato
         yield up
 
 
+def answers_not_200_nor_503(journal: Journal) -> list[Attempt]:
+    return [
+        a
+        for a in journal.attempts
+        if a.status != 200
+        and (a.status, a.codigo, a.error) != (503, "servicio_no_disponible", None)
+    ]
+
+
+def longest_without_a_200(journal: Journal, since: float) -> float:
+    """The longest stretch with no 200 ending in it, from `since` on."""
+    ends = sorted(a.ended for a in journal.attempts if a.status == 200)
+    points = [max((end for end in ends if end <= since), default=since)]
+    points += [end for end in ends if end > since]
+    return max(b - a for a, b in itertools.pairwise(points))
+
+
+def test_a_switchover_for_maintenance_costs_only_retried_503s(
+    stack: Stack, cluster: Cluster, journal: Journal
+) -> None:
+    """`patronictl switchover` (docs/deployment.md): the leader hands over to its
+    synchronous standby under load; calls meanwhile are 200 or 503 and retried."""
+    leader = cluster.wait(cluster.nodes[0])
+    candidate = cluster.sync_standby(leader)
+    with Load(stack, journal, "switchover", policy=PATIENT) as load:
+        time.sleep(BEFORE)
+        start = time.monotonic()
+        cluster.patronictl(
+            "switchover", "--leader", leader.name, "--candidate", candidate.name, "--force"
+        )
+        new_leader = cluster.wait(candidate, leader.name, timeout=PROMOTION_WAIT)
+        switched = time.monotonic()
+        time.sleep(AFTER)
+    assert new_leader is candidate
+    wrong = answers_not_200_nor_503(journal)
+    assert not wrong, f"{len(wrong)} answers not 200 nor 503 servicio_no_disponible: {wrong[:5]}"
+    assert [a for a in journal.attempts if a.status == 200 and a.started > switched]
+    assert stack.restarts_logged() == 0, "a worker or Envoy died:\n" + stack.log_tail()
+    stack.engine.dispose()  # its connections were to the old leader
+    audited = audit(stack)
+    print(
+        f"\npatroni switchover {leader.name} -> {candidate.name}: longest stretch without a"
+        f" 200 {longest_without_a_200(journal, start):.3f} s; new leader with a sync standby"
+        f" {switched - start:.3f} s after patronictl started; {load.calls} calls:"
+        f" {journal.summary()}; {audited}"
+    )
+
+
 def test_patroni_promotes_the_synchronous_standby_and_nothing_acknowledged_is_lost(
     stack: Stack, cluster: Cluster, journal: Journal
 ) -> None:
     leader = cluster.wait(cluster.nodes[0])
     survivors = [node for node in cluster.nodes if node is not leader]
-    listed = cluster.patronictl_list()
+    listed = cluster.patronictl("list")
     assert "Leader" in listed, listed
     assert "Sync Standby" in listed, listed
     with Load(stack, journal, "patroni", policy=PATIENT) as load:
@@ -86,12 +144,7 @@ def test_patroni_promotes_the_synchronous_standby_and_nothing_acknowledged_is_lo
         # Strict synchronous mode: the new leader commits only with the other node named.
         assert conn.execute("SHOW synchronous_standby_names").fetchone() == (other,)
     attempts = journal.attempts
-    wrong = [
-        a
-        for a in attempts
-        if a.status != 200
-        and (a.status, a.codigo, a.error) != (503, "servicio_no_disponible", None)
-    ]
+    wrong = answers_not_200_nor_503(journal)
     assert not wrong, f"{len(wrong)} answers not 200 nor 503 servicio_no_disponible: {wrong[:5]}"
     assert acked_before, "no call was answered before the leader was lost"
     served_after = [a for a in attempts if a.status == 200 and a.started > promoted]
@@ -99,13 +152,10 @@ def test_patroni_promotes_the_synchronous_standby_and_nothing_acknowledged_is_lo
     assert stack.restarts_logged() == 0, "a worker or Envoy died:\n" + stack.log_tail()
     stack.engine.dispose()  # its connections died with the old leader
     audited = audit(stack)  # on whichever node accepts writes: the new leader
-    ends = sorted(a.ended for a in attempts if a.status == 200)
-    points = [max((end for end in ends if end <= lost), default=lost)]
-    points += [end for end in ends if end > lost]
-    gaps = [b - a for a, b in itertools.pairwise(points)]
     print(
         f"\npatroni failover (ttl {TIMINGS['ttl']} s, loop_wait {TIMINGS['loop_wait']} s):"
-        f" longest stretch without a 200 {max(gaps):.3f} s; {new_leader.name} seen leader"
-        f" with a sync standby {promoted - lost:.3f} s after the loss of {leader.name};"
+        f" longest stretch without a 200 {longest_without_a_200(journal, lost):.3f} s;"
+        f" {new_leader.name} seen leader with a sync standby {promoted - lost:.3f} s after"
+        f" the loss of {leader.name};"
         f" {load.calls} calls: {journal.summary()}; {audited}"
     )
