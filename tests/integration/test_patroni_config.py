@@ -70,13 +70,21 @@ def node_environment(name: str, etcd_members: dict[str, str]) -> dict[str, str]:
     return env
 
 
-def validate(config: dict[str, Any], env: dict[str, str], tmp_path: Path) -> str:
+def validate(config: dict[str, Any], env: dict[str, str], tmp_path: Path, *options: str) -> str:
     """`patroni --validate-config` on `config` with `env` only (plus PATH): its output, empty
     when the file is valid (the listen ports are not checked: others may hold them here)."""
     path = tmp_path / "patroni.yml"
     path.write_text(yaml.safe_dump(config))
     done = subprocess.run(
-        [sys.executable, "-m", "patroni", "--validate-config", "--ignore-listen-port", str(path)],
+        [
+            sys.executable,
+            "-m",
+            "patroni",
+            "--validate-config",
+            "--ignore-listen-port",
+            *options,
+            str(path),
+        ],
         capture_output=True,
         text=True,
         check=False,
@@ -84,7 +92,7 @@ def validate(config: dict[str, Any], env: dict[str, str], tmp_path: Path) -> str
         env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", **env},
     )
     output = done.stdout + done.stderr
-    assert (done.returncode == 0) == (output == ""), output
+    assert (done.returncode == 0) == (output == "" or "--print" in options), output
     return output
 
 
@@ -93,6 +101,23 @@ def test_each_node_s_configuration_is_valid(
     node: str, etcd_members: dict[str, str], tmp_path: Path
 ) -> None:
     assert validate(shipped_config(), node_environment(node, etcd_members), tmp_path) == ""
+
+
+def test_what_changes_the_cluster_needs_the_rest_api_password(
+    etcd_members: dict[str, str], tmp_path: Path
+) -> None:
+    """Patroni's configuration as it runs (`--print`: the file with the environment over
+    it): the REST API's user from patroni.yml, its password from the node's environment
+    (patronictl reads the same), the database passwords too."""
+    env = node_environment(NODES[0], etcd_members)
+    printed = yaml.safe_load(validate(shipped_config(), env, tmp_path, "--print"))
+    assert printed["restapi"]["authentication"] == {
+        "username": "patroni",
+        "password": env["PATRONI_RESTAPI_PASSWORD"],
+    }
+    authentication = printed["postgresql"]["authentication"]
+    assert authentication["superuser"]["password"] == env["PATRONI_SUPERUSER_PASSWORD"]
+    assert authentication["replication"]["password"] == env["PATRONI_REPLICATION_PASSWORD"]
 
 
 def test_the_failover_test_s_configuration_is_valid(

@@ -36,12 +36,13 @@ ROOT = Path(__file__).resolve().parents[2]
 HA = ROOT / "deploy" / "ha"
 PATRONICTL = Path(sys.executable).parent / "patronictl"
 # Patroni's shortest: ttl at least 20 s, loop_wait + 2 × retry_timeout at most ttl.
-TIMINGS = {"ttl": 20, "loop_wait": 2, "retry_timeout": 5}
+TIMINGS = {"ttl": 20, "loop_wait": 1, "retry_timeout": 5}
 BOOT_WAIT = 90.0  # seconds for etcd, then for the cluster to have a leader and a sync standby
 # Test secrets only (loopback, thrown away with the test's folder).
 SECRETS = {
     "PATRONI_SUPERUSER_PASSWORD": "patroni-test-superuser",
     "PATRONI_REPLICATION_PASSWORD": "patroni-test-replicator",
+    "PATRONI_RESTAPI_PASSWORD": "patroni-test-restapi",
     "LOYALTY_DB_PASSWORD": "patroni-test-loyalty",
 }
 
@@ -205,6 +206,11 @@ class Node:
         self.process.wait(30)
         self.server.kill()
 
+    def terminate(self) -> None:
+        """SIGTERM to Patroni, which then stops its PostgreSQL (`stop` waits for it)."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+
     def stop(self) -> None:
         """Patroni stops its PostgreSQL on SIGTERM (cleanup: never fails)."""
         if self.process is not None and self.process.poll() is None:
@@ -320,6 +326,9 @@ def patroni_cluster(work: Path, etcd: Etcd, size: int = 3) -> Iterator[Cluster]:
         cluster.wait(cluster.nodes[0])
         yield cluster
     finally:
+        for node in cluster.nodes:  # all at once, then one by one until each is down
+            with contextlib.suppress(OSError):
+                node.terminate()
         for node in cluster.nodes:
             with contextlib.suppress(psutil.Error, OSError):
                 node.stop()

@@ -29,6 +29,7 @@ SECRETS = (
     "LOYALTY_ADMIN_TOKEN",
     "PATRONI_SUPERUSER_PASSWORD",
     "PATRONI_REPLICATION_PASSWORD",
+    "PATRONI_RESTAPI_PASSWORD",
 )
 
 
@@ -204,11 +205,7 @@ def test_secrets_are_references_each_to_the_services_that_need_it(
         name: {secret for secret in SECRETS if f"${{{secret}" in str(environment(service))}
         for name, service in services.items()
     }
-    node_secrets = {
-        "POSTGRES_PASSWORD",
-        "PATRONI_SUPERUSER_PASSWORD",
-        "PATRONI_REPLICATION_PASSWORD",
-    }
+    node_secrets = set(SECRETS) - {"LOYALTY_ADMIN_TOKEN"}
     assert seen == {
         **{name: set() for name in ETCD},
         **dict.fromkeys(NODES, node_secrets),
@@ -254,3 +251,6 @@ def test_patroni_yml_loses_nothing_acknowledged(patroni: dict[str, Any]) -> None
         assert line.split()[-1] == "scram-sha-256", line  # nothing trusted
     for secret in ("password", "PASSWORD"):
         assert secret not in str(patroni["postgresql"]["authentication"])
+        assert secret not in str(patroni["restapi"]["authentication"])
+    # Only GETs (health checks) without a password: patroni.yml names the REST API's user.
+    assert patroni["restapi"]["authentication"] == {"username": "patroni"}
