@@ -286,3 +286,38 @@ def test_version_1_cursors_are_refused(eng):
     tag = hashlib.sha256(b"loyalty roster cursor\x00" + PROGRAM.encode() + b"\x00" + body)
     old = base64.urlsafe_b64encode(body + tag.digest()[:8]).rstrip(b"=").decode()
     assert "versión anterior" in refused(eng, old)
+
+
+def record_version(engine: Engine, cursor: str) -> int:
+    """The transaction that last wrote `cursor`'s record (its row's xmin)."""
+    p = decode_cursor(PROGRAM, cursor).posicion
+    with engine.connect() as conn:
+        return int(
+            conn.execute(
+                text(
+                    "SELECT xmin::text::bigint FROM roster_cursores WHERE programa_id = :p"
+                    " AND fase = :f AND xid = :x AND pk = :k"
+                ),
+                {"p": PROGRAM, "f": p.fase.value, "x": p.xid, "k": p.pk},
+            ).scalar_one()
+        )
+
+
+def test_a_snapshot_page_read_again_rewrites_its_record_a_change_page_does_not(eng):
+    """A snapshot page shows its fans as they are now, so a second read of it must commit
+    (and wait for a synchronous standby) after what it showed: its record is rewritten in
+    place. A page of changes shows only what an earlier read of the same cursor could
+    already show: its record is left as it is (docs/roster.md)."""
+    first = page(eng, None)
+    again = [page(eng, first.siguiente) for _ in range(2)]
+    assert again[0].siguiente == again[1].siguiente
+    snapshot_versions = {record_version(eng, again[0].siguiente)}
+    page(eng, first.siguiente)
+    snapshot_versions.add(record_version(eng, again[0].siguiente))
+    assert len(snapshot_versions) == 2
+    end, _ = follow(eng, None)
+    run_in_uow(eng, update_fan, PROGRAM, "CUR02", nombre="Dos veces")
+    changes = page(eng, end)
+    version = record_version(eng, changes.siguiente)
+    assert page(eng, end).siguiente == changes.siguiente
+    assert record_version(eng, changes.siguiente) == version
