@@ -359,6 +359,7 @@ def full_stack(
     fans: int,
     codes: int,
     workers: int | None = None,
+    gateway_threads: int | None = None,
     extra_env: dict[str, str] | None = None,
     pg_options: tuple[str, ...] = (),
 ) -> Iterator[FullStack]:
@@ -396,6 +397,8 @@ def full_stack(
         ]
         if workers is not None:
             command += ["--workers", str(workers)]
+        if gateway_threads is not None:
+            command += ["--gateway-threads", str(gateway_threads)]
         log = work / "up.log"
         with log.open("wb") as out:
             up = subprocess.Popen(
@@ -462,6 +465,8 @@ class WrkResult:
     errors: str  # wrk's socket errors line and the first failures' status and body
     # Calls per HTTP status, when the script's done() prints them (bench/soak.py).
     statuses: dict[str, int] = field(default_factory=dict)
+    # wrk's whole report, for lines a script's done() prints (bench/floor.py).
+    output: str = ""
 
 
 _UNIT_MS = {"us": 0.001, "ms": 1.0, "s": 1000.0, "m": 60000.0}
@@ -526,13 +531,18 @@ end
 """
 
 
+def wrk_threads(clients: int) -> int:
+    """wrk's threads for `clients` connections (run_wrk, start_wrk)."""
+    return 1 if clients < 2 else 2
+
+
 def run_wrk(
     url: str, script: str, *, clients: int, seconds: float, work: Path, epilogue: str = ""
 ) -> WrkResult:
     wrk = ensure_wrk()
     path = work / f"wrk-{abs(hash(script))}.lua"
     path.write_text(WRK_PRELUDE + script + WRK_CHECK + epilogue)
-    threads = 1 if clients < 2 else 2
+    threads = wrk_threads(clients)
     done = subprocess.run(
         [
             wrk,
@@ -569,6 +579,7 @@ def run_wrk(
         non2xx=int(non2xx.group(1)) if non2xx else 0,
         errors=errors,
         statuses=json.loads(statuses.group(1)) if statuses else {},
+        output=out,
     )
 
 
@@ -581,7 +592,7 @@ def start_wrk(
     wrk = ensure_wrk()
     path = work / f"wrk-bg-{abs(hash(script))}.lua"
     path.write_text(WRK_PRELUDE + script + WRK_CHECK)
-    threads = 1 if clients < 2 else 2
+    threads = wrk_threads(clients)
     return subprocess.Popen(
         [
             wrk,

@@ -1,7 +1,7 @@
 """The cashier's hot paths through the whole product, against pgbench doing the same work
 as plain SQL on the same tables, in one run (a benchmark, not a test).
 
-    .venv/bin/python bench/hot_paths.py [--seconds 10] [--clients 1,8,32]
+    .venv/bin/python bench/hot_paths.py [--seconds 10] [--clients 1,8,32] [--gateway-threads N]
         [--ops tx,resolve-id,resolve-correo,resolve-url,resolve-codigo,resolve-qr,redeem,ping]
         [--fans 100000] [--codes 400000] [--workers N] [--profile OP:CLIENTS]
 
@@ -210,6 +210,7 @@ def run(args: argparse.Namespace) -> int:
         fans=args.fans,
         codes=args.codes,
         workers=args.workers,
+        gateway_threads=args.gateway_threads,
         pg_options=STATEMENTS if args.statements else (),
     ) as stack:
         if args.statements:
@@ -283,6 +284,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         type=int,
         default=None,
         help="gRPC worker processes (default: loyalty up's, the CPU count)",
+    )
+    parser.add_argument(
+        "--gateway-threads",
+        type=int,
+        default=None,
+        help="Envoy's worker threads (default: loyalty up's, a quarter of the CPU count)",
     )
     parser.add_argument(
         "--statements",

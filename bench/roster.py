@@ -356,7 +356,7 @@ def run(args: argparse.Namespace) -> int:
 
         # EXPLAIN a change page in the middle of the feed, with a real cursor.
         middle = read_roster(engine, PROGRAM, end_service, 500, settle_seconds=0)
-        position = decode_cursor(PROGRAM, middle.siguiente)
+        position = decode_cursor(PROGRAM, middle.siguiente).posicion
         assert position.fase is Fase.CAMBIOS
         with engine.connect() as conn:
             horizon = int(

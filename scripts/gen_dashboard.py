@@ -205,6 +205,43 @@ ROWS: tuple[tuple[str, tuple[Panel, ...]], ...] = (
                 "4294967295 (hidden) when no certificate is loaded.",
                 kind="stat",
             ),
+            Panel(
+                "Gateway restarts and reloads (last hour)",
+                "short",
+                (
+                    (
+                        "{{instance}} restarts",
+                        f"increase(loyalty_gateway_restarts_total{{{GATEWAY}}}[1h])",
+                    ),
+                    (
+                        "{{instance}} reloads",
+                        f"increase(loyalty_gateway_reloads_total{{{GATEWAY}}}[1h])",
+                    ),
+                ),
+                "Envoy started again by `gateway run` (or `up`) after it died; "
+                "`gateway reload`s that changed its configuration. "
+                "Alert LoyaltyGatewayRestarted.",
+            ),
+            Panel(
+                "Envoy serving since",
+                "s",
+                (("{{instance}}", f"time() - loyalty_gateway_start_time_seconds{{{GATEWAY}}}"),),
+                "How long the Envoy serving now has run.",
+                kind="stat",
+            ),
+            Panel(
+                "Gateway: last Envoy exit",
+                "short",
+                (
+                    (
+                        "{{instance}}",
+                        f"loyalty_gateway_last_exit_code{{{GATEWAY}}} "
+                        f"and loyalty_gateway_last_exit_time_seconds{{{GATEWAY}}} > 0",
+                    ),
+                ),
+                "Exit code of the last Envoy that ended; negative: the signal (-9: SIGKILL).",
+                kind="table",
+            ),
         ),
     ),
 )

@@ -1,5 +1,6 @@
 """Regenerate the parts of the documentation that derive from code: the error catalogue
-(docs/errors.md) and the configuration table (docs/configuration.md).
+(docs/errors.md), the configuration table (docs/configuration.md) and the sizing table
+(docs/sizing.md).
 
     python scripts/gen_docs.py           # rewrite those pages in place
     python scripts/gen_docs.py --check   # exit 1 when one is stale
@@ -15,6 +16,7 @@ from pathlib import Path
 
 from loyalty_grpc.domain.errors import CATALOGO
 from loyalty_grpc.runtime.settings import config_table
+from loyalty_grpc.runtime.sizing import sizing_table
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 
@@ -41,6 +43,7 @@ def error_table() -> str:
 BLOCKS: dict[str, tuple[str, Callable[[], str]]] = {
     "errors.md": ("errors", error_table),
     "configuration.md": ("config", config_table),
+    "sizing.md": ("sizing", sizing_table),
 }
 
 

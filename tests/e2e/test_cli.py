@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import signal
 import socket
 import subprocess
@@ -12,6 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import httpx
+import psutil  # type: ignore[import-untyped]
 import pytest
 
 from loyalty_grpc.domain.fixture import parse_fixture
@@ -195,10 +197,19 @@ def test_gateway_run_listens_only_on_the_address_given_and_logs_json(tmp_path: P
             str(tmp_path / "envoy"),
         ],
         tmp_path,
-        loyalty_env(),
+        loyalty_env(LOYALTY_GATEWAY_THREADS="3"),
     )
     try:
         gateway.wait_for(f"serving 127.0.0.2:{port} ", timeout=60)
+        # The setting reached Envoy's command line (and the first line says so).
+        started = [
+            found
+            for line in gateway.lines
+            if (found := re.search(r"Envoy \(pid (\d+), 3 worker threads\) serving ", line))
+        ]
+        assert started, gateway.lines
+        envoy_pid = int(started[0].group(1))
+        assert "--concurrency 3 " in " ".join(psutil.Process(envoy_pid).cmdline()) + " "
         with socket.create_connection(("127.0.0.2", port), timeout=5):
             pass
         with pytest.raises(ConnectionRefusedError):

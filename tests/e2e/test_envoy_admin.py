@@ -1,8 +1,9 @@
 """Envoy's admin interface is a Unix socket only the gateway's user can open, never a TCP
 port; the metrics listener (LOYALTY_ENVOY_METRICS_PORT) serves Envoy's Prometheus series
-and /ready and nothing else of it: the admin API's dangerous paths sent there
-(POST /quitquitquit, /config_dump, /logging, path tricks) get a 404 or 400 and Envoy keeps
-serving. A real Envoy on loopback, with no server behind it (none is needed)."""
+(with the gateway's own, appended by the supervisor's series server on a Unix socket of
+the same folder and mode) and /ready and nothing else of it: the admin API's dangerous
+paths sent there (POST /quitquitquit, /config_dump, /logging, path tricks) get a 404 or
+400 and Envoy keeps serving. A real Envoy on loopback, with no server behind it (none is needed)."""
 
 from __future__ import annotations
 
@@ -64,10 +65,12 @@ def test_the_admin_socket_is_this_users_alone(gateway: Gateway) -> None:
     """Envoy 1.40 creates the socket with the mode of the configuration (0600), and its
     folder is 0700: another user can neither open nor even reach it."""
     socket_path = gateway.proxy.work.admin_socket
-    found = socket_path.stat()
-    assert stat.S_ISSOCK(found.st_mode)
-    assert stat.S_IMODE(found.st_mode) == 0o600
-    assert found.st_uid == os.getuid()
+    # The supervisor's series server (runtime/gateway/series.py), beside it, likewise.
+    for path in (socket_path, gateway.proxy.work.series_socket):
+        found = path.stat()
+        assert stat.S_ISSOCK(found.st_mode)
+        assert stat.S_IMODE(found.st_mode) == 0o600
+        assert found.st_uid == os.getuid()
     folder = socket_path.parent.stat()
     assert stat.S_IMODE(folder.st_mode) == 0o700
     assert folder.st_uid == os.getuid()
@@ -107,6 +110,7 @@ def test_another_user_cannot_open_the_admin_socket(gateway: Gateway) -> None:
     """As `nobody`, connecting to the socket is refused (its folder alone would refuse
     it); root, standing in for the service's user here, gets in."""
     assert _connects_as_nobody(gateway.proxy.work.admin_socket) == "refused"
+    assert _connects_as_nobody(gateway.proxy.work.series_socket) == "refused"
     assert gateway.proxy.admin.get("/ready")[0] == 200
 
 
@@ -125,12 +129,14 @@ def test_the_metrics_listener_serves_prometheus_and_ready(gateway: Gateway) -> N
     status, text = gateway.request("GET", "/stats/prometheus")
     assert status == 200
     assert "envoy_http_downstream_rq_total" in text
+    assert "\nloyalty_gateway_restarts_total 0.0\n" in text  # the supervisor's, appended
     assert 'envoy_cluster_upstream_rq_total{envoy_cluster_name="loyalty_grpc"}' in text
     assert gateway.request("GET", "/ready") == (200, "LIVE\n")
     # Its own parameters are the admin endpoint's (read-only).
     status, text = gateway.request("GET", "/stats/prometheus?filter=server%5C.live")
     assert status == 200
     assert "envoy_server_live{} 1" in text
+    assert "envoy_http_downstream_rq_total" not in text  # the filter reached Envoy
 
 
 @pytest.mark.parametrize(

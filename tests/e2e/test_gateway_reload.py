@@ -33,6 +33,7 @@ from loyalty_grpc.runtime.gateway.envoy import EnvoyProcess, gateway_spec
 from loyalty_grpc.runtime.gateway.shape import (
     EnvoyError,
 )
+from loyalty_grpc.runtime.gateway.xds import install
 from tests.e2e.stack import Stack
 from tests.support import free_port
 
@@ -303,6 +304,9 @@ def test_descriptor_and_routes_change_while_requests_flow(
         assert "unchanged" in reloaded(gateway.work_dir, load)
         load.wait_for(50)
     assert load.failures == []
+    # loyalty_gateway_reloads_total (runtime/gateway/series.py): the two that changed
+    # something, not the one that did not.
+    assert gateway.work.reloads() == 2
     # The work directory holds what runs now, and only the files it uses.
     assert ROUTE in gateway.config_path.read_text(encoding="utf-8")
     # (Both Lua files, the descriptor set, the OpenAPI document.)
@@ -386,6 +390,7 @@ def test_a_broken_configuration_is_refused_and_the_running_one_keeps_serving(
         running_version = yaml.safe_load(running[gateway.work.listeners])["version_info"]
         assert LISTENERS.version(admin.xds_stats()) == running_version
     assert load.failures == []
+    assert gateway.work.reloads() == 1  # the refused one is not counted
     # Nothing Envoy reads changed (a refused listener file was put back).
     assert {path: path.read_bytes() for path in running} == running
     assert {
@@ -429,3 +434,33 @@ def test_reload_without_a_running_gateway_says_so(gateway: EnvoyProcess):
     result = reload(gateway.work_dir)
     assert result.returncode == 1
     assert "no Envoy is serving from" in result.stderr
+
+
+def test_a_gateway_without_a_series_server_is_not_reloaded(tmp_path: Path):
+    """A gateway with a metrics listener whose supervisor serves no series (started by an
+    earlier version: its stats page went straight to the admin socket) is refused a reload
+    that would route its stats page to a series server that is not there, and keeps what
+    it runs."""
+    spec = gateway_spec(
+        http_port=free_port(),
+        upstreams=("127.0.0.1:1",),
+        listen_host="127.0.0.1",
+        metrics_port=free_port(),
+    )
+    proxy = EnvoyProcess(
+        work=install(spec, tmp_path / "envoy"),
+        http_port=spec.http_port,
+        listen_host="127.0.0.1",
+        serve_series=False,
+    )
+    proxy.launch()
+    try:
+        running = {path: path.read_bytes() for path in proxy.work_dir.rglob("*") if path.is_file()}
+        result = reload(proxy.work_dir)
+        assert result.returncode == 1, result.stdout + result.stderr
+        assert "does not serve the gateway's series" in result.stderr
+        assert "restart it" in result.stderr
+        assert {path: path.read_bytes() for path in running} == running
+        assert proxy.work.reloads() == 0
+    finally:
+        proxy.stop()

@@ -6,27 +6,39 @@
   Prometheus' own `up`;
 - `loyalty_build_info{version}` is 1 with the package's version;
 - a worker killed with SIGKILL stops counting in the summed gauges: after the supervisor
-  replaced it, `loyalty_db_pool_size` is the same as before (2 workers' worth), not 3.
+  replaced it, `loyalty_db_pool_size` is the same as before (2 workers' worth), not 3;
+- the gateway's own series (runtime/gateway/series.py) are on the same scrape as Envoy's,
+  by the same names under `loyalty gateway run` and `loyalty up`: Envoy SIGKILLed under
+  each is counted in `loyalty_gateway_restarts_total`, with its exit as -9, on a page that
+  also has Envoy's own series of the new Envoy; a `gateway reload` that changes a route
+  in `loyalty_gateway_reloads_total`.
 """
 
 from __future__ import annotations
 
+import os
 import re
+import shutil
 import signal
+import subprocess
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 import httpx
+import psutil  # type: ignore[import-untyped]
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 import loyalty_grpc
+from loyalty_grpc.runtime.gateway import series
+from loyalty_grpc.runtime.gateway.config import find_gateway_dir
 from loyalty_grpc.runtime.gateway.envoy import EnvoyProcess, gateway_spec
 from loyalty_grpc.runtime.process.supervision import Backoff
 from loyalty_grpc.store.migrate import upgrade
-from tests.e2e.processes import Running, loyalty_env, worker_processes
+from tests.e2e.processes import LOYALTY, Running, demo_up_args, loyalty_env, worker_processes
+from tests.e2e.test_gateway_reload import add_route, edit_config
 from tests.monitoring import queried_names
 from tests.support import ADMIN_TOKEN, free_port
 
@@ -199,3 +211,145 @@ def test_a_sigkilled_workers_gauges_stop_counting(served: Served) -> None:
         time.sleep(1.0)  # > POOL_REFRESH_SECONDS: the new worker has written its pool
         samples.append(served.value("loyalty_db_pool_size"))
     assert samples == [before] * 3, samples
+
+
+GATEWAY_SERIES = (
+    series.RESTARTS,
+    series.START_TIME,
+    series.LAST_EXIT_CODE,
+    series.LAST_EXIT_TIME,
+    series.RELOADS,
+    series.BUILD_INFO,
+)
+
+
+def _gateway_page(metrics_port: int) -> dict[str, float] | None:
+    """Unlabelled sample name -> value on the gateway's scrape (the build info by its
+    name), or None while nothing answers there."""
+    try:
+        page = httpx.get(f"http://{HOST}:{metrics_port}/stats/prometheus", timeout=10)
+    except httpx.TransportError:
+        return None
+    if page.status_code != 200:
+        return None
+    values: dict[str, float] = {}
+    for line in page.text.splitlines():
+        if line and not line.startswith("#"):
+            name, _, value = line.rpartition(" ")
+            values[name.removesuffix("{}")] = float(value)
+            if name.startswith(f"{series.BUILD_INFO}{{"):
+                values[series.BUILD_INFO] = float(value)
+    return values
+
+
+def _envoy_child(parent: int) -> int:
+    (envoy,) = [c.pid for c in psutil.Process(parent).children() if c.name() == "envoy"]
+    return int(envoy)
+
+
+def _sigkill_envoy_and_see_it_counted(supervisor: Running, metrics_port: int) -> None:
+    """The supervisor's series before and after Envoy is SIGKILLed, on the scrape that
+    serves Envoy's own series."""
+    first: dict[str, float] = {}
+
+    def answers() -> bool:
+        nonlocal first
+        first = _gateway_page(metrics_port) or {}
+        return bool(first)
+
+    _until(answers, "the gateway's metrics listener answers")
+    for name in GATEWAY_SERIES:
+        assert name in first, f"{name} not on the gateway's scrape"
+    assert first[series.RESTARTS] == 0
+    assert first[series.LAST_EXIT_CODE] == 0
+    assert first[series.LAST_EXIT_TIME] == 0
+    assert first[series.RELOADS] == 0
+    assert first[series.BUILD_INFO] == 1
+    assert first["envoy_server_live"] == 1  # Envoy's own, on the same page
+    victim = _envoy_child(supervisor.proc.pid)
+    os.kill(victim, signal.SIGKILL)
+    after: dict[str, float] = {}
+
+    def counted() -> bool:
+        nonlocal after
+        after = _gateway_page(metrics_port) or {}
+        return after.get(series.RESTARTS) == 1
+
+    _until(counted, "the restart is counted on the gateway's scrape")
+    assert _envoy_child(supervisor.proc.pid) != victim
+    assert after[series.LAST_EXIT_CODE] == -signal.SIGKILL
+    assert after[series.START_TIME] > first[series.START_TIME]
+    assert after[series.LAST_EXIT_TIME] >= first[series.START_TIME]
+    assert after["envoy_server_live"] == 1  # the new Envoy's, on the same page
+
+
+def test_gateway_run_counts_envoys_restarts_on_its_scrape(tmp_path: Path) -> None:
+    metrics_port = free_port()
+    work_dir = tmp_path / "envoy"
+    gateway = Running(
+        [
+            "gateway",
+            "run",
+            "--http-host",
+            HOST,
+            "--http-port",
+            str(free_port()),
+            "--upstream",
+            f"{HOST}:{free_port()}",
+            "--envoy-metrics-port",
+            str(metrics_port),
+            "--work-dir",
+            str(work_dir),
+        ],
+        tmp_path,
+        loyalty_env(),
+    )
+    try:
+        gateway.wait_for("serving")
+        _sigkill_envoy_and_see_it_counted(gateway, metrics_port)
+        gateway.wait_for("killed by SIGKILL")
+        # A reload that changes a route is counted on the same scrape; it is no restart.
+        changed = Path(shutil.copytree(find_gateway_dir(), tmp_path / "gateway"))
+        edit_config(changed, add_route)
+        command = [*LOYALTY, "gateway", "reload", "--work-dir", str(work_dir)]
+        reloaded = subprocess.run(
+            [*command, "--gateway-dir", str(changed)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        assert reloaded.returncode == 0, reloaded.stdout + reloaded.stderr
+        assert "listeners updated" in reloaded.stdout
+        page = _gateway_page(metrics_port)
+        assert page is not None
+        assert page[series.RELOADS] == 1
+        assert page[series.RESTARTS] == 1
+    finally:
+        if gateway.proc.poll() is None:
+            gateway.stop()
+
+
+def test_up_counts_envoys_restarts_on_the_gateways_scrape(
+    create_database: Callable[[], str], tmp_path: Path
+) -> None:
+    """The same series, by the same names, when `loyalty up` supervises Envoy."""
+    metrics_port = free_port()
+    up = Running(
+        [
+            *demo_up_args(tmp_path / "data", free_port()),
+            "--workers",
+            "1",
+            "--envoy-metrics-port",
+            str(metrics_port),
+        ],
+        tmp_path,
+        loyalty_env(LOYALTY_DATABASE_URL=create_database(), LOYALTY_ADMIN_TOKEN=ADMIN_TOKEN),
+    )
+    try:
+        up.wait_for("loyalty is up")
+        _sigkill_envoy_and_see_it_counted(up, metrics_port)
+        up.wait_for("killed by SIGKILL")
+    finally:
+        if up.proc.poll() is None:
+            up.stop()

@@ -16,7 +16,7 @@ import pytest
 from sqlalchemy import select
 
 from loyalty_grpc.domain.errors import CodigoError
-from loyalty_grpc.domain.roster_cursor import Fase, Posicion, encode_cursor
+from loyalty_grpc.domain.roster_cursor import Cursor, Fase, Posicion, decode_cursor, encode_cursor
 from loyalty_grpc.domain.timestamps import format_iso_utc
 from loyalty_grpc.gen.loyalty.v1 import backoffice_service_pb2 as bo
 from loyalty_grpc.store.tables import fans
@@ -423,14 +423,19 @@ def test_cursor_errors(stack, http, keys, other_keys):
     # A number is allowed by the contract's type, but is never one of our cursors.
     for number in (12345, 0, 1.5):
         assert_error(call(http, keys["todo"], post=True, desde=number), CodigoError.CURSOR_INVALIDO)
-    # Well formed and bound to the program, but beyond anything the database has reached.
-    future = encode_cursor(PROGRAM, Posicion(Fase.CAMBIOS, 2**62, 0))
-    assert (
-        "más allá"
-        in assert_error(call(http, keys["todo"], desde=future), CodigoError.CURSOR_INVALIDO)[
+    # Well formed and bound to the program, but never issued by this database (a position
+    # beyond anything it has reached), or issued by another cluster.
+    sistema = decode_cursor(PROGRAM, good).sistema
+    for cursor, said in (
+        (Cursor(sistema, Posicion(Fase.CAMBIOS, 2**62, 0)), "no emitió"),
+        (Cursor(sistema ^ 1, Posicion(Fase.CAMBIOS, 5, 0)), "otra base de datos"),
+    ):
+        forged = encode_cursor(PROGRAM, cursor)
+        detalle = assert_error(call(http, keys["todo"], desde=forged), CodigoError.CURSOR_INVALIDO)[
             "detalle"
         ]
-    )
+        assert said in detalle
+        assert forged not in detalle
     # Errors change nothing: the good cursor still works.
     page(http, keys["todo"], desde=good)
 

@@ -384,6 +384,8 @@ def test_up_with_workers_and_status_on_its_embedded_database(tmp_path: Path):
             "--demo",
             "--workers",
             "2",
+            "--gateway-threads",  # not this machine's default: status reads the real count
+            "2",
             "--metrics-port",
             "0",
             "--http-port",
@@ -399,6 +401,7 @@ def test_up_with_workers_and_status_on_its_embedded_database(tmp_path: Path):
     try:
         up.wait_for(READY_LINE)
         assert len(worker_processes(up.proc.pid)) == 2
+        assert any(line.startswith("Envoy: 2 worker threads, admin socket ") for line in up.lines)
         # The same settings as up's server (no --target): status finds it, and the gateway.
         status = _status("--data-dir", str(data_dir), LOYALTY_GRPC_PORT=str(grpc_port))
         assert status.returncode == 0, status.stdout + status.stderr
@@ -406,6 +409,7 @@ def test_up_with_workers_and_status_on_its_embedded_database(tmp_path: Path):
         found = dict(line.split(":", 1) for line in status.stdout.splitlines() if ":" in line)
         assert found["health"].strip() == f"SERVING (127.0.0.1:{grpc_port})"
         assert found["gateway"].strip().startswith("Envoy LIVE, up ")
+        assert ", 2 worker threads (admin " in found["gateway"]
         # Plain HTTP: loopback only (no --http-host, no TLS).
         assert found["listeners"].strip() == f"pos_http 127.0.0.1:{http_port}"
         assert found["upstreams"].strip() == f"127.0.0.1:{grpc_port} healthy"

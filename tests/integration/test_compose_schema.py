@@ -1,8 +1,9 @@
-"""docker-compose.yml is valid under the Compose specification's JSON schema (Compose v2:
-the copy vendored by check-jsonschema, offline) and under docker-compose 1.29.2's own schema
-(the version Debian 12 ships: tests/data/compose-spec-docker-compose-1.29.2.json, copied
-from its wheel), as written and with loyalty.env.example's values substituted; each check
-runs check-jsonschema as a process. The rest of the file: tests/unit/test_compose.py."""
+"""docker-compose.yml and deploy/ha/docker-compose.yml are valid under the Compose
+specification's JSON schema (Compose v2: the copy vendored by check-jsonschema, offline) and
+under docker-compose 1.29.2's own schema (the version Debian 12 ships:
+tests/data/compose-spec-docker-compose-1.29.2.json, copied from its wheel), as written and
+with their example env files' values substituted; each check runs check-jsonschema as a
+process. The rest of the files: tests/unit/test_compose.py, tests/unit/test_ha_compose.py."""
 
 from __future__ import annotations
 
@@ -49,14 +50,24 @@ def check_compose_schema(path: Path, schema: str = "v2") -> subprocess.Completed
     )
 
 
+# Each compose file and the example env files that configure it.
+COMPOSE_FILES = {
+    "docker-compose.yml": ["loyalty.env.example"],
+    "deploy/ha/docker-compose.yml": ["loyalty.env.example", "deploy/ha/ha.env.example"],
+}
+
+
 @pytest.mark.parametrize("schema", ["v2", "v1.29"])
-def test_valid_under_the_compose_specification(schema: str, tmp_path: Path) -> None:
-    result = check_compose_schema(ROOT / "docker-compose.yml", schema)
+@pytest.mark.parametrize("compose", sorted(COMPOSE_FILES))
+def test_valid_under_the_compose_specification(compose: str, schema: str, tmp_path: Path) -> None:
+    result = check_compose_schema(ROOT / compose, schema)
     assert result.returncode == 0, result.stdout + result.stderr
-    # Compose validates after substituting the variables: with the example's values too.
-    example = env_file_keys(ROOT / "loyalty.env.example")
+    # Compose validates after substituting the variables: with the examples' values too.
+    example: dict[str, str] = {}
+    for name in COMPOSE_FILES[compose]:
+        example |= env_file_keys(ROOT / name)
     rendered = tmp_path / "docker-compose.yml"
-    rendered.write_text(interpolate((ROOT / "docker-compose.yml").read_text(), example))
+    rendered.write_text(interpolate((ROOT / compose).read_text(), example))
     result = check_compose_schema(rendered, schema)
     assert result.returncode == 0, result.stdout + result.stderr
 

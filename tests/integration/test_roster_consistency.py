@@ -50,7 +50,7 @@ from sqlalchemy import Engine, func, select, text, update
 from sqlalchemy.exc import DBAPIError
 
 from loyalty_grpc.domain.caller import Caller
-from loyalty_grpc.domain.errors import CodigoError, LoyaltyError
+from loyalty_grpc.domain.errors import LoyaltyError
 from loyalty_grpc.domain.fan_ref import parse_fan_ref
 from loyalty_grpc.domain.promos import EstadoFan
 from loyalty_grpc.domain.roster_cursor import Fase, decode_cursor
@@ -125,7 +125,7 @@ class Feed:
         ids = [e.fan_id for e in page.fans]
         assert len(ids) == len(set(ids)), "a fan twice in one page"
         self.mirror.update({e.fan_id: e for e in page.fans})
-        position = decode_cursor(self.programa, page.siguiente)
+        position = decode_cursor(self.programa, page.siguiente).posicion
         if position.fase is Fase.CAMBIOS:
             assert (position.xid, position.pk) >= self.last, "the feed went backwards"
             self.last = (position.xid, position.pk)
@@ -566,26 +566,37 @@ def test_settle_waits_for_an_older_transaction_then_delivers(proof_engine):
         assert differences(feed.mirror, truth(proof_engine, p.programa)) == []
 
 
-def test_positions_ahead_of_the_counter_are_refused_not_skipped(proof_engine):
-    """After a logical restore into a cluster whose transaction counter is behind the
-    restored rows, serving would skip changes: the feed refuses (servicio_no_disponible)
-    until the counter is advanced. Simulated by stamping one row far in the future."""
+def test_positions_ahead_of_the_counter_neither_stop_nor_hide_changes(proof_engine):
+    """A logical dump restored into a new cluster holds rows stamped with the old cluster's
+    transaction ids, which may be ahead of the new counter (simulated: one row stamped far
+    in the future). Old cursors are refused by the cluster's identity
+    (test_roster_cursors.py); the new cluster's own feed serves snapshots and changes as
+    usual, and the stamped fan's next change comes at its new, lower position."""
     p = _program(proof_engine, "restaurado")
     feed = Feed(proof_engine, p.programa)
     while feed.step():
         pass
-    pk = p.pks[p.fan_ids[0]]
+    stamped, other = p.fan_ids[0], p.fan_ids[1]
+    pk = p.pks[stamped]
     with proof_engine.begin() as conn:
         original = conn.execute(select(fans.c.cambio_xid).where(fans.c.pk == pk)).scalar_one()
         # cambio_xid is not an entry field: the trigger leaves the stamp as written.
         conn.execute(update(fans).where(fans.c.pk == pk).values(cambio_xid=2**62))
     try:
-        for desde in (None, feed.cursor):
-            with pytest.raises(LoyaltyError) as caught:
-                read_roster(proof_engine, p.programa, desde, LIMITE, settle_seconds=0)
-            assert caught.value.codigo is CodigoError.SERVICIO_NO_DISPONIBLE
+        fresh = Feed(proof_engine, p.programa)
+        fresh.drain()
+        assert differences(fresh.mirror, truth(proof_engine, p.programa)) == []
+        run_in_uow(proof_engine, update_fan, p.programa, other, nombre="Después")
+        feed.drain()
+        assert feed.mirror[other].nombre == "Después"
+        run_in_uow(proof_engine, update_fan, p.programa, stamped, nombre="Movido")
+        for follower in (feed, fresh):
+            follower.drain()
+            assert differences(follower.mirror, truth(proof_engine, p.programa)) == []
     finally:
         with proof_engine.begin() as conn:
-            conn.execute(update(fans).where(fans.c.pk == pk).values(cambio_xid=original))
-    feed.drain()
-    assert differences(feed.mirror, truth(proof_engine, p.programa)) == []
+            conn.execute(
+                update(fans)
+                .where(fans.c.pk == pk, fans.c.cambio_xid == 2**62)
+                .values(cambio_xid=original)
+            )

@@ -623,7 +623,8 @@ def _why(reply: Reply) -> str:
 class Load:
     """`clients` threads, each a `Client` sending sales (fresh `id_externo`s, random fans and
     amounts) and, `redeem_share` of the time while the stack's pool lasts, redemptions of fresh
-    codes; every call retried to an answer. Use as a context manager around the faults."""
+    codes; every call retried to an answer (`policy`: the default retry loop). Use as a
+    context manager around the faults."""
 
     def __init__(
         self,
@@ -634,8 +635,10 @@ class Load:
         clients: int = 8,
         redeem_share: float = 0.3,
         pause: float = 0.0,
+        policy: Policy | None = None,
     ) -> None:
         self.stack = stack
+        self.policy = policy or Policy()
         self.journal = journal
         self.tag = tag
         self.redeem_share = redeem_share
@@ -660,7 +663,7 @@ class Load:
         if exc is not None:
             self._abort.set()
         for thread in self._threads:
-            thread.join(Policy().deadline + Policy().timeout + 10)
+            thread.join(self.policy.deadline + self.policy.timeout + 10)
         assert not any(thread.is_alive() for thread in self._threads), "a client hangs"
         if exc is None and self._failures:
             raise self._failures[0]
@@ -670,7 +673,9 @@ class Load:
         fans = sorted(self.stack.world.fans)
         book = self.stack.book
         try:
-            with Client(self.stack.base_url, self.journal, abort=self._abort) as client:
+            with Client(
+                self.stack.base_url, self.journal, self.policy, abort=self._abort
+            ) as client:
                 count = 0
                 while not self._stop.is_set():
                     codes = self.stack.take_codes(1) if rng.random() < self.redeem_share else []

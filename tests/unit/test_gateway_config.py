@@ -646,6 +646,9 @@ def test_no_metrics_listener_unless_asked(config: dict[str, Any]) -> None:
 
 
 def test_the_metrics_listener_forwards_only_get_prometheus_and_ready() -> None:
+    """/stats/prometheus to the supervisor's series server (Envoy's series and the
+    gateway's own: runtime/gateway/series.py), /ready to the admin socket, both Unix
+    sockets of mode 0600 in the admin folder; the series server behind a circuit breaker."""
     metrics_spec = dataclasses.replace(spec(), metrics_port=19901)
     rendered = metrics_spec.render(admin_socket=ADMIN_SOCKET)
     listeners = {item["name"]: item for item in rendered["static_resources"]["listeners"]}
@@ -657,16 +660,31 @@ def test_the_metrics_listener_forwards_only_get_prometheus_and_ready() -> None:
     assert manager["path_with_escaped_slashes_action"] == "REJECT_REQUEST"
     (host,) = manager["route_config"]["virtual_hosts"]
     *forwarding, rest = host["routes"]
+    get = [{"name": ":method", "string_match": {"exact": "GET"}}]
     assert [
         (r["match"]["path"], r["match"]["headers"], r["route"]["cluster"]) for r in forwarding
-    ] == [
-        (path, [{"name": ":method", "string_match": {"exact": "GET"}}], "envoy_admin")
-        for path in ("/stats/prometheus", "/ready")
-    ]
+    ] == [("/stats/prometheus", get, "gateway_series"), ("/ready", get, "envoy_admin")]
     assert rest == {"match": {"prefix": "/"}, "direct_response": {"status": 404}}
     clusters = {item["name"]: item for item in rendered["static_resources"]["clusters"]}
-    endpoint = clusters["envoy_admin"]["load_assignment"]["endpoints"][0]["lb_endpoints"][0]
-    assert endpoint["endpoint"]["address"] == {"pipe": {"path": str(ADMIN_SOCKET), "mode": 0o600}}
+
+    def pipe(cluster: str) -> object:
+        endpoint = clusters[cluster]["load_assignment"]["endpoints"][0]["lb_endpoints"][0]
+        return endpoint["endpoint"]["address"]
+
+    assert pipe("envoy_admin") == {"pipe": {"path": str(ADMIN_SOCKET), "mode": 0o600}}
+    series_socket = ADMIN_SOCKET.parent / "stats.sock"
+    assert pipe("gateway_series") == {"pipe": {"path": str(series_socket), "mode": 0o600}}
+    assert envoy_xds.WorkDir(ADMIN_SOCKET.parent.parent).series_socket == series_socket
+    # Not longer than the admin socket's: it fits wherever that one does.
+    assert len(series_socket.name) <= len(ADMIN_SOCKET.name)
+    (limits,) = clusters["gateway_series"]["circuit_breakers"]["thresholds"]
+    maximum = envoy_side_listeners.SERIES_MAX_REQUESTS
+    assert limits == {
+        "max_connections": maximum,
+        "max_pending_requests": maximum,
+        "max_requests": maximum,
+        "max_retries": 0,
+    }
     envoy_checks.check_gateway_mark(rendered)
     elsewhere = dataclasses.replace(metrics_spec, metrics_host="0.0.0.0")
     address = elsewhere.render(admin_socket=ADMIN_SOCKET)["static_resources"]["listeners"][1]

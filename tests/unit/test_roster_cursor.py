@@ -1,5 +1,6 @@
-"""Roster cursors (domain/roster_cursor.py): opaque, URL-safe, bound to the program;
-anything else is cursor_invalido. Also the edge's `limite` and `desde` rules
+"""Roster cursors (domain/roster_cursor.py): opaque, URL-safe, bound to the program and
+to the cluster that issued them; anything else is cursor_invalido (version 1 cursors with a
+detalle of their own). Also the edge's `limite` and `desde` rules
 (api/roster.py), which need no I/O."""
 
 from __future__ import annotations
@@ -19,15 +20,27 @@ from loyalty_grpc.domain.roster import LIMITE_DEFAULT, LIMITE_MAX, parse_limite
 from loyalty_grpc.domain.roster_cursor import (
     CURSOR_LENGTH,
     MAX_POSITION,
+    MAX_SISTEMA,
+    Cursor,
     Fase,
     Posicion,
+    check_issued,
     decode_cursor,
     encode_cursor,
+    sistema_of,
 )
 
 positions = st.builds(
     Posicion, st.sampled_from(Fase), st.integers(0, MAX_POSITION), st.integers(0, MAX_POSITION)
 )
+cursors = st.builds(Cursor, st.integers(0, MAX_SISTEMA), positions)
+SISTEMA = 7_301_234_567_890_123_456  # a system identifier, as PostgreSQL makes them
+
+
+def cur(fase: Fase, xid: int, pk: int, sistema: int = SISTEMA) -> Cursor:
+    return Cursor(sistema, Posicion(fase, xid, pk))
+
+
 programs = st.text(min_size=1, max_size=40)
 
 
@@ -38,31 +51,31 @@ def invalid(programa: str, text: str) -> LoyaltyError:
     return caught.value
 
 
-@given(programs, positions)
-def test_round_trip_url_safe_fixed_length(programa, posicion):
-    text = encode_cursor(programa, posicion)
+@given(programs, cursors)
+def test_round_trip_url_safe_fixed_length(programa, cursor):
+    text = encode_cursor(programa, cursor)
     assert re.fullmatch(r"[A-Za-z0-9_-]+", text)
     assert len(text) == CURSOR_LENGTH
-    assert decode_cursor(programa, text) == posicion
+    assert decode_cursor(programa, text) == cursor
 
 
-@given(programs, programs, positions)
-def test_another_programs_cursor_is_refused(a, b, posicion):
+@given(programs, programs, cursors)
+def test_another_programs_cursor_is_refused(a, b, cursor):
     if a == b:
         return
-    error = invalid(b, encode_cursor(a, posicion))
+    error = invalid(b, encode_cursor(a, cursor))
     assert "desde" in error.detalle
 
 
 def test_program_binding_is_exact():
-    cursor = encode_cursor("halcones", Posicion(Fase.CAMBIOS, 1000, 5))
+    cursor = encode_cursor("halcones", cur(Fase.CAMBIOS, 1000, 5))
     for other in ("Halcones", "halcones ", "halcone", "halcones2", ""):
         invalid(other, cursor)
 
 
-@given(positions, st.integers(0, CURSOR_LENGTH - 1), st.sampled_from("A_-z09"))
-def test_any_changed_character_is_refused(posicion, where, char):
-    text = encode_cursor("p", posicion)
+@given(cursors, st.integers(0, CURSOR_LENGTH - 1), st.sampled_from("A_-z09"))
+def test_any_changed_character_is_refused(cursor, where, char):
+    text = encode_cursor("p", cursor)
     altered = text[:where] + char + text[where + 1 :]
     if altered == text:
         return
@@ -93,7 +106,7 @@ def test_garbage_is_refused(garbage):
 
 
 def test_truncated_padded_or_extended_is_refused():
-    text = encode_cursor("p", Posicion(Fase.FOTO, 7, 9))
+    text = encode_cursor("p", cur(Fase.FOTO, 7, 9))
     invalid("p", text[:-1])
     invalid("p", text + "=")
     invalid("p", text + "A")
@@ -103,7 +116,7 @@ def test_truncated_padded_or_extended_is_refused():
 def test_standard_base64_alphabet_is_refused():
     # Find a cursor whose text has '-' or '_' and spell it with '+' / '/'.
     for pk in range(1000):
-        text = encode_cursor("p", Posicion(Fase.CAMBIOS, 2**40 + pk, pk))
+        text = encode_cursor("p", cur(Fase.CAMBIOS, 2**40 + pk, pk))
         if "-" in text or "_" in text:
             invalid("p", text.replace("-", "+").replace("_", "/"))
             return
@@ -113,39 +126,87 @@ def test_standard_base64_alphabet_is_refused():
 def test_non_canonical_last_character_is_refused():
     """base64 ignores the unused low bits of the last character; a cursor has exactly one
     spelling."""
-    text = encode_cursor("p", Posicion(Fase.CAMBIOS, 3, 4))
+    text = encode_cursor("p", cur(Fase.CAMBIOS, 3, 4))
     alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
     last = alphabet.index(text[-1])
     sibling = text[:-1] + alphabet[last ^ 1]
     invalid("p", sibling)
 
 
-def _forge(programa: str, version: int, fase: int, xid: int, pk: int) -> str:
+def _forge(programa: str, version: int, fase: int, sistema: int, xid: int, pk: int) -> str:
     """A cursor with a correct tag but a body the service never writes."""
-    body = struct.pack(">BBQQ", version, fase, xid, pk)
+    body = struct.pack(">BBQQQ", version, fase, sistema, xid, pk)
+    return _tagged(programa, body)
+
+
+def _tagged(programa: str, body: bytes) -> str:
     tag = hashlib.sha256(
         b"loyalty roster cursor\x00" + programa.encode() + b"\x00" + body
     ).digest()[:8]
     return base64.urlsafe_b64encode(body + tag).rstrip(b"=").decode()
 
 
+def _version_1(programa: str, fase: int, xid: int, pk: int) -> str:
+    """A cursor of the previous format (version 1: no system identifier), as it issued them."""
+    return _tagged(programa, struct.pack(">BBQQ", 1, fase, xid, pk))
+
+
 def test_forge_helper_matches_the_format():
-    assert _forge("p", 1, 2, 10, 20) == encode_cursor("p", Posicion(Fase.CAMBIOS, 10, 20))
+    assert _forge("p", 2, 2, SISTEMA, 10, 20) == encode_cursor("p", cur(Fase.CAMBIOS, 10, 20))
 
 
 @pytest.mark.parametrize(
     ("version", "fase", "xid", "pk"),
     [
-        (2, 2, 10, 20),
+        (3, 2, 10, 20),
+        (1, 2, 10, 20),
         (0, 2, 10, 20),
-        (1, 0, 10, 20),
-        (1, 3, 10, 20),
-        (1, 2, 2**63, 20),
-        (1, 1, 10, 2**64 - 1),
+        (2, 0, 10, 20),
+        (2, 3, 10, 20),
+        (2, 2, 2**63, 20),
+        (2, 1, 10, 2**64 - 1),
     ],
 )
 def test_unknown_version_phase_or_out_of_range_is_refused(version, fase, xid, pk):
-    invalid("p", _forge("p", version, fase, xid, pk))
+    error = invalid("p", _forge("p", version, fase, SISTEMA, xid, pk))
+    assert "versión de cursor desconocida" in error.detalle
+
+
+def test_version_1_cursor_is_refused_saying_why():
+    """The previous format (35 characters, issued before the upgrade) cannot say which
+    database issued it: refused with its own detalle; the same text for another program
+    is an ordinary foreign cursor."""
+    old = _version_1("p", 2, 1000, 5)
+    assert len(old) == 35
+    error = invalid("p", old)
+    assert "versión anterior" in error.detalle
+    assert old not in error.detalle
+    assert "versión anterior" not in invalid("q", old).detalle
+
+
+def test_system_identifier_round_trips_unsigned():
+    """PostgreSQL shows system_identifier as a signed bigint; the cursor holds it unsigned."""
+    for shown in (0, 1, 2**63 - 1, -1, -(2**63)):
+        unsigned = sistema_of(shown)
+        assert 0 <= unsigned <= MAX_SISTEMA
+        text = encode_cursor("p", cur(Fase.CAMBIOS, 5, 6, unsigned))
+        assert decode_cursor("p", text).sistema == unsigned
+    assert sistema_of(-1) == 2**64 - 1
+
+
+def test_check_issued():
+    cursor = cur(Fase.CAMBIOS, 10, 20)
+    check_issued(cursor, SISTEMA, emitido=True)
+    with pytest.raises(LoyaltyError) as other_cluster:
+        check_issued(cursor, SISTEMA + 1, emitido=True)
+    assert "otra base de datos" in other_cluster.value.detalle
+    with pytest.raises(LoyaltyError) as not_issued:
+        check_issued(cursor, SISTEMA, emitido=False)
+    assert "no emitió" in not_issued.value.detalle
+    for caught in (other_cluster.value, not_issued.value):
+        assert caught.codigo is CodigoError.CURSOR_INVALIDO
+        assert caught.detalle.startswith("desde: ")
+        assert str(SISTEMA) not in caught.detalle
 
 
 def test_position_range_is_checked_on_encode():
@@ -153,6 +214,10 @@ def test_position_range_is_checked_on_encode():
         Posicion(Fase.CAMBIOS, -1, 0)
     with pytest.raises(ValueError, match="out of range"):
         Posicion(Fase.FOTO, 0, 2**63)
+    with pytest.raises(ValueError, match="out of range"):
+        Cursor(-1, Posicion(Fase.FOTO, 0, 0))
+    with pytest.raises(ValueError, match="out of range"):
+        Cursor(2**64, Posicion(Fase.FOTO, 0, 0))
 
 
 # ---------------------------------------------------------------- limite and desde (edge)

@@ -128,7 +128,9 @@ CATALOGO: dict[CodigoError, Entrada] = {
             400,
             "INVALID_ARGUMENT",
             "El cursor no es válido.",
-            "`desde` is not a cursor this program issued",
+            "`desde` is not a cursor this database issued for this program (altered, "
+            "another program's or database's, of the previous format, or issued after "
+            "the point a backup was restored to): start again without `desde`",
         ),
         _e(
             C.MONEDA_NO_SOPORTADA,

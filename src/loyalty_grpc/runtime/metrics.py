@@ -22,7 +22,9 @@ it for every counter and histogram registered, on a fresh `loyalty serve`.
 
 Envoy publishes its own series on its metrics listener (LOYALTY_ENVOY_METRICS_PORT):
 `GET /stats/prometheus`, taken from its admin interface, a Unix socket that only the
-gateway's user can open (runtime/gateway/side_listeners.py `metrics_listener`).
+gateway's user can open (runtime/gateway/side_listeners.py `metrics_listener`), with the
+gateway's own series (`loyalty_gateway_restarts_total`...: runtime/gateway/series.py)
+appended by the process that supervises Envoy.
 """
 
 from __future__ import annotations
@@ -50,7 +52,6 @@ from prometheus_client.registry import Collector
 from sqlalchemy import Engine, create_engine, text
 
 import loyalty_grpc
-from loyalty_grpc.runtime.db_connections import METRICS_CONNECTIONS
 from loyalty_grpc.store.db import sqlalchemy_url
 
 log = logging.getLogger(__name__)
@@ -59,6 +60,10 @@ MULTIPROC_ENV: Final = "PROMETHEUS_MULTIPROC_DIR"
 # A scrape must not hang on a database that does not answer (Prometheus' default scrape
 # timeout is 10 s).
 DB_TIMEOUT_SECONDS: Final = 3
+# The /metrics endpoint's own connections (the wallet backlog's query): one, and one more
+# while a second scrape overlaps.
+METRICS_POOL_SIZE: Final = 1
+METRICS_CONNECTIONS: Final = 2
 RESTARTED_KINDS: Final = ("worker", "envoy")
 RESTARTS: Final = Counter(
     "loyalty_process_restarts_total",
@@ -206,8 +211,8 @@ def serve_metrics(host: str, port: int, database_url: str) -> MetricsEndpoint:
     """Serve `GET /metrics` on host:port (0: any free port, see `.port`) in a thread."""
     engine = create_engine(
         sqlalchemy_url(database_url),
-        pool_size=METRICS_CONNECTIONS // 2,
-        max_overflow=METRICS_CONNECTIONS // 2,
+        pool_size=METRICS_POOL_SIZE,
+        max_overflow=METRICS_CONNECTIONS - METRICS_POOL_SIZE,
         pool_pre_ping=True,
         connect_args={"connect_timeout": DB_TIMEOUT_SECONDS},
     )

@@ -36,6 +36,15 @@ DEFAULT_FAILED_KEY_CHECKS = 60
 # Strict-Transport-Security's max-age with TLS: one year, what HSTS preload lists ask for.
 DEFAULT_HSTS_MAX_AGE = 31_536_000
 MAX_WORKERS = 64
+# Envoy's worker threads by default: one per GATEWAY_CORES_PER_THREAD cores, at least 1.
+# Per sale the gateway spends about a quarter of the CPU the whole machine spends (Envoy
+# 0.40-0.56 ms against the server's 0.7-1.0 ms and PostgreSQL's 0.55-0.7 ms on the
+# reference benchmark, docs/performance.md): a quarter of the cores keeps it from being
+# the ceiling on a big machine while the workers wait (issue 28: one thread capped a
+# 16-core machine at one busy core), and keeps 1 thread on 2 and 4 cores, where a second
+# thread only competes with the workers for the same cores (DESIGN.md §3b).
+GATEWAY_CORES_PER_THREAD = 4
+MAX_GATEWAY_THREADS = 256
 MAX_WORKER_CHECK_MISSES = 1000
 # Envoy's heap budget (envoy.yaml's overload_manager sheds load as it fills): by default
 # this share of the memory the machine (or its cgroup) gives a process, never less than
@@ -278,7 +287,8 @@ VARIABLES: tuple[Variable, ...] = (
         "LOYALTY_ENVOY_METRICS_PORT",
         "`0` (none)",
         "`up` and `gateway run`: a listener for Prometheus that answers only `GET "
-        "/stats/prometheus` (Envoy's own series) and `GET /ready` from Envoy's admin "
+        "/stats/prometheus` (Envoy's own series and the gateway's, `loyalty_gateway_*`) "
+        "and `GET /ready` from Envoy's admin "
         "interface, which is a Unix socket of the work dir (mode 0600), never a port "
         "(`--envoy-metrics-port`)",
     ),
@@ -305,6 +315,16 @@ VARIABLES: tuple[Variable, ...] = (
         "docs/security.md); a change needs a restart of the gateway",
     ),
     Variable(
+        "LOYALTY_GATEWAY_THREADS",
+        f"the CPU count / {GATEWAY_CORES_PER_THREAD}, at least 1 (1 below "
+        f"{2 * GATEWAY_CORES_PER_THREAD} cores)",
+        "`up` and `gateway run`: Envoy's worker threads (`--gateway-threads`, 1 to "
+        f"{MAX_GATEWAY_THREADS}); the gateway spends about a quarter of a sale's CPU, so a "
+        "quarter of the cores keeps it from being the ceiling; on a host that runs only "
+        "the gateway, its core count (see docs/sizing.md); a change needs a restart of the "
+        "gateway",
+    ),
+    Variable(
         "LOYALTY_PROG",
         "`loyalty`",
         "how the commands' help and hints name the command; `./dev` sets `./dev` (its "
@@ -324,8 +344,24 @@ VARIABLES: tuple[Variable, ...] = (
 )
 
 
-def default_workers() -> int:
-    return max(1, min(os.cpu_count() or 1, MAX_WORKERS))
+def machine_cores() -> int:
+    """The cores this process may run on (its CPU affinity: a container's cpuset, `taskset`),
+    the machine's count where the platform cannot tell."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def default_workers(cores: int | None = None) -> int:
+    return max(1, min(machine_cores() if cores is None else cores, MAX_WORKERS))
+
+
+def default_gateway_threads(cores: int | None = None) -> int:
+    """Envoy's worker threads when none are configured: a quarter of `cores` (default: this
+    machine's), at least 1 (see GATEWAY_CORES_PER_THREAD)."""
+    count = machine_cores() if cores is None else cores
+    return max(1, min(count // GATEWAY_CORES_PER_THREAD, MAX_GATEWAY_THREADS))
 
 
 def default_envoy_heap_bytes(memory: int | None = None) -> int:
@@ -562,6 +598,11 @@ _RULES: dict[str, _Rule] = {
         "--envoy-heap-mb",
         _integer(ENVOY_HEAP_MIN_MB, ENVOY_HEAP_MAX_MB, "a number of MiB"),
     ),
+    "gateway_threads": _Rule(
+        "LOYALTY_GATEWAY_THREADS",
+        "--gateway-threads",
+        _integer(1, MAX_GATEWAY_THREADS, "a number of threads"),
+    ),
     "envoy_metrics_port": _Rule("LOYALTY_ENVOY_METRICS_PORT", "--envoy-metrics-port", _port),
     "envoy_metrics_host": _Rule("LOYALTY_ENVOY_METRICS_HOST", "--envoy-metrics-host", _host),
 }
@@ -630,6 +671,7 @@ class Settings:
     gateway_upstreams: tuple[str, ...] | None = None
     # None: follows the machine (`envoy_heap_bytes`).
     envoy_heap_mb: int | None = None
+    gateway_threads: int = field(default_factory=default_gateway_threads)
     # Envoy's Prometheus listener (0: none) and its address.
     envoy_metrics_port: int = 0
     envoy_metrics_host: str = "127.0.0.1"

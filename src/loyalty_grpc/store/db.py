@@ -55,9 +55,9 @@ def sqlalchemy_url(url: str) -> str:
 CONNECT_TIMEOUT_SECONDS = 3
 
 
-def engine_connections(pool_size: int) -> int:
-    """The most connections `make_engine(…, pool_size=…)` opens at once: its pool and as
-    many again of overflow (what PostgreSQL's max_connections must allow for it)."""
+def most_connections(pool_size: int) -> int:
+    """The most connections an engine of `make_engine` opens: its pool and as many again
+    as overflow (a checkout beyond waits `pool_timeout`)."""
     return 2 * pool_size
 
 
@@ -74,7 +74,7 @@ def make_engine(url: str, *, pool_size: int = 20) -> Engine:
     return create_engine(
         sqlalchemy_url(url),
         pool_size=pool_size,
-        max_overflow=engine_connections(pool_size) - pool_size,
+        max_overflow=most_connections(pool_size) - pool_size,
         pool_recycle=1800,
         hide_parameters=True,
         # Unless the URL sets its own (`?connect_timeout=N`).

@@ -23,6 +23,7 @@ from sqlalchemy import (
     LargeBinary,
     MetaData,
     Numeric,
+    SmallInteger,
     Table,
     Text,
     func,
@@ -339,6 +340,23 @@ limite_llamadas = Table(
     prefixes=["UNLOGGED"],
 )
 
+# Roster cursors this database issued (store/roster_cursors.py; docs/roster.md "Cursors
+# across a failover or a restore"): one row per distinct `siguiente` handed out, written
+# before the page is answered, so that a copy of the database holds a cursor's row only
+# if it holds every change the cursor passed. `sistema` is the issuing cluster's
+# system_identifier (as PostgreSQL shows it: a signed bigint). `programa_id` leads the
+# primary key (tables are to be distributed by program); no foreign key: it would lock the
+# program's row for every page, and the row is only ever looked up by its whole key.
+roster_cursores = Table(
+    "roster_cursores",
+    metadata,
+    Column("programa_id", Text, primary_key=True),
+    Column("sistema", BigInteger, primary_key=True),
+    Column("fase", SmallInteger, primary_key=True),
+    Column("xid", BigInteger, primary_key=True),
+    Column("pk", BigInteger, primary_key=True),
+)
+
 # Balance sanity: `puntos_ok` compares cache and ledger (used by tests and `loyalty status`).
 LEDGER_MISMATCH_SQL = """
 SELECT f.pk FROM fans f
@@ -355,6 +373,7 @@ __all__ = [
     "movimientos",
     "programas",
     "promos",
+    "roster_cursores",
     "ventas",
     "wallet_entregas",
     "wallet_outbox",

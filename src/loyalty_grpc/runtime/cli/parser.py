@@ -12,6 +12,7 @@ from loyalty_grpc.runtime.console import command, program
 from loyalty_grpc.runtime.settings import (
     ENVOY_HEAP_MIN_MB,
     ENVOY_HEAP_SHARE,
+    GATEWAY_CORES_PER_THREAD,
     LOG_FORMATS,
     LOG_LEVELS,
 )
@@ -40,6 +41,7 @@ FLAGS = (
     "grpc_target",
     "gateway_upstreams",
     "envoy_heap_mb",
+    "gateway_threads",
     "envoy_metrics_port",
     "envoy_metrics_host",
 )
@@ -92,12 +94,23 @@ def _trusted_proxies_flag(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _envoy_heap_flag(parser: argparse.ArgumentParser) -> None:
+def _envoy_resource_flags(parser: argparse.ArgumentParser) -> None:
+    """Envoy's own resources: its heap budget and its worker threads."""
+    _gateway_threads_flag(parser)
     parser.add_argument(
         "--envoy-heap-mb",
         metavar="MIB",
         help="Envoy's heap budget, as it fills Envoy sheds load (env LOYALTY_ENVOY_HEAP_MB, "
         f"default: 1/{ENVOY_HEAP_SHARE} of the machine's memory, at least {ENVOY_HEAP_MIN_MB})",
+    )
+
+
+def _gateway_threads_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--gateway-threads",
+        metavar="N",
+        help="Envoy's worker threads (env LOYALTY_GATEWAY_THREADS, default: the CPU count / "
+        f"{GATEWAY_CORES_PER_THREAD}, at least 1)",
     )
 
 
@@ -130,9 +143,9 @@ def _envoy_metrics_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--envoy-metrics-port",
         metavar="PORT",
-        help="Envoy's Prometheus series: GET /stats/prometheus and /ready, nothing else of "
-        "its admin interface (a Unix socket) (env LOYALTY_ENVOY_METRICS_PORT, default 0: "
-        "none)",
+        help="Envoy's Prometheus series and the gateway's own: GET /stats/prometheus and "
+        "/ready, nothing else of its admin interface (a Unix socket) (env "
+        "LOYALTY_ENVOY_METRICS_PORT, default 0: none)",
     )
     parser.add_argument(
         "--envoy-metrics-host",
@@ -215,7 +228,7 @@ def build_parser() -> argparse.ArgumentParser:
     _http_host_flag(up)
     _tls_flags(up)
     _trusted_proxies_flag(up)
-    _envoy_heap_flag(up)
+    _envoy_resource_flags(up)
     _envoy_metrics_flags(up)
     _serving_flags(up)
     up.add_argument("--demo", action="store_true", help="load the demo program and print its keys")
@@ -265,7 +278,7 @@ def build_parser() -> argparse.ArgumentParser:
     _http_host_flag(grun)
     _tls_flags(grun)
     _trusted_proxies_flag(grun)
-    _envoy_heap_flag(grun)
+    _envoy_resource_flags(grun)
     _grpc_tls_flags(grun)
     _upstream_flag(
         grun,

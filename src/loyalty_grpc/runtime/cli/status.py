@@ -143,7 +143,8 @@ def gateway_lines(work_dir: Path, *, expected_by: str | None = None) -> Part:
         [
             Line(
                 "gateway",
-                f"Envoy {state}, up {info.get('uptime_current_epoch', '?')} (admin {admin})",
+                f"Envoy {state}, up {info.get('uptime_current_epoch', '?')}, "
+                f"{_threads(info)} (admin {admin})",
                 ok=state == "LIVE",
             ),
             Line(
@@ -168,6 +169,16 @@ def gateway_lines(work_dir: Path, *, expected_by: str | None = None) -> Part:
         ],
         present=True,
     )
+
+
+def _threads(info: dict[str, object]) -> str:
+    """How many worker threads the running Envoy has (its `--concurrency`, from
+    /server_info), as the banner says it."""
+    from loyalty_grpc.runtime.gateway.envoy import threads_text
+
+    options = info.get("command_line_options")
+    threads = options.get("concurrency") if isinstance(options, dict) else None
+    return threads_text(threads) if isinstance(threads, int) else "? worker threads"
 
 
 def _no_gateway(work: WorkDir, expected_by: str | None) -> Part:
@@ -348,7 +359,6 @@ def collect(settings: Settings, work_dir: Path | None = None) -> Report:
     """Every line; `work_dir` is the gateway's (default DATA_DIR/envoy, as `up` runs it).
     When nothing runs, no server at the target and no embedded database are what that
     means, not faults; the database is still checked when there is one."""
-    from loyalty_grpc.runtime.db_connections import STATUS_POOL_SIZE
     from loyalty_grpc.store.db import make_engine
 
     work_dir, expected_by = _gateway_work_dir(settings.data_dir, work_dir)
@@ -374,7 +384,7 @@ def collect(settings: Settings, work_dir: Path | None = None) -> Report:
         return Report([*lines, failed], running)
     if isinstance(db, str):
         return Report([*lines, Line("postgresql", db, ok=not running)], running)
-    engine = make_engine(db.url, pool_size=STATUS_POOL_SIZE)
+    engine = make_engine(db.url, pool_size=1)
     try:
         lines += database_lines(engine, db.url)
     except Exception as exc:

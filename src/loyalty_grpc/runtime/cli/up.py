@@ -69,8 +69,8 @@ def up(settings: Settings, *, demo: bool) -> int:
                     redirect_port=settings.http_redirect_port,
                     public_host=settings.public_host,
                     grpc_tls=server.tls_cert is not None,
-                    envoy_admin=f"Envoy admin: socket {proxy.admin} (this user only)"
-                    + _prometheus(settings),
+                    envoy_admin=f"Envoy: {envoy.threads_text(proxy.concurrency)}, admin socket "
+                    f"{proxy.admin} (this user only)" + _prometheus(settings),
                     grpc_host=server.host,
                     grpc_port=supervisor.pool.port,
                     workers=settings.workers,

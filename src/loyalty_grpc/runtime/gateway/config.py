@@ -51,6 +51,7 @@ from loyalty_grpc.runtime.gateway.side_listeners import (
     admin_pipe,
     metrics_listener,
     redirect_listener,
+    series_cluster,
 )
 from loyalty_grpc.runtime.gateway.tls import (
     TlsFiles,
@@ -251,7 +252,8 @@ def render_config(
     working directory).
 
     `metrics` (HOST, PORT): a listener there for Prometheus (`metrics_listener`) and the
-    cluster it reaches the admin socket by (`admin_cluster`).
+    clusters it reaches the admin socket (`admin_cluster`) and the supervisor's series
+    server (`series_cluster`, beside the admin socket) by.
     `listen_host` changes the listener's address (default: as configured, 127.0.0.1).
     Plain HTTP (no TLS) beyond loopback is refused unless `plain_http_beyond_loopback`
     (LOYALTY_PLAIN_HTTP_BEYOND_LOOPBACK): whoever starts a gateway, it never sends keys
@@ -305,7 +307,10 @@ def render_config(
             )
         if metrics is not None:
             extra.append(metrics_listener(*metrics))
-            config["static_resources"]["clusters"].append(admin_cluster(admin_socket))
+            config["static_resources"]["clusters"] += [
+                admin_cluster(admin_socket),
+                series_cluster(admin_socket),
+            ]
         _add_listeners(config, extra, limits=edge_limits(manager))
         if max_heap_bytes is not None:
             _set_heap_budget(config, max_heap_bytes)
@@ -400,6 +405,10 @@ class GatewaySpec:
     # Envoy's Prometheus series on this port (None: no metrics listener) and address.
     metrics_port: int | None = None
     metrics_host: str = "127.0.0.1"
+    # Envoy's worker threads (`--concurrency`; LOYALTY_GATEWAY_THREADS): a process option,
+    # not configuration, kept so that a restart under `gateway run` keeps it (a change needs
+    # a restart; a spec written before it existed ran 1).
+    threads: int = 1
 
     @property
     def tls(self) -> TlsFiles | None:

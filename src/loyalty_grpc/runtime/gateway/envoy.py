@@ -34,6 +34,7 @@ from loyalty_grpc.runtime.gateway.config import (
 )
 from loyalty_grpc.runtime.gateway.registered import register, unregister
 from loyalty_grpc.runtime.gateway.reloaded import resume
+from loyalty_grpc.runtime.gateway.series import GatewaySeries, SeriesServer
 from loyalty_grpc.runtime.gateway.shape import (
     EnvoyError,
 )
@@ -89,6 +90,10 @@ class EnvoyProcess:
     it exits (see the module docstring): call `start()`, `launch()` and `restart()` from a
     thread that lives as long as Envoy should serve. `loyalty gateway reload`
     (runtime/gateway/reload.py) changes its configuration while it runs.
+
+    `series` records each start and end (and `supervised` each restart) for Prometheus;
+    with `serve_series` (a metrics listener) its server runs while Envoy does
+    (runtime/gateway/series.py).
     """
 
     def __init__(
@@ -103,6 +108,7 @@ class EnvoyProcess:
         log_to_file: bool = True,
         startup_timeout: float = STARTUP_TIMEOUT,
         tls: bool = False,
+        serve_series: bool = False,
     ) -> None:
         self.work = work
         self.tls = tls
@@ -118,7 +124,40 @@ class EnvoyProcess:
         self.startup_timeout = startup_timeout
         self.log_path = work.log
         self.admin = work.admin()  # its Unix socket (runtime/gateway/admin.py)
+        # The gateway's own series (runtime/gateway/series.py), served to the metrics
+        # listener while Envoy runs when `serve_series` (the config has that listener).
+        self.series = GatewaySeries(reloads=work.reloads)
+        self.serve_series = serve_series
+        self._series_server: SeriesServer | None = None
         self._process: subprocess.Popen[bytes] | None = None
+        self._ended_pid: int | None = None  # the last process whose end `series` has
+
+    @classmethod
+    def of(
+        cls,
+        spec: GatewaySpec,
+        work: WorkDir,
+        *,
+        log_level: str = "warning",
+        log_format: LogFormat = "text",
+        log_to_file: bool = True,
+        startup_timeout: float = STARTUP_TIMEOUT,
+    ) -> Self:
+        """The Envoy (not started) that serves `spec`, installed in `work` (see `install`):
+        the one place a spec's process options (its worker threads, the gateway's own
+        series when it has a metrics listener) reach the process."""
+        return cls(
+            work=work,
+            http_port=spec.http_port,
+            listen_host=listen_host_of(work.static),
+            concurrency=spec.threads,
+            log_level=log_level,
+            log_format=log_format,
+            log_to_file=log_to_file,
+            startup_timeout=startup_timeout,
+            tls=spec.tls is not None,
+            serve_series=spec.metrics_port is not None,
+        )
 
     @classmethod
     def start_spec(
@@ -126,7 +165,6 @@ class EnvoyProcess:
         spec: GatewaySpec,
         *,
         work_dir: Path,
-        concurrency: int = 1,
         log_level: str = "warning",
         log_format: LogFormat = "text",
         log_to_file: bool = True,
@@ -138,17 +176,13 @@ class EnvoyProcess:
         `work_dir/envoy.log`, else to our stderr."""
         if spec.http_port <= 0:
             raise ValueError("http_port must be a real port (Envoy would pick one we never learn)")
-        work = install(spec, work_dir)
-        proxy = cls(
-            work=work,
-            http_port=spec.http_port,
-            listen_host=listen_host_of(work.static),
-            concurrency=concurrency,
+        proxy = cls.of(
+            spec,
+            install(spec, work_dir),
             log_level=log_level,
             log_format=log_format,
             log_to_file=log_to_file,
             startup_timeout=startup_timeout,
-            tls=spec.tls is not None,
         )
         proxy.launch()
         return proxy
@@ -210,8 +244,15 @@ class EnvoyProcess:
 
     def spawn(self) -> None:
         """Start the process (`poll_ready` says when it serves)."""
-        if self._process is not None and self._process.poll() is None:
+        if self._process is not None and self.poll() is None:
             raise EnvoyError("Envoy is already running")
+        if self.serve_series and self._series_server is None:
+            try:
+                self._series_server = SeriesServer(self.work.series_socket, self.series, self.admin)
+            except OSError as exc:
+                raise EnvoyError(
+                    f"cannot serve the gateway's series on {self.work.series_socket}: {exc}"
+                ) from exc
         # Envoy gets SIGTERM when this thread exits (Linux; see the module docstring).
         command = die_with_parent(self.command(), signal.SIGTERM)
         with self._output() as output:
@@ -223,6 +264,7 @@ class EnvoyProcess:
                 cwd=self.work_dir,
                 env={**os.environ, "TZ": "UTC"} if self.log_format == "json" else None,
             )
+        self.series.started()
         log.info("Envoy started (pid %s) on port %s", self._process.pid, self.http_port)
 
     def poll_ready(self) -> bool:
@@ -270,7 +312,16 @@ class EnvoyProcess:
         """None while Envoy runs, else its exit code."""
         if self._process is None:
             return None
-        return self._process.poll()
+        code = self._process.poll()
+        if code is not None:
+            self._note_end(self._process)
+        return code
+
+    def _note_end(self, process: subprocess.Popen[bytes]) -> None:
+        """Tell `series` how `process` (ended) ended, once."""
+        if process.pid != self._ended_pid and process.returncode is not None:
+            self._ended_pid = process.pid
+            self.series.ended(process.returncode)
 
     def wait(self, timeout: float | None = None) -> int:
         if self._process is None:
@@ -278,7 +329,11 @@ class EnvoyProcess:
         return self._process.wait(timeout)
 
     def stop(self, grace: float = STOP_GRACE) -> int | None:
-        """SIGTERM, then SIGKILL after `grace` seconds; returns the exit code."""
+        """SIGTERM, then SIGKILL after `grace` seconds; returns the exit code. The series
+        server stops too (the next start starts it again)."""
+        if self._series_server is not None:
+            self._series_server.close()
+            self._series_server = None
         process = self._process
         if process is None:
             return None
@@ -290,6 +345,7 @@ class EnvoyProcess:
                 log.warning("Envoy (pid %s) ignored SIGTERM; killing it", process.pid)
                 process.kill()
                 process.wait()
+        self._note_end(process)
         return process.returncode
 
     def restart(self) -> None:
@@ -354,12 +410,14 @@ def gateway_spec(
     public_host: str | None = None,
     hsts_max_age: int = DEFAULT_HSTS_MAX_AGE,
     hsts_include_subdomains: bool = False,
+    threads: int = 1,
 ) -> GatewaySpec:
     """What `start_spec` and `run_gateway` install: the gateway folder (default the packaged
     one) with these ports, upstream servers, listen address, TLS files, trusted proxies
     and heap budget (plain HTTP beyond loopback only with `plain_http_beyond_loopback`:
     config.render_config), the metrics listener when `metrics_port` is given (None or 0:
-    none); with TLS, the redirect's public host and Strict-Transport-Security."""
+    none); with TLS, the redirect's public host and Strict-Transport-Security; `threads`
+    worker threads."""
     directory = gateway_dir if gateway_dir is not None else find_gateway_dir()
     return GatewaySpec(
         http_port=http_port,
@@ -377,6 +435,7 @@ def gateway_spec(
         public_host=public_host,
         hsts_max_age=hsts_max_age,
         hsts_include_subdomains=hsts_include_subdomains,
+        threads=threads,
     ).with_upstream_tls(upstream_tls)
 
 
@@ -407,6 +466,7 @@ def spec_from_settings(
         public_host=settings.public_host,
         hsts_max_age=settings.hsts_max_age,
         hsts_include_subdomains=settings.hsts_include_subdomains,
+        threads=settings.gateway_threads,
     )
 
 
@@ -417,8 +477,10 @@ def supervised(
     on_change: Callable[[], None] | None = None,
 ) -> Child:
     """The supervision slot of an Envoy that serves (runtime/process/supervision.py): when it dies
-    it is started again on the configuration installed, with every reload since. Tick it
-    from the thread that started it (the module doc says why)."""
+    it is started again on the configuration installed, with every reload since. Each
+    restart is counted in `proxy.series` (`loyalty_gateway_restarts_total`, whoever
+    supervises) and passed to `on_restart`. Tick it from the thread that started it (the
+    module doc says why)."""
 
     def spawn() -> _Supervised:
         try:
@@ -427,12 +489,17 @@ def supervised(
             raise StartFailed(_first_line(exc)) from None
         return _Supervised(proxy)
 
+    def restarted(kind: str) -> None:
+        proxy.series.restarted()
+        if on_restart is not None:
+            on_restart(kind)
+
     child = Child(
         "envoy",
         "envoy",
         spawn,
         start_timeout=proxy.startup_timeout,
-        on_restart=on_restart,
+        on_restart=restarted,
         on_change=on_change,
     )
     child.adopt(_Supervised(proxy))
@@ -465,14 +532,7 @@ def run_gateway(
     except EnvoyError as exc:
         say(f"error: {exc}")
         return 2
-    proxy = EnvoyProcess(
-        work=work,
-        http_port=spec.http_port,
-        listen_host=listen_host_of(work.static),
-        log_format=log_format,
-        log_to_file=False,
-        tls=spec.tls is not None,
-    )
+    proxy = EnvoyProcess.of(spec, work, log_format=log_format, log_to_file=False)
     try:
         proxy.launch()
     except EnvoyError as exc:
@@ -482,7 +542,8 @@ def run_gateway(
     for note in resumed.notes:
         announce(note, log_format)
     announce(
-        f"Envoy (pid {proxy.pid}) serving {proxy.listen_host}:{spec.http_port} /api/v1 "
+        f"Envoy (pid {proxy.pid}, {threads_text(spec.threads)}) serving "
+        f"{proxy.listen_host}:{spec.http_port} /api/v1 "
         f"({'HTTPS only' if spec.tls else 'plain HTTP'}) -> gRPC"
         f"{' with mutual TLS' if spec.upstream_tls else ''} "
         f"{', '.join(spec.upstreams)} (config {work.static}; apply changes to "
@@ -520,6 +581,11 @@ def _register(data_dir: Path, work_dir: Path) -> None:
             exc.strerror or exc,
             work_dir,
         )
+
+
+def threads_text(threads: int) -> str:
+    """How the banner, `gateway run` and `status` say how many worker threads Envoy runs."""
+    return f"{threads} worker thread{'' if threads == 1 else 's'}"
 
 
 def _prometheus(spec: GatewaySpec) -> str:

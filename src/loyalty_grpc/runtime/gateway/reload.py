@@ -109,6 +109,7 @@ def reload(
         if upstreams is not None:
             spec = dataclasses.replace(spec, upstreams=upstreams)
         admin = _running_admin(work)
+        _check_series_served(spec, work)
         try:
             if upstreams is not None:
                 check_upstreams(spec, running=running)
@@ -124,6 +125,8 @@ def reload(
             ) from exc
         commit_generation(generation, spec, work)
         note_reload(work.path, running_spec, spec)  # outlives a restart (reloaded.py)
+        if changed:
+            work.count_reload()  # loyalty_gateway_reloads_total (runtime/gateway/series.py)
     return Reloaded(
         gateway_dir=spec.gateway_dir,
         upstreams=spec.upstreams,
@@ -153,6 +156,22 @@ def _running_admin(work: WorkDir) -> EnvoyAdmin:
         "does not answer, or this user may not open it): is the gateway running with "
         "this --work-dir, as this user?"
     )
+
+
+def _check_series_served(spec: GatewaySpec, work: WorkDir) -> None:
+    """With a metrics listener, this version routes its stats page to the supervisor's
+    series server (runtime/gateway/series.py): refuse the reload when the gateway's
+    supervisor serves none (started by an earlier version), rather than break the scrape."""
+    if spec.metrics_port is None:
+        return
+    try:
+        EnvoyAdmin(work.series_socket).get("/")  # any answer will do (a 404)
+    except OSError:
+        raise EnvoyError(
+            f"the gateway running from {work.path} does not serve the gateway's series "
+            f"({work.series_socket} does not answer): it was started by an earlier version; "
+            "restart it to run this version's configuration"
+        ) from None
 
 
 def _check_bootstrap_unchanged(generation: Generation, work: WorkDir) -> None:

@@ -10,8 +10,11 @@
   `loyalty status`, `gateway reload` and the supervisor talk to it there
   (runtime/gateway/admin.py). Prometheus gets Envoy's series from a listener of their own
   when asked for (`metrics_listener`, LOYALTY_ENVOY_METRICS_PORT, loopback by default):
-  it answers `GET /stats/prometheus` and `GET /ready` from the admin socket through the
-  cluster `envoy_admin` (`admin_cluster`) and 404 to everything else.
+  it answers `GET /ready` from the admin socket through the cluster `envoy_admin`
+  (`admin_cluster`), `GET /stats/prometheus` from the supervising `loyalty` process's
+  series server (runtime/gateway/series.py: Envoy's series fetched from the admin socket,
+  the gateway's own appended) through the cluster `gateway_series` (`series_cluster`), and
+  404 to everything else.
 """
 
 from __future__ import annotations
@@ -35,8 +38,18 @@ MAX_SOCKET_PATH = 107
 # Envoy's Prometheus series, without the rest of the admin interface.
 METRICS_LISTENER_NAME = "envoy_metrics"
 ADMIN_CLUSTER_NAME = "envoy_admin"
-# The admin paths the metrics listener forwards (GET only); everything else is a 404.
-METRICS_PATHS = ("/stats/prometheus", "/ready")
+# The paths the metrics listener forwards (GET only); everything else is a 404. The
+# series page goes to the supervisor's series server, /ready to the admin socket.
+SERIES_PATH = "/stats/prometheus"
+READY_PATH = "/ready"
+METRICS_PATHS = (SERIES_PATH, READY_PATH)
+SERIES_CLUSTER_NAME = "gateway_series"
+# The series server's Unix socket, beside the admin socket (same folder, same mode); not
+# longer than the admin socket's name, so that it fits wherever that one does.
+SERIES_SOCKET_NAME = "stats.sock"
+# Scrapes the series server may hold at once (Envoy answers 503 beyond): Prometheus
+# scrapes one at a time; a few more for an operator's curl.
+SERIES_MAX_REQUESTS = 4
 
 
 def plain_http_envelope() -> str:
@@ -178,9 +191,42 @@ def admin_cluster(socket: Path) -> dict[str, Any]:
     }
 
 
+def series_socket(admin_socket: Path) -> Path:
+    """The series server's socket for the admin socket `admin_socket` (its folder)."""
+    return admin_socket.with_name(SERIES_SOCKET_NAME)
+
+
+def series_cluster(admin_socket: Path) -> dict[str, Any]:
+    """The cluster through which the metrics listener reaches the supervisor's series
+    server (`series_socket`), at most SERIES_MAX_REQUESTS scrapes at once."""
+    limits = {
+        "max_connections": SERIES_MAX_REQUESTS,
+        "max_pending_requests": SERIES_MAX_REQUESTS,
+        "max_requests": SERIES_MAX_REQUESTS,
+        "max_retries": 0,
+    }
+    return {
+        "name": SERIES_CLUSTER_NAME,
+        "type": "STATIC",
+        "connect_timeout": "1s",
+        "circuit_breakers": {"thresholds": [limits]},
+        "load_assignment": {
+            "cluster_name": SERIES_CLUSTER_NAME,
+            "endpoints": [
+                {
+                    "lb_endpoints": [
+                        {"endpoint": {"address": admin_pipe(series_socket(admin_socket))}}
+                    ]
+                }
+            ],
+        },
+    }
+
+
 def metrics_listener(address: str, port: int) -> dict[str, Any]:
-    """A plain-HTTP listener for Prometheus: `GET /stats/prometheus` (Envoy's series) and
-    `GET /ready` (200 once Envoy is LIVE, for health checks) go to the admin socket, any
+    """A plain-HTTP listener for Prometheus: `GET /stats/prometheus` (Envoy's series and
+    the gateway's own) goes to the supervisor's series server (`series_cluster`), `GET
+    /ready` (200 once Envoy is LIVE, for health checks) to the admin socket, any
     other path or method is a 404 of its own: the rest of the admin interface
     (/quitquitquit, /config_dump, /logging, /runtime_modify…) is not reachable here.
     The path is normalised before matching (`..`, `//`; escaped slashes refused); it
@@ -193,9 +239,9 @@ def metrics_listener(address: str, port: int) -> dict[str, Any]:
                 "path": path,
                 "headers": [{"name": ":method", "string_match": {"exact": "GET"}}],
             },
-            "route": {"cluster": ADMIN_CLUSTER_NAME, "timeout": "10s"},
+            "route": {"cluster": cluster, "timeout": "10s"},
         }
-        for path in METRICS_PATHS
+        for path, cluster in ((SERIES_PATH, SERIES_CLUSTER_NAME), (READY_PATH, ADMIN_CLUSTER_NAME))
     ]
     routes.append({"match": {"prefix": "/"}, "direct_response": {"status": 404}})
     return _router_only_listener(
@@ -215,11 +261,18 @@ __all__ = [
     "MAX_SOCKET_PATH",
     "METRICS_LISTENER_NAME",
     "METRICS_PATHS",
+    "READY_PATH",
     "REDIRECT_DETAIL",
     "REDIRECT_LISTENER_NAME",
+    "SERIES_CLUSTER_NAME",
+    "SERIES_MAX_REQUESTS",
+    "SERIES_PATH",
+    "SERIES_SOCKET_NAME",
     "admin_cluster",
     "admin_pipe",
     "metrics_listener",
     "plain_http_envelope",
     "redirect_listener",
+    "series_cluster",
+    "series_socket",
 ]

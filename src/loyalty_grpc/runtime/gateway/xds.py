@@ -49,6 +49,7 @@ from loyalty_grpc.runtime.gateway.shape import (
     CONFIG_NAME,
     EnvoyError,
 )
+from loyalty_grpc.runtime.gateway.side_listeners import series_socket
 from loyalty_grpc.runtime.gateway.tls import (
     TlsFiles,
     tls_secret,
@@ -127,6 +128,28 @@ class WorkDir:
         Envoy may still run from here until restarted."""
         return self.path / "admin_address"
 
+    @property
+    def series_socket(self) -> Path:
+        """The supervisor's series server (runtime/gateway/series.py), beside the admin
+        socket."""
+        return series_socket(self.admin_socket)
+
+    @property
+    def reloads_file(self) -> Path:
+        """How many `gateway reload`s changed what Envoy runs since it was installed."""
+        return self.path / "reloads"
+
+    def reloads(self) -> int:
+        """The count of `reloads_file` (0 when there is none)."""
+        try:
+            return int(self.reloads_file.read_text(encoding="ascii").strip() or "0")
+        except FileNotFoundError:
+            return 0
+
+    def count_reload(self) -> None:
+        """One more reload (call it holding `locked`)."""
+        write_atomic(self.reloads_file, f"{self.reloads() + 1}\n".encode())
+
     def admin(self) -> EnvoyAdmin:
         return EnvoyAdmin(self.admin_socket)
 
@@ -167,7 +190,13 @@ class WorkDir:
         with self.locked():
             if self.admin().answers():
                 return
-            for file in (self.static, self.bootstrap, self.spec, self.legacy_admin_address):
+            for file in (
+                self.static,
+                self.bootstrap,
+                self.spec,
+                self.legacy_admin_address,
+                self.reloads_file,
+            ):
                 file.unlink(missing_ok=True)
             for folder in (
                 self.listeners.parent,
@@ -359,6 +388,7 @@ def install(spec: GatewaySpec, work_dir: Path) -> WorkDir:
             )
         work.secure_admin_dir()
         work.legacy_admin_address.unlink(missing_ok=True)
+        work.reloads_file.unlink(missing_ok=True)  # a new gateway has taken none
         generation = prepare_generation(spec, work)
         write_atomic(work.clusters, dump_yaml(generation.clusters))
         write_atomic(work.listeners, dump_yaml(generation.listeners))

@@ -12,12 +12,14 @@ from dataclasses import dataclass, field
 
 from loyalty_grpc.api.server import ServerSettings
 from loyalty_grpc.runtime import metrics, wallet
-from loyalty_grpc.runtime.db_connections import SENDER_POOL_SIZE
 from loyalty_grpc.runtime.process.process_file import ProcessFile, live_writer
 from loyalty_grpc.runtime.process.supervision import Child, supervise
 from loyalty_grpc.runtime.process.workers import WorkerPool
 from loyalty_grpc.runtime.settings import ConfigError, Settings
 from loyalty_grpc.store.db import make_engine
+
+# The wallet sender's pool in the supervising process (runtime/wallet.py: one thread).
+SENDER_POOL_SIZE = 2
 
 
 def server_settings(settings: Settings, *, database_url: str, admin_token: str) -> ServerSettings:

@@ -14,9 +14,10 @@ oldest running transaction):
   a later change of that row lands at a position >= h.
 - A page of changes serves the rows at positions after the cursor and below h, in
   position order: one range scan of ix_fans_programa_cambio_xid. The next cursor is the
-  last position served, or (h, 0) when the page was not full. A change therefore can
-  never land behind a cursor the feed has issued, even when writers commit out of order
-  (a change number taken first and committed last is the classic way such feeds skip).
+  last position served (the same cursor when none was: every position between it and h
+  is final and holds no row of the program). A change therefore can never land behind a
+  cursor the feed has issued, even when writers commit out of order (a change number
+  taken first and committed last is the classic way such feeds skip).
 - Without `desde`, a snapshot: the horizon W of the first page is kept in the cursor and
   the fans are paged by pk (ix_fans_programa_pk), each page showing the fans as they are
   when it is read; the last page continues with the changes from (W, 0). Every version of
@@ -31,33 +32,42 @@ horizon to pass them, so that a client usually gets its own recent writes at onc
 
 Ordering: positions follow the writers' transaction ids, and a position is served only
 once every earlier id has ended; each page shows every fan once, in its current state.
+
 Cursors (domain/roster_cursor.py) hold positions in the database's 64-bit transaction
-counter, which never wraps and survives restarts, pg_upgrade, physical backups and replica
-promotion: a cursor stays valid forever. A cursor from the future (a position the database
-has not reached) is refused. A logical dump restored into a new cluster restarts the
-counter behind the restored rows' positions: the feed detects it (a row stamped at or
-beyond the newest transaction id) and answers servicio_no_disponible rather than skip,
-until an operator advances the counter past the old one (`pg_resetwal --epoch`, before
-the restored cluster takes writes); after that every old cursor works again.
+counter, which never wraps and survives restarts, physical backups and replica promotion,
+and the system identifier of the cluster that counts them. A cursor is honoured only by
+that cluster and only when the database holds the record that it issued the cursor
+(store/roster_cursors.py), written before the page is answered: a database restored to a
+point before a cursor was issued, or any other database, answers cursor_invalido and the
+follower takes a new snapshot, never skipping a change. A logical dump restored into a new
+cluster (whose counter may be behind the restored rows' positions) therefore needs no
+counter surgery: old cursors are refused by identity, and the new cluster's cursors hold
+positions of its own counter (rows stamped ahead of it are served, again, once it passes
+them).
 """
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, NamedTuple
 
-from sqlalchemy import Engine, Row, Select, select, text, tuple_
+from sqlalchemy import Engine, Row, Select, select, tuple_
 
-from loyalty_grpc.domain.errors import CodigoError, LoyaltyError
 from loyalty_grpc.domain.promos import EstadoFan
-from loyalty_grpc.domain.roster_cursor import Fase, Posicion, decode_cursor, encode_cursor
+from loyalty_grpc.domain.roster_cursor import (
+    Cursor,
+    Fase,
+    Posicion,
+    check_issued,
+    decode_cursor,
+    encode_cursor,
+    sistema_of,
+)
+from loyalty_grpc.store.roster_cursors import feed_state, record_cursor
 from loyalty_grpc.store.tables import fans
-
-log = logging.getLogger(__name__)
 
 # How long a page of changes may wait for older transactions to end (see above).
 SETTLE_SECONDS = 0.5
@@ -96,6 +106,10 @@ class _Read:
     siguiente: Posicion
     # Committed changes of the program wait behind a running transaction.
     waiting: bool
+    # The cluster's system identifier, as PostgreSQL shows it.
+    sistema: int
+    # A page of the snapshot (its fans as they are now), not of changes.
+    snapshot_page: bool
 
 
 _COLUMNS = (
@@ -111,17 +125,6 @@ _COLUMNS = (
     fans.c.baja_motivo,
     fans.c.actualizado,
 )
-
-# The page's horizon (oldest running transaction), the newest transaction id the database
-# has handed out, and the program's newest change position: one statement, one descent of
-# ix_fans_programa_cambio_xid. The reading transaction itself never takes an id (READ ONLY).
-_HORIZON = text(
-    "SELECT pg_snapshot_xmin(s)::text::bigint AS horizon, "
-    "pg_snapshot_xmax(s)::text::bigint AS newest, "
-    "(SELECT max(cambio_xid) FROM fans WHERE programa_id = :programa) AS newest_change "
-    "FROM pg_current_snapshot() AS s"
-)
-
 
 _ESTADOS = {e.value: e for e in EstadoFan}
 
@@ -163,54 +166,41 @@ def changes_query(programa_id: str, after: Posicion, horizon: int, limite: int) 
     )
 
 
-def _read(engine: Engine, programa_id: str, desde: Posicion | None, limite: int) -> _Read:
+def _read(engine: Engine, programa_id: str, desde: Cursor | None, limite: int) -> _Read:
     conn = engine.connect().execution_options(
         isolation_level="REPEATABLE READ", postgresql_readonly=True
     )
     with conn, conn.begin():
-        horizon, newest, newest_change = conn.execute(_HORIZON, {"programa": programa_id}).one()
-        if newest_change is not None and newest_change >= newest:
-            # Stamped by transactions this database never ran: restored from a logical
-            # dump into a cluster whose transaction counter is behind (services/pos/roster.py
-            # docstring). Serving would skip changes; refuse until an operator fixes it.
-            log.error(
-                "roster %s: change position %s is ahead of the transaction counter "
-                "(%s); advance the counter (pg_resetwal --epoch) before serving the "
-                "feed",
-                programa_id,
-                newest_change,
-                newest,
-            )
-            raise LoyaltyError(
-                CodigoError.SERVICIO_NO_DISPONIBLE,
-                "el feed del padrón no está disponible; reintente más tarde",
-            )
-        if desde is not None and desde.xid > newest:
-            raise LoyaltyError(
-                CodigoError.CURSOR_INVALIDO,
-                "desde: el cursor apunta más allá de lo que esta base de "
-                "datos ha registrado (¿se restauró de otra copia?); omita "
-                "`desde` para empezar con una foto completa",
-            )
-        if desde is None or desde.fase is Fase.FOTO:
-            watermark = horizon if desde is None else desde.xid
-            rows = conn.execute(
-                snapshot_query(programa_id, 0 if desde is None else desde.pk, limite)
-            ).all()
+        p = None if desde is None else desde.posicion
+        state = feed_state(conn, programa_id, None if p is None else (p.fase.value, p.xid, p.pk))
+        if desde is not None:
+            check_issued(desde, sistema_of(state.sistema), state.emitido)
+        horizon = state.horizon
+        if p is None or p.fase is Fase.FOTO:
+            watermark = horizon if p is None else p.xid
+            rows = conn.execute(snapshot_query(programa_id, 0 if p is None else p.pk, limite)).all()
             if len(rows) > limite:
                 return _Read(
-                    rows[:limite], True, Posicion(Fase.FOTO, watermark, rows[limite - 1].pk), False
+                    rows[:limite],
+                    True,
+                    Posicion(Fase.FOTO, watermark, rows[limite - 1].pk),
+                    False,
+                    state.sistema,
+                    True,
                 )
-            return _Read(rows, False, Posicion(Fase.CAMBIOS, watermark, 0), False)
-        rows = conn.execute(changes_query(programa_id, desde, horizon, limite)).all()
-        if len(rows) > limite:
-            last = rows[limite - 1]
             return _Read(
-                rows[:limite], True, Posicion(Fase.CAMBIOS, last.cambio_xid, last.pk), False
+                rows, False, Posicion(Fase.CAMBIOS, watermark, 0), False, state.sistema, True
             )
-        end = max((desde.xid, desde.pk), (horizon, 0))
-        waiting = newest_change is not None and newest_change >= horizon
-        return _Read(rows, False, Posicion(Fase.CAMBIOS, *end), waiting)
+        rows = conn.execute(changes_query(programa_id, p, horizon, limite)).all()
+        hay_mas = len(rows) > limite
+        rows = rows[:limite]
+        # The last position served; the cursor itself when nothing was (a quiet poll gets
+        # its cursor back: the feed hands out, and records, a cursor per page of data).
+        end = Posicion(Fase.CAMBIOS, rows[-1].cambio_xid, rows[-1].pk) if rows else p
+        waiting = not hay_mas and (
+            state.newest_change is not None and state.newest_change >= horizon
+        )
+        return _Read(rows, hay_mas, end, waiting, state.sistema, False)
 
 
 def read_roster(
@@ -226,18 +216,27 @@ def read_roster(
     """One page of the program's roster feed: a snapshot page when `desde` is None or a
     snapshot cursor, else the changes after the cursor. `limite` >= 1 (the edge clamps it).
     cursor_invalido when `desde` is not a cursor this program's feed issued."""
-    posicion = None if desde is None else decode_cursor(programa_id, desde)
+    cursor = None if desde is None else decode_cursor(programa_id, desde)
     deadline = clock() + settle_seconds
     step = _SETTLE_STEP
     while True:
-        read = _read(engine, programa_id, posicion, limite)
+        read = _read(engine, programa_id, cursor, limite)
         if not read.waiting or clock() + step > deadline:
             break
         sleep(step)
         step = min(step * 2, _SETTLE_STEP_MAX)
+    if cursor is None or read.siguiente != cursor.posicion:
+        p = read.siguiente
+        record_cursor(
+            engine,
+            programa_id,
+            read.sistema,
+            (p.fase.value, p.xid, p.pk),
+            snapshot_page=read.snapshot_page,
+        )
     return RosterPage(
         desde=desde or "",
         fans=[_entry(r) for r in read.rows],
         hay_mas=read.hay_mas,
-        siguiente=encode_cursor(programa_id, read.siguiente),
+        siguiente=encode_cursor(programa_id, Cursor(sistema_of(read.sistema), read.siguiente)),
     )
