@@ -17,6 +17,7 @@ their data directories (PostgreSQL refuses root), the `loyalty` commands as the 
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import time
 from collections.abc import Iterator
@@ -27,7 +28,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from loyalty_grpc.runtime.backup.wal import archiving_lines
+from loyalty_grpc.runtime.backup.wal import SEGMENT, archiving_lines
 from tests.e2e.processes import LOYALTY, loyalty_env
 from tests.reliability.harness import (
     Book,
@@ -184,3 +185,52 @@ def test_point_in_time_restore_has_every_sale_up_to_the_point_and_none_after(
     finally:
         restored.stop()
     print(f"\nrestore to {point.isoformat()}: {journal.summary()}; {audited}")
+
+
+def linked_copy(repo: Path, into: Path) -> Path:
+    """The backup folder as hard links (instant): a file to damage is replaced, never
+    written through its link."""
+    shutil.copytree(repo, into, copy_function=os.link)
+    return into
+
+
+def test_check_finds_a_gap_in_the_archive(taken: Archived, tmp_path: Path):
+    copy = linked_copy(taken.repo, tmp_path / "copy")
+    timeline_1 = sorted(p.name for p in (copy / "wal").iterdir() if SEGMENT.fullmatch(p.name))
+    timeline_1 = [name for name in timeline_1 if name.startswith("00000001")]
+    lost = timeline_1[-2]  # after the backup's (3 switches followed it), not the newest
+    (copy / "wal" / lost).unlink()
+    done = backup("check", "--dir", str(copy))
+    assert done.returncode == 1, done.stdout
+    assert f"problem: wal/: segment {lost} missing: recovery cannot replay past it" in done.stdout
+    assert "NOT restorable as it stands" in done.stdout
+    assert (taken.repo / "wal" / lost).exists()
+
+
+def test_check_finds_a_corrupted_backup(taken: Archived, tmp_path: Path):
+    copy = linked_copy(taken.repo, tmp_path / "copy")
+    (name,) = [p.stem for p in (copy / "base").glob("*.json")]
+    data_files = (copy / "base" / name / "base").rglob("*")
+    damaged = max((p for p in data_files if p.is_file()), key=lambda p: p.stat().st_size)
+    relative = damaged.relative_to(copy / "base" / name).as_posix()
+    data = bytearray(damaged.read_bytes())
+    data[100] ^= 0xFF
+    damaged.unlink()  # the link: the original backup stays whole
+    damaged.write_bytes(bytes(data))
+    done = backup("check", "--dir", str(copy))
+    assert done.returncode == 1, done.stdout
+    assert f"problem: base/{name}: pg_verifybackup failed" in done.stdout, done.stdout
+    assert f'checksum mismatch for file "{relative}"' in done.stdout, done.stdout
+    assert backup("check", "--dir", str(taken.repo)).returncode == 0
+
+
+def test_restore_refuses_a_moment_before_the_oldest_backup(taken: Archived, tmp_path: Path):
+    done = backup(
+        "restore", "--dir", str(taken.repo), "--into", str(tmp_path / "new"),
+        "--until", "2001-01-01T00:00:00Z",
+    )  # fmt: skip
+    assert done.returncode == 1
+    assert "error: --until 2001-01-01T00:00:00.000Z is before the end of the oldest backup" in (
+        done.stderr
+    )
+    assert not (tmp_path / "new").exists()
