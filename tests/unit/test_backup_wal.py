@@ -118,3 +118,10 @@ def test_until_is_read_as_the_service_reads_timestamps():
         parse_until("ayer", now)
     with pytest.raises(BackupError, match=r"--until: .* tiene fecha pero no hora"):
         parse_until("2026-11-27", now)
+
+
+def test_the_docs_show_the_lines_archive_settings_prints():
+    page = (Path(__file__).parents[2] / "docs" / "backups.md").read_text(encoding="utf-8")
+    command = "$ loyalty backup archive-settings --dir /srv/loyalty-backups\n"
+    shown = page.split(command, 1)[1].split("```", 1)[0].splitlines()
+    assert shown == archiving_lines(Path("/srv/loyalty-backups/wal"))

@@ -173,8 +173,9 @@ def _restore(args: argparse.Namespace, repo: Repository) -> int:
     target = f"to {format_iso_utc(until)}" if until is not None else "to the archive's end"
     say(
         f"backup {done.backup.name} restored into {done.into}, set to replay the archive "
-        f"{target} and promote. Next: start PostgreSQL on it (pg_ctl -D {done.into} start), "
-        "wait until `SELECT pg_is_in_recovery()` is false, point LOYALTY_DATABASE_URL at it "
-        f"and start the service; then `{command('backup take')}` of the new server"
+        f"{target} and promote. Next: start PostgreSQL on it (an external server: pg_ctl "
+        f"-D {done.into} start or its unit; the embedded one: `{command('up')}` with it as "
+        "DATA_DIR/pgdata), wait until `SELECT pg_is_in_recovery()` is false, start the "
+        f"service on it, then `{command('backup take')}` (docs/backups.md)"
     )
     return 0
