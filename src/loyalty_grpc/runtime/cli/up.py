@@ -40,7 +40,13 @@ def _database(settings: Settings) -> Database:
     """The database `up` runs on; with LOYALTY_BACKUP_DIR, an embedded one archives its WAL
     there (an external server archives by its own configuration: docs/backups.md)."""
     db = open_database(settings.data_dir, settings.database_url)
-    if settings.backup_dir is None or not db.embedded:
+    if settings.backup_dir is None:
+        return db
+    if not db.embedded:
+        log.info(
+            "LOYALTY_BACKUP_DIR: an external PostgreSQL archives its WAL by its own "
+            "configuration (`backup archive-settings`)"
+        )
         return db
     from loyalty_grpc.runtime.backup.embedded import archive_embedded
     from loyalty_grpc.runtime.backup.repository import BackupError
