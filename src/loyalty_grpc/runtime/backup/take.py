@@ -8,6 +8,7 @@ backup's last segment is in DIR/wal, which proves the server archives there."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import time
 from dataclasses import dataclass
@@ -57,7 +58,7 @@ def take(repo: Repository, url: str, *, archive_wait: float = ARCHIVE_WAIT) -> B
         backup = _record(partial, name, server, ended)
         _wait_archived(repo, backup, archive_wait)
         partial.rename(folder)
-        repo.record(name).write_text(backup.to_json(), encoding="utf-8")
+        _write_durably(repo.record(name), backup.to_json())
     except BaseException:
         shutil.rmtree(partial, ignore_errors=True)
         shutil.rmtree(folder, ignore_errors=True)
@@ -119,6 +120,22 @@ def _record(folder: Path, name: str, server: _Server, ended: datetime) -> Backup
         system_identifier=server.system_identifier,
         server_version=server.version,
     )
+
+
+def _write_durably(path: Path, text: str) -> None:
+    """`text` into `path` as a whole or not at all, on disk when this returns (the record
+    is what makes the backup count)."""
+    temporary = path.with_name(path.name + ".tmp")
+    with temporary.open("w", encoding="utf-8") as out:
+        out.write(text)
+        out.flush()
+        os.fsync(out.fileno())
+    temporary.rename(path)
+    folder = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(folder)
+    finally:
+        os.close(folder)
 
 
 def _wait_archived(repo: Repository, backup: Backup, wait: float) -> None:
