@@ -1,5 +1,6 @@
 """runtime/backup/: WAL segment names and gaps, the archive command as PostgreSQL runs it
-(`sh -c`, in the data directory), choosing the backup of a restore and reading --until."""
+(`sh -c`, in the data directory), choosing the backup of a restore, reading --until, and
+the database password kept off the tools' command lines."""
 
 from __future__ import annotations
 
@@ -8,9 +9,11 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from psycopg.conninfo import conninfo_to_dict
 
 from loyalty_grpc.runtime.backup.repository import Backup, BackupError
 from loyalty_grpc.runtime.backup.restore import choose, parse_until
+from loyalty_grpc.runtime.backup.tools import libpq_conninfo
 from loyalty_grpc.runtime.backup.wal import (
     Segment,
     archive_command,
@@ -125,3 +128,24 @@ def test_the_docs_show_the_lines_archive_settings_prints():
     command = "$ loyalty backup archive-settings --dir /srv/loyalty-backups\n"
     shown = page.split(command, 1)[1].split("```", 1)[0].splitlines()
     assert shown == archiving_lines(Path("/srv/loyalty-backups/wal"))
+
+
+def test_the_password_reaches_postgresql_s_tools_in_the_environment_only():
+    conninfo, env = libpq_conninfo(
+        "postgresql+psycopg://loyalty:s3cr%40t@db1:5432,db2:5433/loyalty"
+        "?target_session_attrs=read-write&sslmode=verify-full"
+    )
+    assert "s3cr" not in conninfo
+    assert env == {"PGPASSWORD": "s3cr@t"}
+    assert conninfo_to_dict(conninfo) == {
+        "user": "loyalty",
+        "dbname": "loyalty",
+        "host": "db1,db2",
+        "port": "5432,5433",
+        "target_session_attrs": "read-write",
+        "sslmode": "verify-full",
+    }
+    assert libpq_conninfo("postgresql://postgres@/loyalty?host=/run/pg")[1] == {}
+    with pytest.raises(BackupError) as refused:
+        libpq_conninfo("postgresql://u:hunter2@h:notaport:/x?=")
+    assert "hunter2" not in str(refused.value)
