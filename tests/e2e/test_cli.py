@@ -104,7 +104,8 @@ def test_migrate_then_serve_stops_gracefully_on_sigterm(
     assert "database at revision" in migrated.stdout
     port = free_port()
     serve = Running(
-        ["serve", "--grpc-host", "127.0.0.1", "--grpc-port", str(port)],
+        # No metrics port: 9464, the default, may be another test's on this machine.
+        ["serve", "--grpc-host", "127.0.0.1", "--grpc-port", str(port), "--metrics-port", "0"],
         tmp_path,
         loyalty_env(LOYALTY_DATABASE_URL=url, LOYALTY_ADMIN_TOKEN=ADMIN_TOKEN),
     )

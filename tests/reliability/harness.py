@@ -305,8 +305,20 @@ def running_stack(database_url: str, work: Path, world: World, **env: str) -> It
     with `env` added to its environment, stopped with SIGTERM at the end, which must end it
     cleanly."""
     upgrade(database_url)
+    engine = make_engine(database_url, pool_size=1)
+    try:
+        run_in_uow(engine, apply_fixture, world.document())
+    finally:
+        engine.dispose()
+    with stack_on(database_url, work, world, **env) as stack:
+        yield stack
+
+
+@contextmanager
+def stack_on(database_url: str, work: Path, world: World, **env: str) -> Iterator[Stack]:
+    """`running_stack` on a database that holds `world` already (restored from a backup:
+    `loyalty up` migrates it, nothing is loaded)."""
     engine = make_engine(database_url, pool_size=2)
-    run_in_uow(engine, apply_fixture, world.document())
     http_port, grpc_port, metrics_port = free_port(), free_port(), free_port()
     data_dir = work / "data"
     up = Running(

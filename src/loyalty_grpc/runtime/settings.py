@@ -111,6 +111,13 @@ VARIABLES: tuple[Variable, ...] = (
         "embedded PostgreSQL, admin token, Envoy's rendered config, metrics files (`--data-dir`)",
     ),
     Variable(
+        "LOYALTY_BACKUP_DIR",
+        "none",
+        "the backup folder of `backup` (`--dir`): WAL archive in `wal/`, base backups in "
+        "`base/`; set for `up`, its embedded PostgreSQL archives its WAL there "
+        "([Backups and restore](backups.md))",
+    ),
+    Variable(
         "LOYALTY_GRPC_HOST",
         "`127.0.0.1`",
         "gRPC listen address, also of `/metrics` (`--grpc-host`); the back office shares "
@@ -557,6 +564,7 @@ _RULES: dict[str, _Rule] = {
     "admin_token": _Rule("LOYALTY_ADMIN_TOKEN", None, _token, secret=True),
     "admin_token_file": _Rule("LOYALTY_ADMIN_TOKEN_FILE", None, _path),
     "data_dir": _Rule("LOYALTY_DATA_DIR", "--data-dir", _path),
+    "backup_dir": _Rule("LOYALTY_BACKUP_DIR", "--dir", _path),
     "grpc_host": _Rule("LOYALTY_GRPC_HOST", "--grpc-host", _host),
     "grpc_port": _Rule("LOYALTY_GRPC_PORT", "--grpc-port", _port),
     "http_port": _Rule("LOYALTY_HTTP_PORT", "--http-port", _http_port),
@@ -628,6 +636,8 @@ class Settings:
     admin_token: str | None = field(default=None, repr=False)
     admin_token_file: Path | None = None
     data_dir: Path = Path(".loyalty")
+    # The backup folder (None: no WAL archiving by `up`; `backup` asks for --dir).
+    backup_dir: Path | None = None
     # None: loopback only (127.0.0.1), for `up` and `serve` alike.
     grpc_host: str | None = None
     grpc_port: int = 50051

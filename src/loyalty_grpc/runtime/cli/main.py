@@ -66,6 +66,10 @@ def _run(args: argparse.Namespace, settings: Settings) -> int:  # noqa: PLR0911 
         return send_command(settings.data_dir, settings.database_url, batch=args.batch)
     if args.command == "gateway":
         return _gateway(args, settings)
+    if args.command == "backup":
+        from loyalty_grpc.runtime.cli.backup import backup_command
+
+        return backup_command(args, settings)
     from loyalty_grpc.runtime.cli.admin import run_admin
 
     return run_admin(args, settings)

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from loyalty_grpc import __version__
 from loyalty_grpc.runtime.cli.admin import add_admin_commands
+from loyalty_grpc.runtime.cli.backup import add_backup_commands
 from loyalty_grpc.runtime.console import command, program
 from loyalty_grpc.runtime.settings import (
     ENVOY_HEAP_MIN_MB,
@@ -21,6 +22,7 @@ from loyalty_grpc.runtime.settings import (
 # Settings.with_flags, like the variables they override (runtime/settings.py).
 FLAGS = (
     "data_dir",
+    "backup_dir",
     "grpc_host",
     "grpc_port",
     "http_port",
@@ -312,6 +314,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--batch", type=int, default=None, help="fans per run (default: 1000 local, 100 google)"
     )
 
-    admin = sub.add_parser("admin", help="back-office operations over gRPC")
-    add_admin_commands(admin)
+    add_backup_commands(
+        sub.add_parser(
+            "backup", help="base backups, WAL archive, point-in-time restore (docs/backups.md)"
+        )
+    )
+
+    add_admin_commands(sub.add_parser("admin", help="back-office operations over gRPC"))
     return parser

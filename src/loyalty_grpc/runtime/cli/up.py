@@ -18,7 +18,14 @@ from loyalty_grpc.runtime.gateway.tls import (
 from loyalty_grpc.runtime.postgres import Database, open_database
 from loyalty_grpc.runtime.process.serving import server_settings, serving
 from loyalty_grpc.runtime.process.signals import stop_event
-from loyalty_grpc.runtime.settings import UP, Settings, connect_host, is_loopback, join_target
+from loyalty_grpc.runtime.settings import (
+    UP,
+    ConfigError,
+    Settings,
+    connect_host,
+    is_loopback,
+    join_target,
+)
 from loyalty_grpc.store import migrate
 
 log = logging.getLogger(__name__)
@@ -29,6 +36,31 @@ def _up_admin_token(settings: Settings) -> str:
     return settings.configured_admin_token() or ensure_admin_token(settings.data_dir)
 
 
+def _database(settings: Settings) -> Database:
+    """The database `up` runs on; with LOYALTY_BACKUP_DIR, an embedded one archives its WAL
+    there (an external server archives by its own configuration: docs/backups.md)."""
+    db = open_database(settings.data_dir, settings.database_url)
+    if settings.backup_dir is None:
+        return db
+    if not db.embedded:
+        log.info(
+            "LOYALTY_BACKUP_DIR: an external PostgreSQL archives its WAL by its own "
+            "configuration (`backup archive-settings`)"
+        )
+        return db
+    from loyalty_grpc.runtime.backup.embedded import archive_embedded
+    from loyalty_grpc.runtime.backup.repository import BackupError
+
+    pgdata = settings.data_dir.resolve() / "pgdata"
+    try:
+        return archive_embedded(
+            db, pgdata, settings.backup_dir, lambda: open_database(settings.data_dir, None)
+        )
+    except (BackupError, OSError) as exc:
+        db.stop()
+        raise ConfigError(str(exc)) from None
+
+
 def up(settings: Settings, *, demo: bool) -> int:
     # Checked before anything starts (a wrong value: exit 2, nothing created).
     tls_files = settings.tls_files()
@@ -37,7 +69,7 @@ def up(settings: Settings, *, demo: bool) -> int:
     data_dir = settings.data_dir
     data_dir.mkdir(parents=True, exist_ok=True)
     admin_token = _up_admin_token(settings)
-    db = open_database(data_dir, settings.database_url)
+    db = _database(settings)
     try:
         migrate.upgrade(db.url)
         demo_banner = demo_lines(load_demo(db.url)) if demo else []
