@@ -161,10 +161,12 @@ def test_the_bare_host_unit_runs_the_shipped_files() -> None:
     assert "\nUser=postgres\n" in text
     assert "\nKillMode=process\n" in text  # Patroni stops its PostgreSQL itself
     assert (HA / BARE_HOST).read_text().startswith("# /etc/patroni/patroni.env ")
+    # The node's password as a variable of the root-only file on a bare host, as the
+    # compose secret's file in the container (post_bootstrap.sh reads either).
     assert set(env_file_keys(HA / BARE_HOST)) == {
-        variable
+        variable.removesuffix("_FILE")
         for variable in COMPOSE["services"][NODES[0]]["environment"]
-        if variable.startswith("PATRONI_") or variable == "LOYALTY_DB_PASSWORD"
+        if variable.startswith("PATRONI_") or variable == "LOYALTY_DB_PASSWORD_FILE"
     }
 
 

@@ -130,3 +130,28 @@ def test_a_live_loyalty_writer_is_named_and_anything_else_is_not(tmp_path: Path)
             other.kill()
     assert live_writer(_written_by(tmp_path, loyalty.pid)) is None  # dead
     assert live_writer(_written_by(tmp_path, os.getpid())) is None  # itself
+
+
+def test_a_worker_not_answering_is_shown_and_unhealthy(tmp_path: Path):
+    """Between its first missed health check and its SIGKILL a worker is "not answering
+    (N missed checks)" in `loyalty status`, not serving (issue 24 §4)."""
+    table = ProcessFile.in_dir(tmp_path, "serve")
+    worker, envoy = _children()
+    table.children = [worker, envoy]
+    worker.note_unanswered(1)
+    table.write()
+    found = summary(tmp_path)
+    assert found is not None
+    assert not found.ok
+    assert found.processes.endswith("): worker 0 not answering (1 missed check), envoy serving")
+    worker.note_unanswered(2)
+    table.write()
+    found = summary(tmp_path)
+    assert found is not None
+    assert "worker 0 not answering (2 missed checks)" in found.processes
+    worker.note_unanswered(0)
+    table.write()
+    found = summary(tmp_path)
+    assert found is not None
+    assert found.ok
+    assert found.processes.endswith("): worker 0 serving, envoy serving")

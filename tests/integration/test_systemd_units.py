@@ -16,6 +16,7 @@ import pytest
 
 from loyalty_grpc.runtime.cli.parser import build_parser
 from loyalty_grpc.runtime.settings import ConfigError, Settings, documented_names
+from loyalty_grpc.store.db import parse_url
 
 ROOT = Path(__file__).resolve().parents[2]
 UNITS = ROOT / "deploy" / "systemd"
@@ -112,10 +113,36 @@ def test_the_example_environment_is_documented_and_valid(name: str) -> None:
 @pytest.mark.parametrize(
     "unit", [UNITS / "loyalty-serve.service", TEMPLATE], ids=lambda path: path.name
 )
-def test_the_server_reads_the_token_from_the_credential(unit: Path) -> None:
+def test_the_server_reads_its_secrets_from_credentials(unit: Path) -> None:
+    """The admin token and the database password: systemd credentials, never variables."""
     service = _unit(unit)["Service"]
-    assert service["LoadCredential"] == ["admin_token:/etc/loyalty/admin_token"]
+    assert service["LoadCredential"] == [
+        "admin_token:/etc/loyalty/admin_token",
+        "database_password:/etc/loyalty/database_password",
+    ]
     assert "LOYALTY_ADMIN_TOKEN_FILE=%d/admin_token" in service["Environment"]
+    assert "LOYALTY_DATABASE_PASSWORD_FILE=%d/database_password" in service["Environment"]
+
+
+def test_the_example_database_url_has_no_password_and_checks_the_server(tmp_path: Path) -> None:
+    """loyalty.env is a plain file: the URL holds no password (the credential does), and
+    TLS checks the server's name and its CA (sslmode=verify-full). With the credential
+    file the settings put the password in."""
+    values = _environment("loyalty.env.example")
+    url = parse_url(values["LOYALTY_DATABASE_URL"])
+    assert url.password is None
+    assert url.username == "loyalty"
+    assert url.database == "loyalty"
+    assert url.query["sslmode"] == "verify-full"
+    assert str(url.query["sslrootcert"]).startswith("/etc/loyalty/")
+    assert "LOYALTY_DATABASE_PASSWORD_FILE" not in values  # the unit sets it, to %d/…
+    credential = tmp_path / "database_password"
+    credential.write_text("from-the-credential\n", encoding="utf-8")
+    settings = Settings.from_env(
+        {**values, "LOYALTY_DATABASE_PASSWORD_FILE": str(credential)}, wallet=False
+    )
+    assert settings.database_url is not None
+    assert parse_url(settings.database_url).password == "from-the-credential"
 
 
 def test_a_slot_runs_as_the_single_server_does() -> None:

@@ -8,20 +8,23 @@ other worker is left alone, and the audit is exact."""
 from __future__ import annotations
 
 import os
+import re
 import signal
 import time
 from collections.abc import Callable, Iterator
 
 import pytest
 
+from loyalty_grpc.runtime.process.process_file import summary
 from tests.reliability.harness import Journal, Load, Stack, World, audit, running_stack
 
-# Short checks for the test: a frozen worker is killed about 5 s after it froze (two pings
-# missed, 2 s each), still far beyond what a healthy worker needs to answer a ping.
+# Short checks for the test: a frozen worker is killed about 7 s after it froze (three
+# pings missed, 2 s each), still far beyond what a healthy worker needs to answer a ping;
+# from its first miss to its kill (at least two deadlines, 4 s) it is "not answering".
 CHECKS = {
     "LOYALTY_WORKER_CHECK_SECONDS": "1",
     "LOYALTY_WORKER_CHECK_DEADLINE_SECONDS": "2",
-    "LOYALTY_WORKER_CHECK_MISSES": "2",
+    "LOYALTY_WORKER_CHECK_MISSES": "3",
 }
 # Generous bounds, not measurements.
 REPLACED_WITHIN = 60.0
@@ -56,6 +59,17 @@ def test_a_frozen_worker_is_replaced(stack: Stack, journal: Journal):
         _wait(lambda: load.calls >= CALLS_AFTER, "calls before the freeze", stack)
         os.kill(frozen.pid, signal.SIGSTOP)
         try:
+            # Before it is killed: "not answering", logged and in the processes file that
+            # `loyalty status` reads (read as soon as the line is logged: the kill is at
+            # least one more deadline, 2 s, away).
+            missed = f"(pid {frozen.pid}) not answering: 1 missed health check in a row"
+            _wait(lambda: any(missed in line for line in stack.up.lines), missed, stack)
+            processes = summary(stack.data_dir)
+            assert processes is not None
+            assert not processes.ok
+            assert re.search(
+                r"worker \d not answering \([12] missed checks?\)", processes.processes
+            ), processes.processes
             _wait(lambda: stack.restarts_logged() >= 1, "the frozen worker replaced", stack)
             _wait(lambda: not frozen.is_running(), "the frozen worker gone", stack)
         finally:
@@ -65,7 +79,10 @@ def test_a_frozen_worker_is_replaced(stack: Stack, journal: Journal):
         _wait(lambda: load.calls >= calls + CALLS_AFTER, "calls after the restart", stack)
     killed = [line for line in stack.up.lines if f"(pid {frozen.pid}) did not answer" in line]
     assert len(killed) == 1, stack.log_tail()
-    assert "did not answer 2 health checks in a row" in killed[0], killed[0]
+    assert "did not answer 3 health checks in a row" in killed[0], killed[0]
+    # It was "not answering" before, and the log says so first.
+    first_miss = next(n for n, line in enumerate(stack.up.lines) if missed in line)
+    assert first_miss < stack.up.lines.index(killed[0])
     assert "; killed by SIGKILL after serving" in killed[0], killed[0]
     # The healthy worker was never taken for a frozen one.
     assert other.is_running()
@@ -79,7 +96,8 @@ def test_a_frozen_worker_is_replaced(stack: Stack, journal: Journal):
         line for line in status.stdout.splitlines() if line.strip().startswith("restarts:")
     )
     assert "worker 1, envoy 0; last: worker " in restarts, status.stdout
-    assert f"(pid {frozen.pid}) did not answer 2 health checks" in restarts, status.stdout
+    assert f"(pid {frozen.pid}) did not answer 3 health checks" in restarts, status.stdout
+    assert "not answering" not in status.stdout, status.stdout
     metric = stack.restarts_metric()
     assert metric.get("worker") == 1, metric
     assert metric.get("envoy", 0) == 0, metric

@@ -15,10 +15,14 @@ import yaml
 from loyalty_grpc.runtime.cli.parser import build_parser
 from loyalty_grpc.runtime.gateway import config as envoy_config
 from loyalty_grpc.runtime.settings import VARIABLES, ConfigError, Settings
+from loyalty_grpc.store.db import parse_url
 from tests.compose_files import REFERENCE, env_file_keys, interpolate
 
 ROOT = Path(__file__).resolve().parents[2]
-SECRETS = ("POSTGRES_PASSWORD", "LOYALTY_ADMIN_TOKEN")
+# Required in .env; the database password is a compose secret instead (a file).
+SECRETS = ("LOYALTY_ADMIN_TOKEN",)
+PASSWORD_SECRET = "database_password"
+PASSWORD_FILE = f"/run/secrets/{PASSWORD_SECRET}"
 
 
 @pytest.fixture(scope="module")
@@ -131,29 +135,61 @@ def test_each_service_gets_only_what_it_needs(services: dict[str, Any]) -> None:
         for name, service in services.items()
     }
     assert seen == {
-        "postgres": {"POSTGRES_PASSWORD"},
-        "migrate": {"POSTGRES_PASSWORD"},
-        "server": {"POSTGRES_PASSWORD", "LOYALTY_ADMIN_TOKEN"},
+        "postgres": set(),
+        "migrate": set(),
+        "server": {"LOYALTY_ADMIN_TOKEN"},
         "envoy": set(),
     }
     assert "LOYALTY_ADMIN_TOKEN" not in environment(services["migrate"])
+    # The database password: the secret, to the three services that use it only.
+    given = {name: service.get("secrets", []) for name, service in services.items()}
+    assert given == {
+        "postgres": [PASSWORD_SECRET],
+        "migrate": [PASSWORD_SECRET],
+        "server": [PASSWORD_SECRET],
+        "envoy": [],
+    }
+    assert "PASSWORD" not in str(environment(services["envoy"]))
 
 
-def test_the_database_url_reaches_the_postgres_service(services: dict[str, Any]) -> None:
+def test_the_database_url_reaches_the_postgres_service(
+    compose: dict[str, Any], services: dict[str, Any], tmp_path: Path
+) -> None:
+    """`migrate` and `server` connect as PostgreSQL's user to its database, with the
+    password PostgreSQL was initialised with: the same secret file, read by the settings
+    (LOYALTY_DATABASE_PASSWORD_FILE), never in the URL or an environment variable."""
+    assert compose["secrets"] == {PASSWORD_SECRET: {"file": "./secrets/database_password"}}
     example = env_file_keys(ROOT / "loyalty.env.example")
     postgres = {k: interpolate(v, example) for k, v in environment(services["postgres"]).items()}
+    assert postgres["POSTGRES_PASSWORD_FILE"] == PASSWORD_FILE
+    assert "POSTGRES_PASSWORD" not in postgres
+    secret = tmp_path / PASSWORD_SECRET
+    secret.write_text("p@ss:word/with%chars\n", encoding="utf-8")
     for name in ("migrate", "server"):
-        url = interpolate(environment(services[name])["LOYALTY_DATABASE_URL"], example)
-        assert url == (
-            f"postgresql://{postgres['POSTGRES_USER']}:{postgres['POSTGRES_PASSWORD']}"
-            f"@postgres:5432/{postgres['POSTGRES_DB']}"
+        given = {k: interpolate(v, example) for k, v in environment(services[name]).items()}
+        assert given["LOYALTY_DATABASE_URL"] == (
+            f"postgresql://{postgres['POSTGRES_USER']}@postgres:5432/{postgres['POSTGRES_DB']}"
+        )
+        assert given["LOYALTY_DATABASE_PASSWORD_FILE"] == PASSWORD_FILE
+        # As `loyalty` reads it in the container (the secret's file at its place here).
+        given["LOYALTY_DATABASE_PASSWORD_FILE"] = str(secret)
+        given.pop("LOYALTY_ADMIN_TOKEN", None)  # the example's, refused by name
+        settings = Settings.from_env(given, wallet=False)
+        assert settings.database_url is not None
+        url = parse_url(settings.database_url)
+        assert (url.username, url.password, url.host, url.port, url.database) == (
+            postgres["POSTGRES_USER"],
+            "p@ss:word/with%chars",
+            "postgres",
+            5432,
+            postgres["POSTGRES_DB"],
         )
 
 
 def test_a_missing_secret_stops_compose_with_a_message() -> None:
     text = (ROOT / "docker-compose.yml").read_text()
     with pytest.raises(AssertionError, match=r"set LOYALTY_ADMIN_TOKEN in \.env"):
-        interpolate(text, {"POSTGRES_PASSWORD": "x"})
+        interpolate(text, {})
 
 
 def test_healthcheck_snippets_compile(services: dict[str, Any]) -> None:

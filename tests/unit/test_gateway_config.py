@@ -10,6 +10,7 @@ tests/e2e/test_gateway_reload.py.)
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
 import re
@@ -751,3 +752,59 @@ def test_a_forwarding_route_the_edge_does_not_know_is_refused(tmp_path: Path, ch
     (gateway / "envoy.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
     with pytest.raises(envoy_shape.EnvoyError, match="forwards to the server"):
         spec(gateway).render(admin_socket=ADMIN_SOCKET)
+
+
+def _operator_route(cluster: str | dict[str, Any], *, filters_off: bool) -> dict[str, Any]:
+    action: dict[str, Any] = (
+        {"cluster": cluster} if isinstance(cluster, str) else {"weighted_clusters": cluster}
+    )
+    route: dict[str, Any] = {"name": "ops", "match": {"prefix": "/ops/"}, "route": action}
+    if filters_off:
+        route["typed_per_filter_config"] = {
+            "envoy.filters.http.lua": {
+                "@type": "type.googleapis.com/envoy.extensions.filters.http.lua.v3.LuaPerRoute",
+                "disabled": True,
+            },
+            "envoy.filters.http.grpc_json_transcoder": {
+                "@type": "type.googleapis.com/envoy.config.route.v3.FilterConfig",
+                "disabled": True,
+            },
+        }
+    return route
+
+
+@pytest.mark.parametrize(
+    ("route", "refusal"),
+    [
+        (_operator_route("ops", filters_off=True), None),
+        (_operator_route("ops", filters_off=False), "forwards to cluster 'ops' with the API's"),
+        # To the API's cluster, filters off or not: only the edge's bindings may.
+        (_operator_route("loyalty_grpc", filters_off=True), "forwards to the server"),
+        (
+            _operator_route(
+                {"clusters": [{"name": "ops", "weight": 1}, {"name": "loyalty_grpc", "weight": 1}]},
+                filters_off=True,
+            ),
+            "forwards to the server",
+        ),
+    ],
+    ids=["own cluster, filters off", "filters on", "the API's cluster", "weighted, with the API's"],
+)
+def test_an_operator_route_turns_the_api_filters_off_and_avoids_the_server(
+    tmp_path: Path, route: dict[str, Any], refusal: str | None
+) -> None:
+    """docs/gateway.md "Routes of your own", as every rendering checks it."""
+    gateway = gateway_copy(tmp_path)
+    config = envoy_config.load_config(gateway)
+    table = routes(config)
+    table.insert(len(table) - 1, route)  # before not_found
+    cluster = copy.deepcopy(config["static_resources"]["clusters"][0])
+    cluster["name"] = "ops"
+    cluster["load_assignment"]["cluster_name"] = "ops"
+    config["static_resources"]["clusters"].append(cluster)
+    (gateway / "envoy.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+    if refusal is None:
+        spec(gateway).render(admin_socket=ADMIN_SOCKET)
+    else:
+        with pytest.raises(envoy_shape.EnvoyError, match=re.escape(refusal)):
+            spec(gateway).render(admin_socket=ADMIN_SOCKET)

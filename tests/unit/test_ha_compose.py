@@ -22,10 +22,10 @@ from tests.compose_files import REFERENCE, env_file_keys, interpolate
 ROOT = Path(__file__).resolve().parents[2]
 HA = ROOT / "deploy" / "ha"
 ETCD = ("etcd1", "etcd2", "etcd3")
+PASSWORD_FILE = "/run/secrets/database_password"  # the compose secret database_password
 NODES = ("pg1", "pg2", "pg3")
 APP = ("migrate", "server", "envoy")
 SECRETS = (
-    "POSTGRES_PASSWORD",
     "LOYALTY_ADMIN_TOKEN",
     "PATRONI_SUPERUSER_PASSWORD",
     "PATRONI_REPLICATION_PASSWORD",
@@ -180,9 +180,21 @@ def test_the_service_url_names_every_node_and_wants_the_writable_one(
         url = parse_url(interpolate(environment(services[name])["LOYALTY_DATABASE_URL"], example()))
         assert url.query["host"] == tuple(f"{node}:{pg_port}" for node in NODES)
         assert url.query["target_session_attrs"] == "read-write"
-        assert (url.username, url.password) == ("loyalty", example()["POSTGRES_PASSWORD"])
+        assert (url.username, url.password) == ("loyalty", None)  # the secret's file has it
+        assert environment(services[name])["LOYALTY_DATABASE_PASSWORD_FILE"] == PASSWORD_FILE
+        assert services[name]["secrets"] == ["database_password"]
         assert url.database == "loyalty"  # what post_bootstrap.sh creates
+    # The nodes give the role the same secret's password.
+    for name in NODES:
+        assert environment(services[name])["LOYALTY_DB_PASSWORD_FILE"] == PASSWORD_FILE
+        assert services[name]["secrets"] == ["database_password"]
+    main = load(ROOT / "docker-compose.yml")
+    assert load(HA / "docker-compose.yml")["secrets"]["database_password"]["file"] == (
+        "../../secrets/database_password"
+    )
+    assert main["secrets"]["database_password"]["file"] == "./secrets/database_password"
     post_bootstrap = (HA / "post_bootstrap.sh").read_text()
+    assert 'LOYALTY_DB_PASSWORD=$(cat "$LOYALTY_DB_PASSWORD_FILE")' in post_bootstrap
     assert "CREATE ROLE loyalty LOGIN PASSWORD :'password';" in post_bootstrap
     assert "CREATE DATABASE loyalty OWNER loyalty;" in post_bootstrap
 
@@ -209,8 +221,8 @@ def test_secrets_are_references_each_to_the_services_that_need_it(
     assert seen == {
         **{name: set() for name in ETCD},
         **dict.fromkeys(NODES, node_secrets),
-        "migrate": {"POSTGRES_PASSWORD"},
-        "server": {"POSTGRES_PASSWORD", "LOYALTY_ADMIN_TOKEN"},
+        "migrate": set(),
+        "server": {"LOYALTY_ADMIN_TOKEN"},
         "envoy": set(),
     }
     missing = r"set PATRONI_SUPERUSER_PASSWORD in \.env \(deploy/ha/ha\.env\.example\)"

@@ -91,3 +91,43 @@ def test_the_admin_address_file_of_an_earlier_version(tmp_path: Path) -> None:
     part = gateway_lines(work.path)
     assert part.present
     assert not part.lines[0].ok
+
+
+def test_a_gateway_started_and_not_stopped_cleanly_is_missing(tmp_path: Path) -> None:
+    """Its gateway.json is still there (a clean stop removes it) and no Envoy answers:
+    the gateway should be serving and is not (its `gateway run` was killed, or Envoy is
+    being restarted): UNHEALTHY, not "none running"."""
+    work = WorkDir(tmp_path / "envoy")
+    work.path.mkdir(parents=True)
+    work.spec.write_text("{}", encoding="utf-8")
+    part = gateway_lines(work.path)
+    (line,) = part.lines
+    assert (line.ok, part.present) == (False, True)
+    assert line.value.startswith(
+        f"missing: started from {work.path} and not stopped cleanly, but no Envoy answers "
+        f"on {work.admin_socket} (its `gateway run` or `up` was killed"
+    )
+
+
+def test_status_finds_the_work_dir_a_gateway_run_named(tmp_path: Path) -> None:
+    """`gateway run --work-dir elsewhere` with a data dir names it there; `status` on the
+    data dir checks that work dir (and expects a gateway there) unless --work-dir names
+    another."""
+    from loyalty_grpc.runtime.cli.status import _gateway_work_dir
+    from loyalty_grpc.runtime.gateway.registered import register, registered, unregister
+
+    data_dir, elsewhere = tmp_path / "data", tmp_path / "gateway" / "envoy"
+    assert _gateway_work_dir(data_dir, None) == (data_dir / "envoy", None)
+    register(data_dir, elsewhere)
+    assert registered(data_dir) == elsewhere.resolve()
+    work_dir, expected_by = _gateway_work_dir(data_dir, None)
+    assert work_dir == elsewhere.resolve()
+    assert expected_by == (
+        f"a `gateway run` with data dir {data_dir} ({data_dir / 'gateway-run.json'})"
+    )
+    assert _gateway_work_dir(data_dir, elsewhere)[1] is not None
+    assert _gateway_work_dir(data_dir, tmp_path / "other") == (tmp_path / "other", None)
+    unregister(data_dir, tmp_path / "other")  # names another: left alone
+    assert registered(data_dir) == elsewhere.resolve()
+    unregister(data_dir, elsewhere)
+    assert registered(data_dir) is None

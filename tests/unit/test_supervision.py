@@ -224,3 +224,41 @@ def test_only_a_serving_child_is_killed_for_not_answering():
     assert _state(child) is State.STARTING
     assert isinstance(child.handle, Fake)
     assert not child.handle.killed
+
+
+def test_a_child_not_answering_is_shown_so_until_it_answers_or_is_killed(
+    caplog: pytest.LogCaptureFixture,
+):
+    """Between the first missed check and the SIGKILL the child is "not answering": each
+    new miss is logged and reported (the processes file); an answer, or the restart that
+    follows a kill, clears it."""
+    clock, spawner = Clock(), Spawner()
+    changes: list[int] = []
+    slot: list[Child] = []
+    child, _ = _child(spawner, clock, on_change=lambda: changes.append(slot[0].unanswered))
+    slot.append(child)
+    child.start()
+    child.tick()
+    child.tick()
+    pid = child.pid
+    changes.clear()
+    with caplog.at_level("WARNING"):
+        child.note_unanswered(0)  # answering: nothing to say
+        child.note_unanswered(1)
+        child.note_unanswered(1)  # no news
+        child.note_unanswered(2)
+        child.note_unanswered(0)
+    assert changes == [1, 2, 0]
+    assert [record.getMessage() for record in caplog.records] == [
+        f"worker 0 (pid {pid}) not answering: 1 missed health check in a row",
+        f"worker 0 (pid {pid}) not answering: 2 missed health checks in a row",
+        f"worker 0 (pid {pid}) answers again after 2 missed health checks",
+    ]
+    child.note_unanswered(2)
+    clock.now += 30.0
+    child.kill_unresponsive("did not answer 3 health checks in a row")
+    assert child.unanswered == 0  # the slot waits for its restart: not a frozen process
+    child.tick()
+    child.tick()
+    assert _state(child) is State.SERVING
+    assert child.unanswered == 0

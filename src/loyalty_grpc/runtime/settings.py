@@ -83,6 +83,13 @@ VARIABLES: tuple[Variable, ...] = (
         "a failover ([High availability](deployment.md#high-availability))",
     ),
     Variable(
+        "LOYALTY_DATABASE_PASSWORD_FILE",
+        "none",
+        "a file holding the database password (a systemd credential, a compose secret), "
+        "put into `LOYALTY_DATABASE_URL`, which then holds none of its own: one line (its "
+        "end of line is dropped), any characters; read at start, never logged",
+    ),
+    Variable(
         "LOYALTY_ADMIN_TOKEN",
         "`up`: generated into `DATA_DIR/admin_token` (mode 0600); `serve`: required, or "
         "`LOYALTY_ADMIN_TOKEN_FILE`",
@@ -553,6 +560,7 @@ class _Rule:
 _RULES: dict[str, _Rule] = {
     # A secret: the URL may hold the database password.
     "database_url": _Rule("LOYALTY_DATABASE_URL", None, _database_url, secret=True),
+    "database_password_file": _Rule("LOYALTY_DATABASE_PASSWORD_FILE", None, _path),
     "admin_token": _Rule("LOYALTY_ADMIN_TOKEN", None, _token, secret=True),
     "admin_token_file": _Rule("LOYALTY_ADMIN_TOKEN_FILE", None, _path),
     "data_dir": _Rule("LOYALTY_DATA_DIR", "--data-dir", _path),
@@ -622,7 +630,9 @@ _RETIRED: dict[str, str] = {
 class Settings:
     """The whole configuration of one `loyalty` command (defaults: VARIABLES)."""
 
-    database_url: str | None = None
+    # With the password of LOYALTY_DATABASE_PASSWORD_FILE when set (`from_env`).
+    database_url: str | None = field(default=None, repr=False)
+    database_password_file: Path | None = None
     admin_token: str | None = field(default=None, repr=False)
     admin_token_file: Path | None = None
     data_dir: Path = Path(".loyalty")
@@ -690,6 +700,12 @@ class Settings:
             text = env.get(rule.variable, "")
             if text.strip():
                 values[name] = _parse(rule, rule.variable, text)
+        password_file = values.get("database_password_file")
+        if isinstance(password_file, Path):
+            url = values.get("database_url")
+            values["database_url"] = with_password_file(
+                url if isinstance(url, str) else None, password_file
+            )
         if wallet:
             try:
                 values["wallet"] = WalletSettings.from_env(env)
@@ -877,6 +893,36 @@ def _check_pair(given: dict[str, Path | None], cert: Path, key: Path) -> None:
             f"{key_name}: {key} is not the private key of the certificate "
             f"{cert_name} {cert} (or one of them is damaged): {exc.reason}"
         ) from None
+
+
+def with_password_file(url: str | None, path: Path) -> str:
+    """LOYALTY_DATABASE_URL (`url`, without a password) with the password that the file
+    LOYALTY_DATABASE_PASSWORD_FILE (`path`) holds: its one line, the end of line dropped.
+    Raises ConfigError, whose text names the file and never its content."""
+    name = "LOYALTY_DATABASE_PASSWORD_FILE"
+    if url is None:
+        raise ConfigError(
+            f"{name} needs LOYALTY_DATABASE_URL: the server, user and database (without "
+            "the password)"
+        )
+    parsed = parse_url(url)
+    if parsed.password:  # `user:@host` is none
+        raise ConfigError(
+            f"LOYALTY_DATABASE_URL holds a password and {name} names another: remove the "
+            "password from the URL"
+        )
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise ConfigError(f"{name}: cannot read {path}: {reason}") from None
+    password = text.removesuffix("\n").removesuffix("\r")
+    if not password or any(character in password for character in "\r\n\0"):
+        raise ConfigError(
+            f"{name}: {path} must hold the password on one line (an end of line after it "
+            "is dropped)"
+        )
+    return parsed.set(password=password).render_as_string(hide_password=False)
 
 
 def _parse(rule: _Rule, name: str, text: str) -> object:

@@ -107,7 +107,12 @@ def _gateway(args: argparse.Namespace, settings: Settings) -> int:
     spec = spec_from_settings(
         settings, upstreams=settings.upstreams, tls=_tls(settings), gateway_dir=args.gateway_dir
     )
-    return run_gateway(spec, work_dir=work_dir, log_format=settings.log_format_for(GATEWAY_RUN))
+    return run_gateway(
+        spec,
+        work_dir=work_dir,
+        log_format=settings.log_format_for(GATEWAY_RUN),
+        data_dir=settings.data_dir,
+    )
 
 
 def _tls(settings: Settings) -> TlsFiles | None:

@@ -194,6 +194,12 @@ def _gateway_dir_flag(parser: argparse.ArgumentParser, default: str) -> None:
     )
 
 
+def _gateway_run_dirs(parser: argparse.ArgumentParser) -> None:
+    _work_dir_flag(parser)
+    _data_dir_flag(parser)  # where `status` learns the work dir (gateway/registered.py)
+    _gateway_dir_flag(parser, "the packaged gateway folder")
+
+
 def _upstream_flag(parser: argparse.ArgumentParser, default: str) -> None:
     parser.add_argument(
         "--upstream",
@@ -282,8 +288,7 @@ def build_parser() -> argparse.ArgumentParser:
         "listens on this host (LOYALTY_GRPC_HOST:LOYALTY_GRPC_PORT)",
     )
     _envoy_metrics_flags(grun)
-    _work_dir_flag(grun)
-    _gateway_dir_flag(grun, "the packaged gateway folder")
+    _gateway_run_dirs(grun)
     greload = gsub.add_parser(
         "reload",
         help="apply the gateway folder to a running gateway "

@@ -1,6 +1,8 @@
 """`loyalty status`: is it healthy, what runs, is the data consistent.
 
-It checks the gRPC server's health (LOYALTY_GRPC_TARGET / `--target`), shows what the
+It checks the gRPC server's health (LOYALTY_GRPC_TARGET / `--target`), the gateway (the
+work dir of `--work-dir`, else the one a `gateway run` with this data dir named, else
+DATA_DIR/envoy; one that should answer and does not is UNHEALTHY), shows what the
 `loyalty up`/`serve` supervising from the data dir runs and how often each kind of child
 was restarted (runtime/process/process_file.py), prints the service,
 Envoy and PostgreSQL versions, the Alembic revision applied against the package's head, the
@@ -98,13 +100,16 @@ def process_lines(data_dir: Path, work_dir: Path) -> Part:
     )
 
 
-def gateway_lines(work_dir: Path) -> Part:
+def gateway_lines(work_dir: Path, *, expected_by: str | None = None) -> Part:
     """The gateway running from `work_dir` (`up`: DATA_DIR/envoy), from its admin
     interface (the Unix socket of the work dir: as the gateway's user or root): state and
     uptime, listeners, the configuration versions applied, and the upstream servers as
     Envoy sees them. No gateway there is information, not a fault (a server-only host has
-    none). The admin address file of an earlier version (admin on a TCP port) means its
-    gateway may still run, unless nothing listens at that address any more."""
+    none), unless one should be answering: a gateway started there and not stopped
+    cleanly (its gateway.json is still there), or one that `expected_by` says was started
+    (a data dir's registration, runtime/gateway/registered.py). The admin address file of
+    an earlier version (admin on a TCP port) means its gateway may still run, unless
+    nothing listens at that address any more."""
     from loyalty_grpc.runtime.gateway.admin import CLUSTERS, LISTENERS, address_text
     from loyalty_grpc.runtime.gateway.shape import (
         EnvoyError,
@@ -130,7 +135,7 @@ def gateway_lines(work_dir: Path) -> Part:
             present=True,
         )
     except (FileNotFoundError, ConnectionRefusedError):
-        return _no_gateway(work)
+        return _no_gateway(work, expected_by)
     except (OSError, ValueError, EnvoyError) as exc:
         return Part([Line("gateway", f"admin {admin} does not answer ({exc})", ok=False)], True)
     state = str(info.get("state", "?"))
@@ -176,10 +181,24 @@ def _threads(info: dict[str, object]) -> str:
     return threads_text(threads) if isinstance(threads, int) else "? worker threads"
 
 
-def _no_gateway(work: WorkDir) -> Part:
+def _no_gateway(work: WorkDir, expected_by: str | None) -> Part:
     """No Envoy answers on the work dir's admin socket."""
     from loyalty_grpc.runtime.server_health import nothing_listens
 
+    if work.spec.is_file() or expected_by is not None:
+        why = expected_by or f"started from {work.path} and not stopped cleanly"
+        return Part(
+            [
+                Line(
+                    "gateway",
+                    f"missing: {why}, but no Envoy answers on {work.admin_socket} (its "
+                    "`gateway run` or `up` was killed, or it is restarting Envoy: see "
+                    "its log)",
+                    ok=False,
+                )
+            ],
+            present=True,
+        )
     legacy = work.legacy_admin_address
     try:
         address = legacy.read_text(encoding="utf-8").strip()
@@ -321,15 +340,34 @@ class Report:
         return "UNHEALTHY", UNHEALTHY
 
 
+def _gateway_work_dir(data_dir: Path, work_dir: Path | None) -> tuple[Path, str | None]:
+    """The gateway's work dir to check: `--work-dir`, else the one a `gateway run` with
+    this data dir named (runtime/gateway/registered.py), else DATA_DIR/envoy (`up`'s);
+    and, when a gateway with this data dir was started there and not stopped cleanly,
+    what says so."""
+    from loyalty_grpc.runtime.gateway.registered import registered, registration_path
+
+    named = registered(data_dir)
+    if named is None:
+        return (work_dir if work_dir is not None else data_dir / "envoy"), None
+    if work_dir is not None and work_dir.resolve() != named:
+        return work_dir, None
+    return named, f"a `gateway run` with data dir {data_dir} ({registration_path(data_dir)})"
+
+
 def collect(settings: Settings, work_dir: Path | None = None) -> Report:
     """Every line; `work_dir` is the gateway's (default DATA_DIR/envoy, as `up` runs it).
     When nothing runs, no server at the target and no embedded database are what that
     means, not faults; the database is still checked when there is one."""
     from loyalty_grpc.store.db import make_engine
 
-    work_dir = work_dir if work_dir is not None else settings.data_dir / "envoy"
+    work_dir, expected_by = _gateway_work_dir(settings.data_dir, work_dir)
     health = grpc_health(settings.server_target, settings.grpc_tls())
-    parts = [health, process_lines(settings.data_dir, work_dir), gateway_lines(work_dir)]
+    parts = [
+        health,
+        process_lines(settings.data_dir, work_dir),
+        gateway_lines(work_dir, expected_by=expected_by),
+    ]
     running = any(part.present for part in parts)
     if not running:
         health = Part([replace(line, ok=True) for line in health.lines], present=False)

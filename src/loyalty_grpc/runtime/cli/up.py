@@ -11,7 +11,7 @@ from loyalty_grpc.runtime import metrics
 from loyalty_grpc.runtime.admin_token import ensure_admin_token
 from loyalty_grpc.runtime.cli.demo import demo_lines, load_demo
 from loyalty_grpc.runtime.console import say
-from loyalty_grpc.runtime.gateway import envoy
+from loyalty_grpc.runtime.gateway import envoy, reloaded
 from loyalty_grpc.runtime.gateway.tls import (
     TlsFiles,
 )
@@ -80,9 +80,14 @@ def up(settings: Settings, *, demo: bool) -> int:
                 upstreams=(join_target(connect_host(server.host), supervisor.pool.port),),
                 tls=TlsFiles(*tls_files) if tls_files is not None else None,
             )
+            # What a `gateway reload` chose since still stands (gateway/reloaded.py).
+            resumed = reloaded.resume(spec, (data_dir / "envoy").resolve())
             proxy = envoy.EnvoyProcess.start_spec(
-                spec, work_dir=data_dir / "envoy", log_format=settings.log_format_for(UP)
+                resumed.spec, work_dir=data_dir / "envoy", log_format=settings.log_format_for(UP)
             )
+            resumed.commit(proxy.work_dir)
+            for note in resumed.notes:
+                log.warning("%s", note)
             try:
                 supervisor.add(
                     envoy.supervised(

@@ -17,7 +17,9 @@ those checks accept.
   the connection manager looks at it, so that Envoy still makes a fresh one for every
   request).
 - The edge's routes (`check_edge_routes`): every route that forwards to the server is a
-  binding envelope.lua's edge knows (api/edge_limits.py, scripts/gen_edge.py).
+  binding envelope.lua's edge knows (api/edge_limits.py, scripts/gen_edge.py); a route an
+  operator added that forwards elsewhere turns the transcoder and the Lua filters off
+  (docs/gateway.md "Routes of your own"), or envelope.lua would answer it 404.
 """
 
 from __future__ import annotations
@@ -33,9 +35,11 @@ from loyalty_grpc.api.gateway_protocol import (
     GATEWAY_MARK_VALUE,
 )
 from loyalty_grpc.runtime.gateway.shape import (
+    CLUSTER_NAME,
     CONFIG_NAME,
     LISTENER_NAME,
     LUA_FILTER,
+    TRANSCODER_FILTER,
     EnvoyError,
     beside,
     connection_managers,
@@ -136,13 +140,45 @@ def check_edge_routes(config: dict[str, Any], directory: Path) -> None:
             continue
         for host in manager.get("route_config", {}).get("virtual_hosts", []):
             for route in host.get("routes", []):
+                if "route" not in route:
+                    continue
                 name = route.get("name")
-                if "route" in route and name != UNKNOWN_API_ROUTE and name not in known:
+                if _forwards_to_the_server(route["route"]):
+                    if name != UNKNOWN_API_ROUTE and name not in known:
+                        raise EnvoyError(
+                            f"{CONFIG_NAME}: route {name!r} forwards to the server but is "
+                            f"not a binding {Path(lua_files[0]).name} knows "
+                            "(scripts/gen_edge.py writes the binding routes and the edge's "
+                            "table together)"
+                        )
+                elif not _api_filters_off(route):
                     raise EnvoyError(
-                        f"{CONFIG_NAME}: route {name!r} forwards to the server but is not a "
-                        f"binding {Path(lua_files[0]).name} knows (scripts/gen_edge.py "
-                        "writes the binding routes and the edge's table together)"
+                        f"{CONFIG_NAME}: route {name!r} forwards to cluster "
+                        f"{route['route'].get('cluster')!r} with the API's filters on it "
+                        f"({Path(lua_files[0]).name} would answer it 404): disable the "
+                        "transcoder and the Lua filters on it with typed_per_filter_config "
+                        '(docs/gateway.md "Routes of your own")'
                     )
+
+
+def _forwards_to_the_server(action: dict[str, Any]) -> bool:
+    """Whether a route's action may send calls to the API's cluster (a cluster chosen at
+    run time, by a header or a plugin, may)."""
+    if "cluster" in action:
+        return bool(action["cluster"] == CLUSTER_NAME)
+    weighted = action.get("weighted_clusters")
+    if weighted is not None:
+        return any(item.get("name") == CLUSTER_NAME for item in weighted.get("clusters", []))
+    return True
+
+
+def _api_filters_off(route: dict[str, Any]) -> bool:
+    """Whether a route turns off the transcoder and the Lua filters (one entry for both
+    of them: they share their name)."""
+    config = route.get("typed_per_filter_config", {})
+    return all(
+        config.get(name, {}).get("disabled") is True for name in (LUA_FILTER, TRANSCODER_FILTER)
+    )
 
 
 def client_address_header() -> dict[str, Any]:

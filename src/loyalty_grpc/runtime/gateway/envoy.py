@@ -32,6 +32,8 @@ from loyalty_grpc.runtime.gateway.config import (
     find_gateway_dir,
     listen_host_of,
 )
+from loyalty_grpc.runtime.gateway.registered import register, unregister
+from loyalty_grpc.runtime.gateway.reloaded import resume
 from loyalty_grpc.runtime.gateway.series import GatewaySeries, SeriesServer
 from loyalty_grpc.runtime.gateway.shape import (
     EnvoyError,
@@ -507,15 +509,25 @@ def supervised(
 # ---------------------------------------------------------------- `loyalty gateway run`
 
 
-def run_gateway(spec: GatewaySpec, *, work_dir: Path, log_format: LogFormat = "text") -> int:
+def run_gateway(
+    spec: GatewaySpec,
+    *,
+    work_dir: Path,
+    log_format: LogFormat = "text",
+    data_dir: Path | None = None,
+) -> int:
     """Render, validate and run Envoy (`spec`, see `gateway_spec`) in the foreground (its
     output on our stderr) until SIGTERM/SIGINT (Envoy is stopped; 0). An Envoy that dies is
     started again (runtime/process/supervision.py); one that cannot start at all ends the
-    command (1)."""
+    command (1). While it runs, `data_dir` names the work dir for `loyalty status`
+    (runtime/gateway/registered.py)."""
     from loyalty_grpc.runtime.process.signals import stop_event
 
     stop = stop_event()
     try:
+        # What a `gateway reload` chose since still stands (gateway/reloaded.py).
+        resumed = resume(spec, work_dir.resolve())
+        spec = resumed.spec
         work = install(spec, work_dir)
     except EnvoyError as exc:
         say(f"error: {exc}")
@@ -526,6 +538,9 @@ def run_gateway(spec: GatewaySpec, *, work_dir: Path, log_format: LogFormat = "t
     except EnvoyError as exc:
         say(f"error: {exc}")
         return 1
+    resumed.commit(work.path)
+    for note in resumed.notes:
+        announce(note, log_format)
     announce(
         f"Envoy (pid {proxy.pid}, {threads_text(spec.threads)}) serving "
         f"{proxy.listen_host}:{spec.http_port} /api/v1 "
@@ -537,6 +552,8 @@ def run_gateway(spec: GatewaySpec, *, work_dir: Path, log_format: LogFormat = "t
         log_format,
     )
     table = ProcessFile.in_dir(work.path, "gateway run")
+    if data_dir is not None:
+        _register(data_dir, work.path)
     try:
         child = supervised(proxy, on_change=table.write)
         table.children = [child]
@@ -546,7 +563,24 @@ def run_gateway(spec: GatewaySpec, *, work_dir: Path, log_format: LogFormat = "t
         proxy.stop()
         work.clear()  # what only a running gateway uses (the log stays)
         table.remove()
+        if data_dir is not None:
+            unregister(data_dir, work.path)
     return 0
+
+
+def _register(data_dir: Path, work_dir: Path) -> None:
+    """Name the work dir in the data dir for `status`; a data dir this user cannot write
+    costs only that (said once), never the gateway."""
+    try:
+        register(data_dir, work_dir)
+    except OSError as exc:
+        log.warning(
+            "cannot name the work dir in %s (%s): `loyalty status` finds this gateway "
+            "only with --work-dir %s",
+            data_dir,
+            exc.strerror or exc,
+            work_dir,
+        )
 
 
 def threads_text(threads: int) -> str:

@@ -21,6 +21,10 @@ every file already swapped is put back, so Envoy and its work directory stay on 
 configuration it had, and the reload fails with Envoy's reason. A change outside
 listeners and clusters (admin, overload_manager, node) is refused before anything is
 swapped: Envoy reads those only at start.
+
+A new folder or list of servers outlives a restart of the gateway (the work directory's
+`reloaded.json`, runtime/gateway/reloaded.py): the next `gateway run` serves them unless
+its own command line or environment changed them since.
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ from loyalty_grpc.runtime.gateway.admin import CLUSTERS, LISTENERS, EnvoyAdmin, 
 from loyalty_grpc.runtime.gateway.config import (
     GatewaySpec,
 )
+from loyalty_grpc.runtime.gateway.reloaded import note_reload
 from loyalty_grpc.runtime.gateway.shape import (
     CONFIG_NAME,
     EnvoyError,
@@ -97,7 +102,7 @@ def reload(
     """
     work = WorkDir(work_dir.resolve())
     with work.locked():
-        spec = work.load_spec()
+        spec = running_spec = work.load_spec()
         running = spec.upstreams
         if gateway_dir is not None:
             spec = dataclasses.replace(spec, gateway_dir=gateway_dir.resolve())
@@ -119,6 +124,7 @@ def reload(
                 f"reload refused, Envoy keeps serving its current configuration: {exc}"
             ) from exc
         commit_generation(generation, spec, work)
+        note_reload(work.path, running_spec, spec)  # outlives a restart (reloaded.py)
         if changed:
             work.count_reload()  # loyalty_gateway_reloads_total (runtime/gateway/series.py)
     return Reloaded(

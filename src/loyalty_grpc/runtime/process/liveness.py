@@ -5,7 +5,9 @@ The parent and each worker share one `socket.socketpair()` (the worker's end is 
 a thread of the worker (`answer`) sends it straight back. A ping not answered within
 `deadline` seconds is a miss; `misses` misses in a row and the worker is frozen (SIGSTOP,
 a C call that never returns while it holds the GIL) and the supervisor
-replaces it (`supervision.Child.kill_unresponsive`).
+replaces it (`supervision.Child.kill_unresponsive`). From its first miss until then (or
+until it answers again) it is shown as "not answering (N missed checks)" in the log and
+in `loyalty status` (`Heartbeat.missed`, `supervision.Child.note_unanswered`).
 
 Why a socket pair and not a health check on a port: the workers share their gRPC port
 (SO_REUSEPORT), so a call to it reaches whichever worker the kernel picks, never a chosen

@@ -59,6 +59,7 @@ def _child(child: Child) -> dict[str, Any]:
         "pid": child.pid,
         "state": str(child.state),
         "restarts": child.restarts,
+        "unanswered": child.unanswered,
         "last_exit": last.cause if last else None,
         "last_exit_at": last.wall_time if last else None,
     }
@@ -94,10 +95,19 @@ def summary(data_dir: Path, now: float | None = None) -> Summary | None:
             ok=False,
         )
     children: list[dict[str, Any]] = document["children"]
-    states = ", ".join(f"{c['name']} {c['state']}" for c in children)
-    ok = all(c["state"] == State.SERVING for c in children)
+    states = ", ".join(f"{c['name']} {_state(c)}" for c in children)
+    ok = all(c["state"] == State.SERVING and not c.get("unanswered") for c in children)
     processes = f"{who}, up {ago(now - float(document['started']))}): {states}"
     return Summary(processes, _restarts(children, now), ok)
+
+
+def _state(child: dict[str, Any]) -> str:
+    """`serving`, `starting`, ..., or `not answering (2 missed checks)`: serving, but its
+    last health checks went unanswered (it is killed once it missed enough)."""
+    missed = int(child.get("unanswered") or 0)
+    if child["state"] == State.SERVING and missed:
+        return f"not answering ({missed} missed check{'' if missed == 1 else 's'})"
+    return str(child["state"])
 
 
 @dataclass(frozen=True)

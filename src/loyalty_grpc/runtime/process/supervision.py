@@ -10,7 +10,9 @@ admin endpoint answer). The rules, the same for `loyalty up`, `loyalty serve` an
 - A child that served and then died is always restarted, however often and however far
   apart the deaths are: a service runs for months.
 - A child that runs but stopped answering (a worker frozen: runtime/process/liveness.py)
-  is killed with SIGKILL (`Child.kill_unresponsive`) and then counts as one that died.
+  is "not answering (N missed checks)" from its first missed check (`Child.note_unanswered`:
+  a WARNING line, the processes file) and is killed with SIGKILL once it missed enough
+  (`Child.kill_unresponsive`); it then counts as one that died.
 - The first restart is immediate. When the new child cannot get to serving, or dies again
   less than `Backoff.stable` seconds after it started serving (a crash loop), each next
   attempt waits twice as long: 0.5 s, 1 s, 2 s, ... at most 30 s. A child that served for
@@ -138,6 +140,10 @@ class Child:
         self.state = State.STOPPED
         self.handle: Handle | None = None
         self.restarts = 0
+        # Health checks the serving process missed in a row (0: it answers; the worker's
+        # liveness pings, runtime/process/liveness.py): shown as "not answering" until it
+        # answers again or is killed (`note_unanswered`).
+        self.unanswered = 0
         self.last_exit: Exit | None = None
         self._served = False  # at least once, in this slot
         self._failures = 0
@@ -176,6 +182,32 @@ class Child:
             self._launch(now)
         if self.state is State.STARTING:
             self._check_started(now)
+
+    def note_unanswered(self, missed: int) -> None:
+        """The serving process has missed `missed` health checks in a row: between its
+        first miss and its SIGKILL it is "not answering", in the log and the processes
+        file; it is serving again when it answers."""
+        if missed == self.unanswered or self.state is not State.SERVING:
+            return
+        assert self.handle is not None
+        if missed > self.unanswered:
+            log.warning(
+                "%s (pid %d) not answering: %d missed health check%s in a row",
+                self.name,
+                self.handle.pid,
+                missed,
+                "" if missed == 1 else "s",
+            )
+        elif missed == 0:
+            log.warning(
+                "%s (pid %d) answers again after %d missed health checks",
+                self.name,
+                self.handle.pid,
+                self.unanswered,
+            )
+        self.unanswered = missed
+        if self._on_change is not None:
+            self._on_change()
 
     def kill_unresponsive(self, reason: str) -> None:
         """The serving process runs but does not answer (`reason`): kill it (SIGKILL) and
@@ -253,6 +285,7 @@ class Child:
     def _set(self, state: State, now: float) -> None:
         self.state = state
         self._since = now
+        self.unanswered = 0  # a new process, or none
         if self._on_change is not None:
             self._on_change()
 

@@ -294,6 +294,8 @@ class WorkerPool:
                 if reason is not None:
                     child.kill_unresponsive(reason)
                     self._reaped(worker)
+                else:
+                    child.note_unanswered(worker.heartbeat.missed)
         for worker in [*before, *self._workers()]:
             if worker.poll() is not None:
                 self._reaped(worker)
