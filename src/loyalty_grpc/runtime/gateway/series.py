@@ -53,9 +53,9 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
-import loyalty_grpc
 from loyalty_grpc.runtime.gateway.admin import EnvoyAdmin
 from loyalty_grpc.runtime.gateway.side_listeners import ADMIN_SOCKET_MODE, SERIES_PATH
+from loyalty_grpc.runtime.metrics import BUILD_INFO, BuildInfoCollector
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +64,6 @@ START_TIME: Final = "loyalty_gateway_start_time_seconds"
 LAST_EXIT_CODE: Final = "loyalty_gateway_last_exit_code"
 LAST_EXIT_TIME: Final = "loyalty_gateway_last_exit_time_seconds"
 RELOADS: Final = "loyalty_gateway_reloads_total"
-BUILD_INFO: Final = "loyalty_build_info"
 # Envoy's admin interface answers a stats page in milliseconds; a scrape that waits
 # longer than Prometheus' default timeout (10 s) is lost anyway.
 ADMIN_TIMEOUT: Final = 5.0
@@ -139,13 +138,7 @@ class GatewaySeries(Collector):
             "`loyalty gateway reload`s that changed what Envoy runs, since the gateway started.",
             value=reloads,
         )
-        info = GaugeMetricFamily(
-            BUILD_INFO,
-            "Always 1; its version label is the loyalty_grpc release of the serving process.",
-            labels=["version"],
-        )
-        info.add_metric([loyalty_grpc.__version__], 1)
-        yield info
+        yield from BuildInfoCollector().collect()  # the same series as the servers'
 
     def exposition(self) -> bytes:
         """These series in Prometheus' text format."""
