@@ -23,12 +23,16 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 from loyalty_grpc.runtime.gateway.config import GatewaySpec
 from loyalty_grpc.runtime.gateway.shape import EnvoyError
 from loyalty_grpc.runtime.gateway.xds import write_atomic
+
+T = TypeVar("T")
 
 FILE_NAME = "reloaded.json"
 
@@ -147,35 +151,40 @@ def resume(spec: GatewaySpec, work_dir: Path) -> Resumed:
     command = Choice.of(spec)
     when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(record.at))
     notes: list[str] = []
-    gateway_dir = command.gateway_dir
-    if record.reloaded.gateway_dir != record.started.gateway_dir:
-        if command.gateway_dir == record.started.gateway_dir:
-            gateway_dir = record.reloaded.gateway_dir
+
+    def decide(what: str, started: T, reloaded: T, commanded: T, show: Callable[[T], str]) -> T:
+        """One setting: the reload's value while the start command still says what the
+        reload replaced; the command's when it changed since (the reload no longer
+        applies). A note for either."""
+        if reloaded == started:
+            return commanded
+        if commanded == started:
             notes.append(
-                f"gateway folder {gateway_dir}, set by `gateway reload` at {when} "
-                f"(the start command says {command.gateway_dir}: put the new folder in "
-                "it to make this permanent)"
+                f"{what} {show(reloaded)}, set by `gateway reload` at {when} (the start "
+                f"command says {show(commanded)}: put the new value in it to make this "
+                "permanent)"
             )
-        else:
-            notes.append(
-                f"gateway folder {command.gateway_dir} as the start command says: it "
-                f"changed since `gateway reload` set {record.reloaded.gateway_dir} at "
-                f"{when}, which no longer applies"
-            )
-    upstreams = command.upstreams
-    if record.reloaded.upstreams != record.started.upstreams:
-        if command.upstreams == record.started.upstreams:
-            upstreams = record.reloaded.upstreams
-            notes.append(
-                f"upstreams {', '.join(upstreams)}, set by `gateway reload` at {when} "
-                f"(the start command says {', '.join(command.upstreams)})"
-            )
-        else:
-            notes.append(
-                f"upstreams {', '.join(command.upstreams)} as the start command says: "
-                f"they changed since `gateway reload` set "
-                f"{', '.join(record.reloaded.upstreams)} at {when}, which no longer applies"
-            )
+            return reloaded
+        notes.append(
+            f"{what} {show(commanded)} as the start command says: it changed since "
+            f"`gateway reload` set {show(reloaded)} at {when}, which no longer applies"
+        )
+        return commanded
+
+    gateway_dir = decide(
+        "gateway folder",
+        record.started.gateway_dir,
+        record.reloaded.gateway_dir,
+        command.gateway_dir,
+        str,
+    )
+    upstreams = decide(
+        "upstreams",
+        record.started.upstreams,
+        record.reloaded.upstreams,
+        command.upstreams,
+        ", ".join,
+    )
     return Resumed(
         dataclasses.replace(spec, gateway_dir=gateway_dir, upstreams=upstreams),
         tuple(notes),
