@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from sqlalchemy import Engine, text
 
@@ -78,11 +79,32 @@ class Stack:
 
 
 @contextlib.contextmanager
+def bench_server(database_url: str) -> Iterator[Any]:
+    """The gRPC server in this process, on a free loopback port (`.port`), with its default
+    settings but the per-key limit, which runs but never refuses: a benchmark measures the
+    path, and a run can make more than the default 600 calls a minute with its one key."""
+    from loyalty_grpc.api.server import ServerSettings, build_server
+
+    server = build_server(
+        ServerSettings(
+            database_url=database_url,
+            admin_token=secrets.token_urlsafe(24),
+            port=0,
+            rate_limit_per_minute=1_000_000,
+        )
+    )
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@contextlib.contextmanager
 def running_stack(work: Path, promos: list[str]) -> Iterator[Stack]:
     """Fresh embedded PostgreSQL (migrated, one program with a codigos:escribir key, one fan,
     `promos`), the gRPC server with its default settings, Envoy (`--concurrency 1`, as
     `loyalty up` runs it) in front; all on loopback, all stopped on exit."""
-    from loyalty_grpc.api.server import ServerSettings, build_server
     from loyalty_grpc.runtime.gateway.envoy import EnvoyProcess, gateway_spec
     from loyalty_grpc.runtime.postgres import start_embedded
     from loyalty_grpc.services.backoffice.fixtures import apply_fixture
@@ -98,18 +120,7 @@ def running_stack(work: Path, promos: list[str]) -> Iterator[Stack]:
         engine = make_engine(db.url, pool_size=2)
         cleanup.callback(engine.dispose)
         run_in_uow(engine, apply_fixture, fixture_json(key, promos))
-        # The per-key limit runs but never refuses: a benchmark measures the path, and a
-        # run can make more than the default 600 calls a minute with its one key.
-        server = build_server(
-            ServerSettings(
-                database_url=db.url,
-                admin_token=secrets.token_urlsafe(24),
-                port=0,
-                rate_limit_per_minute=1_000_000,
-            )
-        )
-        server.start()
-        cleanup.callback(server.stop)
+        server = cleanup.enter_context(bench_server(db.url))
         proxy = EnvoyProcess.start_spec(
             gateway_spec(
                 http_port=free_port(),

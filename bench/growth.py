@@ -43,9 +43,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from _stack import bench_server
 from sqlalchemy import Engine, text
 
-from loyalty_grpc.api.server import ServerSettings, build_server
 from loyalty_grpc.client.pos import PosClient
 from loyalty_grpc.runtime.postgres import start_embedded
 from loyalty_grpc.services.backoffice.fans import update_fan
@@ -195,16 +195,7 @@ def main() -> int:
             upgrade(db.url)
             engine = make_engine(db.url, pool_size=2)
             run_in_uow(engine, apply_fixture, fixture(key, args.fans, 2 * args.ops))
-            server = build_server(
-                ServerSettings(
-                    database_url=db.url,
-                    admin_token=secrets.token_urlsafe(24),
-                    port=0,
-                    rate_limit_per_minute=1_000_000,
-                )
-            )
-            server.start()
-            try:
+            with bench_server(db.url) as server:
                 with PosClient.connect(f"127.0.0.1:{server.port}", key) as pos:
                     sale = measure(
                         engine,
@@ -225,9 +216,7 @@ def main() -> int:
                         engine, update_fan, PROGRAM, fans[i % len(fans)], temporadas=2 + i % 20
                     ),
                 )
-            finally:
-                server.stop()
-                engine.dispose()
+            engine.dispose()
         finally:
             db.stop()
     sales = args.match_days * args.sales_per_day

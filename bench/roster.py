@@ -45,9 +45,9 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import httpx
+from _stack import bench_server
 from sqlalchemy import Engine, Select, text
 
-from loyalty_grpc.api.server import ServerSettings, build_server
 from loyalty_grpc.domain.roster_cursor import Fase, decode_cursor
 from loyalty_grpc.runtime.gateway.envoy import EnvoyProcess, gateway_spec
 from loyalty_grpc.runtime.postgres import start_embedded
@@ -270,18 +270,7 @@ def stack(work: Path, fans: int) -> Iterator[tuple[Engine, str, str, tuple[int, 
             ),
         )
         span = build(engine, fans)
-        # The per-key limit runs but never refuses: a benchmark measures the path, and a
-        # run can make more than the default 600 calls a minute with its one key.
-        server = build_server(
-            ServerSettings(
-                database_url=db.url,
-                admin_token=secrets.token_urlsafe(24),
-                port=0,
-                rate_limit_per_minute=1_000_000,
-            )
-        )
-        server.start()
-        cleanup.callback(server.stop)
+        server = cleanup.enter_context(bench_server(db.url))
         proxy = EnvoyProcess.start_spec(
             gateway_spec(
                 http_port=_free_port(),
