@@ -802,8 +802,11 @@ def test_every_sender_statement_reads_a_bounded_part_of_the_backlog(
         )
         conn.execute(
             text(
+                # Ordered: the first 4,000 rows (ids) one per fan, whichever way the
+                # planner joins (unordered, a plan that loops over g inside each fan put
+                # both of a fan's rows first, and the ingest below took 2,000 fans).
                 "INSERT INTO wallet_outbox (fan_pk, saldo) SELECT pk, g FROM fans, "
-                "generate_series(1, 2) AS g WHERE fan_id LIKE 'PLAN%'"
+                "generate_series(1, 2) AS g WHERE fan_id LIKE 'PLAN%' ORDER BY g, pk"
             )
         )
         assert ingest(conn, limit=4000) == (4000, 4000)
