@@ -119,7 +119,32 @@ def _one_exception(error: BaseException, tb: TracebackType | None) -> str:
 
 
 class _Handler(logging.StreamHandler):  # type: ignore[type-arg]
-    """The handler `configure_logging` installs (so a second call replaces it)."""
+    """The handler `configure_logging` installs (so a second call replaces it). It formats
+    a record before it takes the handler's lock, which then covers only the write: the
+    server's threads each write a line per call, and formatting under the lock (what
+    logging.Handler does) made them queue for it (measured: docs/performance.md)."""
+
+    def handle(self, record: logging.LogRecord) -> bool:
+        if not self.filter(record):
+            return False
+        try:
+            line = self.format(record) + self.terminator
+        except RecursionError:
+            raise
+        except Exception:
+            self.handleError(record)
+            return True
+        self.acquire()
+        try:
+            self.stream.write(line)
+            self.stream.flush()
+        except RecursionError:
+            raise
+        except Exception:
+            self.handleError(record)
+        finally:
+            self.release()
+        return True
 
 
 def configure_logging(level: str, fmt: str = "json") -> None:
