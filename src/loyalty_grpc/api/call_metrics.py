@@ -80,9 +80,7 @@ class CallMetrics:
         self._threads: list[_ThreadCounts] = []
         self._lock = threading.Lock()  # `_threads` and flushes
         if batched and flush_every is not None:
-            threading.Thread(
-                target=self._flush_forever, args=(flush_every,), name="call-metrics", daemon=True
-            ).start()
+            every(flush_every, self.flush, "call-metrics", "write the call metrics")
 
     def started(self) -> None:
         if not self.batched:
@@ -143,13 +141,20 @@ class CallMetrics:
             if added_seconds:
                 self._latency(method)._sum.inc(added_seconds)
 
-    def _flush_forever(self, seconds: float) -> None:
+
+def every(seconds: float, action: Callable[[], None], name: str, what: str) -> None:
+    """Run `action` every `seconds`, forever, in a daemon thread called `name`; a failure is
+    logged ("could not <what>") and the next run comes: observing must never stop."""
+
+    def run() -> None:
         while True:
             time.sleep(seconds)
             try:
-                self.flush()
-            except Exception:  # observing must never stop: next time, then
-                log.exception("could not write the call metrics")
+                action()
+            except Exception:
+                log.exception("could not %s", what)
+
+    threading.Thread(target=run, name=name, daemon=True).start()
 
 
-__all__ = ["FLUSH_SECONDS", "CallMetrics"]
+__all__ = ["FLUSH_SECONDS", "CallMetrics", "every"]

@@ -46,7 +46,6 @@ import logging
 import math
 import os
 import re
-import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -63,7 +62,7 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 from sqlalchemy import Engine, QueuePool
 
-from loyalty_grpc.api.call_metrics import CallMetrics
+from loyalty_grpc.api.call_metrics import CallMetrics, every
 from loyalty_grpc.api.context import listen_for_caller, stop_listening
 from loyalty_grpc.api.interceptors import POS_SERVICE
 from loyalty_grpc.domain.caller import Caller
@@ -323,7 +322,7 @@ class PoolGauges:
             _pool_collector().engine = engine
             return
         self.refresh()
-        threading.Thread(target=self._refresh_forever, name="pool-gauges", daemon=True).start()
+        every(POOL_REFRESH_SECONDS, self.refresh, "pool-gauges", "refresh the pool gauges")
 
     def state(self) -> PoolState | None:
         """The pool now (`engine.pool` each time: `Engine.dispose` replaces it)."""
@@ -339,14 +338,6 @@ class PoolGauges:
         if state is not None:
             for gauge, value in _pool_gauges():
                 gauge.set(value(state))
-
-    def _refresh_forever(self) -> None:
-        while True:
-            time.sleep(POOL_REFRESH_SECONDS)
-            try:
-                self.refresh()
-            except Exception:  # observing must never stop: next time, then
-                log.exception("could not refresh the pool gauges")
 
 
 # ---------------------------------------------------------------- the interceptor
