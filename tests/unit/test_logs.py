@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import logging
 import sys
+import threading
 
 import pytest
 from sqlalchemy import exc as sa_exc
@@ -132,3 +133,33 @@ def test_configure_logging_replaces_its_own_handler_and_respects_others():
 def test_configure_logging_rejects_unknown_formats():
     with pytest.raises(ValueError, match="json, text"):
         configure_logging("info", "xml")
+
+
+def test_the_timestamp_is_utc_with_milliseconds():
+    assert logs._timestamp(0.0) == "1970-01-01T00:00:00.000Z"
+    assert logs._timestamp(1_790_000_000.0625) == "2026-09-21T14:13:20.062Z"
+    assert logs._timestamp(1_790_000_000.9999) == "2026-09-21T14:13:20.999Z"
+
+
+def test_lines_written_from_many_threads_stay_whole(tmp_path):
+    """The handler formats outside its lock: every line still arrives whole, one per
+    record."""
+
+    path = tmp_path / "log"
+    with path.open("w") as stream:
+        handler = logs._Handler(stream)
+        handler.setFormatter(JsonFormatter())
+
+        def write(thread: int) -> None:
+            for i in range(300):
+                handler.handle(record("línea %s", (f"{thread}-{i}",), fields={"x": "y" * 500}))
+
+        threads = [threading.Thread(target=write, args=(t,)) for t in range(8)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    lines = path.read_text().splitlines()
+    assert sorted(json.loads(line)["msg"] for line in lines) == sorted(
+        f"línea {t}-{i}" for t in range(8) for i in range(300)
+    )

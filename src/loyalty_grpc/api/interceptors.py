@@ -33,6 +33,7 @@ from loyalty_grpc.api.context import reset_caller, set_caller
 from loyalty_grpc.api.failed_checks import FailedChecks
 from loyalty_grpc.api.failures import abort, failure_of
 from loyalty_grpc.api.key_cache import KeyCache
+from loyalty_grpc.api.response_metadata import send_with_response
 from loyalty_grpc.domain import permissions
 from loyalty_grpc.services.rate_limit import RateLimiter
 
@@ -98,7 +99,7 @@ class EdgeInterceptor(grpc.ServerInterceptor):  # type: ignore[type-arg]
                 reset_caller(reset)
             # A client that already went away (cancelled, deadline) gets nothing more.
             if extra and context.is_active():
-                context.send_initial_metadata(tuple(extra))
+                send_with_response(context, extra)
             return response
 
         return guarded

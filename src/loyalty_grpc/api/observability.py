@@ -36,7 +36,8 @@ workers), and the pool series (`PoolState`, POOL_SERIES) are written there by a 
 each worker every POOL_REFRESH_SECONDS (a gauge function cannot cross processes); in a
 single process a collector reads them at scrape time, all from one reading of the pool.
 Nothing but the in-flight gauge, the two call metrics and the log line costs anything per
-call (the interceptor's handlers are built once per method).
+call (the interceptor's handlers are built once per method); in a worker process those
+metrics are counted per thread and written once a second (api/call_metrics.py).
 """
 
 from __future__ import annotations
@@ -45,7 +46,6 @@ import logging
 import math
 import os
 import re
-import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -62,6 +62,7 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 from sqlalchemy import Engine, QueuePool
 
+from loyalty_grpc.api.call_metrics import CallMetrics, every
 from loyalty_grpc.api.context import listen_for_caller, stop_listening
 from loyalty_grpc.api.interceptors import POS_SERVICE
 from loyalty_grpc.domain.caller import Caller
@@ -321,7 +322,7 @@ class PoolGauges:
             _pool_collector().engine = engine
             return
         self.refresh()
-        threading.Thread(target=self._refresh_forever, name="pool-gauges", daemon=True).start()
+        every(POOL_REFRESH_SECONDS, self.refresh, "pool-gauges", "refresh the pool gauges")
 
     def state(self) -> PoolState | None:
         """The pool now (`engine.pool` each time: `Engine.dispose` replaces it)."""
@@ -337,14 +338,6 @@ class PoolGauges:
         if state is not None:
             for gauge, value in _pool_gauges():
                 gauge.set(value(state))
-
-    def _refresh_forever(self) -> None:
-        while True:
-            time.sleep(POOL_REFRESH_SECONDS)
-            try:
-                self.refresh()
-            except Exception:  # observing must never stop: next time, then
-                log.exception("could not refresh the pool gauges")
 
 
 # ---------------------------------------------------------------- the interceptor
@@ -364,7 +357,13 @@ class ObservabilityInterceptor(grpc.ServerInterceptor):  # type: ignore[type-arg
     def __init__(self, engine: Engine | None = None) -> None:
         start_at_zero()
         self._pool = PoolGauges(engine)
-        self._in_flight = _gauges().in_flight
+        self.metrics = CallMetrics(
+            _requests,
+            _latency,
+            _gauges().in_flight,
+            LATENCY_BUCKETS,
+            batched=multiprocess_mode(),
+        )
         # grpc asks for every call's handler: ours are built once per method.
         self._handlers: dict[str, Handler | None] = {}
 
@@ -392,7 +391,7 @@ class ObservabilityInterceptor(grpc.ServerInterceptor):  # type: ignore[type-arg
             call = _Call(request_id=request_id_of(context.invocation_metadata()), method=method)
             id_token = _request_id.set(call.request_id)
             listening = listen_for_caller(call.caller_known)
-            self._in_flight.inc()
+            self.metrics.started()
             start = time.perf_counter()
             failed = True
             try:
@@ -402,13 +401,19 @@ class ObservabilityInterceptor(grpc.ServerInterceptor):  # type: ignore[type-arg
             finally:
                 seconds = time.perf_counter() - start
                 stop_listening(listening)
-                self._in_flight.dec()
+                # Observing must never change the answer: what fails here is logged.
+                codigo, code = CodigoError.ERROR_INTERNO.value, grpc.StatusCode.UNKNOWN
                 try:
                     # After an abort_with_status the status is in the context, not yet
                     # sent: the id joins the trailing metadata the edge interceptor set.
                     _add_trailing_metadata(context, REQUEST_ID_KEY, call.request_id)
-                    _record(call, context, seconds, failed=failed)
-                except Exception:  # observing must never change the answer
+                    codigo, code = outcome(context, failed=failed)
+                except Exception:
+                    log.exception("could not read the outcome of the call %s", method)
+                try:
+                    self.metrics.finished(method, codigo, seconds)
+                    _record(call, codigo, code, seconds)
+                except Exception:
                     log.exception("could not record the call %s", method)
                 _request_id.reset(id_token)
 
@@ -512,10 +517,8 @@ def start_at_zero() -> None:
             _rate_limited(method)
 
 
-def _record(call: _Call, context: grpc.ServicerContext, seconds: float, *, failed: bool) -> None:
-    codigo, code = outcome(context, failed=failed)
-    _requests(call.method, codigo).inc()
-    _latency(call.method).observe(seconds)
+def _record(call: _Call, codigo: str, code: grpc.StatusCode, seconds: float) -> None:
+    """The call's log line (and the rate-limited count); the other metrics: CallMetrics."""
     if codigo == CodigoError.DEMASIADAS_LLAMADAS.value:
         _rate_limited(call.method).inc()
     fields: dict[str, object] = {

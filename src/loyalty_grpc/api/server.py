@@ -97,6 +97,8 @@ class GrpcServer:
     settings: ServerSettings
     # The per-key call limiter (None: no limit); its batches are settled on stop.
     limiter: RateLimiter | None = None
+    # Its per-call metrics are written out once more on stop (api/call_metrics.py).
+    observability: ObservabilityInterceptor | None = None
     # reuse_port: called with the port before the server stops, returns once no client is
     # left to race the shutdown (module doc).
     hand_over: Callable[[int], None] | None = None
@@ -128,6 +130,8 @@ class GrpcServer:
         self.server.stop(self.settings.grace_seconds).wait()
         if self.limiter is not None:
             self.limiter.close()  # give back the spare calls this process still holds
+        if self.observability is not None:
+            self.observability.metrics.flush()
         self.engine.dispose()
         log.info("gRPC server stopped")
 
@@ -163,6 +167,7 @@ def build_server(
         if settings.rate_limit_per_minute > 0
         else None
     )
+    observability = ObservabilityInterceptor(engine)
     server = grpc.server(
         futures.ThreadPoolExecutor(
             max_workers=settings.max_workers, thread_name_prefix="grpc-worker"
@@ -170,7 +175,7 @@ def build_server(
         # Observability first: it times, counts and logs every call whole, including the
         # ones the edge interceptor refuses (api/observability.py).
         interceptors=[
-            ObservabilityInterceptor(engine),
+            observability,
             EdgeInterceptor(keys_cache, settings.admin_token, limiter, failed_checks),
         ],
         # Unless reuse_port, a port already in use fails loudly instead of being shared.
@@ -207,6 +212,7 @@ def build_server(
         engine,
         settings,
         limiter=limiter,
+        observability=observability,
         hand_over=hand_over,
     )
 

@@ -17,9 +17,10 @@ from __future__ import annotations
 import json
 import logging
 import sys
+import time
 import traceback
 from collections.abc import Callable, Mapping
-from datetime import UTC, datetime
+from functools import lru_cache
 from types import TracebackType
 from typing import Literal
 
@@ -30,6 +31,10 @@ TEXT_FORMAT = "%(asctime)s %(levelname)s [%(process)d] %(name)s: %(message)s"
 # Exceptions from these packages quote statement parameters and row values in their text.
 _QUOTING_DATA = ("sqlalchemy", "psycopg")
 _FIXED_KEYS = frozenset({"ts", "level", "logger", "msg", "pid", "exc_type", "exc"})
+# One encoder for every line (json.dumps with options builds a new one each time).
+_encode = json.JSONEncoder(
+    ensure_ascii=False, default=str, separators=(",", ":"), skipkeys=True
+).encode
 
 
 class JsonFormatter(logging.Formatter):
@@ -49,20 +54,31 @@ class JsonFormatter(logging.Formatter):
             "pid": record.process,
         }
         for fields in (self._context() if self._context else None, getattr(record, "fields", None)):
-            if isinstance(fields, Mapping):
+            if isinstance(fields, Mapping) and fields:
+                if _FIXED_KEYS.isdisjoint(fields):
+                    line.update(fields)  # the usual case (keys JSON cannot hold: skipped)
+                    continue
                 for key, value in fields.items():
-                    if isinstance(key, str) and key not in _FIXED_KEYS:
+                    if key not in _FIXED_KEYS:
                         line[key] = value
         if record.exc_info and record.exc_info[1] is not None:
             error = record.exc_info[1]
             line["exc_type"] = _qualified_name(type(error))
             line["exc"] = format_exception(error)
-        return json.dumps(line, ensure_ascii=False, default=str, separators=(",", ":"))
+        return _encode(line)
 
 
 def _timestamp(created: float) -> str:
-    moment = datetime.fromtimestamp(created, UTC)
-    return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
+    """`created` (epoch seconds) as ISO 8601 UTC with milliseconds and `Z`."""
+    whole, fraction = divmod(int(created * 1000), 1000)
+    return f"{_second(whole)}{fraction:03d}Z"
+
+
+@lru_cache(maxsize=4)
+def _second(whole: int) -> str:
+    """A second's part of the timestamp: every server call writes a line, and formatting a
+    date costs more than the rest of the line's timestamp, so it is done once a second."""
+    return time.strftime("%Y-%m-%dT%H:%M:%S.", time.gmtime(whole))
 
 
 def _qualified_name(kind: type[BaseException]) -> str:
@@ -103,7 +119,32 @@ def _one_exception(error: BaseException, tb: TracebackType | None) -> str:
 
 
 class _Handler(logging.StreamHandler):  # type: ignore[type-arg]
-    """The handler `configure_logging` installs (so a second call replaces it)."""
+    """The handler `configure_logging` installs (so a second call replaces it). It formats
+    a record before it takes the handler's lock, which then covers only the write: the
+    server's threads each write a line per call, and formatting under the lock (what
+    logging.Handler does) made them queue for it (measured: docs/performance.md)."""
+
+    def handle(self, record: logging.LogRecord) -> bool:
+        if not self.filter(record):
+            return False
+        try:
+            line = self.format(record) + self.terminator
+        except RecursionError:
+            raise
+        except Exception:
+            self.handleError(record)
+            return True
+        self.acquire()
+        try:
+            self.stream.write(line)
+            self.stream.flush()
+        except RecursionError:
+            raise
+        except Exception:
+            self.handleError(record)
+        finally:
+            self.release()
+        return True
 
 
 def configure_logging(level: str, fmt: str = "json") -> None:
@@ -127,6 +168,7 @@ def configure_logging(level: str, fmt: str = "json") -> None:
         return
     for handler in ours:
         root.removeHandler(handler)
+    _skip_unused_record_fields()
     handler = _Handler(sys.stderr)
     if fmt == "json":
         from loyalty_grpc.api.observability import log_context
@@ -135,6 +177,16 @@ def configure_logging(level: str, fmt: str = "json") -> None:
     else:
         handler.setFormatter(logging.Formatter(TEXT_FORMAT))
     root.addHandler(handler)
+
+
+def _skip_unused_record_fields() -> None:
+    """Neither format writes the caller's file, line or function, the thread or the process
+    name: the logging HOWTO's "Optimization" switches let every record skip finding them
+    (walking the stack for each line cost more than formatting it). Set with our handler
+    only: a process that configured logging its own way keeps what it chose."""
+    logging.logThreads = False
+    logging.logMultiprocessing = False
+    logging._srcfile = None  # the documented switch
 
 
 __all__ = ["FORMATS", "JsonFormatter", "LogFormat", "configure_logging", "format_exception"]
