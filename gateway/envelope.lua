@@ -477,21 +477,26 @@ end
 
 -- Remove every header (or trailer) not in ALLOWED_HEADERS. Collect first: a header map
 -- cannot be modified while iterating it.
+local function stripped(name)
+  return not ALLOWED_HEADERS[name] and string.byte(name, 1) ~= 58  -- ":", a pseudo-header
+    and not ALLOWED_HEADERS[string.lower(name)]
+end
+
+local function remove_all(map, names, n)
+  for i = 1, n do
+    map:remove(names[i])
+  end
+end
+
 local function strip(map)
-  local doomed, n = nil, 0
+  local doomed, n = {}, 0
   for name, _ in pairs(map) do
-    if not ALLOWED_HEADERS[name] and string.byte(name, 1) ~= 58  -- ":", a pseudo-header
-        and not ALLOWED_HEADERS[string.lower(name)] then
+    if stripped(name) then
       n = n + 1
-      if doomed == nil then
-        doomed = {}
-      end
       doomed[n] = name
     end
   end
-  for i = 1, n do
-    map:remove(doomed[i])
-  end
+  remove_all(map, doomed, n)
 end
 
 local function strip_all(map)
@@ -600,6 +605,7 @@ local EDGE_MARK = "x-loyalty-edge"
 
 local byte, find, gsub, match, sub =
   string.byte, string.find, string.gsub, string.match, string.sub
+local concat = table.concat
 local bxor, lshift, tobit = bit.bxor, bit.lshift, bit.tobit
 
 -- The edge's memory lives in this Lua state: one per Envoy worker thread (`loyalty up` runs
@@ -867,9 +873,23 @@ end
 
 local function on_response(handle)
   local headers = handle:headers()
-  local status = number_or_nil(header(headers, ":status"))
-  local grpc_status = header(headers, "grpc-status")
-  local server_envelope = header(headers, "x-envelope")
+  -- One pass over the map: the three headers that tell a success, and what strip() removes.
+  local status, grpc_status, server_envelope
+  local doomed, n = {}, 0
+  for name, value in pairs(headers) do
+    if name == ":status" then
+      status = value
+    elseif name == "grpc-status" then
+      grpc_status = value
+    elseif name == "x-envelope" then
+      server_envelope = value
+    end
+    if stripped(name) then
+      n = n + 1
+      doomed[n] = name
+    end
+  end
+  status = number_or_nil(status)
   local failed_grpc = grpc_status ~= nil and grpc_status ~= "0"
 
   -- 3. Success, nearly every response, so told first (from these three headers; the edge's
@@ -884,7 +904,7 @@ local function on_response(handle)
         key_worked(hash)
       end
     end
-    strip(headers)
+    remove_all(headers, doomed, n)
     empty_trailers_on_http2(handle, info)
     return
   end
@@ -1007,23 +1027,46 @@ end
 -- error with the raw value for each call). A client of the JSON API cannot mean any of
 -- these for us: drop them before the transcoder. The server reads only authorization and
 -- x-request-id, which are printable ASCII when they are valid at all.
+local function grpc_cannot_carry(name, value)
+  return name == "" or find(name, "[^0-9a-z_.-]") ~= nil or sub(name, 1, 5) == "grpc-"
+    or sub(name, -4) == "-bin" or find(value, "[^\32-\126]") ~= nil
+end
+
+-- Drops those headers, and returns :method and :path, read on the way: one pass over the
+-- map. The usual request has none: its names, and its values, are checked joined (two
+-- pattern matches in all), one by one only when that finds something.
 local function drop_headers_grpc_cannot_carry(headers)
-  local doomed, n = nil, 0
+  local names, values, n, suspect = {}, {}, 0, false
+  local method, path
   for name, value in pairs(headers) do
-    if byte(name, 1) ~= 58  -- ":", a pseudo-header
-        and (name == "" or find(name, "[^0-9a-z_.-]") ~= nil
-             or find(name, "grpc-", 1, true) == 1 or find(name, "-bin", -4, true) ~= nil
-             or find(value, "[^\32-\126]") ~= nil) then
-      n = n + 1
-      if doomed == nil then
-        doomed = {}
+    local first = byte(name, 1)
+    if first == 58 then  -- ":", a pseudo-header
+      if name == ":method" then
+        method = value
+      elseif name == ":path" then
+        path = value
       end
-      doomed[n] = name
+    else
+      n = n + 1
+      names[n], values[n] = name, value
+      if first == nil or (first == 103 and sub(name, 1, 5) == "grpc-")
+          or (byte(name, -4) == 45 and sub(name, -4) == "-bin") then
+        suspect = true
+      end
     end
   end
-  for i = 1, n do
-    headers:remove(doomed[i])
+  if suspect or find(concat(names), "[^0-9a-z_.-]") ~= nil
+      or find(concat(values), "[^\32-\126]") ~= nil then
+    local doomed, d = {}, 0
+    for i = 1, n do
+      if grpc_cannot_carry(names[i], values[i]) then
+        d = d + 1
+        doomed[d] = names[i]
+      end
+    end
+    remove_all(headers, doomed, d)
   end
+  return method, path
 end
 
 -- Request trailers (an HTTP/2 client can send them; the HTTP/1 codec drops them) reach the
@@ -1043,22 +1086,21 @@ local function drop_request_trailers(handle, info)
   end
 end
 
+-- First drop the headers gRPC cannot carry (reading :method and :path on the way).
 -- CONNECT asks for a tunnel (no :path); nothing here serves one, and the buffer filter
 -- behind would wait for the end of a body that a tunnel never sends (until Envoy's idle
 -- timeout, minutes). Answer at once: envoy_on_response turns the reply into the envelope
--- (its body becomes `detalle`, as for Envoy's own replies). Otherwise drop the headers
--- gRPC cannot carry, remember "METHOD /path" (no query string) for the detalle of a 404
--- (the transcoder rewrites both), and let the edge judge the headers. Returns the stream
--- info, or nil when refused.
+-- (its body becomes `detalle`, as for Envoy's own replies). Otherwise remember
+-- "METHOD /path" (no query string) for the detalle of a 404 (the transcoder rewrites
+-- both), and let the edge judge the headers. Returns the stream info, or nil when refused.
 local function on_request(handle)
   local headers = handle:headers()
-  local method = header(headers, ":method") or ""
+  local method, path = drop_headers_grpc_cannot_carry(headers)
+  method, path = method or "", path or ""
   if method == "CONNECT" then
     handle:respond({[":status"] = "404"}, "No existe CONNECT: la API no abre túneles.")
     return nil
   end
-  drop_headers_grpc_cannot_carry(headers)
-  local path = header(headers, ":path") or ""
   local query = string.find(path, "?", 1, true)
   if query ~= nil then
     path = string.sub(path, 1, query - 1)
