@@ -749,6 +749,9 @@ local function check_body(s, route)
 end
 
 local function check_content_headers(content_type, content_encoding)
+  if content_encoding == nil and content_type == "application/json" then
+    return  -- the usual request: nothing to read in them
+  end
   if content_encoding ~= nil and lower(content_encoding) ~= "identity" then
     refuse("Content-Encoding: no se admite; envíe el cuerpo sin comprimir")
   end
