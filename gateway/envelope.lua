@@ -51,6 +51,11 @@
 --     tonumber(headers:get("x")) raises "bad argument #1 to 'tonumber'".
 --   * body(true) on a headers-only (trailers-only) response returns an empty buffer
 --     that setBytes() can fill (it also sets content-length).
+--   * A wrapper taken before body() (streamInfo(), headers()) is dead after it: "object
+--     used outside of proper scope".
+--   * What costs is each call into Envoy (a header read, a wrapper, pairs() over a map),
+--     not the Lua between them: read a map once (docs/performance.md, "The gateway's
+--     filters").
 --
 -- The catalogue block below is generated from src/loyalty_grpc/domain/errors.py (CATALOGO)
 -- by scripts/gen_envelope.py: the codigos this file and request_check.lua name
