@@ -1,4 +1,4 @@
-"""What the gateway's Lua filter costs Envoy per call: the real gateway against the same
+"""What the gateway's Lua filters cost Envoy per call: the real gateway against the same
 configuration with its Lua filters removed (the transcoder alone), in front of one upstream,
 in alternating rounds (issue 25 §4; a benchmark, not a test).
 
@@ -13,15 +13,16 @@ One embedded PostgreSQL with the data set of bench/_fullstack.py (its `loyalty u
 (cheap and stable: no rate limit, no logs, no metrics; bench/floor.py), and two Envoys in
 front of it:
 - with: `loyalty gateway run`, the real gateway folder as it runs in production (the Lua
-  filter of gateway/envelope.lua, the buffer filter, the transcoder, the router);
+  filter of gateway/envelope.lua, the buffer filter, the Lua filter of
+  gateway/request_check.lua, the transcoder, the router);
 - without: the same rendering (runtime/gateway/xds.py `install`, the same spec but the
   port), then every `envoy.filters.http.lua` dropped from the listener before Envoy starts:
   the transcoder alone. A valid request goes through it the same way (a success is the same
   transcoded body; only the headers the Lua filter strips stay).
 
 For each operation (wrk requests of bench/hot_paths.py OPS, load spread over the 64 keys)
-and client count, `--rounds` rounds, each running both gateways one after the other ("with"
-first in odd rounds, "without" first in even ones), each run: a warm-up (3 s, at most
+and client count, `--rounds` rounds, each running every gateway one after the other (in
+the order above in odd rounds, the other way round in even ones), each run: a warm-up (3 s, at most
 `--seconds`), then `--seconds` of wrk. Per run: calls/s and Envoy's CPU per call (every
 thread of the Envoy process, /proc/PID/task/*/schedstat: the request and response path,
 access log line included). Then per operation and client count the medians and the Lua
@@ -31,7 +32,8 @@ from the start of its share again: `duplicado` answers). Any answer other than 2
 the exit status 1.
 
 `--against DIR` (repeatable): one more `loyalty gateway run --gateway-dir DIR` in the same
-rounds, e.g. the `gateway/` of another commit (`git worktree add /tmp/before <commit>`):
+rounds, e.g. the `gateway/` of another commit (`git archive <commit> gateway | tar -x -C
+/tmp/before`, then `--against /tmp/before/gateway`):
 its Envoy CPU per call and its Lua share against the same "without", so a change of the
 filters is measured before/after in one run.
 """
