@@ -226,6 +226,46 @@ def _wait_answer(url: str, processes: dict[Path, subprocess.Popen[bytes]]) -> No
     raise SystemExit(f"error: no answer from {url} in time; see {', '.join(map(str, processes))}")
 
 
+def start_bare_server(env: dict[str, str], log: Path) -> tuple[subprocess.Popen[bytes], int]:
+    """bench/_bare_server.py on a free port (output to `log`): the process and its port."""
+    command = [sys.executable, str(BENCH / "_bare_server.py"), "--port", "0"]
+    server = _spawn(command, env, log)
+    return server, int(_wait_line(server, log, r"serving on 127\.0\.0\.1:(\d+)").group(1))
+
+
+def start_gateway(
+    env: dict[str, str],
+    log: Path,
+    work_dir: Path,
+    *,
+    upstream_port: int,
+    gateway_threads: int | None,
+    gateway_dir: Path | None = None,
+) -> tuple[subprocess.Popen[bytes], str]:
+    """`loyalty gateway run` (the real gateway folder, or `gateway_dir`) on a free loopback
+    port in front of the server on `upstream_port`, output to `log`: the process and its
+    URL (not waited for: see _wait_answer)."""
+    http_port = free_port()
+    command = [
+        str(VENV_BIN / "loyalty"),
+        "gateway",
+        "run",
+        "--http-host",
+        "127.0.0.1",
+        "--http-port",
+        str(http_port),
+        "--upstream",
+        f"127.0.0.1:{upstream_port}",
+        "--work-dir",
+        str(work_dir),
+    ]
+    if gateway_threads is not None:
+        command += ["--gateway-threads", str(gateway_threads)]
+    if gateway_dir is not None:
+        command += ["--gateway-dir", str(gateway_dir)]
+    return _spawn(command, env, log), f"http://127.0.0.1:{http_port}"
+
+
 @contextlib.contextmanager
 def served(
     stack: FullStack,
@@ -259,30 +299,13 @@ def served(
         ]
         server = _spawn(command, env, log)
     else:
-        command = [sys.executable, str(BENCH / "_bare_server.py"), "--port", "0"]
-        server = _spawn(command, env, log)
-        port = int(_wait_line(server, log, r"serving on 127\.0\.0\.1:(\d+)").group(1))
+        server, port = start_bare_server(env, log)
     gateway: subprocess.Popen[bytes] | None = None
     try:
-        http_port = free_port()
-        command = [
-            str(VENV_BIN / "loyalty"),
-            "gateway",
-            "run",
-            "--http-host",
-            "127.0.0.1",
-            "--http-port",
-            str(http_port),
-            "--upstream",
-            f"127.0.0.1:{port}",
-            "--work-dir",
-            str(work / "envoy"),
-        ]
-        if gateway_threads is not None:
-            command += ["--gateway-threads", str(gateway_threads)]
         gateway_log = work / "gateway.log"
-        gateway = _spawn(command, env, gateway_log)
-        url = f"http://127.0.0.1:{http_port}"
+        gateway, url = start_gateway(
+            env, gateway_log, work / "envoy", upstream_port=port, gateway_threads=gateway_threads
+        )
         _wait_answer(url, {log: server, gateway_log: gateway})
         running = Served(name, server, gateway, url, tx_prefix, work, first, count)
         print(

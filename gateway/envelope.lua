@@ -51,6 +51,11 @@
 --     tonumber(headers:get("x")) raises "bad argument #1 to 'tonumber'".
 --   * body(true) on a headers-only (trailers-only) response returns an empty buffer
 --     that setBytes() can fill (it also sets content-length).
+--   * A wrapper taken before body() (streamInfo(), headers()) is dead after it: "object
+--     used outside of proper scope".
+--   * What costs is each call into Envoy (a header read, a wrapper, pairs() over a map),
+--     not the Lua between them: read a map once (docs/performance.md, "The gateway's
+--     filters").
 --
 -- The catalogue block below is generated from src/loyalty_grpc/domain/errors.py (CATALOGO)
 -- by scripts/gen_envelope.py: the codigos this file and request_check.lua name
@@ -118,6 +123,15 @@ local ADDRESS_BLOCKED = "x-loyalty-address-blocked"
 local MAX_DETALLE, DETALLE_HEAD = 300, 200
 local MAX_SHOWN, ELLIPSIS = 32, "…"
 -- END EDGE
+
+-- LuaJIT's trace compiler only costs here, as in request_check.lua (each Lua filter has a
+-- Lua state of its own, one per worker thread): nearly everything this file does per call
+-- (header maps, streamInfo, string patterns, pcall) cannot be compiled, so traces were
+-- recorded and aborted call after call. Off, the filters cost Envoy ≈ 80 instead of ≈ 130 µs
+-- per `tx` and ≈ 42 instead of ≈ 62 per `ping` (bench/gateway_filters.py, 8 clients).
+if jit ~= nil then
+  jit.off()
+end
 
 -- HTTP status of a failure -> codigo. Statuses not listed: 4xx -> solicitud_invalida,
 -- 5xx (and anything else) -> error_interno.
@@ -468,16 +482,26 @@ end
 
 -- Remove every header (or trailer) not in ALLOWED_HEADERS. Collect first: a header map
 -- cannot be modified while iterating it.
+local function stripped(name)
+  return not ALLOWED_HEADERS[name] and string.byte(name, 1) ~= 58  -- ":", a pseudo-header
+    and not ALLOWED_HEADERS[string.lower(name)]
+end
+
+local function remove_all(map, names, n)
+  for i = 1, n do
+    map:remove(names[i])
+  end
+end
+
 local function strip(map)
-  local doomed = {}
+  local doomed, n = {}, 0
   for name, _ in pairs(map) do
-    if string.sub(name, 1, 1) ~= ":" and not ALLOWED_HEADERS[string.lower(name)] then
-      doomed[#doomed + 1] = name
+    if stripped(name) then
+      n = n + 1
+      doomed[n] = name
     end
   end
-  for _, name in ipairs(doomed) do
-    map:remove(name)
-  end
+  remove_all(map, doomed, n)
 end
 
 local function strip_all(map)
@@ -543,8 +567,9 @@ local function detalle_of_400(reason)
   return "cuerpo: no es JSON válido o no es una solicitud de esta operación"
 end
 
-local function empty_trailers_on_http2(handle)
-  local protocol = handle:streamInfo():protocol()
+-- `info`: the stream info, when the caller has it (and has not called body() since).
+local function empty_trailers_on_http2(handle, info)
+  local protocol = (info or handle:streamInfo()):protocol()
   if protocol == "HTTP/1.0" or protocol == "HTTP/1.1" then
     return  -- the HTTP/1 codec drops trailers anyway; waiting for them costs a buffer
   end
@@ -585,6 +610,7 @@ local EDGE_MARK = "x-loyalty-edge"
 
 local byte, find, gsub, match, sub =
   string.byte, string.find, string.gsub, string.match, string.sub
+local concat = table.concat
 local bxor, lshift, tobit = bit.bxor, bit.lshift, bit.tobit
 
 -- The edge's memory lives in this Lua state: one per Envoy worker thread (`loyalty up` runs
@@ -634,6 +660,13 @@ end
 local known_keys = new_table(KNOWN_KEYS)
 local blocked = new_table(BLOCKED_ADDRESSES)
 local blocks_end = 0  -- when the last block ends: 0 (or past) means none, and no lookup
+-- Until when a success may have a key to learn (os.time()): a binding call whose key is not
+-- fresh in known_keys (key_worked would renew it) moves it to the end of the longest a call
+-- can take (LEARN_SECONDS: request_timeout 30 s, then the route's 15 s, in envoy.yaml).
+-- Past it, a success reads nothing recorded: every key in use is fresh. A response later
+-- than that teaches nothing; the key's next call does.
+local learn_until = 0
+local LEARN_SECONDS = 60
 
 local function key_hash(token)
   local h = -2128831035  -- 2166136261, FNV's offset basis, as a signed 32-bit number
@@ -703,6 +736,20 @@ local function refuse(handle, info, codigo, detalle, grpc, extra_headers, body)
   end
   handle:respond(headers, body)
   return true
+end
+
+-- Whether a key is remembered as working for at least half of KNOWN_KEY_SECONDS more (then
+-- key_worked has nothing to renew).
+local function fresh(hash, now)
+  local until_when = recall(known_keys, hash)
+  return until_when ~= nil and until_when - now >= KNOWN_KEY_SECONDS / 2
+end
+
+local function key_worked(hash)
+  local now = os.time()
+  if not fresh(hash, now) then
+    remember(known_keys, hash, now + KNOWN_KEY_SECONDS)
+  end
 end
 
 -- A request from an address the server blocked, with a key not seen working: refused
@@ -785,15 +832,11 @@ local function edge(handle, headers, info, method, path)
     end
   end
   info:dynamicMetadata():set(METADATA_NAMESPACE, "clave", hash)
-  return false
-end
-
-local function key_worked(hash)
   local now = os.time()
-  local until_when = recall(known_keys, hash)
-  if until_when == nil or until_when - now < KNOWN_KEY_SECONDS / 2 then
-    remember(known_keys, hash, now + KNOWN_KEY_SECONDS)
+  if not fresh(hash, now) then
+    learn_until = now + LEARN_SECONDS
   end
+  return false
 end
 
 -- The server's verdict on the client's address: blocked for `seconds` (at most
@@ -835,28 +878,52 @@ end
 
 local function on_response(handle)
   local headers = handle:headers()
+  -- One pass over the map: the three headers that tell a success, and what strip() removes.
+  local status, grpc_status, server_envelope
+  local doomed, n = {}, 0
+  for name, value in pairs(headers) do
+    if name == ":status" then
+      status = value
+    elseif name == "grpc-status" then
+      grpc_status = value
+    elseif name == "x-envelope" then
+      server_envelope = value
+    end
+    if stripped(name) then
+      n = n + 1
+      doomed[n] = name
+    end
+  end
+  status = number_or_nil(status)
+  local failed_grpc = grpc_status ~= nil and grpc_status ~= "0"
+
+  -- 3. Success, nearly every response, so told first (from these three headers; the edge's
+  -- refusals are never 2xx): the header clean-up, and the key worked (observe) when a call
+  -- may have a key to learn (learn_until). Nothing else.
+  if server_envelope == nil and not failed_grpc and status ~= nil
+      and status >= 200 and status < 300 then
+    local info = handle:streamInfo()
+    if learn_until ~= 0 and os.time() < learn_until then
+      local hash = recorded_for(info).clave
+      if hash ~= nil then
+        key_worked(hash)
+      end
+    end
+    remove_all(headers, doomed, n)
+    empty_trailers_on_http2(handle, info)
+    return
+  end
+
   if header(headers, EDGE_MARK) ~= nil and header(headers, "content-type") == "application/json"
   then
     headers:remove(EDGE_MARK)  -- the edge's refusal, written whole (see refuse)
     return
   end
   local info = handle:streamInfo()
-  local status = number_or_nil(header(headers, ":status"))
-  local grpc_status = header(headers, "grpc-status")
-  local server_envelope = header(headers, "x-envelope")
   local server_status = number_or_nil(header(headers, "x-http-status"))
-  local failed_grpc = grpc_status ~= nil and grpc_status ~= "0"
   local recorded = recorded_for(info)
   if recorded.clave ~= nil then
     observe(headers, info, recorded.clave, status, server_status, server_envelope)
-  end
-
-  -- 3. Success: only the header clean-up.
-  if server_envelope == nil and not failed_grpc and status ~= nil
-      and status >= 200 and status < 300 then
-    strip(headers)
-    empty_trailers_on_http2(handle)
-    return
   end
 
   -- Decide the new status and body from the headers alone.
@@ -942,7 +1009,7 @@ local function on_response(handle)
     new_body = envelope(codigo, detalle)
   end
   handle:body(true):setBytes(new_body)
-  empty_trailers_on_http2(handle)
+  empty_trailers_on_http2(handle)  -- (not `info`: a wrapper does not outlive body())
 end
 
 -- Last resort when on_response failed: a fixed error_interno envelope. Also under pcall.
@@ -965,20 +1032,46 @@ end
 -- error with the raw value for each call). A client of the JSON API cannot mean any of
 -- these for us: drop them before the transcoder. The server reads only authorization and
 -- x-request-id, which are printable ASCII when they are valid at all.
+local function grpc_cannot_carry(name, value)
+  return name == "" or find(name, "[^0-9a-z_.-]") ~= nil or sub(name, 1, 5) == "grpc-"
+    or sub(name, -4) == "-bin" or find(value, "[^\32-\126]") ~= nil
+end
+
+-- Drops those headers, and returns :method and :path, read on the way: one pass over the
+-- map. The usual request has none: its names, and its values, are checked joined (two
+-- pattern matches in all), one by one only when that finds something.
 local function drop_headers_grpc_cannot_carry(headers)
-  local doomed = {}
+  local names, values, n, suspect = {}, {}, 0, false
+  local method, path
   for name, value in pairs(headers) do
-    local pseudo = string.sub(name, 1, 1) == ":"
-    if not pseudo and (string.find(name, "^[0-9a-z_.-]+$") == nil
-                       or string.sub(name, 1, 5) == "grpc-"
-                       or string.sub(name, -4) == "-bin"
-                       or string.find(value, "[^\32-\126]") ~= nil) then
-      doomed[#doomed + 1] = name
+    local first = byte(name, 1)
+    if first == 58 then  -- ":", a pseudo-header
+      if name == ":method" then
+        method = value
+      elseif name == ":path" then
+        path = value
+      end
+    else
+      n = n + 1
+      names[n], values[n] = name, value
+      if first == nil or (first == 103 and sub(name, 1, 5) == "grpc-")
+          or (byte(name, -4) == 45 and sub(name, -4) == "-bin") then
+        suspect = true
+      end
     end
   end
-  for _, name in ipairs(doomed) do
-    headers:remove(name)
+  if suspect or find(concat(names), "[^0-9a-z_.-]") ~= nil
+      or find(concat(values), "[^\32-\126]") ~= nil then
+    local doomed, d = {}, 0
+    for i = 1, n do
+      if grpc_cannot_carry(names[i], values[i]) then
+        d = d + 1
+        doomed[d] = names[i]
+      end
+    end
+    remove_all(headers, doomed, d)
   end
+  return method, path
 end
 
 -- Request trailers (an HTTP/2 client can send them; the HTTP/1 codec drops them) reach the
@@ -998,22 +1091,21 @@ local function drop_request_trailers(handle, info)
   end
 end
 
+-- First drop the headers gRPC cannot carry (reading :method and :path on the way).
 -- CONNECT asks for a tunnel (no :path); nothing here serves one, and the buffer filter
 -- behind would wait for the end of a body that a tunnel never sends (until Envoy's idle
 -- timeout, minutes). Answer at once: envoy_on_response turns the reply into the envelope
--- (its body becomes `detalle`, as for Envoy's own replies). Otherwise drop the headers
--- gRPC cannot carry, remember "METHOD /path" (no query string) for the detalle of a 404
--- (the transcoder rewrites both), and let the edge judge the headers. Returns the stream
--- info, or nil when refused.
+-- (its body becomes `detalle`, as for Envoy's own replies). Otherwise remember
+-- "METHOD /path" (no query string) for the detalle of a 404 (the transcoder rewrites
+-- both), and let the edge judge the headers. Returns the stream info, or nil when refused.
 local function on_request(handle)
   local headers = handle:headers()
-  local method = header(headers, ":method") or ""
+  local method, path = drop_headers_grpc_cannot_carry(headers)
+  method, path = method or "", path or ""
   if method == "CONNECT" then
     handle:respond({[":status"] = "404"}, "No existe CONNECT: la API no abre túneles.")
     return nil
   end
-  drop_headers_grpc_cannot_carry(headers)
-  local path = header(headers, ":path") or ""
   local query = string.find(path, "?", 1, true)
   if query ~= nil then
     path = string.sub(path, 1, query - 1)
