@@ -58,7 +58,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -636,21 +636,33 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
+def round_parser(
+    doc: str,
+    *,
+    clients: list[int],
+    rounds: int,
+    rounds_help: str,
+    fans: int,
+    codes: int,
+    codes_help: str,
+) -> argparse.ArgumentParser:
+    """The arguments of a benchmark in rounds (this one and gateway_filters.py): its
+    docstring as help, --seconds, --clients, --rounds, --ops, --fans, --codes."""
     parser = argparse.ArgumentParser(
-        description=__doc__.split("\n\n")[0],
+        description=doc.split("\n\n", maxsplit=1)[0],
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog=__doc__.split("\n\n", 1)[1],
+        epilog=doc.split("\n\n", 1)[1],
     )
     parser.add_argument("--seconds", type=float, default=10.0, help="per run (default 10)")
+    shown = ",".join(map(str, clients))
     parser.add_argument(
         "--clients",
         type=lambda s: [int(x) for x in s.split(",")],
-        default=[1, 8, 32],
-        help="wrk connections, comma-separated (default 1,8,32)",
+        default=clients,
+        help=f"wrk connections, comma-separated (default {shown})",
     )
     parser.add_argument(
-        "--rounds", type=int, default=2, help="rounds of real and bare per cell (default 2)"
+        "--rounds", type=int, default=rounds, help=f"{rounds_help} (default {rounds})"
     )
     parser.add_argument(
         "--ops",
@@ -658,9 +670,36 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default=list(DEFAULT_OPS),
         help=f"of bench/hot_paths.py's (default {','.join(DEFAULT_OPS)})",
     )
-    parser.add_argument("--fans", type=int, default=100_000)
-    parser.add_argument(
-        "--codes", type=int, default=400_000, help="Canje codes, half for each server"
+    parser.add_argument("--fans", type=int, default=fans)
+    parser.add_argument("--codes", type=int, default=codes, help=codes_help)
+    return parser
+
+
+def checked(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace:
+    args = parser.parse_args(argv)
+    if args.rounds < 1 or args.seconds <= 0:
+        parser.error("--rounds and --seconds must be positive")
+    return args
+
+
+def bench_main(
+    run: Callable[[argparse.Namespace], int],
+    parse: Callable[[list[str] | None], argparse.Namespace],
+    argv: list[str] | None = None,
+) -> int:
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    return run(parse(argv))
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = round_parser(
+        __doc__,
+        clients=[1, 8, 32],
+        rounds=2,
+        rounds_help="rounds of real and bare per cell",
+        fans=100_000,
+        codes=400_000,
+        codes_help="Canje codes, half for each server",
     )
     parser.add_argument(
         "--gateway-threads",
@@ -668,15 +707,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default=None,
         help="Envoy's worker threads of both gateways (default: loyalty gateway run's)",
     )
-    args = parser.parse_args(argv)
-    if args.rounds < 1 or args.seconds <= 0:
-        parser.error("--rounds and --seconds must be positive")
-    return args
+    return checked(parser, argv)
 
 
 def main(argv: list[str] | None = None) -> int:
-    os.environ.setdefault("PYTHONUNBUFFERED", "1")
-    return run(parse_args(argv))
+    return bench_main(run, parse_args, argv)
 
 
 if __name__ == "__main__":

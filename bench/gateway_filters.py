@@ -42,7 +42,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import os
 import statistics
 import subprocess
 import sys
@@ -62,6 +61,9 @@ from floor import (
     _env,
     _spawn,
     _stop,
+    bench_main,
+    checked,
+    round_parser,
     start_bare_server,
     start_gateway,
     wrk_run,
@@ -72,7 +74,6 @@ from loyalty_grpc.runtime.gateway.envoy import EnvoyProcess, gateway_spec
 from loyalty_grpc.runtime.gateway.shape import LUA_FILTER, connection_managers
 from loyalty_grpc.runtime.gateway.xds import dump_yaml, install, write_atomic
 
-DEFAULT_OPS = ("ping", "resolve-id", "tx", "redeem")
 WARMUP_SECONDS = 3.0
 WITH, WITHOUT, ABOUT = "with", "without", "against"
 
@@ -276,28 +277,14 @@ def run(args: argparse.Namespace) -> int:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        description=__doc__.split("\n\n")[0],
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog=__doc__.split("\n\n", 1)[1],
-    )
-    parser.add_argument("--seconds", type=float, default=10.0, help="per run (default 10)")
-    parser.add_argument(
-        "--clients",
-        type=lambda s: [int(x) for x in s.split(",")],
-        default=[8, 32],
-        help="wrk connections, comma-separated (default 8,32)",
-    )
-    parser.add_argument("--rounds", type=int, default=3, help="rounds per cell (default 3)")
-    parser.add_argument(
-        "--ops",
-        type=lambda s: s.split(","),
-        default=list(DEFAULT_OPS),
-        help=f"of bench/hot_paths.py's (default {','.join(DEFAULT_OPS)})",
-    )
-    parser.add_argument("--fans", type=int, default=20_000)
-    parser.add_argument(
-        "--codes", type=int, default=200_000, help="Canje codes, shared by the gateways"
+    parser = round_parser(
+        __doc__,
+        clients=[8, 32],
+        rounds=3,
+        rounds_help="rounds per cell",
+        fans=20_000,
+        codes=200_000,
+        codes_help="Canje codes, shared by the gateways",
     )
     parser.add_argument(
         "--against",
@@ -306,15 +293,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default=[],
         help="another gateway folder to measure in the same rounds (repeatable)",
     )
-    args = parser.parse_args(argv)
-    if args.rounds < 1 or args.seconds <= 0:
-        parser.error("--rounds and --seconds must be positive")
-    return args
+    return checked(parser, argv)
 
 
 def main(argv: list[str] | None = None) -> int:
-    os.environ.setdefault("PYTHONUNBUFFERED", "1")
-    return run(parse_args(argv))
+    return bench_main(run, parse_args, argv)
 
 
 if __name__ == "__main__":
