@@ -46,9 +46,10 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -99,16 +100,35 @@ class Cell:
         self.envoy_us.setdefault(name, []).append(us)
 
 
+def without_lua(listeners: Iterable[dict[str, Any]], source: str | None = None) -> int:
+    """Remove the Lua HTTP filters from `listeners` (Envoy Listener documents: the rendered
+    LDS resources, envoy.yaml's static listeners), only the one whose source file name is
+    `source` when given; returns how many were removed."""
+    removed = 0
+    for listener in listeners:
+        for manager in connection_managers(listener):
+            kept = [
+                f
+                for f in manager["http_filters"]
+                if f["name"] != LUA_FILTER
+                or (
+                    source is not None
+                    and Path(
+                        f["typed_config"].get("default_source_code", {}).get("filename", "")
+                    ).name
+                    != source
+                )
+            ]
+            removed += len(manager["http_filters"]) - len(kept)
+            manager["http_filters"] = kept
+    return removed
+
+
 def drop_lua_filters(listeners: Path) -> int:
     """Remove every Lua HTTP filter from a rendered LDS file (runtime/gateway/xds.py);
     returns how many were removed."""
     document = yaml.safe_load(listeners.read_text(encoding="utf-8"))
-    removed = 0
-    for listener in document["resources"]:
-        for manager in connection_managers(listener):
-            kept = [f for f in manager["http_filters"] if f["name"] != LUA_FILTER]
-            removed += len(manager["http_filters"]) - len(kept)
-            manager["http_filters"] = kept
+    removed = without_lua(document["resources"])
     write_atomic(listeners, dump_yaml(document))
     return removed
 

@@ -35,6 +35,7 @@ import yaml
 sys.path.insert(0, str(Path(__file__).parent))
 
 from _fullstack import cores_line, cpu_ns, free_port, run_wrk
+from gateway_filters import without_lua
 
 from loyalty_grpc.gen.loyalty.v1 import pos_service_pb2 as pb
 from loyalty_grpc.gen.loyalty.v1 import pos_service_pb2_grpc as pb_grpc
@@ -128,17 +129,8 @@ def without_check(work: Path) -> Path:
     """A copy of the gateway folder whose envoy.yaml lacks the request check filter."""
     copy = Path(shutil.copytree(GATEWAY, work / "gateway-without-check"))
     config = yaml.safe_load((copy / "envoy.yaml").read_text(encoding="utf-8"))
-    for listener in config["static_resources"]["listeners"]:
-        for chain in listener["filter_chains"]:
-            for network_filter in chain["filters"]:
-                filters = network_filter["typed_config"]["http_filters"]
-                filters[:] = [
-                    f
-                    for f in filters
-                    if not str(
-                        f.get("typed_config", {}).get("default_source_code", {}).get("filename", "")
-                    ).endswith("request_check.lua")
-                ]
+    if without_lua(config["static_resources"]["listeners"], "request_check.lua") != 1:
+        raise SystemExit("error: envoy.yaml has no request_check.lua filter to remove")
     (copy / "envoy.yaml").write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
     return copy
 
