@@ -61,16 +61,16 @@ class UnitOfWork:
 
 def run_in_uow(
     engine: Engine,
-    use_case: Callable[Concatenate[Connection, P], T],
+    use_case: Callable[Concatenate[UnitOfWork, P], T],
     *args: P.args,
     **kwargs: P.kwargs,
 ) -> T:
-    """Run one use case alone: `use_case(conn, *args, **kwargs)` in its own unit of work,
+    """Run one use case alone: `use_case(uow, *args, **kwargs)` in its own unit of work,
     committed when it returns (rolled back when it raises). One transaction per call, as
     each BackofficeService RPC does. To run several use cases in one transaction, open the
-    UnitOfWork yourself and pass its `conn` to each."""
+    UnitOfWork yourself and pass it to each."""
     with UnitOfWork(engine) as uow:
-        result = use_case(uow.conn, *args, **kwargs)
+        result = use_case(uow, *args, **kwargs)
         uow.commit()
     return result
 

@@ -2,12 +2,13 @@
 fans, promotions, delivering and releasing codes, the support desk's points and sales,
 and loading a fixture.
 
-Each use case takes a `Connection` inside a transaction its caller owns and never commits,
+Each use case takes a `UnitOfWork` (store/uow.py) whose transaction its caller owns and
+never commits,
 so several use cases can run in one transaction::
 
     with UnitOfWork(engine) as uow:
-        fan = fans.register_fan(uow.conn, programa, fan_id, ...)
-        promos.create_promo(uow.conn, programa, nombre, ...)
+        fan = fans.register_fan(uow, programa, fan_id, ...)
+        promos.create_promo(uow, programa, nombre, ...)
         uow.commit()
 
 `store.uow.run_in_uow(engine, use_case, ...)` runs one alone (one transaction per

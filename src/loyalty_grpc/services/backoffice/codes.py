@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Connection, Row, func, select, update
+from sqlalchemy import Row, func, select, update
 
 from loyalty_grpc.domain.codes import normalize_code
 from loyalty_grpc.domain.detalle import shown
@@ -19,6 +19,7 @@ from loyalty_grpc.domain.programs import program_id
 from loyalty_grpc.domain.promos import EstadoCodigo, EstadoFan, check_transicion_codigo
 from loyalty_grpc.services.backoffice.lookups import require_fan, require_promo
 from loyalty_grpc.store.tables import codigos, fans
+from loyalty_grpc.store.uow import UnitOfWork
 
 
 @dataclass(frozen=True)
@@ -31,9 +32,10 @@ class CodigoInfo:
 
 
 def _locked_code(
-    conn: Connection, programa: str, promo_id: int, codigo: str
+    uow: UnitOfWork, programa: str, promo_id: int, codigo: str
 ) -> Row[*tuple[Any, ...]]:
-    require_promo(conn, programa, promo_id)
+    conn = uow.conn
+    require_promo(uow, programa, promo_id)
     row = conn.execute(
         select(codigos.c.id, codigos.c.estado)
         .where(codigos.c.promo_id == promo_id, codigos.c.codigo == codigo)
@@ -47,7 +49,8 @@ def _locked_code(
     return row
 
 
-def _info(conn: Connection, code_pk: int) -> CodigoInfo:
+def _info(uow: UnitOfWork, code_pk: int) -> CodigoInfo:
+    conn = uow.conn
     row = conn.execute(
         select(codigos.c.promo_id, codigos.c.codigo, codigos.c.estado, fans.c.fan_id)
         .outerjoin(fans, fans.c.pk == codigos.c.fan_pk)
@@ -59,14 +62,15 @@ def _info(conn: Connection, code_pk: int) -> CodigoInfo:
 
 
 def assign_code(
-    conn: Connection, programa: str, promo_id: int, codigo: str, fan_id: str
+    uow: UnitOfWork, programa: str, promo_id: int, codigo: str, fan_id: str
 ) -> CodigoInfo:
     """disponible → asignado to an `activo` fan, now."""
+    conn = uow.conn
     programa = program_id(programa, "programa")
     codigo = normalize_code(codigo)
     fid = canonical_fan_id(fan_id, "fan")
-    code = _locked_code(conn, programa, promo_id, codigo)
-    fan = require_fan(conn, programa, fid, lock=True)
+    code = _locked_code(uow, programa, promo_id, codigo)
+    fan = require_fan(uow, programa, fid, lock=True)
     if fan.estado != EstadoFan.ACTIVO:
         raise LoyaltyError(CodigoError.FAN_NO_ENCONTRADO, f"fan: {shown(fid)} está de baja")
     check_transicion_codigo(codigo, EstadoCodigo(code.estado), EstadoCodigo.ASIGNADO)
@@ -75,32 +79,34 @@ def assign_code(
         .where(codigos.c.id == code.id)
         .values(estado=EstadoCodigo.ASIGNADO.value, fan_pk=fan.pk, asignado_en=func.now())
     )
-    return _info(conn, code.id)
+    return _info(uow, code.id)
 
 
-def release_code(conn: Connection, programa: str, promo_id: int, codigo: str) -> CodigoInfo:
+def release_code(uow: UnitOfWork, programa: str, promo_id: int, codigo: str) -> CodigoInfo:
     """disponible or asignado → liberado, now. A delivered code keeps its fan."""
+    conn = uow.conn
     programa = program_id(programa, "programa")
     codigo = normalize_code(codigo)
-    code = _locked_code(conn, programa, promo_id, codigo)
+    code = _locked_code(uow, programa, promo_id, codigo)
     check_transicion_codigo(codigo, EstadoCodigo(code.estado), EstadoCodigo.LIBERADO)
     conn.execute(
         update(codigos)
         .where(codigos.c.id == code.id)
         .values(estado=EstadoCodigo.LIBERADO.value, liberado_en=func.now())
     )
-    return _info(conn, code.id)
+    return _info(uow, code.id)
 
 
-def assign_next_code(conn: Connection, programa: str, promo_id: int, fan_id: str) -> CodigoInfo:
+def assign_next_code(uow: UnitOfWork, programa: str, promo_id: int, fan_id: str) -> CodigoInfo:
     """The promotion's oldest `disponible` code (lowest id: deposit order) → asignado to an
     `activo` fan, now. Race-free: the code is picked FOR UPDATE SKIP LOCKED, so concurrent
     calls each get a different code and never wait for one another. None left →
     codigo_no_encontrado (the code asked for, the next available one, does not exist)."""
+    conn = uow.conn
     programa = program_id(programa, "programa")
     fid = canonical_fan_id(fan_id, "fan")
-    require_promo(conn, programa, promo_id)
-    fan = require_fan(conn, programa, fid, lock=True)
+    require_promo(uow, programa, promo_id)
+    fan = require_fan(uow, programa, fid, lock=True)
     if fan.estado != EstadoFan.ACTIVO:
         raise LoyaltyError(CodigoError.FAN_NO_ENCONTRADO, f"fan: {shown(fid)} está de baja")
     code_pk = conn.execute(
@@ -121,4 +127,4 @@ def assign_next_code(conn: Connection, programa: str, promo_id: int, fan_id: str
         .where(codigos.c.id == code_pk)
         .values(estado=EstadoCodigo.ASIGNADO.value, fan_pk=fan.pk, asignado_en=func.now())
     )
-    return _info(conn, code_pk)
+    return _info(uow, code_pk)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, Row, any_, func, insert, or_, select, update
+from sqlalchemy import Row, any_, func, insert, or_, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.sql.elements import ColumnElement
 
@@ -34,6 +34,7 @@ from loyalty_grpc.domain.text import single_line
 from loyalty_grpc.services.backoffice.integrity import translate
 from loyalty_grpc.services.backoffice.lookups import require_fan, require_program, text_array
 from loyalty_grpc.store.tables import fans
+from loyalty_grpc.store.uow import UnitOfWork
 
 # Bytes of randomness in a generated QR token (16 URL-safe characters).
 QR_TOKEN_BYTES = 12
@@ -151,11 +152,12 @@ def _duplicates(fan_id: str) -> dict[str, LoyaltyError]:
     }
 
 
-def find_taken(conn: Connection, programa: str, claims: Sequence[FanClaim]) -> Taken | None:
+def find_taken(uow: UnitOfWork, programa: str, claims: Sequence[FanClaim]) -> Taken | None:
     """The first claimed value another fan of the program holds (Fan IDs first, then
     e-mails, then QR tokens; each in `claims` order), or None. One query however many
     claims, so a fixture's thousands of fans are checked at once. Values are compared as
     the database holds them now: two claims cannot swap their values in one go."""
+    conn = uow.conn
     matches = []
     for u in _UNIQUE:
         values = [v for c in claims if (v := u.of_claim(c)) is not None]
@@ -178,15 +180,15 @@ def find_taken(conn: Connection, programa: str, claims: Sequence[FanClaim]) -> T
     return None
 
 
-def _check_free(conn: Connection, programa: str, claim: FanClaim) -> None:
+def _check_free(uow: UnitOfWork, programa: str, claim: FanClaim) -> None:
     """The duplicate error when another fan of the program holds a value of `claim`."""
-    taken = find_taken(conn, programa, [claim])
+    taken = find_taken(uow, programa, [claim])
     if taken is not None:
         raise _duplicates(claim.fan_id)[taken.indice]
 
 
 def register_fan(
-    conn: Connection,
+    uow: UnitOfWork,
     programa: str,
     fan_id: str,
     *,
@@ -197,6 +199,7 @@ def register_fan(
     qr_token: str = "",
 ) -> FanInfo:
     """A new `activo` fan with 0 points. `qr_token` empty → a random URL-safe token."""
+    conn = uow.conn
     programa = program_id(programa, "programa")
     fid = new_fan_id(fan_id, "id")
     values = {
@@ -210,9 +213,9 @@ def register_fan(
             check_qr_token(qr_token) if qr_token.strip() else secrets.token_urlsafe(QR_TOKEN_BYTES)
         ),
     }
-    require_program(conn, programa)
+    require_program(uow, programa)
     claim = FanClaim(fid, str(values["correo"]), str(values["qr_token"]), nuevo=True)
-    _check_free(conn, programa, claim)
+    _check_free(uow, programa, claim)
     try:
         row = conn.execute(insert(fans).values(values).returning(fans)).one()
     except IntegrityError as exc:
@@ -221,7 +224,7 @@ def register_fan(
 
 
 def update_fan(
-    conn: Connection,
+    uow: UnitOfWork,
     programa: str,
     fan_id: str,
     *,
@@ -233,6 +236,7 @@ def update_fan(
 ) -> FanInfo:
     """Change only the fields given (None: keep). The Fan ID and the state do not change
     here (see deactivate_fan / reactivate_fan)."""
+    conn = uow.conn
     programa = program_id(programa, "programa")
     fid = canonical_fan_id(fan_id, "id")
     new_correo = None if correo is None else normalize_email(correo)
@@ -248,10 +252,10 @@ def update_fan(
         values["temporadas"] = check_temporadas(temporadas)
     if new_qr is not None:
         values["qr_token"] = new_qr
-    current = require_fan(conn, programa, fid, lock=True)
+    current = require_fan(uow, programa, fid, lock=True)
     if not values:
         return fan_info(current)
-    _check_free(conn, programa, FanClaim(fid, new_correo, new_qr))
+    _check_free(uow, programa, FanClaim(fid, new_correo, new_qr))
     try:
         row = conn.execute(
             update(fans).where(fans.c.pk == current.pk).values(values).returning(fans)
@@ -261,36 +265,37 @@ def update_fan(
     return fan_info(row)
 
 
-def get_fan(conn: Connection, programa: str, fan_id: str) -> FanInfo:
+def get_fan(uow: UnitOfWork, programa: str, fan_id: str) -> FanInfo:
     """The fan, in any state."""
     programa = program_id(programa, "programa")
     fid = canonical_fan_id(fan_id, "id")
-    return fan_info(require_fan(conn, programa, fid))
+    return fan_info(require_fan(uow, programa, fid))
 
 
-def deactivate_fan(conn: Connection, programa: str, fan_id: str, motivo: str) -> FanInfo:
+def deactivate_fan(uow: UnitOfWork, programa: str, fan_id: str, motivo: str) -> FanInfo:
     """activo → baja, now, with the reason. A fan in baja is not found by the POS API."""
     programa = program_id(programa, "programa")
     fid = canonical_fan_id(fan_id, "id")
     motivo = single_line(motivo, "motivo")
     return _change_estado(
-        conn, programa, fid, EstadoFan.BAJA, {"baja_en": func.now(), "baja_motivo": motivo}
+        uow, programa, fid, EstadoFan.BAJA, {"baja_en": func.now(), "baja_motivo": motivo}
     )
 
 
-def reactivate_fan(conn: Connection, programa: str, fan_id: str) -> FanInfo:
+def reactivate_fan(uow: UnitOfWork, programa: str, fan_id: str) -> FanInfo:
     """baja → activo; the baja time and reason are cleared."""
     programa = program_id(programa, "programa")
     fid = canonical_fan_id(fan_id, "id")
     return _change_estado(
-        conn, programa, fid, EstadoFan.ACTIVO, {"baja_en": None, "baja_motivo": None}
+        uow, programa, fid, EstadoFan.ACTIVO, {"baja_en": None, "baja_motivo": None}
     )
 
 
 def _change_estado(
-    conn: Connection, programa: str, fid: str, nuevo: EstadoFan, values: dict[str, object]
+    uow: UnitOfWork, programa: str, fid: str, nuevo: EstadoFan, values: dict[str, object]
 ) -> FanInfo:
-    current = require_fan(conn, programa, fid, lock=True)
+    conn = uow.conn
+    current = require_fan(uow, programa, fid, lock=True)
     check_transicion_fan(fid, EstadoFan(current.estado), nuevo)
     row = conn.execute(
         update(fans)

@@ -27,7 +27,6 @@ from typing import Any
 
 from sqlalchemy import (
     Column,
-    Connection,
     Row,
     Select,
     Table,
@@ -57,6 +56,7 @@ from loyalty_grpc.services.backoffice.fans import FanClaim, find_taken
 from loyalty_grpc.services.backoffice.lookups import text_array
 from loyalty_grpc.store.ledger import Motivo, move_points
 from loyalty_grpc.store.tables import claves, codigos, fans, programas, promos
+from loyalty_grpc.store.uow import UnitOfWork
 
 ENTIDADES = ("programas", "claves", "fans", "promos", "codigos", "ajustes")
 # Arbitrary constant identifying "a fixture apply" among PostgreSQL advisory locks.
@@ -75,27 +75,28 @@ class ApplyCount:
     sin_cambios: int
 
 
-def apply_fixture(conn: Connection, document: str) -> list[ApplyCount]:
+def apply_fixture(uow: UnitOfWork, document: str) -> list[ApplyCount]:
     """Validate the whole fixture, then apply it in the caller's transaction (which it
     does not commit). Returns one count per entity, in the order of `ENTIDADES`."""
+    conn = uow.conn
     fixture = parse_fixture(document)
     tally = {entidad: _Tally() for entidad in ENTIDADES}
     conn.execute(select(func.pg_advisory_xact_lock(_LOCK_KEY)))
     now: datetime = conn.execute(select(func.now())).scalar_one()
-    _apply_programas(conn, fixture.programas, tally["programas"])
-    _apply_claves(conn, fixture.programas, tally["claves"])
+    _apply_programas(uow, fixture.programas, tally["programas"])
+    _apply_claves(uow, fixture.programas, tally["claves"])
     for programa in fixture.programas:
-        fan_pks, balances = _apply_fans(conn, programa, now, tally["fans"])
-        promo_ids = _apply_promos(conn, programa, tally["promos"])
+        fan_pks, balances = _apply_fans(uow, programa, now, tally["fans"])
+        promo_ids = _apply_promos(uow, programa, tally["promos"])
         _apply_codigos(
-            conn,
+            uow,
             programa,
             promo_ids=promo_ids,
             fan_pks=fan_pks,
             now=now,
             tally=tally["codigos"],
         )
-        _apply_ajustes(conn, programa.fans, fan_pks, balances, tally["ajustes"])
+        _apply_ajustes(uow, programa.fans, fan_pks, balances, tally["ajustes"])
     return [
         ApplyCount(entidad, t.creados, t.actualizados, t.sin_cambios)
         for entidad, t in tally.items()
@@ -132,9 +133,10 @@ class _Batch:
             self.unchanged += 1
 
     def write(
-        self, conn: Connection, tally: _Tally, key: Column[Any] | None = None
+        self, uow: UnitOfWork, tally: _Tally, key: Column[Any] | None = None
     ) -> dict[Any, int]:
         """Returns {key: primary key} of the inserted rows when `key` is given."""
+        conn = uow.conn
         created: dict[Any, int] = {}
         if self.new:
             if key is None:
@@ -156,9 +158,9 @@ class _Batch:
 # Each reads the rows the fixture names (FOR UPDATE), checks conflicts, then writes a batch.
 
 
-def _apply_programas(conn: Connection, wanted: Sequence[ProgramaFixture], tally: _Tally) -> None:
+def _apply_programas(uow: UnitOfWork, wanted: Sequence[ProgramaFixture], tally: _Tally) -> None:
     existing = _rows_by(
-        conn,
+        uow,
         select(programas)
         .where(programas.c.id == any_(text_array(p.id for p in wanted)))
         .with_for_update(),
@@ -171,15 +173,15 @@ def _apply_programas(conn: Connection, wanted: Sequence[ProgramaFixture], tally:
             {"nombre": p.nombre, "tasa_puntos": p.tasa_puntos, "qr_url": p.qr_url},
             {"id": p.id},
         )
-    batch.write(conn, tally)
+    batch.write(uow, tally)
 
 
-def _apply_claves(conn: Connection, wanted: Sequence[ProgramaFixture], tally: _Tally) -> None:
+def _apply_claves(uow: UnitOfWork, wanted: Sequence[ProgramaFixture], tally: _Tally) -> None:
     entries: dict[bytes, tuple[str, ClaveFixture]] = {
         key_hash(c.clave): (p.id, c) for p in wanted for c in p.claves
     }
     existing = _rows_by(
-        conn,
+        uow,
         select(claves)
         .where(claves.c.hash == any_(literal(list(entries), ARRAY(BYTEA))))
         .with_for_update(),
@@ -212,20 +214,20 @@ def _apply_claves(conn: Connection, wanted: Sequence[ProgramaFixture], tally: _T
                 "sufijo": suffix(c.clave),
             },
         )
-    batch.write(conn, tally)
+    batch.write(uow, tally)
 
 
 def _apply_fans(
-    conn: Connection, programa: ProgramaFixture, now: datetime, tally: _Tally
+    uow: UnitOfWork, programa: ProgramaFixture, now: datetime, tally: _Tally
 ) -> tuple[dict[str, int], dict[str, int]]:
     """Returns the pk of every fan of the fixture and its balance before the apply (by
     Fan ID; new fans have no balance)."""
     wanted = programa.fans
     if not wanted:
         return {}, {}
-    _check_free(conn, programa)
+    _check_free(uow, programa)
     existing = _rows_by(
-        conn,
+        uow,
         select(fans)
         .where(
             fans.c.programa_id == programa.id,
@@ -256,19 +258,19 @@ def _apply_fans(
             {"programa_id": programa.id, "fan_id": f.fan_id},
         )
     pks = {fan_id: int(row.pk) for fan_id, row in existing.items()}
-    pks.update(batch.write(conn, tally, key=fans.c.fan_id))
+    pks.update(batch.write(uow, tally, key=fans.c.fan_id))
     balances = {fan_id: int(row.puntos) for fan_id, row in existing.items()}
     return pks, balances
 
 
-def _apply_promos(conn: Connection, programa: ProgramaFixture, tally: _Tally) -> dict[str, int]:
+def _apply_promos(uow: UnitOfWork, programa: ProgramaFixture, tally: _Tally) -> dict[str, int]:
     """Returns the id of every promotion of the fixture, by lower-case name."""
     wanted = programa.promos
     if not wanted:
         return {}
     nombre = func.lower(promos.c.nombre).label("nombre_min")
     existing = _rows_by(
-        conn,
+        uow,
         select(promos, nombre)
         .where(
             promos.c.programa_id == programa.id,
@@ -291,13 +293,13 @@ def _apply_promos(conn: Connection, programa: ProgramaFixture, tally: _Tally) ->
             {"programa_id": programa.id},
         )
     ids = {key: int(row.id) for key, row in existing.items()}
-    created = batch.write(conn, tally, key=promos.c.nombre)
+    created = batch.write(uow, tally, key=promos.c.nombre)
     ids.update({name.lower(): promo_id for name, promo_id in created.items()})
     return ids
 
 
 def _apply_codigos(
-    conn: Connection,
+    uow: UnitOfWork,
     programa: ProgramaFixture,
     *,
     promo_ids: Mapping[str, int],
@@ -305,13 +307,13 @@ def _apply_codigos(
     now: datetime,
     tally: _Tally,
 ) -> None:
-    fan_pks = {**fan_pks, **_fans_outside(conn, programa, fan_pks)}
+    fan_pks = {**fan_pks, **_fans_outside(uow, programa, fan_pks)}
     for promo in programa.promos:
         if not promo.codigos:
             continue
         promo_id = promo_ids[promo.nombre.lower()]
         existing = _rows_by(
-            conn,
+            uow,
             select(codigos)
             .where(
                 codigos.c.promo_id == promo_id,
@@ -332,17 +334,18 @@ def _apply_codigos(
                 _code_state(c, fan_pk, row, now),
                 {"promo_id": promo_id, "programa_id": programa.id, "codigo": c.codigo},
             )
-        batch.write(conn, tally)
+        batch.write(uow, tally)
 
 
 def _apply_ajustes(
-    conn: Connection,
+    uow: UnitOfWork,
     wanted: Sequence[FanFixture],
     fan_pks: Mapping[str, int],
     balances: Mapping[str, int],
     tally: _Tally,
 ) -> None:
     """One ledger adjustment per fan whose balance is not the fixture's `puntos`."""
+    conn = uow.conn
     for f in wanted:
         difference = f.puntos - balances.get(f.fan_id, 0)
         if difference:
@@ -355,18 +358,19 @@ def _apply_ajustes(
 # --- helpers ------------------------------------------------------------------------------
 
 
-def _rows_by(conn: Connection, query: Select[Any], column: str) -> dict[Any, Row[Any]]:
+def _rows_by(uow: UnitOfWork, query: Select[Any], column: str) -> dict[Any, Row[Any]]:
+    conn = uow.conn
     return {getattr(row, column): row for row in conn.execute(query)}
 
 
-def _check_free(conn: Connection, programa: ProgramaFixture) -> None:
+def _check_free(uow: UnitOfWork, programa: ProgramaFixture) -> None:
     """An e-mail or QR token of a fixture fan that another fan of the program holds is a
     conflict (fans.py's rule, one query for the whole program). Values are compared as
     the database holds them before the apply, so handing a value from one fan to another
     takes two applies."""
     by_id = {f.fan_id: f for f in programa.fans}
     taken = find_taken(
-        conn, programa.id, [FanClaim(f.fan_id, f.correo, f.qr_token) for f in programa.fans]
+        uow, programa.id, [FanClaim(f.fan_id, f.correo, f.qr_token) for f in programa.fans]
     )
     if taken is not None:
         f = by_id[taken.claim.fan_id]
@@ -378,10 +382,11 @@ def _check_free(conn: Connection, programa: ProgramaFixture) -> None:
 
 
 def _fans_outside(
-    conn: Connection, programa: ProgramaFixture, in_fixture: Mapping[str, int]
+    uow: UnitOfWork, programa: ProgramaFixture, in_fixture: Mapping[str, int]
 ) -> dict[str, int]:
     """The pks of the fans the program's codes name that the fixture does not list; a fan
     that is nowhere is fixture_invalido naming the (first) code."""
+    conn = uow.conn
     refs: dict[str, CodigoFixture] = {}
     for promo in programa.promos:
         for c in promo.codigos:

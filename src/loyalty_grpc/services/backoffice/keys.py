@@ -11,7 +11,7 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
-from sqlalchemy import Connection, Engine, Row, func, insert, select, update
+from sqlalchemy import Engine, Row, func, insert, select, update
 
 from loyalty_grpc.domain.caller import Caller
 from loyalty_grpc.domain.errors import CodigoError, LoyaltyError
@@ -22,6 +22,7 @@ from loyalty_grpc.domain.text import single_line
 from loyalty_grpc.services.backoffice.lookups import require_program
 from loyalty_grpc.store.autocommit import fetch_one
 from loyalty_grpc.store.tables import claves
+from loyalty_grpc.store.uow import UnitOfWork
 
 
 @dataclass(frozen=True)
@@ -83,16 +84,17 @@ def parse_modo(text: str, campo: str = "modo") -> Modo:
 
 
 def issue_key(
-    conn: Connection, programa: str, integracion: str, modo: str, permisos: Iterable[str]
+    uow: UnitOfWork, programa: str, integracion: str, modo: str, permisos: Iterable[str]
 ) -> ClaveEmitida:
     """A new key of the program for the integration, with those permissions; the secret
     is in the result and nowhere else."""
+    conn = uow.conn
     programa = program_id(programa, "programa")
     integracion = single_line(integracion, "integracion")
     parsed_modo = parse_modo(modo)
     names = sorted_names(parse_permisos(p.strip() for p in permisos))
     clave = new_key(parsed_modo)
-    require_program(conn, programa)
+    require_program(uow, programa)
     row = conn.execute(
         insert(claves)
         .values(
@@ -108,18 +110,20 @@ def issue_key(
     return ClaveEmitida(_info(row), clave)
 
 
-def list_keys(conn: Connection, programa: str) -> list[ClaveInfo]:
+def list_keys(uow: UnitOfWork, programa: str) -> list[ClaveInfo]:
     """The program's keys, revoked ones included, oldest first."""
+    conn = uow.conn
     programa = program_id(programa, "programa")
-    require_program(conn, programa)
+    require_program(uow, programa)
     rows = conn.execute(
         select(*_COLUMNS).where(claves.c.programa_id == programa).order_by(claves.c.id)
     ).all()
     return [_info(r) for r in rows]
 
 
-def revoke_key(conn: Connection, clave_id: int) -> ClaveInfo:
+def revoke_key(uow: UnitOfWork, clave_id: int) -> ClaveInfo:
     """Revoke the key `clave_id` from now on. Revoking it again keeps the first time."""
+    conn = uow.conn
     row = conn.execute(
         update(claves)
         .where(claves.c.id == clave_id)

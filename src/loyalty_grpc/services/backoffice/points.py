@@ -27,7 +27,6 @@ from typing import Any
 
 from sqlalchemy import (
     BigInteger,
-    Connection,
     Row,
     Select,
     cast,
@@ -46,7 +45,7 @@ from loyalty_grpc.services.backoffice.fans import FanInfo, fan_info
 from loyalty_grpc.services.backoffice.lookups import require_fan, require_program
 from loyalty_grpc.store.ledger import Motivo, move_points
 from loyalty_grpc.store.tables import codigos, fans, movimientos, ventas
-from loyalty_grpc.store.uow import reads_snapshot
+from loyalty_grpc.store.uow import UnitOfWork, reads_snapshot
 
 # Largest manual adjustment, either way (keeps balances far from BIGINT overflow).
 AJUSTE_MAX = 1_000_000_000
@@ -135,29 +134,32 @@ def _entry(row: Row[*tuple[Any, ...]]) -> LedgerEntryInfo:
 
 
 def get_ledger(
-    conn: Connection, programa: str, fan_id: str
+    uow: UnitOfWork, programa: str, fan_id: str
 ) -> tuple[FanInfo, list[LedgerEntryInfo]]:
     """The fan (any state) and its ledger, oldest first; the last entry's `saldo` is the
     fan's `puntos`. `conn` must read one snapshot (a unit of work on `snapshot(engine)`)."""
+    conn = uow.conn
     if not reads_snapshot(conn):
         raise RuntimeError("get_ledger needs a REPEATABLE READ transaction (snapshot(engine))")
     programa = program_id(programa, "programa")
     fid = canonical_fan_id(fan_id, "fan")
-    fan = require_fan(conn, programa, fid)
+    fan = require_fan(uow, programa, fid)
     entries = [_entry(r) for r in conn.execute(_ledger_query(fan.pk))]
     return fan_info(fan), entries
 
 
-def _last_entry(conn: Connection, fan_pk: int) -> LedgerEntryInfo:
+def _last_entry(uow: UnitOfWork, fan_pk: int) -> LedgerEntryInfo:
+    conn = uow.conn
     ledger = _ledger_query(fan_pk).subquery()
     return _entry(conn.execute(select(ledger).order_by(ledger.c.id.desc()).limit(1)).one())
 
 
 def adjust_points(
-    conn: Connection, programa: str, fan_id: str, puntos: int, motivo: str
+    uow: UnitOfWork, programa: str, fan_id: str, puntos: int, motivo: str
 ) -> LedgerEntryInfo:
     """A manual `ajuste` entry of `puntos` (credit > 0, debit < 0) with `motivo` as its
     nota; returns the entry. A debit that would leave the balance below 0 is refused."""
+    conn = uow.conn
     programa = program_id(programa, "programa")
     fid = canonical_fan_id(fan_id, "fan")
     if puntos == 0:
@@ -168,14 +170,14 @@ def adjust_points(
             f"puntos: a lo más {AJUSTE_MAX} en un ajuste, a favor o en contra",
         )
     nota = single_line(motivo, "motivo")
-    fan = require_fan(conn, programa, fid, lock=True)
+    fan = require_fan(uow, programa, fid, lock=True)
     if puntos < 0 and fan.puntos + puntos < 0:
         raise LoyaltyError(
             CodigoError.SOLICITUD_INVALIDA,
             f"puntos: el saldo es {fan.puntos}; un cargo de {-puntos} lo dejaría negativo",
         )
     move_points(conn, fan.pk, puntos, Motivo.AJUSTE, nota=nota)
-    return _last_entry(conn, fan.pk)
+    return _last_entry(uow, fan.pk)
 
 
 # ------------------------------------------------------------------ sales
@@ -216,15 +218,16 @@ def _check_folio(folio: int) -> int:
     return folio
 
 
-def void_sale(conn: Connection, programa: str, folio: int, motivo: str) -> VoidResult:
+def void_sale(uow: UnitOfWork, programa: str, folio: int, motivo: str) -> VoidResult:
     """Void the program's sale `folio` now: one `anulacion` entry (nota = `motivo`) takes
     back what the sale credited. Voiding a voided sale changes nothing (`ya_anulada`)."""
+    conn = uow.conn
     programa = program_id(programa, "programa")
     folio = _check_folio(folio)
     nota = single_line(motivo, "motivo")
     sale = conn.execute(_sale_query(programa, folio).with_for_update(of=ventas)).one_or_none()
     if sale is None:
-        require_program(conn, programa)
+        require_program(uow, programa)
         raise LoyaltyError(
             CodigoError.VENTA_NO_ENCONTRADA, f"folio: no existe la venta {folio} en {programa}"
         )

@@ -6,12 +6,13 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
-from sqlalchemy import Connection, Row, literal_column, select
+from sqlalchemy import Row, literal_column, select
 from sqlalchemy.dialects.postgresql import insert
 
 from loyalty_grpc.domain import programs as rules
 from loyalty_grpc.domain.text import single_line
 from loyalty_grpc.store.tables import programas
+from loyalty_grpc.store.uow import UnitOfWork
 
 
 @dataclass(frozen=True)
@@ -49,7 +50,7 @@ def _programa(row: Row[*tuple[Any, ...]]) -> Programa:
 
 
 def upsert_program(
-    conn: Connection,
+    uow: UnitOfWork,
     programa_id: str,
     nombre: str,
     tasa_puntos: str,
@@ -59,6 +60,7 @@ def upsert_program(
 ) -> UpsertResult:
     """Create the program `programa_id` or set its fields to these values (`moneda` empty:
     MXN). `creado` tells which."""
+    conn = uow.conn
     values = {
         "id": rules.program_id(programa_id),
         "nombre": single_line(nombre, "nombre"),
@@ -75,7 +77,8 @@ def upsert_program(
     return UpsertResult(_programa(row), bool(row.creado))
 
 
-def list_programs(conn: Connection) -> list[Programa]:
+def list_programs(uow: UnitOfWork) -> list[Programa]:
     """Every program, by id."""
+    conn = uow.conn
     rows = conn.execute(select(*_COLUMNS).order_by(programas.c.id)).all()
     return [_programa(r) for r in rows]

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from datetime import date
 from typing import Any
 
-from sqlalchemy import Connection, Row, func, insert, select, update
+from sqlalchemy import Row, func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
 from loyalty_grpc.domain.detalle import shown
@@ -25,6 +25,7 @@ from loyalty_grpc.domain.text import multi_line
 from loyalty_grpc.services.backoffice.integrity import translate
 from loyalty_grpc.services.backoffice.lookups import require_program, require_promo
 from loyalty_grpc.store.tables import promos
+from loyalty_grpc.store.uow import UnitOfWork
 
 
 @dataclass(frozen=True)
@@ -56,7 +57,8 @@ def _duplicada(nombre: str) -> LoyaltyError:
     )
 
 
-def _check_name_free(conn: Connection, programa: str, nombre: str) -> None:
+def _check_name_free(uow: UnitOfWork, programa: str, nombre: str) -> None:
+    conn = uow.conn
     taken = conn.execute(
         select(promos.c.id).where(
             promos.c.programa_id == programa, func.lower(promos.c.nombre) == nombre.lower()
@@ -67,7 +69,7 @@ def _check_name_free(conn: Connection, programa: str, nombre: str) -> None:
 
 
 def create_promo(
-    conn: Connection,
+    uow: UnitOfWork,
     programa: str,
     nombre: str,
     *,
@@ -77,6 +79,7 @@ def create_promo(
     puntos_canje: int = 0,
 ) -> PromoInfo:
     """A new promotion (`estado` empty → activa; `vigencia_fin` YYYY-MM-DD)."""
+    conn = uow.conn
     programa = program_id(programa, "programa")
     nombre = promo_name(nombre, "nombre")
     values = {
@@ -87,8 +90,8 @@ def create_promo(
         "vigencia_fin": parse_fecha(vigencia_fin),
         "puntos_canje": check_puntos_canje(puntos_canje),
     }
-    require_program(conn, programa)
-    _check_name_free(conn, programa, nombre)
+    require_program(uow, programa)
+    _check_name_free(uow, programa, nombre)
     try:
         row = conn.execute(insert(promos).values(values).returning(promos)).one()
     except IntegrityError as exc:
@@ -97,7 +100,7 @@ def create_promo(
 
 
 def update_promo(
-    conn: Connection,
+    uow: UnitOfWork,
     programa: str,
     promo_id: int,
     *,
@@ -107,6 +110,7 @@ def update_promo(
     descripcion: str | None = None,
 ) -> PromoInfo:
     """Change only the fields given (None: keep). `terminada` is final."""
+    conn = uow.conn
     programa = program_id(programa, "programa")
     values: dict[str, object] = {}
     nuevo = None if estado is None else parse_estado_promo(estado)
@@ -118,7 +122,7 @@ def update_promo(
         values["puntos_canje"] = check_puntos_canje(puntos_canje)
     if descripcion is not None:
         values["descripcion"] = multi_line(descripcion, "descripcion")
-    current = require_promo(conn, programa, promo_id, lock=True)
+    current = require_promo(uow, programa, promo_id, lock=True)
     if nuevo is not None:
         check_transicion_promo(current.nombre, EstadoPromo(current.estado), nuevo)
     if not values:

@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Connection, Engine, Integer, Row, Text, func, literal, select
+from sqlalchemy import Engine, Integer, Row, Text, func, literal, select
 from sqlalchemy.dialects.postgresql import ARRAY, insert
 
 from loyalty_grpc.domain.codes import CodeBatch, PromoRef, check_admite_codigos
@@ -49,11 +49,10 @@ class DepositResult:
     inventario: Inventario
 
 
-def _find_promo(
-    conn: Connection, programa: str, ref: PromoRef, campo: str
-) -> Row[*tuple[Any, ...]]:
+def _find_promo(uow: UnitOfWork, programa: str, ref: PromoRef, campo: str) -> Row[*tuple[Any, ...]]:
     """The promotion's row, held FOR SHARE until the end of the transaction; by id first,
     then by name (case-insensitive, as the unique index uq_promos_programa_nombre)."""
+    conn = uow.conn
     base = (
         select(promos.c.id, promos.c.nombre, promos.c.estado)
         .where(promos.c.programa_id == programa)
@@ -67,7 +66,7 @@ def _find_promo(
             base.where(func.lower(promos.c.nombre) == func.lower(literal(ref.nombre, Text)))
         ).one_or_none()
     if row is None:
-        require_program(conn, programa)  # programa_no_encontrado first (back office)
+        require_program(uow, programa)  # programa_no_encontrado first (back office)
         named = shown(ref.nombre) if ref.nombre is not None else str(ref.id)
         raise LoyaltyError(
             CodigoError.PROMO_NO_ENCONTRADA, f"{campo}: el programa no tiene la promoción {named}"
@@ -75,8 +74,9 @@ def _find_promo(
     return row
 
 
-def _insert_new(conn: Connection, programa: str, promo_id: int, batch: CodeBatch) -> int:
+def _insert_new(uow: UnitOfWork, programa: str, promo_id: int, batch: CodeBatch) -> int:
     """Insert the codes the promotion lacks; how many went in. One statement."""
+    conn = uow.conn
     given = (
         func.unnest(literal(list(batch.codigos), ARRAY(Text)))
         .table_valued("codigo")
@@ -110,11 +110,11 @@ def deposit_codes(
     the inventory after."""
     programa = program_id(programa, "programa")
     with UnitOfWork(engine) as uow:
-        row = _find_promo(uow.conn, programa, ref, campo)
+        row = _find_promo(uow, programa, ref, campo)
         promo = PromoResumen(id=row.id, nombre=row.nombre, estado=EstadoPromo(row.estado))
         check_admite_codigos(promo.nombre, promo.estado)
-        agregados = _insert_new(uow.conn, programa, promo.id, batch)
-        inventario = promo_inventory(uow.conn, promo.id)
+        agregados = _insert_new(uow, programa, promo.id, batch)
+        inventario = promo_inventory(uow, promo.id)
         uow.commit()
     recibidos = len(batch.codigos)
     return DepositResult(

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import date
 from typing import Any
 
-from sqlalchemy import Connection, Engine, Label, Select, func, select
+from sqlalchemy import Engine, Label, Select, func, select
 
 from loyalty_grpc.domain.codes import admite_codigos
 from loyalty_grpc.domain.promos import EstadoCodigo, EstadoPromo
@@ -67,8 +67,9 @@ def _inventario(row: object) -> Inventario:
     return Inventario(**{name: int(getattr(row, name)) for name in _COUNTED})
 
 
-def promo_inventory(conn: Connection, promo_id: int) -> Inventario:
+def promo_inventory(uow: UnitOfWork, promo_id: int) -> Inventario:
     """The inventory of one promotion, as this transaction sees it."""
+    conn = uow.conn
     return _inventario(conn.execute(select(*_counts(promo_id))).one())
 
 

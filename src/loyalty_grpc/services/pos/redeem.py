@@ -34,7 +34,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import Connection, Engine, any_, bindparam, select, update
+from sqlalchemy import Engine, any_, bindparam, select, update
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.types import Text
 
@@ -163,7 +163,7 @@ def redeem_codes(
     for index, texto in enumerate(normalised):
         check_length(texto, "codigos", index)
     with UnitOfWork(engine) as uow:
-        outcomes = _redeem(uow.conn, caller, normalised, redemption)
+        outcomes = _redeem(uow, caller, normalised, redemption)
         uow.commit()
     return BatchResult(
         resumen=summarize([paso for paso, _ in outcomes]),
@@ -172,11 +172,12 @@ def redeem_codes(
 
 
 def _lock(
-    conn: Connection, programa: str, texts: list[str]
+    uow: UnitOfWork, programa: str, texts: list[str]
 ) -> tuple[dict[str, list[Copia]], dict[int, _Row]]:
     """Lock every copy of `texts` in the program, in id order; their current states by text,
     and each copy's promotion and fan by id. The promotion's and fan's fields are scalar
     subqueries so that they are read for the row version the lock returns."""
+    conn = uow.conn
     if not texts:
         return {}, {}
     promo = select(promos.c.nombre).where(promos.c.id == codigos.c.promo_id)
@@ -216,10 +217,11 @@ def _lock(
 
 
 def _redeem(
-    conn: Connection, caller: Caller, texts: list[str], redemption: Redemption
+    uow: UnitOfWork, caller: Caller, texts: list[str], redemption: Redemption
 ) -> list[tuple[Paso, RedeemResult | None]]:
+    conn = uow.conn
     wanted = sorted({t for t in texts if could_exist(t)})
-    copias, rows = _lock(conn, caller.programa_id, wanted)
+    copias, rows = _lock(uow, caller.programa_id, wanted)
     pasos = plan(texts, copias)
     redeemed = [
         rows[p.copia] for p in pasos if p.desenlace is Desenlace.CANJEADO and p.copia is not None
