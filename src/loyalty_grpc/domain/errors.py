@@ -52,6 +52,7 @@ class CodigoError(StrEnum):
     QR_DUPLICADO = "qr_duplicado"
     PROMO_DUPLICADA = "promo_duplicada"
     TRANSICION_INVALIDA = "transicion_invalida"
+    REQUEST_ID_EN_CONFLICTO = "request_id_en_conflicto"
 
 
 @dataclass(frozen=True)
@@ -357,6 +358,15 @@ CATALOGO: dict[CodigoError, Entrada] = {
             "FAILED_PRECONDITION",
             "El cambio de estado no es válido.",
             "a back-office state change the current state does not allow",
+            interno=True,
+        ),
+        _e(
+            C.REQUEST_ID_EN_CONFLICTO,
+            422,
+            "FAILED_PRECONDITION",
+            "El request_id ya se usó con otros datos.",
+            "a back-office write's known `request_id` with a different request "
+            "(domain/requests.py)",
             interno=True,
         ),
     ]

@@ -357,6 +357,21 @@ roster_cursores = Table(
     Column("pk", BigInteger, primary_key=True),
 )
 
+# The request ids of back-office writes (domain/requests.py, store/requests.py): the
+# request's SHA-256 and the answer given, kept so that a retry is answered again. The program
+# leads the primary key (tables are to be distributed by program); no foreign key, as
+# roster_cursores. `respuesta` is NULL only inside the transaction that claimed the id.
+peticiones = Table(
+    "peticiones",
+    metadata,
+    Column("programa_id", Text, primary_key=True),
+    Column("metodo", Text, primary_key=True),
+    Column("request_id", Text, primary_key=True),
+    Column("huella", LargeBinary, nullable=False),
+    Column("respuesta", LargeBinary),
+    Column("creada", DateTime(timezone=True), nullable=False, server_default=func.now()),
+)
+
 # Balance sanity: `puntos_ok` compares cache and ledger (used by tests and `loyalty status`).
 LEDGER_MISMATCH_SQL = """
 SELECT f.pk FROM fans f
@@ -371,6 +386,7 @@ __all__ = [
     "limite_llamadas",
     "metadata",
     "movimientos",
+    "peticiones",
     "programas",
     "promos",
     "roster_cursores",

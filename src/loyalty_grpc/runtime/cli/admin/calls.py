@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 
@@ -24,6 +25,34 @@ Metadata = tuple[tuple[str, str], ...]
 Stub = pb_grpc.BackofficeServiceStub
 # One sub-command: (stub, parsed arguments, timeout, metadata) -> the response.
 Call = Callable[[Stub, argparse.Namespace, float, Metadata], Message]
+
+
+class CommandStoppedError(Exception):
+    """A command failed part-way or with its outcome unknown; `detalle` says what is done
+    and how to go on."""
+
+    def __init__(self, codigo: str, detalle: str) -> None:
+        super().__init__(f"{codigo}: {detalle}")
+        self.codigo = codigo
+        self.detalle = detalle
+
+
+def _once(a: argparse.Namespace, call: Callable[[str], Message]) -> Message:
+    """A write the server applies once per request id (domain/requests.py): `--request-id`,
+    else a new UUID. When its answer is lost (the server unreachable, the deadline passed)
+    nobody knows whether it was applied: the error gives the id to retry it with."""
+    request_id = a.request_id or str(uuid.uuid4())
+    try:
+        return call(request_id)
+    except grpc.RpcError as exc:
+        codigo, detalle = error_of(exc)
+        if codigo != CodigoError.SERVICIO_NO_DISPONIBLE.value:
+            raise
+        raise CommandStoppedError(
+            codigo,
+            f"{detalle}; the change may or may not have been made: run the same command "
+            f"again with --request-id {request_id} to make it at most once",
+        ) from exc
 
 
 def apply(stub: Stub, a: argparse.Namespace, t: float, md: Metadata) -> Message:
@@ -161,10 +190,19 @@ def fan_ledger(stub: Stub, a: argparse.Namespace, t: float, md: Metadata) -> Mes
 
 
 def points_adjust(stub: Stub, a: argparse.Namespace, t: float, md: Metadata) -> Message:
-    return stub.AdjustPoints(
-        pb.AdjustPointsRequest(programa=a.programa, fan=a.id, puntos=a.puntos, motivo=a.motivo),
-        timeout=t,
-        metadata=md,
+    return _once(
+        a,
+        lambda request_id: stub.AdjustPoints(
+            pb.AdjustPointsRequest(
+                programa=a.programa,
+                fan=a.id,
+                puntos=a.puntos,
+                motivo=a.motivo,
+                request_id=request_id,
+            ),
+            timeout=t,
+            metadata=md,
+        ),
     )
 
 
@@ -177,10 +215,15 @@ def sale_void(stub: Stub, a: argparse.Namespace, t: float, md: Metadata) -> Mess
 
 
 def code_next(stub: Stub, a: argparse.Namespace, t: float, md: Metadata) -> Message:
-    return stub.AssignNextCode(
-        pb.AssignNextCodeRequest(programa=a.programa, promo_id=a.promo, fan=a.fan),
-        timeout=t,
-        metadata=md,
+    return _once(
+        a,
+        lambda request_id: stub.AssignNextCode(
+            pb.AssignNextCodeRequest(
+                programa=a.programa, promo_id=a.promo, fan=a.fan, request_id=request_id
+            ),
+            timeout=t,
+            metadata=md,
+        ),
     )
 
 

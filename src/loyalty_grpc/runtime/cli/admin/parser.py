@@ -185,6 +185,7 @@ def _code_commands(sub: _Sub[argparse.ArgumentParser]) -> None:
     _programa(p)
     p.add_argument("--promo", type=_int_bits(32), required=True, help="promotion id")
     p.add_argument("--fan", required=True, help="Fan ID")
+    _request_id(p)
     p = _command(
         sub,
         "import",
@@ -195,6 +196,14 @@ def _code_commands(sub: _Sub[argparse.ArgumentParser]) -> None:
     _programa(p)
     p.add_argument("promo", type=_int_bits(32), help="promotion id")
     p.add_argument("file")
+
+
+def _request_id(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--request-id",
+        help="made at most once per id (default: a new one); the id an error gave, to retry "
+        "a command whose answer was lost",
+    )
 
 
 def _points_commands(sub: _Sub[argparse.ArgumentParser]) -> None:
@@ -208,6 +217,7 @@ def _points_commands(sub: _Sub[argparse.ArgumentParser]) -> None:
     # A negative number is a value here, not an option (argparse: no option looks like one).
     p.add_argument("--puntos", type=_int_bits(64), required=True, help="points, + credit, - debit")
     p.add_argument("--motivo", required=True, help="why (kept in the ledger entry)")
+    _request_id(p)
 
 
 def _sale_commands(sub: _Sub[argparse.ArgumentParser]) -> None:
