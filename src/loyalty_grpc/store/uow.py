@@ -1,6 +1,7 @@
 """Unit of work: one connection and one transaction, owned by the caller; rolls back
-unless committed. Back-office use cases take its `conn` and never commit: the caller
-decides what one transaction holds (`run_in_uow`: one use case alone)."""
+unless committed. Back-office use cases take the unit of work, pass its `conn` to the store
+functions and never commit: the caller decides what one transaction holds (`run_in_uow`:
+one use case alone)."""
 
 from __future__ import annotations
 
@@ -34,6 +35,11 @@ class UnitOfWork:
         if self._conn is None:
             raise RuntimeError("UnitOfWork used outside its `with` block")
         return self._conn
+
+    def reads_snapshot(self) -> bool:
+        """Whether this unit of work reads one snapshot: opened on `snapshot(engine)` (or
+        SERIALIZABLE). No round trip."""
+        return reads_snapshot(self.conn)
 
     def __enter__(self) -> UnitOfWork:
         self._conn = self._engine.connect()

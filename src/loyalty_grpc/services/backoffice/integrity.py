@@ -1,26 +1,9 @@
-"""Unique-index violations, told apart by the index's name (the concurrent case that a
-pre-check cannot see: both writers checked before either committed)."""
+"""The IntegrityError translation, now in store/integrity.py: still importable from here
+for the back-office modules that catch the exception themselves until their SQL moves
+to store/ (promos.py). Remove this module when nothing imports it."""
 
 from __future__ import annotations
 
-from sqlalchemy.exc import IntegrityError
+from loyalty_grpc.store.integrity import translate, violated_constraint
 
-from loyalty_grpc.domain.errors import CodigoError, LoyaltyError
-
-
-def violated_constraint(exc: IntegrityError) -> str | None:
-    """The name of the constraint or unique index PostgreSQL reports as violated."""
-    diag = getattr(exc.orig, "diag", None)
-    name = getattr(diag, "constraint_name", None)
-    return name if isinstance(name, str) else None
-
-
-def translate(exc: IntegrityError, by_constraint: dict[str, LoyaltyError]) -> LoyaltyError:
-    """The domain error for a known unique index; an unknown violation is a bug
-    (error_interno, chained to the original for the logs)."""
-    name = violated_constraint(exc)
-    if name is not None and name in by_constraint:
-        return by_constraint[name]
-    error = LoyaltyError(CodigoError.ERROR_INTERNO, "violación de integridad inesperada")
-    error.__cause__ = exc
-    return error
+__all__ = ["translate", "violated_constraint"]
