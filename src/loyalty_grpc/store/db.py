@@ -9,10 +9,6 @@ from typing import TypeAlias
 from sqlalchemy import Engine, create_engine
 from sqlalchemy.engine import URL, make_url
 
-# The database as the use cases see it (services/ imports no sqlalchemy): the handle they
-# pass to store/ functions (the POS hot paths' autocommit statements) and to a UnitOfWork.
-Database = Engine
-
 # libpq's multi-host form, `postgresql://user@h1:5432,h2:5432/loyalty?...` (several
 # HOST[:PORT] before the path), which SQLAlchemy's URL parser does not read.
 _MULTI_HOST = re.compile(
