@@ -26,7 +26,7 @@ from loyalty_grpc.domain.errors import CodigoError, LoyaltyError
 from loyalty_grpc.domain.programs import program_id
 from loyalty_grpc.domain.promos import EstadoCodigo, EstadoPromo
 from loyalty_grpc.services.backoffice.lookups import require_program
-from loyalty_grpc.services.pos.promos import Inventario, promo_inventory
+from loyalty_grpc.store.promos import Inventario, promo_inventory
 from loyalty_grpc.store.tables import codigos, promos
 from loyalty_grpc.store.uow import UnitOfWork
 
@@ -114,7 +114,7 @@ def deposit_codes(
         promo = PromoResumen(id=row.id, nombre=row.nombre, estado=EstadoPromo(row.estado))
         check_admite_codigos(promo.nombre, promo.estado)
         agregados = _insert_new(uow, programa, promo.id, batch)
-        inventario = promo_inventory(uow, promo.id)
+        inventario = promo_inventory(uow.conn, promo.id)
         uow.commit()
     recibidos = len(batch.codigos)
     return DepositResult(
