@@ -14,11 +14,10 @@ from datetime import date
 from typing import Any
 
 from sqlalchemy import Connection, Label, Row, Select, func, insert, select, update
-from sqlalchemy.exc import IntegrityError
 
 from loyalty_grpc.domain.errors import LoyaltyError
 from loyalty_grpc.domain.promos import EstadoCodigo, EstadoPromo
-from loyalty_grpc.services.backoffice.integrity import translate
+from loyalty_grpc.store.integrity import translated
 from loyalty_grpc.store.tables import codigos, promos
 
 
@@ -160,10 +159,8 @@ def insert_promo(
         "vigencia_fin": vigencia_fin,
         "puntos_canje": puntos_canje,
     }
-    try:
+    with translated({"uq_promos_programa_nombre": duplicada}):
         row = conn.execute(insert(promos).values(values).returning(promos)).one()
-    except IntegrityError as exc:
-        raise translate(exc, {"uq_promos_programa_nombre": duplicada}) from exc
     return promo_info(row)
 
 
