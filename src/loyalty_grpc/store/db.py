@@ -1,10 +1,12 @@
-"""The engine: built once at start-up from a database URL."""
+"""The engine: built once at start-up from a database URL; the names its handles go by
+outside store/."""
 
 from __future__ import annotations
 
 import re
+from typing import TypeAlias
 
-from sqlalchemy import Engine, create_engine
+from sqlalchemy import Connection, Engine, create_engine
 from sqlalchemy.engine import URL, make_url
 
 # libpq's multi-host form, `postgresql://user@h1:5432,h2:5432/loyalty?...` (several
@@ -15,6 +17,12 @@ _MULTI_HOST = re.compile(
     re.DOTALL,
 )
 _HOST_PORT = re.compile(r"[A-Za-z0-9.-]+(?::[0-9]{1,5})?")
+
+# The database handles code outside store/ holds and hands to store functions without
+# importing SQLAlchemy: the engine (one per process, a pool of connections) and one of its
+# connections (with its transaction).
+Database: TypeAlias = Engine
+DatabaseConnection: TypeAlias = Connection
 
 
 def parse_url(url: str) -> URL:
