@@ -1,5 +1,5 @@
-"""The engine: built once at start-up from a database URL; the names its handles go by
-outside store/."""
+"""The engine: built once at start-up from a database URL; `Database`, the name the layers
+above store give that handle (services type it without importing sqlalchemy)."""
 
 from __future__ import annotations
 
@@ -18,11 +18,9 @@ _MULTI_HOST = re.compile(
 )
 _HOST_PORT = re.compile(r"[A-Za-z0-9.-]+(?::[0-9]{1,5})?")
 
-# The database handles code outside store/ holds and hands to store functions without
-# importing SQLAlchemy: the engine (one per process, a pool of connections) and one of its
-# connections (with its transaction).
+# The database as the use cases hold it: the engine (its pool), which they pass to store
+# functions (the hot paths' autocommit statements) or to a UnitOfWork.
 Database: TypeAlias = Engine
-DatabaseConnection: TypeAlias = Connection
 
 
 def parse_url(url: str) -> URL:
@@ -90,3 +88,8 @@ def make_engine(url: str, *, pool_size: int = 20) -> Engine:
         if "connect_timeout" in parse_url(url).query
         else {"connect_timeout": CONNECT_TIMEOUT_SECONDS},
     )
+
+
+# One of the engine's connections (with its transaction) as code outside store/ holds it
+# to hand it to store functions (the wallet's backlog reads run on the caller's).
+DatabaseConnection: TypeAlias = Connection

@@ -16,12 +16,10 @@ from typing import Any, Literal, TypeVar
 
 from sqlalchemy import (
     Column,
-    ColumnElement,
     Connection,
     Row,
     Select,
     Table,
-    Text,
     any_,
     bindparam,
     func,
@@ -32,6 +30,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects.postgresql import ARRAY, BYTEA
 
+from loyalty_grpc.store.params import text_array
 from loyalty_grpc.store.tables import claves, codigos, fans, programas, promos
 
 # Arbitrary constant identifying "a fixture apply" among PostgreSQL advisory locks.
@@ -122,7 +121,7 @@ def database_now(conn: Connection) -> datetime:
 
 def programas_for_update(conn: Connection, ids: Iterable[str]) -> dict[str, ProgramaRow]:
     """The programs of `ids` that exist, by id, locked FOR UPDATE."""
-    query = select(programas).where(programas.c.id == any_(_text_array(ids))).with_for_update()
+    query = select(programas).where(programas.c.id == any_(text_array(ids))).with_for_update()
     return _records_by(conn, query, "id", ProgramaRow)
 
 
@@ -143,7 +142,7 @@ def fans_for_update(
     UPDATE."""
     query = (
         select(fans)
-        .where(fans.c.programa_id == programa_id, fans.c.fan_id == any_(_text_array(fan_ids)))
+        .where(fans.c.programa_id == programa_id, fans.c.fan_id == any_(text_array(fan_ids)))
         .with_for_update()
     )
     return _records_by(conn, query, "fan_id", FanRow)
@@ -157,7 +156,7 @@ def promos_for_update(
     nombre = func.lower(promos.c.nombre).label("nombre_min")
     query = (
         select(promos, nombre)
-        .where(promos.c.programa_id == programa_id, nombre == any_(_text_array(lower_names)))
+        .where(promos.c.programa_id == programa_id, nombre == any_(text_array(lower_names)))
         .with_for_update()
     )
     return _records_by(conn, query, "nombre_min", PromoRow)
@@ -169,7 +168,7 @@ def codigos_for_update(
     """The promotion's codes of `codes` that exist, by code, locked FOR UPDATE."""
     query = (
         select(codigos)
-        .where(codigos.c.promo_id == promo_id, codigos.c.codigo == any_(_text_array(codes)))
+        .where(codigos.c.promo_id == promo_id, codigos.c.codigo == any_(text_array(codes)))
         .with_for_update()
     )
     return _records_by(conn, query, "codigo", CodigoRow)
@@ -181,7 +180,7 @@ def fan_pks(conn: Connection, programa_id: str, fan_ids: Iterable[str]) -> dict[
         fan_id: int(pk)
         for fan_id, pk in conn.execute(
             select(fans.c.fan_id, fans.c.pk).where(
-                fans.c.programa_id == programa_id, fans.c.fan_id == any_(_text_array(fan_ids))
+                fans.c.programa_id == programa_id, fans.c.fan_id == any_(text_array(fan_ids))
             )
         )
     }
@@ -222,11 +221,6 @@ def write_rows(
 
 
 # --- helpers --------------------------------------------------------------------------------
-
-
-def _text_array(values: Iterable[str]) -> ColumnElement[Any]:
-    """A list as one array parameter (`= ANY(:array)`), however long it is."""
-    return literal(list(values), ARRAY(Text))
 
 
 def _records_by(
