@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from typing import TypeAlias
 
-from sqlalchemy import Engine, create_engine
+from sqlalchemy import Connection, Engine, create_engine
 from sqlalchemy.engine import URL, make_url
 
 # libpq's multi-host form, `postgresql://user@h1:5432,h2:5432/loyalty?...` (several
@@ -88,3 +88,8 @@ def make_engine(url: str, *, pool_size: int = 20) -> Engine:
         if "connect_timeout" in parse_url(url).query
         else {"connect_timeout": CONNECT_TIMEOUT_SECONDS},
     )
+
+
+# One of the engine's connections (with its transaction) as code outside store/ holds it
+# to hand it to store functions (the wallet's backlog reads run on the caller's).
+DatabaseConnection: TypeAlias = Connection
