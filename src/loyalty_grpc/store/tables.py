@@ -109,8 +109,8 @@ fans = Table(
     # Roster feed: when and in which transaction an entry field last changed, and a
     # change number. Maintained by the trigger fans_cambio (see the migration). The feed
     # orders changes by (cambio_xid, pk) and serves only those below the oldest running
-    # transaction (services/pos/roster.py); cambio_seq is a plain change counter, read by no
-    # feed (ordering by it skips changes committed out of order).
+    # transaction (services/pos/roster.py, store/roster.py); cambio_seq is a plain change
+    # counter, read by no feed (ordering by it skips changes committed out of order).
     Column("actualizado", DateTime(timezone=True), nullable=False, server_default=func.now()),
     Column(
         "cambio_xid",

@@ -12,8 +12,8 @@ from loyalty_grpc.domain.errors import CodigoError, LoyaltyError
 from loyalty_grpc.domain.fans import canonical_fan_id
 from loyalty_grpc.domain.programs import program_id
 from loyalty_grpc.domain.promos import EstadoCodigo, EstadoFan, check_transicion_codigo
-from loyalty_grpc.services.backoffice.lookups import require_fan, require_promo
 from loyalty_grpc.store import codes as codes_store
+from loyalty_grpc.store import lookups
 from loyalty_grpc.store.codes import CodigoInfo, LockedCode
 from loyalty_grpc.store.uow import UnitOfWork
 
@@ -21,7 +21,7 @@ __all__ = ["CodigoInfo", "assign_code", "assign_next_code", "release_code"]
 
 
 def _locked_code(uow: UnitOfWork, programa: str, promo_id: int, codigo: str) -> LockedCode:
-    require_promo(uow, programa, promo_id)
+    lookups.require_promo(uow.conn, programa, promo_id)
     code = codes_store.lock_code(uow.conn, promo_id, codigo)
     if code is None:
         raise LoyaltyError(
@@ -39,7 +39,7 @@ def assign_code(
     codigo = normalize_code(codigo)
     fid = canonical_fan_id(fan_id, "fan")
     code = _locked_code(uow, programa, promo_id, codigo)
-    fan = require_fan(uow, programa, fid, lock=True)
+    fan = lookups.require_fan(uow.conn, programa, fid, lock=True)
     if fan.estado != EstadoFan.ACTIVO:
         raise LoyaltyError(CodigoError.FAN_NO_ENCONTRADO, f"fan: {shown(fid)} está de baja")
     check_transicion_codigo(codigo, code.estado, EstadoCodigo.ASIGNADO)
@@ -64,8 +64,8 @@ def assign_next_code(uow: UnitOfWork, programa: str, promo_id: int, fan_id: str)
     code asked for, the next available one, does not exist)."""
     programa = program_id(programa, "programa")
     fid = canonical_fan_id(fan_id, "fan")
-    require_promo(uow, programa, promo_id)
-    fan = require_fan(uow, programa, fid, lock=True)
+    lookups.require_promo(uow.conn, programa, promo_id)
+    fan = lookups.require_fan(uow.conn, programa, fid, lock=True)
     if fan.estado != EstadoFan.ACTIVO:
         raise LoyaltyError(CodigoError.FAN_NO_ENCONTRADO, f"fan: {shown(fid)} está de baja")
     code_pk = codes_store.lock_next_available(uow.conn, promo_id)

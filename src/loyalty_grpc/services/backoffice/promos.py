@@ -17,7 +17,7 @@ from loyalty_grpc.domain.promos import (
     promo_name,
 )
 from loyalty_grpc.domain.text import multi_line
-from loyalty_grpc.services.backoffice.lookups import require_program, require_promo
+from loyalty_grpc.store import lookups
 from loyalty_grpc.store import promos as promos_store
 from loyalty_grpc.store.promos import PromoInfo
 from loyalty_grpc.store.uow import UnitOfWork
@@ -48,7 +48,7 @@ def create_promo(
     nuevo = parse_estado_promo(estado) if estado.strip() else EstadoPromo.ACTIVA
     fin = parse_fecha(vigencia_fin)
     puntos_canje = check_puntos_canje(puntos_canje)
-    require_program(uow, programa)
+    lookups.require_program(uow.conn, programa)
     if promos_store.name_taken(uow.conn, programa, nombre):
         raise _duplicada(nombre)
     return promos_store.insert_promo(
@@ -79,7 +79,7 @@ def update_promo(
     fin = None if vigencia_fin is None else parse_fecha(vigencia_fin)
     puntos = None if puntos_canje is None else check_puntos_canje(puntos_canje)
     texto = None if descripcion is None else multi_line(descripcion, "descripcion")
-    current = require_promo(uow, programa, promo_id, lock=True)
+    current = lookups.require_promo(uow.conn, programa, promo_id, lock=True)
     if nuevo is not None:
         check_transicion_promo(current.nombre, EstadoPromo(current.estado), nuevo)
     if nuevo is None and fin is None and puntos is None and texto is None:

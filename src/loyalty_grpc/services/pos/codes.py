@@ -17,8 +17,8 @@ from loyalty_grpc.domain.codes import CodeBatch, PromoRef, check_admite_codigos
 from loyalty_grpc.domain.detalle import shown
 from loyalty_grpc.domain.errors import CodigoError, LoyaltyError
 from loyalty_grpc.domain.programs import program_id
-from loyalty_grpc.services.backoffice.lookups import require_program
 from loyalty_grpc.store import codes as codes_store
+from loyalty_grpc.store import lookups
 from loyalty_grpc.store.codes import PromoResumen
 from loyalty_grpc.store.db import Database
 from loyalty_grpc.store.promos import Inventario, promo_inventory
@@ -45,7 +45,7 @@ def _find_promo(uow: UnitOfWork, programa: str, ref: PromoRef, campo: str) -> Pr
     if promo is None and ref.nombre is not None:
         promo = codes_store.promo_by_name_for_share(uow.conn, programa, ref.nombre)
     if promo is None:
-        require_program(uow, programa)  # programa_no_encontrado first (back office)
+        lookups.require_program(uow.conn, programa)  # programa_no_encontrado first (back office)
         named = shown(ref.nombre) if ref.nombre is not None else str(ref.id)
         raise LoyaltyError(
             CodigoError.PROMO_NO_ENCONTRADA, f"{campo}: el programa no tiene la promoción {named}"
