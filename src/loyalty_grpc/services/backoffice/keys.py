@@ -22,8 +22,8 @@ from loyalty_grpc.store.keys import ClaveInfo
 from loyalty_grpc.store.uow import UnitOfWork
 
 __all__ = [
-    "ClaveEmitida",
     "ClaveInfo",
+    "IssuedClave",
     "authenticate",
     "issue_key",
     "list_keys",
@@ -33,7 +33,7 @@ __all__ = [
 
 
 @dataclass(frozen=True)
-class ClaveEmitida:
+class IssuedClave:
     info: ClaveInfo
     # The secret, returned this once.
     clave: str = field(repr=False)
@@ -53,7 +53,7 @@ def parse_modo(text: str, campo: str = "modo") -> Modo:
 
 def issue_key(
     uow: UnitOfWork, programa: str, integracion: str, modo: str, permisos: Iterable[str]
-) -> ClaveEmitida:
+) -> IssuedClave:
     """A new key of the program for the integration, with those permissions; the secret
     is in the result and nowhere else."""
     programa = program_id(programa, "programa")
@@ -71,7 +71,7 @@ def issue_key(
         permisos=names,
         sufijo=suffix(clave),
     )
-    return ClaveEmitida(info, clave)
+    return IssuedClave(info, clave)
 
 
 def list_keys(uow: UnitOfWork, programa: str) -> list[ClaveInfo]:

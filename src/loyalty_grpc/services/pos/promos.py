@@ -14,11 +14,11 @@ from loyalty_grpc.store.db import Database
 from loyalty_grpc.store.promos import Inventario
 from loyalty_grpc.store.uow import UnitOfWork
 
-__all__ = ["Inventario", "PromoListada", "list_promos"]
+__all__ = ["Inventario", "ListedPromo", "list_promos"]
 
 
 @dataclass(frozen=True)
-class PromoListada:
+class ListedPromo:
     id: int
     nombre: str
     estado: EstadoPromo
@@ -27,12 +27,12 @@ class PromoListada:
     inventario: Inventario
 
 
-def list_promos(engine: Database, programa: str) -> list[PromoListada]:
+def list_promos(engine: Database, programa: str) -> list[ListedPromo]:
     """Every promotion of the program, by id, with its inventory."""
     with UnitOfWork(engine) as uow:
         listed = promos_store.list_promos(uow.conn, programa)
     return [
-        PromoListada(
+        ListedPromo(
             id=p.id,
             nombre=p.nombre,
             estado=p.estado,

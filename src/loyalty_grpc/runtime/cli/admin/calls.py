@@ -60,18 +60,18 @@ def apply(stub: Stub, a: argparse.Namespace, t: float, md: Metadata) -> Message:
     return stub.ApplyFixture(pb.ApplyFixtureRequest(fixture_json=text), timeout=t, metadata=md)
 
 
-def program_upsert(stub: Stub, a: argparse.Namespace, t: float, md: Metadata) -> Message:
+def upsert_program(stub: Stub, a: argparse.Namespace, t: float, md: Metadata) -> Message:
     program = pb.Program(
         id=a.id, nombre=a.nombre, tasa_puntos=a.tasa, qr_url=a.qr_url, moneda=a.moneda
     )
     return stub.UpsertProgram(pb.UpsertProgramRequest(program=program), timeout=t, metadata=md)
 
 
-def program_list(stub: Stub, a: argparse.Namespace, t: float, md: Metadata) -> Message:
+def list_programs(stub: Stub, a: argparse.Namespace, t: float, md: Metadata) -> Message:
     return stub.ListPrograms(pb.ListProgramsRequest(), timeout=t, metadata=md)
 
 
-def key_issue(stub: Stub, a: argparse.Namespace, t: float, md: Metadata) -> Message:
+def issue_key(stub: Stub, a: argparse.Namespace, t: float, md: Metadata) -> Message:
     permisos = [n for item in a.permisos for n in item.replace(",", " ").split()]
     return stub.IssueKey(
         pb.IssueKeyRequest(
@@ -85,15 +85,15 @@ def key_issue(stub: Stub, a: argparse.Namespace, t: float, md: Metadata) -> Mess
     )
 
 
-def key_list(stub: Stub, a: argparse.Namespace, t: float, md: Metadata) -> Message:
+def list_keys(stub: Stub, a: argparse.Namespace, t: float, md: Metadata) -> Message:
     return stub.ListKeys(pb.ListKeysRequest(programa=a.programa), timeout=t, metadata=md)
 
 
-def key_revoke(stub: Stub, a: argparse.Namespace, t: float, md: Metadata) -> Message:
+def revoke_key(stub: Stub, a: argparse.Namespace, t: float, md: Metadata) -> Message:
     return stub.RevokeKey(pb.RevokeKeyRequest(id=a.id), timeout=t, metadata=md)
 
 
-def fan_register(stub: Stub, a: argparse.Namespace, t: float, md: Metadata) -> Message:
+def register_fan(stub: Stub, a: argparse.Namespace, t: float, md: Metadata) -> Message:
     return stub.RegisterFan(
         pb.RegisterFanRequest(
             programa=a.programa,
@@ -114,7 +114,7 @@ def _given(a: argparse.Namespace, *names: str) -> dict[str, object]:
     return {n: getattr(a, n) for n in names if getattr(a, n) is not None}
 
 
-def fan_update(stub: Stub, a: argparse.Namespace, t: float, md: Metadata) -> Message:
+def update_fan(stub: Stub, a: argparse.Namespace, t: float, md: Metadata) -> Message:
     fields = _given(a, "nombre", "correo", "socio_desde", "temporadas", "qr_token")
     return stub.UpdateFan(
         pb.UpdateFanRequest(programa=a.programa, id=a.id, **fields),  # type: ignore[arg-type]
@@ -123,11 +123,11 @@ def fan_update(stub: Stub, a: argparse.Namespace, t: float, md: Metadata) -> Mes
     )
 
 
-def fan_get(stub: Stub, a: argparse.Namespace, t: float, md: Metadata) -> Message:
+def get_fan(stub: Stub, a: argparse.Namespace, t: float, md: Metadata) -> Message:
     return stub.GetFan(pb.GetFanRequest(programa=a.programa, id=a.id), timeout=t, metadata=md)
 
 
-def fan_baja(stub: Stub, a: argparse.Namespace, t: float, md: Metadata) -> Message:
+def deactivate_fan(stub: Stub, a: argparse.Namespace, t: float, md: Metadata) -> Message:
     return stub.DeactivateFan(
         pb.DeactivateFanRequest(programa=a.programa, id=a.id, motivo=a.motivo),
         timeout=t,
@@ -135,13 +135,13 @@ def fan_baja(stub: Stub, a: argparse.Namespace, t: float, md: Metadata) -> Messa
     )
 
 
-def fan_reactivate(stub: Stub, a: argparse.Namespace, t: float, md: Metadata) -> Message:
+def reactivate_fan(stub: Stub, a: argparse.Namespace, t: float, md: Metadata) -> Message:
     return stub.ReactivateFan(
         pb.ReactivateFanRequest(programa=a.programa, id=a.id), timeout=t, metadata=md
     )
 
 
-def promo_create(stub: Stub, a: argparse.Namespace, t: float, md: Metadata) -> Message:
+def create_promo(stub: Stub, a: argparse.Namespace, t: float, md: Metadata) -> Message:
     return stub.CreatePromo(
         pb.CreatePromoRequest(
             programa=a.programa,
@@ -156,7 +156,7 @@ def promo_create(stub: Stub, a: argparse.Namespace, t: float, md: Metadata) -> M
     )
 
 
-def promo_update(stub: Stub, a: argparse.Namespace, t: float, md: Metadata) -> Message:
+def update_promo(stub: Stub, a: argparse.Namespace, t: float, md: Metadata) -> Message:
     fields = _given(a, "estado", "vigencia_fin", "puntos_canje", "descripcion")
     if "estado" in fields:
         fields["estado"] = PROMO_STATE.number(a.estado)
@@ -167,7 +167,7 @@ def promo_update(stub: Stub, a: argparse.Namespace, t: float, md: Metadata) -> M
     )
 
 
-def code_assign(stub: Stub, a: argparse.Namespace, t: float, md: Metadata) -> Message:
+def assign_code(stub: Stub, a: argparse.Namespace, t: float, md: Metadata) -> Message:
     return stub.AssignCode(
         pb.AssignCodeRequest(programa=a.programa, promo_id=a.promo, codigo=a.codigo, fan=a.fan),
         timeout=t,
@@ -175,7 +175,7 @@ def code_assign(stub: Stub, a: argparse.Namespace, t: float, md: Metadata) -> Me
     )
 
 
-def code_release(stub: Stub, a: argparse.Namespace, t: float, md: Metadata) -> Message:
+def release_code(stub: Stub, a: argparse.Namespace, t: float, md: Metadata) -> Message:
     return stub.ReleaseCode(
         pb.ReleaseCodeRequest(programa=a.programa, promo_id=a.promo, codigo=a.codigo),
         timeout=t,
@@ -183,13 +183,13 @@ def code_release(stub: Stub, a: argparse.Namespace, t: float, md: Metadata) -> M
     )
 
 
-def fan_ledger(stub: Stub, a: argparse.Namespace, t: float, md: Metadata) -> Message:
+def get_ledger(stub: Stub, a: argparse.Namespace, t: float, md: Metadata) -> Message:
     return stub.GetLedger(
         pb.GetLedgerRequest(programa=a.programa, fan=a.id), timeout=t, metadata=md
     )
 
 
-def points_adjust(stub: Stub, a: argparse.Namespace, t: float, md: Metadata) -> Message:
+def adjust_points(stub: Stub, a: argparse.Namespace, t: float, md: Metadata) -> Message:
     return _once(
         a,
         lambda request_id: stub.AdjustPoints(
@@ -206,7 +206,7 @@ def points_adjust(stub: Stub, a: argparse.Namespace, t: float, md: Metadata) -> 
     )
 
 
-def sale_void(stub: Stub, a: argparse.Namespace, t: float, md: Metadata) -> Message:
+def void_sale(stub: Stub, a: argparse.Namespace, t: float, md: Metadata) -> Message:
     return stub.VoidSale(
         pb.VoidSaleRequest(programa=a.programa, folio=a.folio, motivo=a.motivo),
         timeout=t,
@@ -214,7 +214,7 @@ def sale_void(stub: Stub, a: argparse.Namespace, t: float, md: Metadata) -> Mess
     )
 
 
-def code_next(stub: Stub, a: argparse.Namespace, t: float, md: Metadata) -> Message:
+def assign_next_code(stub: Stub, a: argparse.Namespace, t: float, md: Metadata) -> Message:
     return _once(
         a,
         lambda request_id: stub.AssignNextCode(

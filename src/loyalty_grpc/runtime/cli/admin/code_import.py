@@ -97,7 +97,7 @@ class _ImportProgress:
         )
 
 
-def code_import(stub: Stub, a: argparse.Namespace, t: float, md: Metadata) -> Message:
+def import_codes(stub: Stub, a: argparse.Namespace, t: float, md: Metadata) -> Message:
     """Streams the file: reads it in pieces, splits it like pasted text and deposits
     MAX_CODES_PER_CALL codes per call, never holding the whole file. Each call commits
     on its own and deposits are idempotent, so running the command again resumes."""
