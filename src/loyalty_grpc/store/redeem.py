@@ -3,12 +3,12 @@ writes the same columns whichever form asks for it (the code's state, the POS's 
 terminal, the key, the server's time) and credits through the ledger's CTEs
 (store/ledger.py) in the same round trip.
 
-What is redeemed (`Eleccion`):
-- `Texto`, the single form, the cashier's hot path: the statement locks every copy of the
+What is redeemed (`Choice`):
+- `ByText`, the single form, the cashier's hot path: the statement locks every copy of the
   text in the program (in id order, as every redemption does), chooses the copy by the
   domain's order of preference (domain/redeem.py PREFERENCIA, then the oldest) and redeems
   it if it is `asignado`: one autocommit round trip (store/autocommit.py), atomic.
-- `Copias`, a batch: the copies the domain's rules chose (domain/redeem.plan) after
+- `ByCopies`, a batch: the copies the domain's rules chose (domain/redeem.plan) after
   `lock_copies` locked every copy of the batch's texts in the caller's transaction; the
   statement redeems those still `asignado` (all of them: they are locked).
 
@@ -41,27 +41,27 @@ from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.types import Text
 
 from loyalty_grpc.domain.promos import EstadoCodigo
-from loyalty_grpc.domain.redeem import PREFERENCIA, Copia
+from loyalty_grpc.domain.redeem import PREFERENCIA, Copy
 from loyalty_grpc.store.autocommit import fetch_all
 from loyalty_grpc.store.ledger import Motivo, move_ctes
 from loyalty_grpc.store.tables import codigos, fans, promos
 
 
 @dataclass(frozen=True)
-class Texto:
+class ByText:
     """The single form: the text's preferred copy, chosen in the statement."""
 
     codigo: str  # normalised (domain/codes.code_text)
 
 
 @dataclass(frozen=True)
-class Copias:
+class ByCopies:
     """A batch: these copies (ids), already locked in the caller's transaction."""
 
     ids: tuple[int, ...]
 
 
-Eleccion = Texto | Copias
+Choice = ByText | ByCopies
 
 _POR_TEXTO = """
 copias AS (
@@ -125,7 +125,7 @@ class RedeemRow:
     promo: str
     puntos_canje: int
     correo: str
-    acreditados: int
+    credited: int
 
 
 @dataclass(frozen=True)
@@ -149,10 +149,10 @@ def _rows(db: Db, sql: str, params: Mapping[str, object]) -> Sequence[Sequence[A
     return db.exec_driver_sql(sql, dict(params)).all()
 
 
-def redeem(db: Db, values: RedeemValues, eleccion: Eleccion) -> list[RedeemRow]:
+def redeem(db: Db, values: RedeemValues, eleccion: Choice) -> list[RedeemRow]:
     """Redeem what `eleccion` names (module doc): one row per chosen copy, in id order (none
-    when the program has no copy of the text, or `Copias` is empty). The single form
-    (`Texto`) runs on an Engine, a batch (`Copias`) in the caller's transaction."""
+    when the program has no copy of the text, or `ByCopies` is empty). The single form
+    (`ByText`) runs on an Engine, a batch (`ByCopies`) in the caller's transaction."""
     params: dict[str, object] = {
         "programa": values.programa,
         "ts": values.ts,
@@ -163,7 +163,7 @@ def redeem(db: Db, values: RedeemValues, eleccion: Eleccion) -> list[RedeemRow]:
         "motivo": Motivo.CANJE.value,
         "nota": "",
     }
-    if isinstance(eleccion, Texto):
+    if isinstance(eleccion, ByText):
         sql = REDEEM_TEXT
         params |= {"codigo": eleccion.codigo, "preferencia": list(PREFERENCIA)}
     elif eleccion.ids:
@@ -178,9 +178,9 @@ def redeem(db: Db, values: RedeemValues, eleccion: Eleccion) -> list[RedeemRow]:
             promo=promo,
             puntos_canje=int(puntos_canje),
             correo=correo or "",
-            acreditados=int(acreditados),
+            credited=int(credited),
         )
-        for copia, estado, promo, puntos_canje, correo, acreditados in _rows(db, sql, params)
+        for copia, estado, promo, puntos_canje, correo, credited in _rows(db, sql, params)
     ]
 
 
@@ -197,7 +197,7 @@ class Locked:
 
 def lock_copies(
     conn: Connection, programa: str, texts: Collection[str]
-) -> tuple[dict[str, list[Copia]], dict[int, Locked]]:
+) -> tuple[dict[str, list[Copy]], dict[int, Locked]]:
     """A batch's first step: lock every copy of `texts` in the program, in id order, in the
     caller's transaction (one round trip). Their current states by text, and each copy's
     promotion and fan by id. The promotion's and fan's fields are scalar subqueries so that
@@ -226,10 +226,10 @@ def lock_copies(
         # checks of rows that merely reference the code (the ledger entry).
         .with_for_update(of=codigos, key_share=True)
     ).all()
-    copias: dict[str, list[Copia]] = {}
+    copias: dict[str, list[Copy]] = {}
     locked: dict[int, Locked] = {}
     for row in rows:
-        copias.setdefault(row.codigo, []).append(Copia(row.id, EstadoCodigo(row.estado)))
+        copias.setdefault(row.codigo, []).append(Copy(row.id, EstadoCodigo(row.estado)))
         locked[row.id] = Locked(
             id=row.id,
             fan_pk=row.fan_pk,

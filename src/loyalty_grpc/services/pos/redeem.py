@@ -13,7 +13,7 @@ to PostgreSQL's row locks:
 2. Decide every outcome with the pure rules of domain/redeem.py (state table, choice among
    copies, repeats in a batch) on the locked, current states.
 3. Redeem the chosen `asignado` copies and credit their points (store/redeem.redeem with
-   `Copias`: one statement, the ledger's CTEs, fans locked in pk order).
+   `ByCopies`: one statement, the ledger's CTEs, fans locked in pk order).
 4. Only when some code had been redeemed before this call: read what those redemptions
    credited (store/redeem.credited_by_redemptions, one statement), for their
    `puntos_acreditados`. It runs after the lock, so it sees the ledger entry of a
@@ -40,10 +40,10 @@ from loyalty_grpc.domain.codes import code_text
 from loyalty_grpc.domain.errors import CodigoError, LoyaltyError
 from loyalty_grpc.domain.promos import EstadoCodigo
 from loyalty_grpc.domain.redeem import (
-    Copia,
-    Desenlace,
-    Paso,
+    Copy,
+    Outcome,
     Resumen,
+    Step,
     check_batch_size,
     check_length,
     could_exist,
@@ -52,9 +52,9 @@ from loyalty_grpc.domain.redeem import (
 )
 from loyalty_grpc.store.db import Database
 from loyalty_grpc.store.redeem import (
-    Copias,
+    ByCopies,
+    ByText,
     RedeemValues,
-    Texto,
     credited_by_redemptions,
     lock_copies,
     redeem,
@@ -118,22 +118,22 @@ def redeem_code(
     """The single form: the result, or the code's error raised (404/409)."""
     texto = code_text(codigo)
     check_length(texto, "codigo")
-    rows = redeem(engine, _values(caller, redemption), Texto(texto)) if could_exist(texto) else []
-    copias = {texto: [Copia(row.copia, row.estado) for row in rows]} if rows else {}
-    paso = plan([texto], copias)[0]
-    falla = paso.falla()
-    if falla is not None:
-        raise falla
+    rows = redeem(engine, _values(caller, redemption), ByText(texto)) if could_exist(texto) else []
+    copias = {texto: [Copy(row.copia, row.estado) for row in rows]} if rows else {}
+    step = plan([texto], copias)[0]
+    failure = step.failure()
+    if failure is not None:
+        raise failure
     row = rows[0]
-    nuevo = paso.desenlace is Desenlace.CANJEADO
+    nuevo = step.outcome is Outcome.CANJEADO
     return RedeemResult(
         codigo=texto,
         duplicado=not nuevo,
         promo=row.promo,
         correo=row.correo,
-        puntos_otorgados=row.acreditados,
+        puntos_otorgados=row.credited,
         puntos_acreditados=(
-            row.acreditados if nuevo else credited_by_redemptions(engine, [row.copia])[row.copia]
+            row.credited if nuevo else credited_by_redemptions(engine, [row.copia])[row.copia]
         ),
     )
 
@@ -152,42 +152,42 @@ def redeem_codes(
         outcomes = _redeem(uow, caller, normalised, redemption)
         uow.commit()
     return BatchResult(
-        resumen=summarize([paso for paso, _ in outcomes]),
-        resultados=tuple(CodeResult(paso.codigo, result, paso.error) for paso, result in outcomes),
+        resumen=summarize([step for step, _ in outcomes]),
+        resultados=tuple(CodeResult(step.codigo, result, step.error) for step, result in outcomes),
     )
 
 
 def _redeem(
     uow: UnitOfWork, caller: Caller, texts: list[str], redemption: Redemption
-) -> list[tuple[Paso, RedeemResult | None]]:
+) -> list[tuple[Step, RedeemResult | None]]:
     copias, locked = lock_copies(uow.conn, caller.programa_id, {t for t in texts if could_exist(t)})
-    pasos = plan(texts, copias)
-    chosen = [p.copia for p in pasos if p.desenlace is Desenlace.CANJEADO and p.copia is not None]
-    redeemed = redeem(uow.conn, _values(caller, redemption), Copias(tuple(chosen)))
+    steps = plan(texts, copias)
+    chosen = [p.copia for p in steps if p.outcome is Outcome.CANJEADO and p.copia is not None]
+    redeemed = redeem(uow.conn, _values(caller, redemption), ByCopies(tuple(chosen)))
     if sorted(r.copia for r in redeemed if r.estado is EstadoCodigo.ASIGNADO) != sorted(chosen):
         # the copies are locked: cannot happen
         raise LoyaltyError(CodigoError.ERROR_INTERNO, "canje: el estado cambió bajo bloqueo")
     # What this call credits, by copy: the copies it redeems.
-    credited = {r.copia: r.acreditados for r in redeemed}
+    credited = {r.copia: r.credited for r in redeemed}
     before = {
         p.copia
-        for p in pasos
-        if p.desenlace is Desenlace.DUPLICADO and p.copia is not None and p.copia not in credited
+        for p in steps
+        if p.outcome is Outcome.DUPLICADO and p.copia is not None and p.copia not in credited
     }
     credited |= credited_by_redemptions(uow.conn, before)
-    outcomes: list[tuple[Paso, RedeemResult | None]] = []
-    for paso in pasos:
+    outcomes: list[tuple[Step, RedeemResult | None]] = []
+    for step in steps:
         result = None
-        if paso.error is None and paso.copia is not None:
-            row = locked[paso.copia]
-            nuevo = paso.desenlace is Desenlace.CANJEADO
+        if step.error is None and step.copia is not None:
+            row = locked[step.copia]
+            nuevo = step.outcome is Outcome.CANJEADO
             result = RedeemResult(
-                codigo=paso.codigo,
+                codigo=step.codigo,
                 duplicado=not nuevo,
                 promo=row.promo,
                 correo=row.correo,
                 puntos_otorgados=credited[row.id] if nuevo else 0,
                 puntos_acreditados=credited[row.id],
             )
-        outcomes.append((paso, result))
+        outcomes.append((step, result))
     return outcomes
