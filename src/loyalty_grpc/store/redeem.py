@@ -82,11 +82,15 @@ elegida AS (
 )"""
 
 
-def _statement(eleccion: str, *, one_fan: bool) -> str:
+def _statement(choice: str, *, one_fan: bool) -> str:
     """Redeem the `asignado` rows of the CTE `elegida` (id, estado, fan_pk, promo_id),
-    credit them, and read each chosen copy as it was with what this statement credited."""
+    credit them, and read each chosen copy as it was with what this statement credited:
+    its promotion's points when it was `asignado` and the key is live (an `asignado` code
+    has a fan: the check fan_si_entregado), read in the statement's snapshot as `quemada`
+    reads them. Not a join on `quemada`: reading a data-modifying CTE's rows again cost
+    the single form 4 % (docs/performance.md)."""
     return f"""
-WITH {eleccion}, quemada AS (
+WITH {choice}, quemada AS (
   UPDATE codigos SET estado = '{EstadoCodigo.CANJEADO.value}', canjeado_en = %(ts)s,
          canje_terminal = %(terminal)s, canje_clave_id = %(clave_id)s,
          canje_registrado = %(ahora)s
@@ -99,12 +103,11 @@ WITH {eleccion}, quemada AS (
             NULL::integer AS venta_id, codigos.id AS codigo_id
 ), {move_ctes("quemada", one_fan=one_fan)}
 SELECT elegida.id, elegida.estado, p.nombre, p.puntos_canje, f.correo,
-       coalesce(quemada.puntos, 0)
+       CASE WHEN %(vivo)s AND elegida.estado = '{EstadoCodigo.ASIGNADO.value}'
+            THEN p.puntos_canje ELSE 0 END
 FROM elegida
 JOIN promos p ON p.id = elegida.promo_id
 LEFT JOIN fans f ON f.pk = elegida.fan_pk
-LEFT JOIN quemada ON quemada.codigo_id = elegida.id
-ORDER BY elegida.id
 """  # noqa: S608 (only constants are interpolated)
 
 
@@ -149,8 +152,8 @@ def _rows(db: Db, sql: str, params: Mapping[str, object]) -> Sequence[Sequence[A
     return db.exec_driver_sql(sql, dict(params)).all()
 
 
-def redeem(db: Db, values: RedeemValues, eleccion: Choice) -> list[RedeemRow]:
-    """Redeem what `eleccion` names (module doc): one row per chosen copy, in id order (none
+def redeem(db: Db, values: RedeemValues, choice: Choice) -> list[RedeemRow]:
+    """Redeem what `choice` names (module doc): one row per chosen copy (none
     when the program has no copy of the text, or `ByCopies` is empty). The single form
     (`ByText`) runs on an Engine, a batch (`ByCopies`) in the caller's transaction."""
     params: dict[str, object] = {
@@ -163,12 +166,12 @@ def redeem(db: Db, values: RedeemValues, eleccion: Choice) -> list[RedeemRow]:
         "motivo": Motivo.CANJE.value,
         "nota": "",
     }
-    if isinstance(eleccion, ByText):
+    if isinstance(choice, ByText):
         sql = REDEEM_TEXT
-        params |= {"codigo": eleccion.codigo, "preferencia": list(PREFERENCIA)}
-    elif eleccion.ids:
+        params |= {"codigo": choice.codigo, "preferencia": list(PREFERENCIA)}
+    elif choice.ids:
         sql = REDEEM_COPIES
-        params["ids"] = list(eleccion.ids)
+        params["ids"] = list(choice.ids)
     else:
         return []
     return [
