@@ -47,10 +47,11 @@ from decimal import (
     Overflow,
 )
 
-from loyalty_grpc.domain.detalle import shown
+from loyalty_grpc.domain.detalle import shown, shown_number, too_long
 from loyalty_grpc.domain.errors import CodigoError, LoyaltyError
 from loyalty_grpc.domain.integers import integral
 from loyalty_grpc.domain.json_value import JsonValue, json_type_name
+from loyalty_grpc.domain.programs import MONEDA_POR_OMISION
 
 MAX_CENTAVOS = 1_000_000_000
 """10,000,000.00 pesos: the largest amount of one sale (fits an int32)."""
@@ -70,20 +71,27 @@ ESPACIOS = " \u00a0\u202f"
 """What may separate the currency from the number (and a sign from either): the space, the
 no-break space and the narrow no-break space (locale formatters write the last two)."""
 _E = f"[{ESPACIOS}]*"
+# What may stand for the peso before the number (any case), and after it: the currency
+# of the programs (domain/programs.py).
+DELANTE = ("$", "MX$", MONEDA_POR_OMISION)
+DETRAS = (MONEDA_POR_OMISION,)
+# As alternatives of a pattern, the longest first.
+_DELANTE = "|".join(re.escape(s) for s in sorted(DELANTE, key=len, reverse=True))
+_DETRAS = "|".join(re.escape(s) for s in sorted(DETRAS, key=len, reverse=True))
 _FORMA = re.compile(
-    rf"(?P<signo1>[-+]?){_E}(?P<moneda>MX\$|MXN|\$)?{_E}(?P<signo2>[-+]?){_E}"
-    rf"(?P<numero>[0-9.,]+){_E}(?P<sufijo>MXN)?",
+    rf"(?P<signo1>[-+]?){_E}(?P<moneda>{_DELANTE})?{_E}(?P<signo2>[-+]?){_E}"
+    rf"(?P<numero>[0-9.,]+){_E}(?P<sufijo>{_DETRAS})?",
     re.IGNORECASE,
 )
-_PREFIJO = re.compile(rf"^{_E}(?:MX\$|MXN|\$){_E}", re.IGNORECASE)
-_SUFIJO = re.compile(rf"{_E}MXN{_E}$", re.IGNORECASE)
+_PREFIJO = re.compile(rf"^{_E}(?:{_DELANTE}){_E}", re.IGNORECASE)
+_SUFIJO = re.compile(rf"{_E}(?:{_DETRAS}){_E}$", re.IGNORECASE)
 _PARECE_NUMERO = re.compile(r"[0-9.,\s']*[0-9][0-9.,\s']*")
 # Another currency (letters or a symbol) before or after a number: "USD 100", "€5", "5 pesos".
 _OTRA_MONEDA = re.compile(
     r"(?:[^\W\d_]{1,4}\$?|[^\w\s.,'+\-])\s*[-+]?[0-9][0-9.,\s']*"
     r"|[-+]?[0-9][0-9.,\s']*?\s*(?:[^\W\d_]{1,6}|[^\w\s.,'+\-])"
 )
-_EJEMPLOS = '1234.56, "1,234.56", "1.234,56", "$ 1,234.56", "MXN 99.90"'
+_EJEMPLOS = f'1234.56, "1,234.56", "1.234,56", "{DELANTE[0]} 1,234.56", "{DETRAS[0]} 99.90"'
 
 
 class _NoEsImporteError(Exception):
@@ -136,18 +144,18 @@ def parse_importe(value: JsonValue, campo: str = "importe") -> int:
 
 def _de_numero(numero: float, campo: str) -> int:
     if not math.isfinite(numero):
-        raise _error(campo, f"{numero!r} no es un número finito")
+        raise _error(campo, f"{shown_number(numero)} no es un número finito")
     exacto = Decimal(repr(numero))  # the shortest text that reads back as this float
     if exacto < 0:
-        raise _error(campo, f"{numero!r} es negativo")
+        raise _error(campo, f"{shown_number(numero)} es negativo")
     if exacto > MAX_CENTAVOS // 100 + 1:
-        raise _maximo(campo, repr(numero))
+        raise _maximo(campo, shown_number(numero))
     en_centavos = _CTX.multiply(exacto, _CIEN)
     centavos = en_centavos.to_integral_value(rounding=ROUND_HALF_EVEN, context=_CTX)
     if abs(_CTX.subtract(en_centavos, centavos)) >= RUIDO_MAXIMO_CENTAVOS:
-        raise _error(campo, f"{numero!r} tiene más de 2 decimales")
+        raise _error(campo, f"{shown_number(numero)} tiene más de 2 decimales")
     if centavos > MAX_CENTAVOS:
-        raise _maximo(campo, repr(numero))
+        raise _maximo(campo, shown_number(numero))
     return int(centavos)
 
 
@@ -156,7 +164,7 @@ def _de_texto(texto_original: str, campo: str) -> int:
     if not texto:
         raise _error(campo, "está vacío")
     if len(texto) > MAX_TEXTO:
-        raise _error(campo, f"texto demasiado largo ({len(texto)} caracteres; máximo {MAX_TEXTO})")
+        raise _error(campo, too_long(len(texto), MAX_TEXTO))
     forma = _FORMA.fullmatch(texto)
     if forma is None:
         raise _ilegible(texto, campo)
@@ -271,10 +279,16 @@ def _ilegible(texto: str, campo: str) -> LoyaltyError:
     if _OTRA_MONEDA.fullmatch(resto):
         return _error(
             campo,
-            f"{muestra} no es un importe: la única moneda admitida es el "
-            'peso ("$", "MX$" o "MXN" delante, o "MXN" detrás)',
+            f"{muestra} no es un importe: la única moneda admitida es el peso "
+            f"({_uno_de(DELANTE)} delante, o {_uno_de(DETRAS)} detrás)",
         )
     return _error(campo, f"{muestra} no es un importe; ejemplos: {_EJEMPLOS}")
+
+
+def _uno_de(textos: tuple[str, ...]) -> str:
+    """`"a", "b" o "c"`: the texts quoted, the last after `o`."""
+    quoted = [f'"{texto}"' for texto in textos]
+    return " o ".join([", ".join(quoted[:-1]), quoted[-1]] if len(quoted) > 1 else quoted)
 
 
 # ---------------------------------------------------------------- importe_centavos
@@ -285,7 +299,7 @@ def parse_centavos(value: JsonValue, campo: str = "importe_centavos") -> int:
     else (text included) raises `LoyaltyError(IMPORTE_INVALIDO)`."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise _tipo(campo, value, "un número entero de centavos")
-    mostrado = repr(value)
+    mostrado = shown_number(value)
     centavos = integral(value)
     if centavos is None:
         if not math.isfinite(value):

@@ -26,7 +26,7 @@ import re
 from datetime import UTC, datetime, timedelta, timezone
 from decimal import ROUND_FLOOR, ROUND_HALF_EVEN, Context, Decimal, InvalidOperation, Overflow
 
-from loyalty_grpc.domain.detalle import shown
+from loyalty_grpc.domain.detalle import shown, shown_number, too_long
 from loyalty_grpc.domain.errors import CodigoError, LoyaltyError
 from loyalty_grpc.domain.json_value import JsonValue, json_type_name
 
@@ -77,14 +77,14 @@ def parse_ts(value: JsonValue, now: datetime, campo: str = "ts") -> datetime:
         return _de_epoch(Decimal(value), str(value), now, campo)
     if isinstance(value, float):
         if not math.isfinite(value):
-            raise _error(campo, f"{value!r} no es un número finito")
-        return _de_epoch(Decimal(repr(value)), repr(value), now, campo)
+            raise _error(campo, f"{shown_number(value)} no es un número finito")
+        return _de_epoch(Decimal(repr(value)), shown_number(value), now, campo)
     texto = value.strip()
     muestra = shown(texto)
     if not texto:
         raise _error(campo, "está vacío")
     if len(texto) > MAX_TEXTO:
-        raise _error(campo, f"texto demasiado largo ({len(texto)} caracteres; máximo {MAX_TEXTO})")
+        raise _error(campo, too_long(len(texto), MAX_TEXTO))
     if _EPOCH_TEXTO.fullmatch(texto):
         return _de_epoch(Decimal(texto), muestra, now, campo)
     return _en_rango(_de_iso(texto, muestra, campo), muestra, now, campo)
