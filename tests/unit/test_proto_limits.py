@@ -12,7 +12,16 @@ from pathlib import Path
 import pytest
 
 from loyalty_grpc.api.requests import MAX_ID_EXTERNO, MAX_LABEL
-from loyalty_grpc.domain import amounts, codes, programs, rate_limit, redeem, roster, timestamps
+from loyalty_grpc.domain import (
+    amounts,
+    codes,
+    programs,
+    rate_limit,
+    redeem,
+    requests,
+    roster,
+    timestamps,
+)
 from loyalty_grpc.services.backoffice.points import AJUSTE_MAX
 
 PROTO = Path(__file__).resolve().parents[2] / "proto" / "loyalty" / "v1"
@@ -44,10 +53,13 @@ RULES: list[tuple[str, str, Callable[[], str]]] = [
     ),
     (BACKOFFICE, r"at most ([\d,]+) either way", lambda: f"{AJUSTE_MAX:,}"),
     (BACKOFFICE, r"At most (\d+) codes per call", lambda: str(codes.MAX_CODES_PER_CALL)),
+    (BACKOFFICE, r"1-(\d+) letters, digits", lambda: str(requests.MAX_REQUEST_ID)),
 ]
 # Figures in the comments that are no limit: ISO 8601, an example year, HTTP statuses,
-# amounts of an example, the first native field's number, SHA-256.
-NOT_LIMITS = {"8601", "2018", "404", "409", "422", "1234", "56", "1,234", "20", "10", "256"}
+# amounts of an example, the first native field's number, SHA-256, AIP-155 (request ids).
+NOT_LIMITS = {
+    "8601", "2018", "404", "409", "422", "1234", "56", "1,234", "20", "10", "256", "155"
+}  # fmt: skip
 _NUMBER = re.compile(r"(?<![\w.,^])\d(?:[\d,]*\d)?(?![\w])")
 
 
