@@ -60,7 +60,7 @@ class CodigoError(StrEnum):
 
 
 @dataclass(frozen=True)
-class Entrada:
+class Entry:
     """One row of the catalogue. `grpc` is a grpc.StatusCode name (the domain does not
     import grpc; the edge resolves the name)."""
 
@@ -75,17 +75,17 @@ class Entrada:
 
 def _e(
     codigo: CodigoError, http: int, grpc: str, mensaje: str, cuando: str, *, interno: bool = False
-) -> Entrada:
-    return Entrada(codigo, http, grpc, mensaje, cuando, interno)
+) -> Entry:
+    return Entry(codigo, http, grpc, mensaje, cuando, interno)
 
 
 C = CodigoError
 
-CATALOGO: dict[CodigoError, Entrada]
+CATALOGO: dict[CodigoError, Entry]
 """Every code's row: built on first read (`__getattr__`, `_catalogue`)."""
 
 
-def __getattr__(name: str) -> dict[CodigoError, Entrada]:
+def __getattr__(name: str) -> dict[CodigoError, Entry]:
     """`CATALOGO`, built once on first read (PEP 562: the modules it quotes import this
     one)."""
     if name == "CATALOGO":
@@ -94,7 +94,7 @@ def __getattr__(name: str) -> dict[CodigoError, Entrada]:
 
 
 @functools.cache
-def _catalogue() -> dict[CodigoError, Entrada]:
+def _catalogue() -> dict[CodigoError, Entry]:
     from loyalty_grpc.domain import codes, keys, programs, rate_limit, redeem, timestamps
 
     ts_hours = timestamps.MAX_ADELANTO // timedelta(hours=1)
@@ -435,5 +435,5 @@ class LoyaltyError(Exception):
         self.retry_after = retry_after
 
     @property
-    def entrada(self) -> Entrada:
+    def entry(self) -> Entry:
         return _catalogue()[self.codigo]
