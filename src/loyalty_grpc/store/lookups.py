@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import Connection, Row, select
+from sqlalchemy import Connection, Row, Select, select
 
 from loyalty_grpc.domain.detalle import shown
 from loyalty_grpc.domain.errors import CodigoError, LoyaltyError
@@ -33,15 +33,10 @@ def require_fan(conn: Connection, programa: str, fan_id: str, *, lock: bool = Fa
     """The fan (any state; its row locked FOR UPDATE with `lock`), or fan_no_encontrado;
     the program must exist."""
     query = select(fans).where(fans.c.programa_id == programa, fans.c.fan_id == fan_id)
-    if lock:
-        query = query.with_for_update()
-    row = conn.execute(query).one_or_none()
-    if row is None:
-        require_program(conn, programa)
-        raise LoyaltyError(
-            CodigoError.FAN_NO_ENCONTRADO, f"fan: no existe {shown(fan_id)} en {shown(programa)}"
-        )
-    return fan_row(row)
+    missing = LoyaltyError(
+        CodigoError.FAN_NO_ENCONTRADO, f"fan: no existe {shown(fan_id)} en {shown(programa)}"
+    )
+    return fan_row(_require(conn, query, lock, programa, missing))
 
 
 def require_promo(
@@ -50,13 +45,20 @@ def require_promo(
     """The promotion's row (locked FOR UPDATE with `lock`), or promo_no_encontrada; the
     program must exist."""
     query = select(promos).where(promos.c.programa_id == programa, promos.c.id == promo_id)
-    if lock:
-        query = query.with_for_update()
-    row = conn.execute(query).one_or_none()
+    missing = LoyaltyError(
+        CodigoError.PROMO_NO_ENCONTRADA,
+        f"promo_id: no existe la promoción {promo_id} en {shown(programa)}",
+    )
+    return _require(conn, query, lock, programa, missing)
+
+
+def _require(
+    conn: Connection, query: Select[Any], lock: bool, programa: str, missing: LoyaltyError
+) -> PromoRow:
+    """The one row of `query` (FOR UPDATE with `lock`); when there is none, the program's
+    not-found error if the program does not exist, else `missing`."""
+    row = conn.execute(query.with_for_update() if lock else query).one_or_none()
     if row is None:
         require_program(conn, programa)
-        raise LoyaltyError(
-            CodigoError.PROMO_NO_ENCONTRADA,
-            f"promo_id: no existe la promoción {promo_id} en {shown(programa)}",
-        )
+        raise missing
     return row
