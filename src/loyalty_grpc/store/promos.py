@@ -30,7 +30,7 @@ class Inventario:
 
 
 @dataclass(frozen=True)
-class ListedPromo:
+class StoredPromo:
     """A promotion of the POS listing, as stored."""
 
     id: int
@@ -100,10 +100,10 @@ def listing_query(programa: str) -> Select[*tuple[Any, ...]]:
     )
 
 
-def list_promos(conn: Connection, programa: str) -> list[ListedPromo]:
+def list_promos(conn: Connection, programa: str) -> list[StoredPromo]:
     """Every promotion of the program, by id, with its inventory: one statement."""
     return [
-        ListedPromo(
+        StoredPromo(
             id=row.id,
             nombre=row.nombre,
             estado=EstadoPromo(row.estado),
