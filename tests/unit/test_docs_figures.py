@@ -1,7 +1,7 @@
 """Figures the hand-written docs quote from the code (issue 26 §3): the call limit and its
-slack in docs/rate-limit.md, the commands' default ports, host and data dir in docs/cli.md,
-the default ports in docs/clients.md's examples. Each is compared with its home, so a
-changed default fails here until the prose follows."""
+slack in docs/rate-limit.md and in the limit's module docs, the commands' default ports,
+host and data dir in docs/cli.md, the default ports in docs/clients.md's examples. Each is
+compared with its home, so a changed default fails here until the prose follows."""
 
 from __future__ import annotations
 
@@ -14,12 +14,19 @@ from loyalty_grpc.api.server_defaults import DEFAULT_HOST
 from loyalty_grpc.domain.rate_limit import DEFAULT_CALLS_PER_MINUTE, slack
 from loyalty_grpc.runtime.settings import Settings
 
-DOCS = Path(__file__).resolve().parents[2] / "docs"
+ROOT = Path(__file__).resolve().parents[2]
+DOCS = ROOT / "docs"
 LIMIT = DEFAULT_CALLS_PER_MINUTE
 
 
 def _read(name: str) -> str:
-    return (DOCS / name).read_text(encoding="utf-8")
+    """A docs page by its name, or a module by its path from the root."""
+    path = ROOT / name if "/" in name else DOCS / name
+    return (
+        " ".join(path.read_text(encoding="utf-8").split())
+        if "/" in name
+        else (path.read_text(encoding="utf-8"))
+    )
 
 
 # (page, pattern, what each group must read): every pattern matches at least once.
@@ -43,6 +50,16 @@ RULES: list[tuple[str, str, str]] = [
     ("clients.md", r"127\.0\.0\.1:(\d+)\"", str(Settings.grpc_port)),
     ("clients.md", r"-plaintext 127\.0\.0\.1:(\d+)", str(Settings.grpc_port)),
     ("clients.md", r"http://(?:localhost|127\.0\.0\.1):(\d+)", str(Settings.http_port)),
+    # Module docs: their worked example of the slack (one line: line breaks read as spaces).
+    ("src/loyalty_grpc/services/rate_limit.py", r"limit // 60 - 2, (\d+) for (\d+)\)",
+     f"{slack(LIMIT)} {LIMIT}"),
+    ("src/loyalty_grpc/services/rate_limit.py", r"with (\d+), no call is refused before (\d+)",
+     f"{LIMIT} {LIMIT - slack(LIMIT)}"),
+    ("src/loyalty_grpc/domain/rate_limit.py", r"spec: (\d+) calls a minute", str(LIMIT)),
+    ("src/loyalty_grpc/domain/rate_limit.py", r"limit // 60 - 2: (\d+) for (\d+),",
+     f"{slack(LIMIT)} {LIMIT}"),
+    ("src/loyalty_grpc/domain/rate_limit.py", r"refused only once (\d+) calls",
+     str(LIMIT - slack(LIMIT))),
 ]  # fmt: skip
 
 
