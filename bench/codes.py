@@ -38,7 +38,7 @@ PER_CALL = 5000
 MAX_RUNS = 100
 MAX_PRELOAD = 5_000_000
 MAX_SECONDS = 90.0
-PROMOS = ["Vacía", "Reenvío", "Texto", "Precargada"]
+PROMOS = ["Vacía", "Reenvío", "ByText", "Precargada"]
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -95,7 +95,7 @@ def run(args: argparse.Namespace) -> int:
             ("(b) the same 5000 codes resent (0 added)", lambda: deposit("Reenvío", resent, 0)),
             (
                 "(c) 5000 new codes as pasted text",
-                lambda: deposit("Texto", "\n".join(new_batch()), PER_CALL),
+                lambda: deposit("ByText", "\n".join(new_batch()), PER_CALL),
             ),
         ]
         if args.preload:

@@ -11,7 +11,7 @@ canjeado, 10 % liberado) and `--others` promotions of 10,000 codes each, then ti
     counts must visit the heap, the worst case of a freshly loaded table);
 (b) the same after VACUUM ANALYZE (what autovacuum does shortly after a bulk load: the
     index-only scan of ix_codigos_promo_estado no longer visits the heap);
-(c) the listing's one statement alone (services.promo_inventory.listing_query), on a
+(c) the listing's one statement alone (store.promos.listing_query), on a
     direct connection, and PostgreSQL's own EXPLAIN ANALYZE execution time for it;
 (d) for comparison, the same counts written as one pass with count(*) FILTER ×4 (not
     what the service runs).
@@ -51,7 +51,7 @@ MAX_RUNS = 200
 MAX_SECONDS = 90.0
 OTHER_CODES = 10_000
 BIG = "Un millón"
-# The other way to write the counts, timed for comparison (services/pos/promos.py).
+# The other way to write the counts, timed for comparison (store/promos.py).
 FILTER_ALTERNATIVE = """
 SELECT p.id, p.nombre, p.estado, p.vigencia_fin, i.*
 FROM promos p CROSS JOIN LATERAL (
@@ -100,7 +100,7 @@ def expected_inventory(count: int) -> dict[str, int]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from loyalty_grpc.services.pos.promos import listing_query
+    from loyalty_grpc.store.promos import listing_query
 
     began = time.monotonic()
     others = [f"Otra {i:03d}" for i in range(args.others)]

@@ -17,7 +17,7 @@ Envoy in this process, on loopback, and measures:
 (c) `--changes` balance changes in transactions of 1,000 random fans, then the changes
     after the snapshot, followed page by page both ways; time per change page;
 (d) EXPLAIN (ANALYZE, BUFFERS) of a change page and a snapshot page, exactly as the
-    service builds them (services.roster.changes_query / snapshot_query) with the
+    service builds them (store.roster.changes_query / snapshot_query) with the
     parameters of a real page in the middle of the feed: each must be one Index Scan
     (no Seq Scan, no Sort, no OFFSET).
 
@@ -52,9 +52,10 @@ from loyalty_grpc.domain.roster_cursor import Fase, decode_cursor
 from loyalty_grpc.runtime.gateway.envoy import EnvoyProcess, gateway_spec
 from loyalty_grpc.runtime.postgres import start_embedded
 from loyalty_grpc.services.backoffice.fixtures import apply_fixture
-from loyalty_grpc.services.pos.roster import changes_query, read_roster, snapshot_query
+from loyalty_grpc.services.pos.roster import read_roster
 from loyalty_grpc.store.db import make_engine
 from loyalty_grpc.store.migrate import upgrade
+from loyalty_grpc.store.roster import changes_query, snapshot_query
 from loyalty_grpc.store.uow import run_in_uow
 
 T = TypeVar("T")

@@ -51,14 +51,9 @@ from sqlalchemy import Engine, TextClause, text
 
 from loyalty_grpc.runtime.wallet import SENDER_APPLICATION
 from loyalty_grpc.store.db import make_engine
+from loyalty_grpc.store.wallet import CLAIM_SQL, DUE_AT_ONCE, INGEST_SQL
 from loyalty_grpc.wallet.config import BATCH
-from loyalty_grpc.wallet.outbox import (
-    CLAIM_SQL,
-    DUE_AT_ONCE,
-    INGEST_BATCH,
-    INGEST_SQL,
-    send_pending,
-)
+from loyalty_grpc.wallet.outbox import INGEST_BATCH, send_pending
 from loyalty_grpc.wallet.providers import LocalProvider
 
 CLAIM_BATCH = BATCH["local"]

@@ -659,10 +659,10 @@ def test_use_cases_compose_in_one_unit_of_work(engine: Engine) -> None:
         fid, nombre = fan_id(), f"Compuesta {next(_seq)}"
         with UnitOfWork(engine) as uow:
             fan = fans.register_fan(
-                uow.conn, P, fid, nombre="Ana", correo=f"{fid}@example.com", socio_desde=2020
+                uow, P, fid, nombre="Ana", correo=f"{fid}@example.com", socio_desde=2020
             )
-            promos.create_promo(uow.conn, P, nombre, vigencia_fin="2099-12-31")
-            assert fans.update_fan(uow.conn, P, fid, temporadas=3).temporadas == 3
+            promos.create_promo(uow, P, nombre, vigencia_fin="2099-12-31")
+            assert fans.update_fan(uow, P, fid, temporadas=3).temporadas == 3
             if commit:
                 uow.commit()
         if commit:
@@ -680,12 +680,8 @@ def test_a_failing_use_case_rolls_back_the_ones_before_it(engine: Engine) -> Non
     taken = new_fan(engine)
     duplicate = (CodigoError.CORREO_DUPLICADO, "correo: otro fan del programa ya lo usa")
     with fails(engine, *duplicate), UnitOfWork(engine) as uow:
-        fans.register_fan(
-            uow.conn, P, fid, nombre="Ana", correo=f"{fid}@example.com", socio_desde=2020
-        )
-        fans.register_fan(
-            uow.conn, P, fan_id(), nombre="Eva", correo=taken.correo, socio_desde=2020
-        )
+        fans.register_fan(uow, P, fid, nombre="Ana", correo=f"{fid}@example.com", socio_desde=2020)
+        fans.register_fan(uow, P, fan_id(), nombre="Eva", correo=taken.correo, socio_desde=2020)
         uow.commit()
 
 
@@ -703,20 +699,20 @@ def test_find_taken_checks_a_batch_in_one_query(engine: Engine) -> None:
 
     with UnitOfWork(engine) as uow:
         event.listen(uow.conn, "before_cursor_execute", count)
-        assert fans.find_taken(uow.conn, P, free) is None
+        assert fans.find_taken(uow, P, free) is None
         # The claimant itself holding its values is no conflict (an update, a re-apply).
-        assert fans.find_taken(uow.conn, P, [fans.FanClaim(a.fan_id, a.correo, a.qr_token)]) is None
+        assert fans.find_taken(uow, P, [fans.FanClaim(a.fan_id, a.correo, a.qr_token)]) is None
         claims = [
             *free,
             fans.FanClaim("NUEVO", "nuevo@example.com", b.qr_token),  # b's token
             fans.FanClaim("OTRO", a.correo.upper(), None),  # a's e-mail, another case
         ]
-        taken = fans.find_taken(uow.conn, P, claims)
+        taken = fans.find_taken(uow, P, claims)
         assert taken == fans.Taken(
             claims[-1], "correo", "uq_fans_programa_correo", CodigoError.CORREO_DUPLICADO, a.fan_id
         )
         new = fans.FanClaim(b.fan_id, "x@example.com", a.qr_token, nuevo=True)
-        taken = fans.find_taken(uow.conn, P, [*claims, new])
+        taken = fans.find_taken(uow, P, [*claims, new])
         assert taken is not None
         assert (taken.campo, taken.holder) == ("id", b.fan_id)
     assert len(statements) == 4

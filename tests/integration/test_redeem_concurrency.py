@@ -26,7 +26,8 @@ from loyalty_grpc.services.backoffice.fixtures import apply_fixture
 from loyalty_grpc.services.pos.redeem import Redemption, redeem_code, redeem_codes
 from loyalty_grpc.services.pos.sales import NewSale, register_sale
 from loyalty_grpc.store.db import make_engine
-from loyalty_grpc.store.ledger import move_many
+from loyalty_grpc.store.redeem import RedeemRow
+from loyalty_grpc.store.redeem import redeem as store_redeem
 from loyalty_grpc.store.tables import LEDGER_MISMATCH_SQL, claves, codigos, fans, movimientos
 from loyalty_grpc.store.uow import run_in_uow
 from tests.support import run_together
@@ -230,13 +231,13 @@ def test_batches_over_different_codes_of_the_same_fans_never_deadlock(engine, ca
 def test_a_batch_that_fails_half_way_leaves_nothing(engine, caller, monkeypatch):
     texts = take(6)
     before = total_points(engine)
-    real = move_many
+    real = store_redeem
 
-    def failing(*args: Any, **kwargs: Any) -> dict[int, int]:
+    def failing(*args: Any, **kwargs: Any) -> list[RedeemRow]:
         real(*args, **kwargs)  # the redemptions and their credits are written, then:
         raise RuntimeError("la base se cayó")
 
-    monkeypatch.setattr("loyalty_grpc.services.pos.redeem.move_many", failing)
+    monkeypatch.setattr("loyalty_grpc.services.pos.redeem.redeem", failing)
     with pytest.raises(RuntimeError):
         redeem_codes(engine, caller, texts, redemption())
     monkeypatch.undo()

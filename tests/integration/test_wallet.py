@@ -26,6 +26,7 @@ from loyalty_grpc.store.tables import (
     wallet_pases,
 )
 from loyalty_grpc.store.uow import UnitOfWork
+from loyalty_grpc.store.wallet import BACKLOG_SQL, CLAIM_SQL, INGEST_SQL, RECORD_SQL, ingest
 from loyalty_grpc.wallet import (
     Backlog,
     Delivery,
@@ -41,8 +42,6 @@ from loyalty_grpc.wallet import (
     pending_fans,
     send_pending,
 )
-from loyalty_grpc.wallet.backlog import BACKLOG_SQL
-from loyalty_grpc.wallet.outbox import CLAIM_SQL, INGEST_SQL, RECORD_SQL, ingest
 from tests.support import insert_fan
 
 T0 = datetime(2030, 1, 1, 12, 0, tzinfo=UTC)

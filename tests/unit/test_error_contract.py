@@ -73,6 +73,8 @@ BEYOND_THE_DOCUMENTS: dict[str, tuple[int, str, bool]] = {
     "qr_duplicado": (409, "ALREADY_EXISTS", True),
     "promo_duplicada": (409, "ALREADY_EXISTS", True),
     "transicion_invalida": (409, "FAILED_PRECONDITION", True),
+    # As id_externo_en_conflicto (DESIGN.md §2), for the back office's request ids (issue 26).
+    "request_id_en_conflicto": (422, "FAILED_PRECONDITION", True),
 }
 
 

@@ -21,9 +21,10 @@ def dev_checks() -> list[str]:
     for branch in ("test", "quick"):
         found = re.search(rf"\n  {branch}\)\n(.*?)\n    ;;", script, re.DOTALL)
         assert found, f"no {branch}) branch in ./dev"
-        first, last = (line.strip() for line in found.group(1).splitlines())
-        assert first == "checks"
-        assert last.startswith('exec "$VENV/bin/pytest"')
+        lines = [line.strip() for line in found.group(1).splitlines()]
+        steps = [line for line in lines if line and not line.startswith("#")]
+        assert steps[0] == "checks"
+        assert steps[-1].startswith('exec "$VENV/bin/pytest"')
     return [
         line.strip().replace('"$VENV/bin/', ".venv/bin/").replace('"', "")
         for line in body.group(1).splitlines()

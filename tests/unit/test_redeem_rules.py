@@ -10,10 +10,10 @@ from loyalty_grpc.domain.errors import CodigoError, LoyaltyError
 from loyalty_grpc.domain.promos import EstadoCodigo
 from loyalty_grpc.domain.redeem import (
     MAX_CODIGOS,
-    Copia,
-    Desenlace,
-    Paso,
+    Copy,
+    Outcome,
     Resumen,
+    Step,
     check_batch_size,
     choose,
     could_exist,
@@ -30,34 +30,34 @@ A, C, L, D = (
 
 
 @pytest.mark.parametrize(
-    ("estado", "desenlace", "error"),
+    ("estado", "outcome", "error"),
     [
-        (A, Desenlace.CANJEADO, None),
-        (C, Desenlace.DUPLICADO, None),
-        (L, Desenlace.LIBERADO, CodigoError.CODIGO_LIBERADO),
-        (D, Desenlace.NO_ASIGNADO, CodigoError.CODIGO_NO_ASIGNADO),
+        (A, Outcome.CANJEADO, None),
+        (C, Outcome.DUPLICADO, None),
+        (L, Outcome.LIBERADO, CodigoError.CODIGO_LIBERADO),
+        (D, Outcome.NO_ASIGNADO, CodigoError.CODIGO_NO_ASIGNADO),
     ],
 )
-def test_state_table(estado, desenlace, error):
-    [paso] = plan(["X"], {"X": [Copia(1, estado)]})
-    assert paso == Paso("X", 1, desenlace)
-    assert paso.error is error
+def test_state_table(estado, outcome, error):
+    [step] = plan(["X"], {"X": [Copy(1, estado)]})
+    assert step == Step("X", 1, outcome)
+    assert step.error is error
 
 
 def test_unknown_text_is_not_found():
-    [paso] = plan(["NADA"], {"X": [Copia(1, A)]})
-    assert paso == Paso("NADA", None, Desenlace.NO_ENCONTRADO)
-    assert paso.error is CodigoError.CODIGO_NO_ENCONTRADO
+    [step] = plan(["NADA"], {"X": [Copy(1, A)]})
+    assert step == Step("NADA", None, Outcome.NO_ENCONTRADO)
+    assert step.error is CodigoError.CODIGO_NO_ENCONTRADO
 
 
 @pytest.mark.parametrize(
     ("copias", "elegida"),
     [
-        ([Copia(1, C), Copia(2, A)], 2),  # a redeemable copy first, even a newer one
-        ([Copia(3, A), Copia(2, A)], 2),  # then the oldest
-        ([Copia(1, D), Copia(2, L), Copia(3, C)], 3),  # canjeado before liberado
-        ([Copia(1, D), Copia(2, L)], 2),  # liberado before disponible
-        ([Copia(5, D), Copia(4, D)], 4),
+        ([Copy(1, C), Copy(2, A)], 2),  # a redeemable copy first, even a newer one
+        ([Copy(3, A), Copy(2, A)], 2),  # then the oldest
+        ([Copy(1, D), Copy(2, L), Copy(3, C)], 3),  # canjeado before liberado
+        ([Copy(1, D), Copy(2, L)], 2),  # liberado before disponible
+        ([Copy(5, D), Copy(4, D)], 4),
         ([], None),
     ],
 )
@@ -67,22 +67,22 @@ def test_choice_among_copies(copias, elegida):
 
 
 def test_a_batch_is_successive_single_redemptions():
-    copias = {"X": [Copia(1, A), Copia(2, A)], "Y": [Copia(3, A)], "Z": [Copia(4, L)]}
-    pasos = plan(["X", "Y", "X", "X", "Y", "Z", "Z", "", "W"], copias)
-    assert [(p.codigo, p.copia, p.desenlace) for p in pasos] == [
-        ("X", 1, Desenlace.CANJEADO),
-        ("Y", 3, Desenlace.CANJEADO),
-        ("X", 2, Desenlace.CANJEADO),  # the next asignado copy
-        ("X", 1, Desenlace.DUPLICADO),  # all redeemed: the oldest
-        ("Y", 3, Desenlace.DUPLICADO),
-        ("Z", 4, Desenlace.LIBERADO),
-        ("Z", 4, Desenlace.LIBERADO),
-        ("", None, Desenlace.NO_ENCONTRADO),
-        ("W", None, Desenlace.NO_ENCONTRADO),
+    copias = {"X": [Copy(1, A), Copy(2, A)], "Y": [Copy(3, A)], "Z": [Copy(4, L)]}
+    steps = plan(["X", "Y", "X", "X", "Y", "Z", "Z", "", "W"], copias)
+    assert [(p.codigo, p.copia, p.outcome) for p in steps] == [
+        ("X", 1, Outcome.CANJEADO),
+        ("Y", 3, Outcome.CANJEADO),
+        ("X", 2, Outcome.CANJEADO),  # the next asignado copy
+        ("X", 1, Outcome.DUPLICADO),  # all redeemed: the oldest
+        ("Y", 3, Outcome.DUPLICADO),
+        ("Z", 4, Outcome.LIBERADO),
+        ("Z", 4, Outcome.LIBERADO),
+        ("", None, Outcome.NO_ENCONTRADO),
+        ("W", None, Outcome.NO_ENCONTRADO),
     ]
-    assert summarize(pasos) == Resumen(recibidos=9, canjeados=3, duplicados=2, rechazados=4)
+    assert summarize(steps) == Resumen(recibidos=9, canjeados=3, duplicados=2, rechazados=4)
     # The input mapping is not changed.
-    assert copias["X"] == [Copia(1, A), Copia(2, A)]
+    assert copias["X"] == [Copy(1, A), Copy(2, A)]
 
 
 def test_summary_of_nothing():
@@ -128,15 +128,15 @@ def test_could_exist(codigo, possible):
 
 
 @pytest.mark.parametrize(
-    ("desenlace", "codigo", "words"),
+    ("outcome", "codigo", "words"),
     [
-        (Desenlace.LIBERADO, CodigoError.CODIGO_LIBERADO, "liberado"),
-        (Desenlace.NO_ASIGNADO, CodigoError.CODIGO_NO_ASIGNADO, "entregado"),
-        (Desenlace.NO_ENCONTRADO, CodigoError.CODIGO_NO_ENCONTRADO, "no tiene"),
+        (Outcome.LIBERADO, CodigoError.CODIGO_LIBERADO, "liberado"),
+        (Outcome.NO_ASIGNADO, CodigoError.CODIGO_NO_ASIGNADO, "entregado"),
+        (Outcome.NO_ENCONTRADO, CodigoError.CODIGO_NO_ENCONTRADO, "no tiene"),
     ],
 )
-def test_single_form_errors(desenlace, codigo, words):
-    error = Paso("HD-9", None, desenlace).falla()
+def test_single_form_errors(outcome, codigo, words):
+    error = Step("HD-9", None, outcome).failure()
     assert error is not None
     assert error.codigo is codigo
     assert '"HD-9"' in error.detalle
@@ -144,8 +144,8 @@ def test_single_form_errors(desenlace, codigo, words):
 
 
 def test_no_error_on_success_and_long_codes_are_cut():
-    assert Paso("HD-9", 1, Desenlace.CANJEADO).falla() is None
-    assert Paso("HD-9", 1, Desenlace.DUPLICADO).falla() is None
-    error = Paso("Ñ" * 70, None, Desenlace.NO_ENCONTRADO).falla()
+    assert Step("HD-9", 1, Outcome.CANJEADO).failure() is None
+    assert Step("HD-9", 1, Outcome.DUPLICADO).failure() is None
+    error = Step("Ñ" * 70, None, Outcome.NO_ENCONTRADO).failure()
     assert error is not None
     assert 'codigo "' + "\\u00d1" * 5 + '"…: ' in error.detalle  # cut, ASCII-escaped

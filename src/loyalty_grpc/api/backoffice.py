@@ -6,8 +6,9 @@ and checks the admin token)."""
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 import grpc
 from google.protobuf.message import Message
@@ -20,15 +21,22 @@ from loyalty_grpc.api.backoffice_values import (
     PROMO_STATE,
     timestamp,
 )
+from loyalty_grpc.domain import requests
 from loyalty_grpc.domain.codes import PromoRef, code_batch_of_list
-from loyalty_grpc.domain.programs import format_tasa
+from loyalty_grpc.domain.programs import format_tasa, program_id
 from loyalty_grpc.gen.loyalty.v1 import backoffice_service_pb2 as pb
 from loyalty_grpc.gen.loyalty.v1 import backoffice_service_pb2_grpc as pb_grpc
 from loyalty_grpc.services.backoffice import codes, fans, keys, programs, promos
 from loyalty_grpc.services.backoffice import points as points_admin
 from loyalty_grpc.services.backoffice.fixtures import apply_fixture
+from loyalty_grpc.services.backoffice.requests import once
 from loyalty_grpc.services.pos import codes as code_deposit
-from loyalty_grpc.store.uow import run_in_uow, snapshot
+from loyalty_grpc.store.requests import RequestKey
+from loyalty_grpc.store.uow import UnitOfWork, run_in_uow, snapshot
+
+R = TypeVar("R", bound=Message)
+# The writes applied once per request id (domain/requests.py).
+_WithRequestId = pb.AdjustPointsRequest | pb.AssignNextCodeRequest
 
 
 def _program(p: programs.Programa) -> pb.Program:
@@ -304,10 +312,11 @@ class BackofficeServicer(pb_grpc.BackofficeServiceServicer):
     def AssignNextCode(
         self, request: pb.AssignNextCodeRequest, context: grpc.ServicerContext
     ) -> pb.AssignNextCodeResponse:
-        code = run_in_uow(
-            self._engine, codes.assign_next_code, request.programa, request.promo_id, request.fan
-        )
-        return pb.AssignNextCodeResponse(code=_code(code))
+        def assign(uow: UnitOfWork) -> pb.AssignNextCodeResponse:
+            code = codes.assign_next_code(uow, request.programa, request.promo_id, request.fan)
+            return pb.AssignNextCodeResponse(code=_code(code))
+
+        return self._once(request, pb.AssignNextCodeResponse, assign)
 
     def ImportCodes(
         self, request: pb.ImportCodesRequest, context: grpc.ServicerContext
@@ -336,15 +345,13 @@ class BackofficeServicer(pb_grpc.BackofficeServiceServicer):
     def AdjustPoints(
         self, request: pb.AdjustPointsRequest, context: grpc.ServicerContext
     ) -> pb.AdjustPointsResponse:
-        entry = run_in_uow(
-            self._engine,
-            points_admin.adjust_points,
-            request.programa,
-            request.fan,
-            request.puntos,
-            request.motivo,
-        )
-        return pb.AdjustPointsResponse(entry=_ledger_entry(entry))
+        def adjust(uow: UnitOfWork) -> pb.AdjustPointsResponse:
+            entry = points_admin.adjust_points(
+                uow, request.programa, request.fan, request.puntos, request.motivo
+            )
+            return pb.AdjustPointsResponse(entry=_ledger_entry(entry))
+
+        return self._once(request, pb.AdjustPointsResponse, adjust)
 
     def VoidSale(
         self, request: pb.VoidSaleRequest, context: grpc.ServicerContext
@@ -355,6 +362,23 @@ class BackofficeServicer(pb_grpc.BackofficeServiceServicer):
         return pb.VoidSaleResponse(
             sale=_sale(result.sale), revertidos=result.revertidos, ya_anulada=result.ya_anulada
         )
+
+    def _once(self, request: _WithRequestId, kind: type[R], write: Callable[[UnitOfWork], R]) -> R:
+        """`write` in its own unit of work, applied once per request id when the request
+        has one (domain/requests.py): a retry is answered the first answer again."""
+        request_id = requests.request_id(request.request_id)
+        if request_id is None:
+            return run_in_uow(self._engine, write)
+        metodo = type(request).__name__.removesuffix("Request")
+        key = RequestKey(program_id(request.programa), metodo, request_id)
+        # The request's SHA-256 without its id: what a retry must repeat.
+        unsent: Message = type(request).FromString(request.SerializeToString())
+        unsent.ClearField("request_id")
+        huella = hashlib.sha256(unsent.SerializeToString(deterministic=True)).digest()
+        answer = run_in_uow(
+            self._engine, once, key, huella, lambda uow: write(uow).SerializeToString()
+        )
+        return kind.FromString(answer)
 
 
 def _changes(request: Message) -> dict[str, Any]:

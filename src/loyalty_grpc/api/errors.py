@@ -35,12 +35,12 @@ class _Status(grpc.Status):
 
 def envelope(error: LoyaltyError) -> str:
     """The JSON body an HTTP client sees: `ok` first, then `error`."""
-    entrada = error.entrada
+    entry = error.entry
     body = {
         "ok": False,
         "error": {
-            "codigo": entrada.codigo.value,
-            "mensaje": entrada.mensaje,
+            "codigo": entry.codigo.value,
+            "mensaje": entry.mensaje,
             "detalle": error.detalle,
         },
     }
@@ -56,14 +56,14 @@ def to_grpc_status(
     """`extra_metadata`: more trailing metadata (e.g. the RateLimit fields); an error with
     `retry_after` also gets google.rpc.RetryInfo and `retry-after`. `for_gateway` (the call
     carries the gateway mark): also `x-http-status` and `x-envelope` for envelope.lua."""
-    entrada = error.entrada
-    code: grpc.StatusCode = getattr(grpc.StatusCode, entrada.grpc)
+    entry = error.entry
+    code: grpc.StatusCode = getattr(grpc.StatusCode, entry.grpc)
     info = error_details_pb2.ErrorInfo(
-        reason=entrada.codigo.value,
+        reason=entry.codigo.value,
         domain=ERROR_DOMAIN,
         metadata={
-            "http_status": str(entrada.http),
-            "mensaje": entrada.mensaje,
+            "http_status": str(entry.http),
+            "mensaje": entry.mensaje,
             "detalle": error.detalle,
         },
     )
@@ -80,14 +80,12 @@ def to_grpc_status(
         )
         details.append(retry_info)
         retry = ((RETRY_AFTER_KEY, str(error.retry_after)),)
-    message = error.detalle or entrada.mensaje
+    message = error.detalle or entry.mensaje
     status = rpc_status.to_status(
         status_pb2.Status(code=code.value[0], message=message, details=details)
     )
     gateway: tuple[tuple[str, str], ...] = (
-        ((HTTP_STATUS_KEY, str(entrada.http)), (ENVELOPE_KEY, envelope(error)))
-        if for_gateway
-        else ()
+        ((HTTP_STATUS_KEY, str(entry.http)), (ENVELOPE_KEY, envelope(error))) if for_gateway else ()
     )
     return _Status(
         code=status.code,

@@ -32,10 +32,12 @@ from sqlalchemy import Engine
 from loyalty_grpc.api.backoffice import BackofficeServicer
 from loyalty_grpc.api.failed_checks import DEFAULT_LIMIT, FailedChecks
 from loyalty_grpc.api.interceptors import BACKOFFICE_SERVICE, POS_SERVICE, EdgeInterceptor
-from loyalty_grpc.api.key_cache import KeyCache
+from loyalty_grpc.api.key_cache import DEFAULT_TTL_SECONDS, KeyCache
 from loyalty_grpc.api.observability import ObservabilityInterceptor
 from loyalty_grpc.api.pos import PosServicer
 from loyalty_grpc.api.reflection import enable_reflection
+from loyalty_grpc.api.server_defaults import DEFAULT_HOST, DEFAULT_PORT
+from loyalty_grpc.domain.rate_limit import DEFAULT_CALLS_PER_MINUTE
 from loyalty_grpc.gen.loyalty.v1 import backoffice_service_pb2_grpc, pos_service_pb2_grpc
 from loyalty_grpc.services.backoffice.keys import authenticate
 from loyalty_grpc.services.rate_limit import RateLimiter
@@ -51,18 +53,18 @@ MAX_METADATA_BYTES = 96 * 1024
 class ServerSettings:
     database_url: str
     admin_token: str
-    host: str = "127.0.0.1"
-    port: int = 50051
+    host: str = DEFAULT_HOST
+    port: int = DEFAULT_PORT
     # Worker threads; the database pool is sized to match (DESIGN.md §3b).
     max_workers: int = 16
-    key_cache_seconds: float = 5.0
+    key_cache_seconds: float = DEFAULT_TTL_SECONDS
     # Key checks that fail, per client address and minute, before the address's calls with
     # a key not known to work are refused without a lookup (api/failed_checks.py; per
     # process); 0: no limit.
     failed_key_checks_per_minute: int = DEFAULT_LIMIT
     # Calls per API key in any 60 s, counted in PostgreSQL across every process and host
     # (services/rate_limit.py); 0 disables the limit and its RateLimit headers.
-    rate_limit_per_minute: int = 600
+    rate_limit_per_minute: int = DEFAULT_CALLS_PER_MINUTE
     # Most calls of one key reserved per database round trip (0: automatic, see
     # services/rate_limit.py; 1: a round trip per call).
     rate_limit_batch: int = 0

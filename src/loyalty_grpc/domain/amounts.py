@@ -47,10 +47,11 @@ from decimal import (
     Overflow,
 )
 
-from loyalty_grpc.domain.detalle import shown
+from loyalty_grpc.domain.detalle import shown, shown_number, too_long
 from loyalty_grpc.domain.errors import CodigoError, LoyaltyError
 from loyalty_grpc.domain.integers import integral
 from loyalty_grpc.domain.json_value import JsonValue, json_type_name
+from loyalty_grpc.domain.programs import MONEDA_POR_OMISION
 
 MAX_CENTAVOS = 1_000_000_000
 """10,000,000.00 pesos: the largest amount of one sale (fits an int32)."""
@@ -70,20 +71,27 @@ ESPACIOS = " \u00a0\u202f"
 """What may separate the currency from the number (and a sign from either): the space, the
 no-break space and the narrow no-break space (locale formatters write the last two)."""
 _E = f"[{ESPACIOS}]*"
-_FORMA = re.compile(
-    rf"(?P<signo1>[-+]?){_E}(?P<moneda>MX\$|MXN|\$)?{_E}(?P<signo2>[-+]?){_E}"
-    rf"(?P<numero>[0-9.,]+){_E}(?P<sufijo>MXN)?",
+# What may stand for the peso before the number (any case), and after it: the currency
+# of the programs (domain/programs.py).
+DELANTE = ("$", "MX$", MONEDA_POR_OMISION)
+DETRAS = (MONEDA_POR_OMISION,)
+# As alternatives of a pattern, the longest first.
+_DELANTE = "|".join(re.escape(s) for s in sorted(DELANTE, key=len, reverse=True))
+_DETRAS = "|".join(re.escape(s) for s in sorted(DETRAS, key=len, reverse=True))
+_SHAPE = re.compile(
+    rf"(?P<signo1>[-+]?){_E}(?P<moneda>{_DELANTE})?{_E}(?P<signo2>[-+]?){_E}"
+    rf"(?P<numero>[0-9.,]+){_E}(?P<sufijo>{_DETRAS})?",
     re.IGNORECASE,
 )
-_PREFIJO = re.compile(rf"^{_E}(?:MX\$|MXN|\$){_E}", re.IGNORECASE)
-_SUFIJO = re.compile(rf"{_E}MXN{_E}$", re.IGNORECASE)
-_PARECE_NUMERO = re.compile(r"[0-9.,\s']*[0-9][0-9.,\s']*")
+_PREFIX = re.compile(rf"^{_E}(?:{_DELANTE}){_E}", re.IGNORECASE)
+_SUFFIX = re.compile(rf"{_E}(?:{_DETRAS}){_E}$", re.IGNORECASE)
+_LOOKS_NUMERIC = re.compile(r"[0-9.,\s']*[0-9][0-9.,\s']*")
 # Another currency (letters or a symbol) before or after a number: "USD 100", "€5", "5 pesos".
-_OTRA_MONEDA = re.compile(
+_OTHER_CURRENCY = re.compile(
     r"(?:[^\W\d_]{1,4}\$?|[^\w\s.,'+\-])\s*[-+]?[0-9][0-9.,\s']*"
     r"|[-+]?[0-9][0-9.,\s']*?\s*(?:[^\W\d_]{1,6}|[^\w\s.,'+\-])"
 )
-_EJEMPLOS = '1234.56, "1,234.56", "1.234,56", "$ 1,234.56", "MXN 99.90"'
+_EXAMPLES = f'1234.56, "1,234.56", "1.234,56", "{DELANTE[0]} 1,234.56", "{DETRAS[0]} 99.90"'
 
 
 class _NoEsImporteError(Exception):
@@ -98,20 +106,21 @@ def _error(campo: str, problema: str) -> LoyaltyError:
     return LoyaltyError(CodigoError.IMPORTE_INVALIDO, f"{campo}: {problema}")
 
 
-def _pesos(centavos: int) -> str:
+def _as_pesos(centavos: int) -> str:
     """Canonical pesos for `detalle`: 123456 → "1234.56", 1200 → "12"."""
     enteros, resto = divmod(centavos, 100)
     return str(enteros) if resto == 0 else f"{enteros}.{resto:02d}"
 
 
-def _maximo(campo: str, mostrado: str) -> LoyaltyError:
+def _over_max(campo: str, shown_as: str) -> LoyaltyError:
     return _error(
         campo,
-        f"{mostrado} excede el máximo de {_pesos(MAX_CENTAVOS)}.00 pesos ({MAX_CENTAVOS} centavos)",
+        f"{shown_as} excede el máximo de {_as_pesos(MAX_CENTAVOS)}.00 pesos "
+        f"({MAX_CENTAVOS} centavos)",
     )
 
 
-def _tipo(campo: str, value: JsonValue, que: str) -> LoyaltyError:
+def _wrong_type(campo: str, value: JsonValue, que: str) -> LoyaltyError:
     return _error(campo, f"debe ser {que}; llegó {json_type_name(value)}")
 
 
@@ -122,42 +131,42 @@ def parse_importe(value: JsonValue, campo: str = "importe") -> int:
     """The amount in pesos as the client sent it → integer cents in [0, MAX_CENTAVOS].
     Anything else raises `LoyaltyError(IMPORTE_INVALIDO)` with `detalle` naming `campo`."""
     if isinstance(value, bool) or not isinstance(value, int | float | str):
-        raise _tipo(campo, value, "un número o un texto con el importe en pesos")
+        raise _wrong_type(campo, value, "un número o un texto con el importe en pesos")
     if isinstance(value, int):
         if value < 0:
             raise _error(campo, f"{value} es negativo")
         if value > MAX_CENTAVOS // 100:
-            raise _maximo(campo, str(value))
+            raise _over_max(campo, str(value))
         return value * 100
     if isinstance(value, float):
-        return _de_numero(value, campo)
-    return _de_texto(value, campo)
+        return _from_number(value, campo)
+    return _from_text(value, campo)
 
 
-def _de_numero(numero: float, campo: str) -> int:
+def _from_number(numero: float, campo: str) -> int:
     if not math.isfinite(numero):
-        raise _error(campo, f"{numero!r} no es un número finito")
+        raise _error(campo, f"{shown_number(numero)} no es un número finito")
     exacto = Decimal(repr(numero))  # the shortest text that reads back as this float
     if exacto < 0:
-        raise _error(campo, f"{numero!r} es negativo")
+        raise _error(campo, f"{shown_number(numero)} es negativo")
     if exacto > MAX_CENTAVOS // 100 + 1:
-        raise _maximo(campo, repr(numero))
+        raise _over_max(campo, shown_number(numero))
     en_centavos = _CTX.multiply(exacto, _CIEN)
     centavos = en_centavos.to_integral_value(rounding=ROUND_HALF_EVEN, context=_CTX)
     if abs(_CTX.subtract(en_centavos, centavos)) >= RUIDO_MAXIMO_CENTAVOS:
-        raise _error(campo, f"{numero!r} tiene más de 2 decimales")
+        raise _error(campo, f"{shown_number(numero)} tiene más de 2 decimales")
     if centavos > MAX_CENTAVOS:
-        raise _maximo(campo, repr(numero))
+        raise _over_max(campo, shown_number(numero))
     return int(centavos)
 
 
-def _de_texto(texto_original: str, campo: str) -> int:
-    texto = texto_original.strip()
+def _from_text(original: str, campo: str) -> int:
+    texto = original.strip()
     if not texto:
         raise _error(campo, "está vacío")
     if len(texto) > MAX_TEXTO:
-        raise _error(campo, f"texto demasiado largo ({len(texto)} caracteres; máximo {MAX_TEXTO})")
-    forma = _FORMA.fullmatch(texto)
+        raise _error(campo, too_long(len(texto), MAX_TEXTO))
+    forma = _SHAPE.fullmatch(texto)
     if forma is None:
         raise _ilegible(texto, campo)
     if forma["signo1"] and forma["signo2"]:
@@ -165,25 +174,25 @@ def _de_texto(texto_original: str, campo: str) -> int:
     signo = forma["signo1"] or forma["signo2"]
     numero = forma["numero"]
     try:
-        centavos = _cuerpo(numero)
+        centavos = _body(numero)
     except _NoEsImporteError as mal:
         if signo == "-":
             raise _error(campo, f"{shown(texto)} es negativo") from None
         raise _error(
-            campo, f"{shown(texto)} no es un importe: {mal.motivo}{_lecturas_texto(numero)}"
+            campo, f"{shown(texto)} no es un importe: {mal.motivo}{_readings_text(numero)}"
         ) from None
     if signo == "-" and centavos > 0:
         raise _error(campo, f"{shown(texto)} es negativo")
     if signo == "+":
         raise _error(
-            campo, f'{shown(texto)} no es un importe: no lleva signo "+"; ¿{_pesos(centavos)}?'
+            campo, f'{shown(texto)} no es un importe: no lleva signo "+"; ¿{_as_pesos(centavos)}?'
         )
     if centavos > MAX_CENTAVOS:
-        raise _maximo(campo, shown(texto))
+        raise _over_max(campo, shown(texto))
     return centavos
 
 
-def _cuerpo(numero: str) -> int:
+def _body(numero: str) -> int:
     """Cents of a text of digits, `,` and `.` by the separator rules (module docstring)."""
     separadores = [c for c in numero if c in ".,"]
     if not separadores:
@@ -203,23 +212,23 @@ def _cuerpo(numero: str) -> int:
                 f'tras el separador decimal "{ultimo}" hay '
                 f"{len(grupos[-1])} dígitos (máximo 2 decimales)"
             )
-        _miles(grupos[:-1])
-        return _a_centavos(grupos[:-1], grupos[-1])
+        _thousands(grupos[:-1])
+        return _to_centavos(grupos[:-1], grupos[-1])
     if len(separadores) > 1:
-        _miles(grupos, f'"{ultimo}" repetido separa miles')
-        return _a_centavos(grupos, "")
+        _thousands(grupos, f'"{ultimo}" repetido separa miles')
+        return _to_centavos(grupos, "")
     despues = grupos[1]
     if len(despues) == 3:
-        _miles(grupos, f'"{ultimo}" seguido de 3 dígitos separa miles')
-        return _a_centavos(grupos, "")
+        _thousands(grupos, f'"{ultimo}" seguido de 3 dígitos separa miles')
+        return _to_centavos(grupos, "")
     if len(despues) <= 2:
-        return _a_centavos(grupos[:1], despues)
+        return _to_centavos(grupos[:1], despues)
     raise _NoEsImporteError(
         f'tras "{ultimo}" hay {len(despues)} dígitos (1 o 2 son decimales; 3, miles)'
     )
 
 
-def _miles(grupos: list[str], como: str = "") -> None:
+def _thousands(grupos: list[str], como: str = "") -> None:
     primero, resto = grupos[0], grupos[1:]
     if 1 <= len(primero) <= 3 and not primero.startswith("0") and all(len(g) == 3 for g in resto):
         return
@@ -227,54 +236,60 @@ def _miles(grupos: list[str], como: str = "") -> None:
     raise _NoEsImporteError(f"{como}, pero {regla}" if como else regla)
 
 
-def _a_centavos(enteros: list[str], decimales: str) -> int:
+def _to_centavos(enteros: list[str], decimales: str) -> int:
     return int("".join(enteros)) * 100 + int(decimales.ljust(2, "0"))
 
 
-def _lecturas(numero: str) -> list[int]:
+def _readings(numero: str) -> list[int]:
     """Plausible cents of a malformed number: the last separator as the decimal point
     (rounded to the cent), and every separator as thousands. Within the bounds, unique."""
-    if _PARECE_NUMERO.fullmatch(numero) is None:
+    if _LOOKS_NUMERIC.fullmatch(numero) is None:
         return []
-    lecturas: list[int] = []
+    readings: list[int] = []
     ultimo = max(numero.rfind("."), numero.rfind(","))
     if ultimo >= 0:
         enteros = re.sub(r"[^0-9]", "", numero[:ultimo]) or "0"
         decimales = re.sub(r"[^0-9]", "", numero[ultimo + 1 :])
         if decimales:
             valor = _CTX.multiply(Decimal(f"{enteros}.{decimales}"), _CIEN)
-            lecturas.append(int(valor.to_integral_value(rounding=ROUND_HALF_UP, context=_CTX)))
-    lecturas.append(int(re.sub(r"[^0-9]", "", numero)) * 100)
-    return [c for i, c in enumerate(lecturas) if c <= MAX_CENTAVOS and c not in lecturas[:i]]
+            readings.append(int(valor.to_integral_value(rounding=ROUND_HALF_UP, context=_CTX)))
+    readings.append(int(re.sub(r"[^0-9]", "", numero)) * 100)
+    return [c for i, c in enumerate(readings) if c <= MAX_CENTAVOS and c not in readings[:i]]
 
 
-def _lecturas_texto(numero: str) -> str:
-    lecturas = _lecturas(numero)
-    return "; " + " ".join(f"¿{_pesos(c)}?" for c in lecturas) if lecturas else ""
+def _readings_text(numero: str) -> str:
+    readings = _readings(numero)
+    return "; " + " ".join(f"¿{_as_pesos(c)}?" for c in readings) if readings else ""
 
 
 def _ilegible(texto: str, campo: str) -> LoyaltyError:
     """The error for a text that is not digits and separators with an accepted currency."""
-    muestra = shown(texto)
-    resto = _SUFIJO.sub("", _PREFIJO.sub("", texto))
-    if resto.startswith("-") and _PARECE_NUMERO.fullmatch(resto[1:].strip()):
-        return _error(campo, f"{muestra} es negativo")
-    lecturas = _lecturas_texto(resto)
-    if lecturas:
+    shown_as = shown(texto)
+    resto = _SUFFIX.sub("", _PREFIX.sub("", texto))
+    if resto.startswith("-") and _LOOKS_NUMERIC.fullmatch(resto[1:].strip()):
+        return _error(campo, f"{shown_as} es negativo")
+    readings = _readings_text(resto)
+    if readings:
         dentro = re.search(r"[0-9.,][\s']+[0-9.,]", resto)
         motivo = (
             "lleva espacios o apóstrofos dentro del número"
             if dentro
             else "no tiene la forma de un importe"
         )
-        return _error(campo, f"{muestra} no es un importe: {motivo}{lecturas}")
-    if _OTRA_MONEDA.fullmatch(resto):
+        return _error(campo, f"{shown_as} no es un importe: {motivo}{readings}")
+    if _OTHER_CURRENCY.fullmatch(resto):
         return _error(
             campo,
-            f"{muestra} no es un importe: la única moneda admitida es el "
-            'peso ("$", "MX$" o "MXN" delante, o "MXN" detrás)',
+            f"{shown_as} no es un importe: la única moneda admitida es el peso "
+            f"({_uno_de(DELANTE)} delante, o {_uno_de(DETRAS)} detrás)",
         )
-    return _error(campo, f"{muestra} no es un importe; ejemplos: {_EJEMPLOS}")
+    return _error(campo, f"{shown_as} no es un importe; ejemplos: {_EXAMPLES}")
+
+
+def _uno_de(textos: tuple[str, ...]) -> str:
+    """`"a", "b" o "c"`: the texts quoted, the last after `o`."""
+    quoted = [f'"{texto}"' for texto in textos]
+    return " o ".join([", ".join(quoted[:-1]), quoted[-1]] if len(quoted) > 1 else quoted)
 
 
 # ---------------------------------------------------------------- importe_centavos
@@ -284,20 +299,20 @@ def parse_centavos(value: JsonValue, campo: str = "importe_centavos") -> int:
     """Integer cents: a JSON number with an integral value, in [0, MAX_CENTAVOS]. Anything
     else (text included) raises `LoyaltyError(IMPORTE_INVALIDO)`."""
     if isinstance(value, bool) or not isinstance(value, int | float):
-        raise _tipo(campo, value, "un número entero de centavos")
-    mostrado = repr(value)
+        raise _wrong_type(campo, value, "un número entero de centavos")
+    shown_as = shown_number(value)
     centavos = integral(value)
     if centavos is None:
         if not math.isfinite(value):
-            raise _error(campo, f"{mostrado} no es un número finito")
+            raise _error(campo, f"{shown_as} no es un número finito")
         raise _error(
             campo,
-            f"{mostrado} no es un número entero de centavos (para pesos con decimales use importe)",
+            f"{shown_as} no es un número entero de centavos (para pesos con decimales use importe)",
         )
     if centavos < 0:
-        raise _error(campo, f"{mostrado} es negativo")
+        raise _error(campo, f"{shown_as} es negativo")
     if centavos > MAX_CENTAVOS:
-        raise _error(campo, f"{mostrado} excede el máximo de {MAX_CENTAVOS} centavos")
+        raise _error(campo, f"{shown_as} excede el máximo de {MAX_CENTAVOS} centavos")
     return centavos
 
 

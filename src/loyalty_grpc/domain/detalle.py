@@ -12,8 +12,10 @@ client's value shown one way. Pure, no I/O.
 - A client's value, when a detalle shows it at all, goes through `shown`: JSON-quoted,
   every character outside printable ASCII escaped (`\\u0131`: a look-alike letter, a
   zero-width or a control character is visible as what it is), at most MAX_SHOWN
-  characters of that escaped text, then `…` when the value was longer. Personal data (a
-  Fan ID, an e-mail, a name) and secrets are never shown, shortened or not.
+  characters of that escaped text, then `…` when the value was longer; a JSON number
+  through `shown_number` (its shortest text, shortened the same way); a text too long to
+  be read is not shown, its length is (`too_long`). Personal data (a Fan ID, an e-mail, a
+  name) and secrets are never shown, shortened or not.
 """
 
 from __future__ import annotations
@@ -48,6 +50,18 @@ def shown(value: str, *, quote: bool = True) -> str:
     return quoted + ELLIPSIS if cut else quoted
 
 
+def shown_number(value: float) -> str:
+    """A client's JSON number as a detalle shows it: its shortest text (`repr`, what the
+    client sent for any number of up to 15 significant digits), shortened like `shown`."""
+    return shown(repr(value), quote=False)
+
+
+def too_long(length: int, maximum: int) -> str:
+    """What a detalle says of a client's text too long to be read: its length and the
+    limit, never the text."""
+    return f"texto demasiado largo ({length} caracteres; máximo {maximum})"
+
+
 def _escaped_prefix(value: str) -> tuple[str, bool]:
     """The longest escaped prefix of `value` within MAX_SHOWN characters (never half an
     escape), and whether it is shorter than the value."""
@@ -71,4 +85,13 @@ def bounded(detalle: str) -> str:
     return detalle[:HEAD] + ELLIPSIS + detalle[-tail:]
 
 
-__all__ = ["ELLIPSIS", "HEAD", "MAX_DETALLE", "MAX_SHOWN", "bounded", "shown"]
+__all__ = [
+    "ELLIPSIS",
+    "HEAD",
+    "MAX_DETALLE",
+    "MAX_SHOWN",
+    "bounded",
+    "shown",
+    "shown_number",
+    "too_long",
+]

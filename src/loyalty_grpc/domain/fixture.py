@@ -52,7 +52,7 @@ from loyalty_grpc.domain.fans import (
     normalize_email,
 )
 from loyalty_grpc.domain.integers import INT32_MAX, INT32_MIN, integral
-from loyalty_grpc.domain.keys import Modo, mode_of, require_well_formed
+from loyalty_grpc.domain.keys import PREFIJOS, Modo, mode_of, require_well_formed
 from loyalty_grpc.domain.permissions import Permiso, parse_permisos
 from loyalty_grpc.domain.programs import check_qr_url, parse_tasa, program_id
 from loyalty_grpc.domain.promos import (
@@ -509,6 +509,6 @@ def _type_name(value: object) -> str:
 def _show(text: str, *, quote: bool = True) -> str:
     """A value for a detalle (domain.detalle.shown), never anything that looks like an API
     key (keys are secrets)."""
-    if mode_of(text.strip()) is not None or "lp_vivo_" in text or "lp_prueba_" in text:
+    if mode_of(text.strip()) is not None or any(prefix in text for prefix in PREFIJOS.values()):
         return "(valor oculto)"
     return shown(text, quote=quote)

@@ -17,10 +17,14 @@ class Modo(StrEnum):
     PRUEBA = "prueba"
 
 
-PREFIJOS: dict[Modo, str] = {Modo.VIVO: "lp_vivo_", Modo.PRUEBA: "lp_prueba_"}
+# A key's prefix names its mode: `lp_vivo_`, `lp_prueba_`.
+PREFIJOS: dict[Modo, str] = {modo: f"lp_{modo.value}_" for modo in Modo}
+_MODOS: dict[str, Modo] = {prefijo: modo for modo, prefijo in PREFIJOS.items()}
 # The fewest letters or digits after the prefix of a well-formed key.
 MIN_SECRET_LENGTH = 24
-_KEY = re.compile(rf"lp_(vivo|prueba)_[A-Za-z0-9]{{{MIN_SECRET_LENGTH},}}")
+_KEY = re.compile(
+    f"({'|'.join(map(re.escape, PREFIJOS.values()))})[A-Za-z0-9]{{{MIN_SECRET_LENGTH},}}"
+)
 _BEARER = re.compile(r"Bearer +(\S+)", re.IGNORECASE)
 SECRET_LENGTH = 32
 
@@ -45,7 +49,7 @@ def bearer_token(header: str | None) -> str:
 def mode_of(key: str) -> Modo | None:
     """The key's mode from its prefix, or None when it is not a well-formed key."""
     match = _KEY.fullmatch(key)
-    return Modo(match.group(1)) if match else None
+    return _MODOS[match.group(1)] if match else None
 
 
 def require_well_formed(key: str) -> Modo:
@@ -54,7 +58,8 @@ def require_well_formed(key: str) -> Modo:
     if modo is None:
         raise LoyaltyError(
             CodigoError.CLAVE_MAL_FORMADA,
-            "una clave es 'lp_vivo_' o 'lp_prueba_' seguido de 24 o más letras o dígitos",
+            f"una clave es '{PREFIJOS[Modo.VIVO]}' o '{PREFIJOS[Modo.PRUEBA]}' seguido de "
+            f"{MIN_SECRET_LENGTH} o más letras o dígitos",
         )
     return modo
 

@@ -75,6 +75,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 WINDOW_SECONDS = 60
+# The contract's limit: calls per API key in any WINDOW_SECONDS (the default of
+# LOYALTY_RATE_LIMIT_PER_MINUTE; the catalogue's `demasiadas_llamadas` quotes it).
+DEFAULT_CALLS_PER_MINUTE = 600
 # Whole-second slots covering seconds S-60 .. S (see the proof above).
 SLOTS = WINDOW_SECONDS + 1
 # Seconds a batch's spare calls stay outstanding in `reservations` unless settled: the last

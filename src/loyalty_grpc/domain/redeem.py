@@ -51,7 +51,7 @@ RANGO: dict[EstadoCodigo, int] = {
 PREFERENCIA: tuple[str, ...] = tuple(e.value for e in sorted(RANGO, key=RANGO.__getitem__))
 
 
-class Desenlace(StrEnum):
+class Outcome(StrEnum):
     """What one code of a request comes to."""
 
     CANJEADO = "canjeado"  # redeemed by this request: 200, duplicado false
@@ -61,21 +61,21 @@ class Desenlace(StrEnum):
     NO_ENCONTRADO = "no_encontrado"  # 404 codigo_no_encontrado
 
 
-_ERRORES: dict[Desenlace, CodigoError] = {
-    Desenlace.LIBERADO: CodigoError.CODIGO_LIBERADO,
-    Desenlace.NO_ASIGNADO: CodigoError.CODIGO_NO_ASIGNADO,
-    Desenlace.NO_ENCONTRADO: CodigoError.CODIGO_NO_ENCONTRADO,
+_ERRORES: dict[Outcome, CodigoError] = {
+    Outcome.LIBERADO: CodigoError.CODIGO_LIBERADO,
+    Outcome.NO_ASIGNADO: CodigoError.CODIGO_NO_ASIGNADO,
+    Outcome.NO_ENCONTRADO: CodigoError.CODIGO_NO_ENCONTRADO,
 }
-_POR_ESTADO: dict[EstadoCodigo, Desenlace] = {
-    EstadoCodigo.ASIGNADO: Desenlace.CANJEADO,
-    EstadoCodigo.CANJEADO: Desenlace.DUPLICADO,
-    EstadoCodigo.LIBERADO: Desenlace.LIBERADO,
-    EstadoCodigo.DISPONIBLE: Desenlace.NO_ASIGNADO,
+_POR_ESTADO: dict[EstadoCodigo, Outcome] = {
+    EstadoCodigo.ASIGNADO: Outcome.CANJEADO,
+    EstadoCodigo.CANJEADO: Outcome.DUPLICADO,
+    EstadoCodigo.LIBERADO: Outcome.LIBERADO,
+    EstadoCodigo.DISPONIBLE: Outcome.NO_ASIGNADO,
 }
 
 
 @dataclass(frozen=True)
-class Copia:
+class Copy:
     """One stored code row with the text: its id and its current state."""
 
     id: int
@@ -83,29 +83,29 @@ class Copia:
 
 
 @dataclass(frozen=True)
-class Paso:
+class Step:
     """The outcome of one input code: its normalised text, the copy it acted on (None when
     not found) and what came of it."""
 
     codigo: str
     copia: int | None
-    desenlace: Desenlace
+    outcome: Outcome
 
     @property
     def error(self) -> CodigoError | None:
-        return _ERRORES.get(self.desenlace)
+        return _ERRORES.get(self.outcome)
 
-    def falla(self) -> LoyaltyError | None:
+    def failure(self) -> LoyaltyError | None:
         """The single form's error for this outcome (None on a 200)."""
         codigo = self.error
         if codigo is None:
             return None
         detalle = {
-            Desenlace.LIBERADO: "fue liberado (retirado de circulación sin usarse); "
+            Outcome.LIBERADO: "fue liberado (retirado de circulación sin usarse); "
             "no se puede canjear",
-            Desenlace.NO_ASIGNADO: "no se ha entregado a ningún fan; no se puede canjear",
-            Desenlace.NO_ENCONTRADO: "el programa no tiene ese código",
-        }[self.desenlace]
+            Outcome.NO_ASIGNADO: "no se ha entregado a ningún fan; no se puede canjear",
+            Outcome.NO_ENCONTRADO: "el programa no tiene ese código",
+        }[self.outcome]
         if codigo is CodigoError.CODIGO_NO_ENCONTRADO:
             detalle += _several_hint(self.codigo)
         return LoyaltyError(codigo, f"codigo {shown(self.codigo)}: {detalle}")
@@ -164,36 +164,36 @@ def check_batch_size(n: int) -> None:
         raise LoyaltyError(CodigoError.DEMASIADOS_CODIGOS, too_many_codes("codigos", MAX_CODIGOS))
 
 
-def choose(copias: Iterable[Copia]) -> Copia | None:
+def choose(copias: Iterable[Copy]) -> Copy | None:
     """The copy a redemption of the text acts on (RANGO, then the oldest), or None."""
     return min(copias, key=lambda c: (RANGO[c.estado], c.id), default=None)
 
 
-def plan(codigos: Sequence[str], copias: Mapping[str, Sequence[Copia]]) -> list[Paso]:
+def plan(codigos: Sequence[str], copias: Mapping[str, Sequence[Copy]]) -> list[Step]:
     """The outcome of each normalised text of `codigos`, in order, as successive single
     redemptions would give it, given the current copies of each text (texts absent from
     `copias` are not found). A copy redeemed by an earlier entry counts as `canjeado` for the
     later ones."""
     estados = {c.id: c.estado for grupo in copias.values() for c in grupo}
-    pasos: list[Paso] = []
+    steps: list[Step] = []
     for codigo in codigos:
-        elegida = choose(Copia(c.id, estados[c.id]) for c in copias.get(codigo, ()))
+        elegida = choose(Copy(c.id, estados[c.id]) for c in copias.get(codigo, ()))
         if elegida is None:
-            pasos.append(Paso(codigo, None, Desenlace.NO_ENCONTRADO))
+            steps.append(Step(codigo, None, Outcome.NO_ENCONTRADO))
             continue
         if elegida.estado is EstadoCodigo.ASIGNADO:
             estados[elegida.id] = EstadoCodigo.CANJEADO
-        pasos.append(Paso(codigo, elegida.id, _POR_ESTADO[elegida.estado]))
-    return pasos
+        steps.append(Step(codigo, elegida.id, _POR_ESTADO[elegida.estado]))
+    return steps
 
 
-def summarize(pasos: Sequence[Paso]) -> Resumen:
-    def count(desenlace: Desenlace) -> int:
-        return sum(1 for p in pasos if p.desenlace is desenlace)
+def summarize(steps: Sequence[Step]) -> Resumen:
+    def count(outcome: Outcome) -> int:
+        return sum(1 for p in steps if p.outcome is outcome)
 
     return Resumen(
-        recibidos=len(pasos),
-        canjeados=count(Desenlace.CANJEADO),
-        duplicados=count(Desenlace.DUPLICADO),
-        rechazados=sum(1 for p in pasos if p.error is not None),
+        recibidos=len(steps),
+        canjeados=count(Outcome.CANJEADO),
+        duplicados=count(Outcome.DUPLICADO),
+        rechazados=sum(1 for p in steps if p.error is not None),
     )

@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from decimal import Decimal
 
-from loyalty_grpc.domain.detalle import shown
+from loyalty_grpc.domain.detalle import shown, shown_number, too_long
 from loyalty_grpc.domain.errors import CodigoError, LoyaltyError
 from loyalty_grpc.domain.integers import integral
 from loyalty_grpc.domain.json_value import JsonValue, json_type_name
@@ -39,12 +39,12 @@ def parse_limite(value: JsonValue) -> int:
         text = value.strip()
         mostrado = shown(text)
         if len(text) > MAX_LIMITE_TEXTO:
-            raise limite_invalido(f"texto de {len(text)} caracteres (máximo {MAX_LIMITE_TEXTO})")
+            raise limite_invalido(too_long(len(text), MAX_LIMITE_TEXTO))
         if not _INTEGER.fullmatch(text):
             raise limite_invalido(f"{mostrado} no es un número entero")
         number = int(Decimal(text))
     else:
-        mostrado = repr(value)
+        mostrado = shown_number(value)
         whole = integral(value)
         if whole is None:
             raise limite_invalido(f"{mostrado} no es un número entero")

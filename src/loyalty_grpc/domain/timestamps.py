@@ -26,7 +26,7 @@ import re
 from datetime import UTC, datetime, timedelta, timezone
 from decimal import ROUND_FLOOR, ROUND_HALF_EVEN, Context, Decimal, InvalidOperation, Overflow
 
-from loyalty_grpc.domain.detalle import shown
+from loyalty_grpc.domain.detalle import shown, shown_number, too_long
 from loyalty_grpc.domain.errors import CodigoError, LoyaltyError
 from loyalty_grpc.domain.json_value import JsonValue, json_type_name
 
@@ -44,8 +44,8 @@ _ISO = re.compile(
     r"(?::(?P<s>[0-9]{2})(?:[.,](?P<f>[0-9]{1,9}))?)?)?"
     r"(?P<zona>[Zz]|(?P<zs>[+-])(?P<zh>[0-9]{2})(?::?(?P<zm>[0-9]{2}))?)?"
 )
-_EPOCH_TEXTO = re.compile(r"-?[0-9]+(?:\.[0-9]+)?")
-_FORMATOS = (
+_EPOCH_TEXT = re.compile(r"-?[0-9]+(?:\.[0-9]+)?")
+_FORMATS = (
     'ISO 8601 ("2026-11-21T15:16:52-06:00", "2026-11-21T21:16:52Z"), '
     '"2026-11-21 21:16:52" (UTC), epoch en segundos (1795295812) o en '
     "milisegundos (1795295812000)"
@@ -74,20 +74,20 @@ def parse_ts(value: JsonValue, now: datetime, campo: str = "ts") -> datetime:
             campo, f"debe ser un texto ISO 8601 o un número epoch; llegó {json_type_name(value)}"
         )
     if isinstance(value, int):
-        return _de_epoch(Decimal(value), str(value), now, campo)
+        return _from_epoch(Decimal(value), str(value), now, campo)
     if isinstance(value, float):
         if not math.isfinite(value):
-            raise _error(campo, f"{value!r} no es un número finito")
-        return _de_epoch(Decimal(repr(value)), repr(value), now, campo)
+            raise _error(campo, f"{shown_number(value)} no es un número finito")
+        return _from_epoch(Decimal(repr(value)), shown_number(value), now, campo)
     texto = value.strip()
-    muestra = shown(texto)
+    shown_as = shown(texto)
     if not texto:
         raise _error(campo, "está vacío")
     if len(texto) > MAX_TEXTO:
-        raise _error(campo, f"texto demasiado largo ({len(texto)} caracteres; máximo {MAX_TEXTO})")
-    if _EPOCH_TEXTO.fullmatch(texto):
-        return _de_epoch(Decimal(texto), muestra, now, campo)
-    return _en_rango(_de_iso(texto, muestra, campo), muestra, now, campo)
+        raise _error(campo, too_long(len(texto), MAX_TEXTO))
+    if _EPOCH_TEXT.fullmatch(texto):
+        return _from_epoch(Decimal(texto), shown_as, now, campo)
+    return _in_range(_from_iso(texto, shown_as, campo), shown_as, now, campo)
 
 
 def from_timestamp(seconds: int, nanos: int, now: datetime, campo: str) -> datetime:
@@ -99,24 +99,24 @@ def from_timestamp(seconds: int, nanos: int, now: datetime, campo: str) -> datet
     if not 0 <= nanos < 1_000_000_000:
         raise _error(campo, f"nanos {nanos} fuera de rango (de 0 a 999999999)")
     micros = seconds * 1_000_000 + nanos // 1000
-    mostrado = f"Timestamp de {seconds} s"
+    shown_as = f"Timestamp de {seconds} s"
     if micros > _MAX_MICROS:
-        raise _error(campo, f"{mostrado} está más de 24 h en el futuro")
+        raise _error(campo, f"{shown_as} está más de 24 h en el futuro")
     if micros < 0:
-        raise _error(campo, f"{mostrado} es anterior a {format_iso_utc(MIN_TS)}")
-    return _en_rango(_EPOCH + timedelta(microseconds=micros), mostrado, now, campo)
+        raise _error(campo, f"{shown_as} es anterior a {format_iso_utc(MIN_TS)}")
+    return _in_range(_EPOCH + timedelta(microseconds=micros), shown_as, now, campo)
 
 
-def _de_epoch(valor: Decimal, mostrado: str, now: datetime, campo: str) -> datetime:
+def _from_epoch(valor: Decimal, shown_as: str, now: datetime, campo: str) -> datetime:
     if valor < 0:
-        raise _error(campo, f"{mostrado} es negativo")
+        raise _error(campo, f"{shown_as} es negativo")
     en_ms = valor >= EPOCH_MS_DESDE
     unidad = "milisegundos" if en_ms else "segundos"
     por_unidad = Decimal(1000 if en_ms else 1_000_000)
     micros = int(
         _CTX.multiply(valor, por_unidad).to_integral_value(rounding=ROUND_FLOOR, context=_CTX)
     )
-    leido = f"{mostrado} (epoch en {unidad})"
+    leido = f"{shown_as} (epoch en {unidad})"
     if micros > _MAX_MICROS:
         pista = (
             "; ¿microsegundos o nanosegundos? envíe segundos o milisegundos"
@@ -125,17 +125,17 @@ def _de_epoch(valor: Decimal, mostrado: str, now: datetime, campo: str) -> datet
         )
         raise _error(campo, f"{leido} está más de 24 h en el futuro{pista}")
     momento = _EPOCH + timedelta(microseconds=micros)
-    return _en_rango(momento, leido, now, campo)
+    return _in_range(momento, leido, now, campo)
 
 
-def _de_iso(texto: str, muestra: str, campo: str) -> datetime:
+def _from_iso(texto: str, shown_as: str, campo: str) -> datetime:
     iso = _ISO.fullmatch(texto)
     if iso is None:
-        raise _error(campo, f"{muestra} no es una fecha y hora; formatos: {_FORMATOS}")
+        raise _error(campo, f"{shown_as} no es una fecha y hora; formatos: {_FORMATS}")
     if iso["h"] is None:
         raise _error(
             campo,
-            f"{muestra} tiene fecha pero no hora; envíe fecha, hora y "
+            f"{shown_as} tiene fecha pero no hora; envíe fecha, hora y "
             'zona, p. ej. "2026-11-21T15:16:52-06:00"',
         )
     fraccion = (iso["f"] or "").ljust(6, "0")[:6]
@@ -160,19 +160,19 @@ def _de_iso(texto: str, muestra: str, campo: str) -> datetime:
         return local.astimezone(UTC)
     except (ValueError, OverflowError):
         raise _error(
-            campo, f"{muestra} no es una fecha y hora válida (día, hora o zona fuera de rango)"
+            campo, f"{shown_as} no es una fecha y hora válida (día, hora o zona fuera de rango)"
         ) from None
 
 
-def _en_rango(momento: datetime, mostrado: str, now: datetime, campo: str) -> datetime:
+def _in_range(momento: datetime, shown_as: str, now: datetime, campo: str) -> datetime:
     if momento < MIN_TS:
         raise _error(
-            campo, f"{mostrado} es {format_iso_utc(momento)}, anterior a {format_iso_utc(MIN_TS)}"
+            campo, f"{shown_as} es {format_iso_utc(momento)}, anterior a {format_iso_utc(MIN_TS)}"
         )
     if momento > now + MAX_ADELANTO:
         raise _error(
             campo,
-            f"{mostrado} es {format_iso_utc(momento)}, más de 24 h en el "
+            f"{shown_as} es {format_iso_utc(momento)}, más de 24 h en el "
             f"futuro (hora del servicio {format_iso_utc(now)})",
         )
     return momento

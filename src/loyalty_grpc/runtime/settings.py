@@ -16,23 +16,23 @@ import os
 import re
 import ssl
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import MISSING, dataclass, field, fields, replace
 from pathlib import Path
 
 from sqlalchemy.exc import ArgumentError
 
-from loyalty_grpc.domain import secret_strength
+from loyalty_grpc.api import failed_checks, key_cache
+from loyalty_grpc.api.server_defaults import DEFAULT_HOST, DEFAULT_PORT
+from loyalty_grpc.domain import rate_limit, secret_strength
 from loyalty_grpc.runtime.logs import FORMATS, LogFormat
 from loyalty_grpc.runtime.memory import available_memory
 from loyalty_grpc.runtime.process.liveness import LivenessSettings
+from loyalty_grpc.services.rate_limit import MAX_BATCH
 from loyalty_grpc.store.db import parse_url
 from loyalty_grpc.wallet import WalletConfigError, WalletSettings
 
 # The exit code of a configuration error (as argparse uses for a bad flag).
 EXIT_CONFIG = 2
-# The default of LOYALTY_FAILED_KEY_CHECKS_PER_MINUTE (api/failed_checks.py DEFAULT_LIMIT;
-# a test ties them: this module does not import the server's).
-DEFAULT_FAILED_KEY_CHECKS = 60
 # Strict-Transport-Security's max-age with TLS: one year, what HSTS preload lists ask for.
 DEFAULT_HSTS_MAX_AGE = 31_536_000
 MAX_WORKERS = 64
@@ -67,11 +67,20 @@ class ConfigError(ValueError):
     """A configuration value is wrong; the message names it and says what is expected."""
 
 
+# How a hint names the command to the person running it (runtime/console.py).
+PROG_VARIABLE = "LOYALTY_PROG"
+DEFAULT_PROG = "loyalty"
+
+
 @dataclass(frozen=True)
 class Variable:
     name: str
-    default: str
+    # None: the default of its `Settings` field, formatted (`documented_default`); a text
+    # only where the default is not one value of the field (computed, a command's, none).
+    default: str | None
     meaning: str
+    # Words after a derived default, in parentheses ("one year").
+    aside: str = ""
 
 
 VARIABLES: tuple[Variable, ...] = (
@@ -107,7 +116,7 @@ VARIABLES: tuple[Variable, ...] = (
     ),
     Variable(
         "LOYALTY_DATA_DIR",
-        "`.loyalty`",
+        None,
         "embedded PostgreSQL, admin token, Envoy's rendered config, metrics files (`--data-dir`)",
     ),
     Variable(
@@ -119,17 +128,17 @@ VARIABLES: tuple[Variable, ...] = (
     ),
     Variable(
         "LOYALTY_GRPC_HOST",
-        "`127.0.0.1`",
+        f"`{DEFAULT_HOST}`",
         "gRPC listen address, also of `/metrics` (`--grpc-host`); the back office shares "
         "the port, so listening beyond loopback (`0.0.0.0`, for an Envoy on another host) "
         "is a choice to make with a firewall",
     ),
     Variable(
         "LOYALTY_GRPC_PORT",
-        "`50051`",
+        None,
         "gRPC port, shared by all workers (`--grpc-port`; 0 = any free port)",
     ),
-    Variable("LOYALTY_HTTP_PORT", "`8080`", "Envoy's HTTP port (`--http-port`)"),
+    Variable("LOYALTY_HTTP_PORT", None, "Envoy's HTTP port (`--http-port`)"),
     Variable(
         "LOYALTY_HTTP_HOST",
         "`127.0.0.1` with plain HTTP, `0.0.0.0` with TLS",
@@ -139,7 +148,7 @@ VARIABLES: tuple[Variable, ...] = (
     ),
     Variable(
         "LOYALTY_PLAIN_HTTP_BEYOND_LOOPBACK",
-        "`0`",
+        None,
         "`1`: let plain HTTP (no `LOYALTY_TLS_CERT`) listen beyond loopback "
         "(`--plain-http-beyond-loopback`), `up` and `gateway run`: API keys and fans' data "
         "then cross the network in clear. For a TLS proxy in front on a private network, "
@@ -173,14 +182,15 @@ VARIABLES: tuple[Variable, ...] = (
     ),
     Variable(
         "LOYALTY_HSTS_MAX_AGE",
-        f"`{DEFAULT_HSTS_MAX_AGE}` (one year)",
+        None,
         "with TLS: every HTTPS response, Envoy's own replies too, carries "
         "`Strict-Transport-Security: max-age=N`; 0 sends `max-age=0`, which tells "
         "browsers to forget the policy (to leave HTTPS)",
+        aside="one year",
     ),
     Variable(
         "LOYALTY_HSTS_INCLUDE_SUBDOMAINS",
-        "`0`",
+        None,
         "`1`: add `includeSubDomains` (every subdomain of the API's host must then serve "
         "HTTPS too)",
     ),
@@ -211,18 +221,18 @@ VARIABLES: tuple[Variable, ...] = (
     ),
     Variable(
         "LOYALTY_WORKER_CHECK_SECONDS",
-        f"`{LivenessSettings.interval:g}`",
+        None,
         "how often the supervising process pings each worker over its own socket pair "
         "(`serve`, `up`); 0 = no checks (a frozen worker is then never replaced)",
     ),
     Variable(
         "LOYALTY_WORKER_CHECK_DEADLINE_SECONDS",
-        f"`{LivenessSettings.deadline:g}`",
+        None,
         "how long a worker has to answer one ping before it counts as missed",
     ),
     Variable(
         "LOYALTY_WORKER_CHECK_MISSES",
-        f"`{LivenessSettings.misses}`",
+        None,
         f"missed pings in a row (1 to {MAX_WORKER_CHECK_MISSES}) after which a worker "
         "counts as frozen: it is killed (SIGKILL) and restarted; the defaults replace a "
         f"frozen worker within about {LivenessSettings().worst_case:.0f} s, before Envoy's "
@@ -233,31 +243,34 @@ VARIABLES: tuple[Variable, ...] = (
     ),
     Variable(
         "LOYALTY_METRICS_PORT",
-        "`9464`",
+        None,
         "Prometheus `/metrics` of all workers together (`--metrics-port`; 0 = off)",
     ),
     Variable(
         "LOYALTY_RATE_LIMIT_PER_MINUTE",
-        "`600`",
+        None,
         "calls per minute per API key before `demasiadas_llamadas` (HTTP 429); 0 = no limit",
     ),
     Variable(
         "LOYALTY_RATE_LIMIT_BATCH",
-        "`0` (automatic)",
+        None,
         "most calls of one key a worker reserves per database round trip; 0 = a tenth "
-        "of the limit, at most 64; never more than 1 + the slack (limit // 60 − 2: 9 "
-        "calls at 600 a minute); 1 = a round trip per call",
+        f"of the limit, at most {MAX_BATCH}; never more than 1 + the slack (limit // "
+        f"{rate_limit.WINDOW_SECONDS} − 2: "
+        f"{1 + rate_limit.slack(rate_limit.DEFAULT_CALLS_PER_MINUTE)} calls at "
+        f"{rate_limit.DEFAULT_CALLS_PER_MINUTE} a minute); 1 = a round trip per call",
+        aside="automatic",
     ),
     Variable(
         "LOYALTY_KEY_CACHE_SECONDS",
-        "`5`",
+        None,
         "how long a worker trusts an API-key lookup and the program terms that come "
         "with it (delay of a revocation or a rate change in other processes); "
         "0 = no cache",
     ),
     Variable(
         "LOYALTY_FAILED_KEY_CHECKS_PER_MINUTE",
-        f"`{DEFAULT_FAILED_KEY_CHECKS}`",
+        None,
         "key checks that may fail per client address and minute in each worker (unknown "
         "or revoked keys, from the database or the key cache); beyond it, until the "
         "minute passes, a call whose key has not worked recently gets 429 "
@@ -271,7 +284,7 @@ VARIABLES: tuple[Variable, ...] = (
         "last address of its `X-Forwarded-For`; `X-Forwarded-For` from anyone else is "
         "ignored",
     ),
-    Variable("LOYALTY_LOG_LEVEL", "`INFO`", f"{', '.join(LOG_LEVELS)} (`--log-level`)"),
+    Variable("LOYALTY_LOG_LEVEL", None, f"{', '.join(LOG_LEVELS)} (`--log-level`)"),
     Variable(
         "LOYALTY_LOG_FORMAT",
         "`json` for `serve` and `gateway run` (Envoy's own lines too), `text` for the others",
@@ -280,7 +293,7 @@ VARIABLES: tuple[Variable, ...] = (
     Variable(
         "LOYALTY_GRPC_TARGET",
         "where `serve` listens on this host: `LOYALTY_GRPC_HOST:LOYALTY_GRPC_PORT` "
-        "(a wildcard host as loopback; `127.0.0.1:50051`)",
+        f"(a wildcard host as loopback; `{DEFAULT_HOST}:{DEFAULT_PORT}`)",
         "the server `admin`, `status` and `gateway run` talk to (`HOST:PORT`)",
     ),
     Variable(
@@ -292,16 +305,17 @@ VARIABLES: tuple[Variable, ...] = (
     ),
     Variable(
         "LOYALTY_ENVOY_METRICS_PORT",
-        "`0` (none)",
+        None,
         "`up` and `gateway run`: a listener for Prometheus that answers only `GET "
         "/stats/prometheus` (Envoy's own series and the gateway's, `loyalty_gateway_*`) "
         "and `GET /ready` from Envoy's admin "
         "interface, which is a Unix socket of the work dir (mode 0600), never a port "
         "(`--envoy-metrics-port`)",
+        aside="none",
     ),
     Variable(
         "LOYALTY_ENVOY_METRICS_HOST",
-        "`127.0.0.1`",
+        None,
         "the address of that listener (`--envoy-metrics-host`); beyond loopback, the "
         "series name the gateway's clusters and servers",
     ),
@@ -332,20 +346,28 @@ VARIABLES: tuple[Variable, ...] = (
         "gateway",
     ),
     Variable(
-        "LOYALTY_PROG",
-        "`loyalty`",
+        PROG_VARIABLE,
+        f"`{DEFAULT_PROG}`",
         "how the commands' help and hints name the command; `./dev` sets `./dev` (its "
         "`.venv/bin/loyalty` is not on the PATH)",
     ),
-    Variable("LOYALTY_WALLET_PROVIDER", "`local`", "`local` or `google` (see Wallet pass)"),
-    Variable("LOYALTY_WALLET_INTERVAL_SECONDS", "`1`", "wallet sender poll interval"),
+    Variable(
+        "LOYALTY_WALLET_PROVIDER",
+        f"`{WalletSettings.provider}`",
+        "`local` or `google` (see Wallet pass)",
+    ),
+    Variable(
+        "LOYALTY_WALLET_INTERVAL_SECONDS",
+        f"`{WalletSettings.interval:g}`",
+        "wallet sender poll interval",
+    ),
     Variable("LOYALTY_GOOGLE_WALLET_ISSUER_ID", "none", "Google Wallet issuer id (digits)"),
     Variable(
         "LOYALTY_GOOGLE_WALLET_CREDENTIALS", "none", "path of the Google service account's JSON key"
     ),
     Variable(
         "LOYALTY_GOOGLE_WALLET_API",
-        "`https://walletobjects.googleapis.com`",
+        f"`{WalletSettings.api_base}`",
         "Google Wallet API base URL",
     ),
 )
@@ -640,7 +662,7 @@ class Settings:
     backup_dir: Path | None = None
     # None: loopback only (127.0.0.1), for `up` and `serve` alike.
     grpc_host: str | None = None
-    grpc_port: int = 50051
+    grpc_port: int = DEFAULT_PORT
     http_port: int = 8080
     # None: loopback with plain HTTP, every interface with TLS (`gateway_listen_host`).
     http_host: str | None = None
@@ -666,10 +688,10 @@ class Settings:
     worker_check_deadline_seconds: float = LivenessSettings.deadline
     worker_check_misses: int = LivenessSettings.misses
     metrics_port: int = 9464
-    rate_limit_per_minute: int = 600
+    rate_limit_per_minute: int = rate_limit.DEFAULT_CALLS_PER_MINUTE
     rate_limit_batch: int = 0
-    key_cache_seconds: float = 5.0
-    failed_key_checks_per_minute: int = DEFAULT_FAILED_KEY_CHECKS
+    key_cache_seconds: float = key_cache.DEFAULT_TTL_SECONDS
+    failed_key_checks_per_minute: int = failed_checks.DEFAULT_LIMIT
     # Envoy: CIDRs whose X-Forwarded-For names the client (none: the TCP peer is).
     trusted_proxies: tuple[str, ...] = ()
     log_level: str = "INFO"
@@ -753,7 +775,7 @@ class Settings:
     def listen_host(self) -> str:
         """Where the gRPC server listens: LOYALTY_GRPC_HOST / --grpc-host, else loopback
         only (the back office shares the port: exposing it must be a choice)."""
-        return self.grpc_host if self.grpc_host is not None else "127.0.0.1"
+        return self.grpc_host if self.grpc_host is not None else DEFAULT_HOST
 
     @property
     def envoy_heap_bytes(self) -> int:
@@ -969,11 +991,6 @@ def connect_host(listen_host: str) -> str:
     return listen_host
 
 
-# How a hint names the command to the person running it (runtime/console.py).
-PROG_VARIABLE = "LOYALTY_PROG"
-DEFAULT_PROG = "loyalty"
-
-
 def program_name(environ: Mapping[str, str] | None = None) -> str:
     """LOYALTY_PROG when it is one printable word, else `loyalty`. Never an error: it only
     words suggestions, and it is read while the help is built, before any checking."""
@@ -994,8 +1011,39 @@ def settings_fields() -> set[str]:
     return {f.name for f in fields(Settings)}
 
 
+def field_of(variable: str) -> str | None:
+    """The `Settings` field a variable sets (None: the wallet's, or none)."""
+    return next((name for name, rule in _RULES.items() if rule.variable == variable), None)
+
+
+def plain_default(name: str) -> object:
+    """The default of the `Settings` field `name` when it is one value (MISSING when the
+    field computes it, e.g. from the machine)."""
+    return next(f.default for f in fields(Settings) if f.name == name)
+
+
+def _formatted(value: object) -> str:
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    if isinstance(value, float):
+        return f"{value:g}"
+    return str(value)
+
+
+def documented_default(variable: Variable) -> str:
+    """The default column of a variable: its text, or its field's default formatted."""
+    if variable.default is not None:
+        return variable.default
+    name = field_of(variable.name)
+    value = MISSING if name is None else plain_default(name)
+    if value in (MISSING, None, ()):
+        raise ValueError(f"{variable.name}: no plain Settings default to document")
+    aside = f" ({variable.aside})" if variable.aside else ""
+    return f"`{_formatted(value)}`{aside}"
+
+
 def config_table() -> str:
     """docs/configuration.md's table of settings (Markdown)."""
     rows = ["| variable | default | meaning |", "|---|---|---|"]
-    rows += [f"| `{v.name}` | {v.default} | {v.meaning} |" for v in VARIABLES]
+    rows += [f"| `{v.name}` | {documented_default(v)} | {v.meaning} |" for v in VARIABLES]
     return "\n".join(rows)

@@ -66,3 +66,9 @@ def fetch_one(engine: Engine, sql: str, params: Params) -> Row | None:
     """The first row of one autocommit statement (None when it returns none)."""
     with autocommit(engine) as conn:
         return conn.execute(sql, params).fetchone()
+
+
+def fetch_all(engine: Engine, sql: str, params: Params) -> list[Row]:
+    """Every row of one autocommit statement."""
+    with autocommit(engine) as conn:
+        return conn.execute(sql, params).fetchall()

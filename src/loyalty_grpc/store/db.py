@@ -1,10 +1,12 @@
-"""The engine: built once at start-up from a database URL."""
+"""The engine: built once at start-up from a database URL; `Database`, the name the layers
+above store give that handle (services type it without importing sqlalchemy)."""
 
 from __future__ import annotations
 
 import re
+from typing import TypeAlias
 
-from sqlalchemy import Engine, create_engine
+from sqlalchemy import Connection, Engine, create_engine
 from sqlalchemy.engine import URL, make_url
 
 # libpq's multi-host form, `postgresql://user@h1:5432,h2:5432/loyalty?...` (several
@@ -15,6 +17,10 @@ _MULTI_HOST = re.compile(
     re.DOTALL,
 )
 _HOST_PORT = re.compile(r"[A-Za-z0-9.-]+(?::[0-9]{1,5})?")
+
+# The database as the use cases hold it: the engine (its pool), which they pass to store
+# functions (the hot paths' autocommit statements) or to a UnitOfWork.
+Database: TypeAlias = Engine
 
 
 def parse_url(url: str) -> URL:
@@ -82,3 +88,8 @@ def make_engine(url: str, *, pool_size: int = 20) -> Engine:
         if "connect_timeout" in parse_url(url).query
         else {"connect_timeout": CONNECT_TIMEOUT_SECONDS},
     )
+
+
+# One of the engine's connections (with its transaction) as code outside store/ holds it
+# to hand it to store functions (the wallet's backlog reads run on the caller's).
+DatabaseConnection: TypeAlias = Connection

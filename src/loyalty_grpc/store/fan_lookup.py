@@ -11,9 +11,10 @@ code's row id when the fan was identified by a code (else NULL).
 from __future__ import annotations
 
 from loyalty_grpc.domain.fan_ref import FanRef, Forma
+from loyalty_grpc.domain.promos import EstadoCodigo, EstadoFan
 
 _FAN = "f.pk, f.fan_id, f.nombre, f.correo, f.socio_desde, f.temporadas, f.puntos"
-_ACTIVE = "f.programa_id = %(programa)s AND f.estado = 'activo'"
+_ACTIVE = f"f.programa_id = %(programa)s AND f.estado = '{EstadoFan.ACTIVO.value}'"
 
 _BY_QR_TOKEN = f"""SELECT {_FAN}, NULL::bigint AS via_codigo FROM fans f
   WHERE {_ACTIVE} AND f.qr_token = %(valor)s"""  # noqa: S608 (constants)
@@ -31,10 +32,11 @@ FROM (
   SELECT {_FAN}, NULL::bigint AS via_codigo, 1 AS prio, 0 AS orden FROM fans f
     WHERE {_ACTIVE} AND f.fan_id = %(valor)s
   UNION ALL
-  SELECT {_FAN}, c.id, 2, CASE WHEN c.estado = 'asignado' THEN 0 ELSE 1 END
+  SELECT {_FAN}, c.id, 2, CASE WHEN c.estado = '{EstadoCodigo.ASIGNADO.value}' THEN 0 ELSE 1 END
     FROM codigos c JOIN fans f ON f.pk = c.fan_pk
     WHERE c.programa_id = %(programa)s AND c.codigo = %(valor)s
-      AND c.estado IN ('asignado', 'canjeado') AND {_ACTIVE}
+      AND c.estado IN ('{EstadoCodigo.ASIGNADO.value}', '{EstadoCodigo.CANJEADO.value}')
+      AND {_ACTIVE}
   UNION ALL
   SELECT {_FAN}, NULL::bigint, 3, 0 FROM fans f
     WHERE {_ACTIVE} AND f.qr_token = %(crudo)s

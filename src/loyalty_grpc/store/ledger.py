@@ -31,7 +31,7 @@ def move_ctes(source: str, *, one_fan: bool = False) -> str:
     one outbox row per fan. Rows with 0 points change nothing. A row whose fan does not
     exist writes nothing. The outbox row is written after the balance UPDATE (it reads
     `movido`), so one fan's outbox ids follow the order of its balance changes
-    (wallet/outbox.py relies on it).
+    (store/wallet.py's claim relies on it).
 
     Several fans: their rows are locked first, in pk order (`bloqueados`), the order every
     multi-fan writer keeps, so that two of them cannot deadlock. One fan (`one_fan`: the

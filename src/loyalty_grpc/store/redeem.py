@@ -1,39 +1,70 @@
-"""Redeeming ONE coupon code (the single form of `redeem`) as one statement: lock every
-copy of the text in the program (in id order, as every redemption does), choose the copy by
-the domain's order of preference (domain/redeem.py PREFERENCIA, then the oldest), redeem it
-if it is `asignado`, credit its promotion's `puntos_canje` to its fan through the ledger's
-CTEs (store/ledger.py), and return the chosen copy's state before the redemption; one round
-trip, atomic (store/autocommit.py).
+"""Redeeming coupon codes: one statement for both forms of `redeem`, so that a redemption
+writes the same columns whichever form asks for it (the code's state, the POS's time, the
+terminal, the key, the server's time) and credits through the ledger's CTEs
+(store/ledger.py) in the same round trip.
+
+What is redeemed (`Choice`):
+- `ByText`, the single form, the cashier's hot path: the statement locks every copy of the
+  text in the program (in id order, as every redemption does), chooses the copy by the
+  domain's order of preference (domain/redeem.py PREFERENCIA, then the oldest) and redeems
+  it if it is `asignado`: one autocommit round trip (store/autocommit.py), atomic.
+- `ByCopies`, a batch: the copies the domain's rules chose (domain/redeem.plan) after
+  `lock_copies` locked every copy of the batch's texts in the caller's transaction; the
+  statement redeems those still `asignado` (all of them: they are locked).
+
+Either way the answer is, per chosen copy, its state before the statement, its promotion's
+name and points, its fan's e-mail and what the statement credited.
 
 A concurrent redemption of the same text waits on the copies' row locks and then reads the
 state the other one committed, so of 20 concurrent redemptions one redeems and credits.
-Locks are taken codes first, then the fan (the balance UPDATE), the order every other
-redemption and sale keeps.
+Locks are taken codes first (ascending id), then fans (the balance UPDATE; several fans in
+pk order), the order every other redemption and sale keeps.
 
 What a redemption credited when it was applied (`puntos_acreditados`, on first answers and
 duplicates alike) is in the ledger: its `canje` entry, not the promotion's `puntos_canje`
-now (the back office may have changed it since). A first redemption knows it without a
-read (it is what it credits). A duplicate reads it with `CREDITED`, a statement of its own
-run after the redemption's: a concurrent redemption that this one waited for committed
-its ledger entry after this statement's snapshot was taken, so a subquery in `REDEEM`
+now (the back office may have changed it since). A first redemption knows it from the
+statement. A duplicate reads it with `credited_by_redemptions`, a statement of its own run
+after the redemption's: a concurrent redemption that this one waited for committed its
+ledger entry after this statement's snapshot was taken, so a subquery in the redemption
 would not see it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
-from sqlalchemy import Connection, Engine
+from sqlalchemy import Connection, Engine, any_, bindparam, select
+from sqlalchemy.dialects.postgresql import ARRAY
+from sqlalchemy.types import Text
 
 from loyalty_grpc.domain.promos import EstadoCodigo
-from loyalty_grpc.domain.redeem import PREFERENCIA
-from loyalty_grpc.store.autocommit import fetch_one
+from loyalty_grpc.domain.redeem import PREFERENCIA, Copy
+from loyalty_grpc.store.autocommit import fetch_all
 from loyalty_grpc.store.ledger import Motivo, move_ctes
+from loyalty_grpc.store.tables import codigos, fans, promos
 
-REDEEM = f"""
-WITH copias AS (
+
+@dataclass(frozen=True)
+class ByText:
+    """The single form: the text's preferred copy, chosen in the statement."""
+
+    codigo: str  # normalised (domain/codes.code_text)
+
+
+@dataclass(frozen=True)
+class ByCopies:
+    """A batch: these copies (ids), already locked in the caller's transaction."""
+
+    ids: tuple[int, ...]
+
+
+Choice = ByText | ByCopies
+
+_POR_TEXTO = """
+copias AS (
   SELECT id, estado, fan_pk, promo_id FROM codigos
   WHERE programa_id = %(programa)s AND codigo = %(codigo)s
   ORDER BY id
@@ -42,7 +73,24 @@ WITH copias AS (
   SELECT * FROM copias
   ORDER BY array_position(CAST(%(preferencia)s AS text[]), estado), id
   LIMIT 1
-), quemada AS (
+)"""
+
+_POR_COPIAS = """
+elegida AS (
+  SELECT id, estado, fan_pk, promo_id FROM codigos
+  WHERE programa_id = %(programa)s AND id = ANY(CAST(%(ids)s AS bigint[]))
+)"""
+
+
+def _statement(choice: str, *, one_fan: bool) -> str:
+    """Redeem the `asignado` rows of the CTE `elegida` (id, estado, fan_pk, promo_id),
+    credit them, and read each chosen copy as it was with what this statement credited:
+    its promotion's points when it was `asignado` and the key is live (an `asignado` code
+    has a fan: the check fan_si_entregado), read in the statement's snapshot as `quemada`
+    reads them. Not a join on `quemada`: reading a data-modifying CTE's rows again cost
+    the single form 4 % (docs/performance.md)."""
+    return f"""
+WITH {choice}, quemada AS (
   UPDATE codigos SET estado = '{EstadoCodigo.CANJEADO.value}', canjeado_en = %(ts)s,
          canje_terminal = %(terminal)s, canje_clave_id = %(clave_id)s,
          canje_registrado = %(ahora)s
@@ -53,30 +101,39 @@ WITH copias AS (
                  THEN (SELECT puntos_canje FROM promos WHERE id = codigos.promo_id)
                  ELSE 0 END AS puntos,
             NULL::integer AS venta_id, codigos.id AS codigo_id
-), {move_ctes("quemada", one_fan=True)}
-SELECT elegida.id, elegida.estado, p.nombre, p.puntos_canje, f.correo
+), {move_ctes("quemada", one_fan=one_fan)}
+SELECT elegida.id, elegida.estado, p.nombre, p.puntos_canje, f.correo,
+       CASE WHEN %(vivo)s AND elegida.estado = '{EstadoCodigo.ASIGNADO.value}'
+            THEN p.puntos_canje ELSE 0 END
 FROM elegida
 JOIN promos p ON p.id = elegida.promo_id
 LEFT JOIN fans f ON f.pk = elegida.fan_pk
 """  # noqa: S608 (only constants are interpolated)
 
 
+# The single form's fan is the one of its one copy: the balance UPDATE takes its lock
+# (store/ledger.move_ctes); a batch's fans are locked first, in pk order.
+REDEEM_TEXT = _statement(_POR_TEXTO, one_fan=True)
+REDEEM_COPIES = _statement(_POR_COPIAS, one_fan=False)
+
+
 @dataclass(frozen=True)
 class RedeemRow:
-    """The copy the redemption acted on, as it was before: its id, state, promotion's name
-    and points per redemption, and its fan's e-mail ("" when it has no fan)."""
+    """A copy the redemption acted on, as it was before: its id, state, promotion's name
+    and points per redemption, its fan's e-mail ("" when it has no fan), and what this
+    redemption credited (0 unless it redeemed the copy with a live key)."""
 
     copia: int
     estado: EstadoCodigo
     promo: str
     puntos_canje: int
     correo: str
+    credited: int
 
 
 @dataclass(frozen=True)
 class RedeemValues:
     programa: str
-    codigo: str  # normalised (domain/codes.code_text)
     vivo: bool  # a live key: the redemption credits the promotion's points
     clave_id: int
     terminal: str | None
@@ -84,35 +141,106 @@ class RedeemValues:
     ahora: datetime  # when the server recorded it
 
 
-def redeem_one(engine: Engine, values: RedeemValues) -> RedeemRow | None:
-    """Redeem the text's preferred copy if it is `asignado`; None when the program has no
-    copy of it."""
-    row = fetch_one(
-        engine,
-        REDEEM,
-        {
-            "programa": values.programa,
-            "codigo": values.codigo,
-            "preferencia": list(PREFERENCIA),
-            "ts": values.ts,
-            "terminal": values.terminal,
-            "clave_id": values.clave_id,
-            "ahora": values.ahora,
-            "vivo": values.vivo,
-            "motivo": Motivo.CANJE.value,
-            "nota": "",
-        },
-    )
-    if row is None:
-        return None
-    copia, estado, promo, puntos_canje, correo = row
-    return RedeemRow(
-        copia=copia,
-        estado=EstadoCodigo(estado),
-        promo=promo,
-        puntos_canje=int(puntos_canje),
-        correo=correo or "",
-    )
+Db = Engine | Connection
+
+
+def _rows(db: Db, sql: str, params: Mapping[str, object]) -> Sequence[Sequence[Any]]:
+    """The rows of one statement: on an Engine in autocommit (one round trip), on a
+    Connection in its transaction."""
+    if isinstance(db, Engine):
+        return fetch_all(db, sql, params)
+    return db.exec_driver_sql(sql, dict(params)).all()
+
+
+def redeem(db: Db, values: RedeemValues, choice: Choice) -> list[RedeemRow]:
+    """Redeem what `choice` names (module doc): one row per chosen copy (none
+    when the program has no copy of the text, or `ByCopies` is empty). The single form
+    (`ByText`) runs on an Engine, a batch (`ByCopies`) in the caller's transaction."""
+    params: dict[str, object] = {
+        "programa": values.programa,
+        "ts": values.ts,
+        "terminal": values.terminal,
+        "clave_id": values.clave_id,
+        "ahora": values.ahora,
+        "vivo": values.vivo,
+        "motivo": Motivo.CANJE.value,
+        "nota": "",
+    }
+    if isinstance(choice, ByText):
+        sql = REDEEM_TEXT
+        params |= {"codigo": choice.codigo, "preferencia": list(PREFERENCIA)}
+    elif choice.ids:
+        sql = REDEEM_COPIES
+        params["ids"] = list(choice.ids)
+    else:
+        return []
+    return [
+        RedeemRow(
+            copia=int(copia),
+            estado=EstadoCodigo(estado),
+            promo=promo,
+            puntos_canje=int(puntos_canje),
+            correo=correo or "",
+            credited=int(credited),
+        )
+        for copia, estado, promo, puntos_canje, correo, credited in _rows(db, sql, params)
+    ]
+
+
+@dataclass(frozen=True)
+class Locked:
+    """A copy `lock_copies` locked: its fan, promotion's name and points, fan's e-mail."""
+
+    id: int
+    fan_pk: int | None
+    promo: str
+    puntos_canje: int
+    correo: str
+
+
+def lock_copies(
+    conn: Connection, programa: str, texts: Collection[str]
+) -> tuple[dict[str, list[Copy]], dict[int, Locked]]:
+    """A batch's first step: lock every copy of `texts` in the program, in id order, in the
+    caller's transaction (one round trip). Their current states by text, and each copy's
+    promotion and fan by id. The promotion's and fan's fields are scalar subqueries so that
+    they are read for the row version the lock returns."""
+    if not texts:
+        return {}, {}
+    promo = select(promos.c.nombre).where(promos.c.id == codigos.c.promo_id)
+    puntos = select(promos.c.puntos_canje).where(promos.c.id == codigos.c.promo_id)
+    correo = select(fans.c.correo).where(fans.c.pk == codigos.c.fan_pk)
+    rows = conn.execute(
+        select(
+            codigos.c.id,
+            codigos.c.codigo,
+            codigos.c.estado,
+            codigos.c.fan_pk,
+            promo.scalar_subquery().label("promo"),
+            puntos.scalar_subquery().label("puntos_canje"),
+            correo.scalar_subquery().label("correo"),
+        )
+        .where(
+            codigos.c.programa_id == programa,
+            codigos.c.codigo == any_(bindparam("texts", sorted(texts), type_=ARRAY(Text))),
+        )
+        .order_by(codigos.c.id)
+        # FOR NO KEY UPDATE: what the redemption's UPDATE needs, without blocking foreign-key
+        # checks of rows that merely reference the code (the ledger entry).
+        .with_for_update(of=codigos, key_share=True)
+    ).all()
+    copias: dict[str, list[Copy]] = {}
+    locked: dict[int, Locked] = {}
+    for row in rows:
+        copias.setdefault(row.codigo, []).append(Copy(row.id, EstadoCodigo(row.estado)))
+        locked[row.id] = Locked(
+            id=row.id,
+            fan_pk=row.fan_pk,
+            promo=row.promo,
+            puntos_canje=int(row.puntos_canje),
+            correo=row.correo or "",
+        )
+    return copias, locked
 
 
 # What the redemptions of the copies %(ids)s credited: each copy's latest `canje` ledger
@@ -133,18 +261,10 @@ WHERE c.id = ANY(CAST(%(ids)s AS bigint[]))
 """  # noqa: S608 (only constants are interpolated)
 
 
-def credited_by_redemption(engine: Engine, copia: int) -> int:
-    """What the redemption of copy `copia` credited (one autocommit statement)."""
-    row = fetch_one(engine, CREDITED, {"ids": [copia]})
-    if row is None:  # a redeemed code is never deleted
-        raise LookupError(f"no code with id {copia}")
-    return int(row[1])
-
-
-def credited_by_redemptions(conn: Connection, copias: Collection[int]) -> dict[int, int]:
-    """`credited_by_redemption` for several copies in one statement, in the caller's
-    transaction: the points by copy id."""
+def credited_by_redemptions(db: Db, copias: Collection[int]) -> dict[int, int]:
+    """What the redemptions of these copies credited when they were applied, by copy id
+    (one statement: autocommit on an Engine, in the transaction on a Connection)."""
     if not copias:
         return {}
-    rows = conn.exec_driver_sql(CREDITED, {"ids": sorted(copias)}).all()
+    rows = _rows(db, CREDITED, {"ids": sorted(copias)})
     return {int(copia): int(puntos) for copia, puntos in rows}

@@ -109,8 +109,8 @@ fans = Table(
     # Roster feed: when and in which transaction an entry field last changed, and a
     # change number. Maintained by the trigger fans_cambio (see the migration). The feed
     # orders changes by (cambio_xid, pk) and serves only those below the oldest running
-    # transaction (services/pos/roster.py); cambio_seq is a plain change counter, read by no
-    # feed (ordering by it skips changes committed out of order).
+    # transaction (services/pos/roster.py, store/roster.py); cambio_seq is a plain change
+    # counter, read by no feed (ordering by it skips changes committed out of order).
     Column("actualizado", DateTime(timezone=True), nullable=False, server_default=func.now()),
     Column(
         "cambio_xid",
@@ -357,6 +357,21 @@ roster_cursores = Table(
     Column("pk", BigInteger, primary_key=True),
 )
 
+# The request ids of back-office writes (domain/requests.py, store/requests.py): the
+# request's SHA-256 and the answer given, kept so that a retry is answered again. The program
+# leads the primary key (tables are to be distributed by program); no foreign key, as
+# roster_cursores. `respuesta` is NULL only inside the transaction that claimed the id.
+peticiones = Table(
+    "peticiones",
+    metadata,
+    Column("programa_id", Text, primary_key=True),
+    Column("metodo", Text, primary_key=True),
+    Column("request_id", Text, primary_key=True),
+    Column("huella", LargeBinary, nullable=False),
+    Column("respuesta", LargeBinary),
+    Column("creada", DateTime(timezone=True), nullable=False, server_default=func.now()),
+)
+
 # Balance sanity: `puntos_ok` compares cache and ledger (used by tests and `loyalty status`).
 LEDGER_MISMATCH_SQL = """
 SELECT f.pk FROM fans f
@@ -371,6 +386,7 @@ __all__ = [
     "limite_llamadas",
     "metadata",
     "movimientos",
+    "peticiones",
     "programas",
     "promos",
     "roster_cursores",

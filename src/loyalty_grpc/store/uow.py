@@ -1,6 +1,7 @@
 """Unit of work: one connection and one transaction, owned by the caller; rolls back
-unless committed. Back-office use cases take its `conn` and never commit: the caller
-decides what one transaction holds (`run_in_uow`: one use case alone)."""
+unless committed. Back-office use cases take the unit of work, pass its `conn` to the store
+functions and never commit: the caller decides what one transaction holds (`run_in_uow`:
+one use case alone)."""
 
 from __future__ import annotations
 
@@ -35,6 +36,11 @@ class UnitOfWork:
             raise RuntimeError("UnitOfWork used outside its `with` block")
         return self._conn
 
+    def reads_snapshot(self) -> bool:
+        """Whether this unit of work reads one snapshot: opened on `snapshot(engine)` (or
+        SERIALIZABLE). No round trip."""
+        return reads_snapshot(self.conn)
+
     def __enter__(self) -> UnitOfWork:
         self._conn = self._engine.connect()
         self._conn.begin()
@@ -61,16 +67,16 @@ class UnitOfWork:
 
 def run_in_uow(
     engine: Engine,
-    use_case: Callable[Concatenate[Connection, P], T],
+    use_case: Callable[Concatenate[UnitOfWork, P], T],
     *args: P.args,
     **kwargs: P.kwargs,
 ) -> T:
-    """Run one use case alone: `use_case(conn, *args, **kwargs)` in its own unit of work,
+    """Run one use case alone: `use_case(uow, *args, **kwargs)` in its own unit of work,
     committed when it returns (rolled back when it raises). One transaction per call, as
     each BackofficeService RPC does. To run several use cases in one transaction, open the
-    UnitOfWork yourself and pass its `conn` to each."""
+    UnitOfWork yourself and pass it to each."""
     with UnitOfWork(engine) as uow:
-        result = use_case(uow.conn, *args, **kwargs)
+        result = use_case(uow, *args, **kwargs)
         uow.commit()
     return result
 

@@ -13,6 +13,8 @@ waits for it (DESIGN.md §2 "Wallet pass").
   INSERT); `google.GoogleWalletProvider` patches Google Wallet loyalty objects without a
   notification;
 - `config.WalletSettings.from_env()` reads the `LOYALTY_WALLET_*` variables.
+
+Every statement they run is in `store/wallet.py`.
 """
 
 from loyalty_grpc.wallet.backlog import Backlog, backlog, pending_fans

@@ -15,38 +15,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Final
 
-from sqlalchemy import Connection, Engine, text
-
+from loyalty_grpc.store import wallet as wallet_store
+from loyalty_grpc.store.db import Database, DatabaseConnection
 from loyalty_grpc.wallet.outbox import utcnow
 
 # Counted exactly up to this many per part.
 EXACT_UP_TO = 10_000
-
-BACKLOG_SQL: Final = text("""
-WITH p AS (
-    SELECT fan_pk FROM wallet_pases WHERE pendiente_desde IS NOT NULL
-    ORDER BY pendiente_desde LIMIT :cap
-), o AS (
-    SELECT fan_pk FROM wallet_outbox ORDER BY id LIMIT :cap
-)
-SELECT (SELECT count(*) FROM p) AS pases,
-       (SELECT count(*) FROM o) AS filas,
-       (SELECT count(*) FROM (SELECT fan_pk FROM p UNION SELECT fan_pk FROM o) AS u) AS fans,
-       (SELECT count(*) FROM (
-            SELECT 1 FROM wallet_pases
-            WHERE pendiente_desde IS NOT NULL AND proximo_intento > :now
-            ORDER BY proximo_intento LIMIT :cap) AS w) AS esperando,
-       extract(epoch FROM now() - least(
-            (SELECT pendiente_desde FROM wallet_pases WHERE pendiente_desde IS NOT NULL
-             ORDER BY pendiente_desde LIMIT 1),
-            (SELECT creado FROM wallet_outbox ORDER BY id LIMIT 1))) AS oldest_seconds,
-       (SELECT reltuples FROM pg_class
-        WHERE oid = CAST('ix_wallet_pases_pendiente_desde' AS regclass)) AS pases_estimadas,
-       (SELECT max(id) FROM wallet_outbox) - (SELECT min(id) FROM wallet_outbox) + 1
-           AS filas_estimadas
-""")
 
 
 @dataclass(frozen=True)
@@ -62,15 +37,14 @@ class Backlog:
 
 
 def backlog(
-    conn: Connection, *, now: datetime | None = None, cap: int | None = EXACT_UP_TO
+    conn: DatabaseConnection, *, now: datetime | None = None, cap: int | None = EXACT_UP_TO
 ) -> Backlog:
     """The backlog (see the module doc); `cap=None` counts everything exactly (a scan of
     the whole backlog). `now`: the sender's clock for `waiting` (default: this host's).
     Runs in the connection's transaction, planned for its parameters (as the sender's
-    statements are, see `outbox.custom_plans`)."""
-    conn.exec_driver_sql("SET LOCAL plan_cache_mode = force_custom_plan")
+    statements are, see `store.wallet.custom_plans`)."""
     limit = 2**62 if cap is None else cap + 1
-    row = conn.execute(BACKLOG_SQL, {"cap": limit, "now": now or utcnow()}).one()
+    row = wallet_store.backlog_counts(conn, cap=limit, now=now or utcnow())
     exact = row.pases < limit and row.filas < limit
     fans = int(row.fans)
     if not exact:
@@ -85,7 +59,7 @@ def backlog(
     )
 
 
-def pending_fans(engine: Engine, *, now: datetime | None = None) -> tuple[int, int]:
+def pending_fans(engine: Database, *, now: datetime | None = None) -> tuple[int, int]:
     """(fans with an undelivered balance, of which waiting for a retry or leased), exact."""
     with engine.connect() as conn:
         found = backlog(conn, now=now, cap=None)

@@ -19,8 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Engine
-
+from loyalty_grpc.store.db import Database
 from loyalty_grpc.wallet.google import DEFAULT_API, GoogleWalletProvider
 from loyalty_grpc.wallet.providers import LocalProvider, WalletProvider
 
@@ -86,7 +85,7 @@ class WalletSettings:
         """Fans one sender run claims (see BATCH)."""
         return BATCH[self.provider]
 
-    def build_provider(self, engine: Engine) -> WalletProvider:
+    def build_provider(self, engine: Database) -> WalletProvider:
         if self.provider == "google":
             return GoogleWalletProvider.from_service_account_info(
                 self.credentials_info, self.issuer_id, api_base=self.api_base

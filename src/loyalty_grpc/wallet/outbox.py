@@ -1,50 +1,34 @@
 """Delivering the outbox: the latest balance per fan goes to the wallet provider, at a cost
 per run bounded by its batch sizes, whatever the backlog.
 
-Sales only ever INSERT (fan, balance) into `wallet_outbox`. One run (`send_pending`):
+Sales only ever INSERT (fan, balance) into `wallet_outbox`. One run (`send_pending`; the
+statements, their locking and what each guarantees are in store/wallet.py):
 
-1. Ingest (`INGEST_SQL`, one statement): delete the oldest outbox rows by id (`ORDER BY id
-   LIMIT n FOR UPDATE SKIP LOCKED`: an index range scan of the primary key) and fold the
-   latest balance per fan into the fan's `wallet_pases` row (`saldo_pendiente`,
-   `saldo_id`), creating it when needed. A fold only replaces a balance with one from a
-   higher outbox id: for one fan, ids follow the order of its balance changes (each holds
-   the fan's row lock until it commits), so that is the newer balance, even when two
-   senders fold a fan's rows in the wrong order. Rows of different fans commit out of
-   id order; a row committed after a run took higher ids is simply the lowest one left
-   for the next run (no high-water mark, nothing skipped). Rows are upserted in fan order,
-   so concurrent senders cannot deadlock; delete and fold commit together, so a sender
-   that dies loses nothing. Up to `ingest_rounds` statements of `ingest_batch` rows, each
-   committed, the last in the claim's transaction; a backlog larger than that is coalesced
-   over the next runs (rows ingested before fans are claimed: a fan's many balances go out
-   as one).
-2. Claim (`CLAIM_SQL`): up to `batch` fans whose balance waits and whose `proximo_intento`
-   has passed (a range scan of the partial index ix_wallet_pases_due, longest-waiting
-   first, `FOR UPDATE SKIP LOCKED`: several processes never claim the same fan), and set
-   `proximo_intento` to now + `lease`: the lease keeps other senders off the fan while
-   its delivery runs, without any transaction or row lock held across the provider call
-   (a long transaction would hold back vacuum and the roster feed's horizon).
+1. Ingest (`store.wallet.ingest`): fold the oldest outbox rows into each fan's
+   `wallet_pases` row, the latest balance per fan. Up to `ingest_rounds` statements of
+   `ingest_batch` rows, each committed, the last in the claim's transaction; a backlog
+   larger than that is coalesced over the next runs (rows ingested before fans are
+   claimed: a fan's many balances go out as one).
+2. Claim (`store.wallet.claim`): up to `batch` due fans, longest-waiting first, never a
+   fan another process claimed, leased until now + `lease`: the lease keeps other senders
+   off the fan while its delivery runs, without any transaction or row lock held across
+   the provider call (a long transaction would hold back vacuum and the roster feed's
+   horizon).
 3. Deliver, outside any transaction: one `deliver_batch` call for a BatchWalletProvider
    (the local one: one INSERT), else `deliver` per fan, `workers` at a time.
-4. Record (`RECORD_SQL`, one statement for the batch), only where the lease is still ours
-   (`proximo_intento` unchanged), locking the rows in fan order first (no deadlock with
-   an ingest): delivered → clear the balance if it is still the one delivered (a newer
-   one folded in meanwhile stays, due at once), reset the attempts; failed → keep the
-   balance, count the attempt and back off exponentially (1 s, 2 s, 4 s … capped at
+4. Record (`store.wallet.record_outcomes`, one statement for the batch), only where the
+   lease is still ours: delivered → clear the balance if it is still the one delivered (a
+   newer one folded in meanwhile stays, due at once), reset the attempts; failed → keep
+   the balance, count the attempt and back off exponentially (1 s, 2 s, 4 s … capped at
    5 min, or the provider's Retry-After; a newer balance folded in meanwhile waits for
    that attempt); permanent failure → drop that balance (the next change tries again) and
    record the error; handed back unattempted → due again at once.
 
-A sale never waits for a sender (senders lock only `wallet_pases` rows and the outbox
-rows they take), and a fan in back-off is outside the claim's index range, so it holds
-up no other fan. Delivery is at least once: a sender that dies after delivering and
-before recording leaves the fan to be delivered again when the lease runs out (the
-balance is absolute, so that is harmless). A lease must outlive one delivery: a run
-starts no new delivery after half the lease and hands its remaining claims back.
-
-Every statement is SQL text built once, here. The sender's connections plan each
-execution for its parameters (`plan_cache_mode = force_custom_plan`, see
-`custom_plans`): a plan cached while the outbox was empty (a sequential scan) must never
-serve a backlog of a million rows.
+A sale never waits for a sender, and a fan in back-off is outside the claim's index
+range, so it holds up no other fan. Delivery is at least once: a sender that dies after
+delivering and before recording leaves the fan to be delivered again when the lease runs
+out (the balance is absolute, so that is harmless). A lease must outlive one delivery: a
+run starts no new delivery after half the lease and hands its remaining claims back.
 """
 
 from __future__ import annotations
@@ -56,10 +40,10 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Final
 
-from sqlalchemy import Connection, Engine, text
-
+from loyalty_grpc.store import wallet as wallet_store
+from loyalty_grpc.store.db import Database
+from loyalty_grpc.store.wallet import DUE_AT_ONCE, ClaimedPass, Outcome
 from loyalty_grpc.wallet.failures import FailureLog
 from loyalty_grpc.wallet.providers import (
     BatchWalletProvider,
@@ -77,85 +61,11 @@ BATCH_FAILURES = FailureLog(log, recovered="wallet: batch deliveries work again"
 BACKOFF_FIRST = timedelta(seconds=1)
 BACKOFF_CAP = timedelta(minutes=5)
 DEFAULT_LEASE = timedelta(minutes=5)
-# `proximo_intento` of a fan that is due at once, whatever a sender's clock says (several
-# processes' clocks differ a little; `now` is injectable).
-DUE_AT_ONCE = datetime(1970, 1, 1, tzinfo=UTC)
 # Outbox rows one ingest statement takes, and statements per run at most.
 INGEST_BATCH = 5000
 INGEST_ROUNDS = 20
 # Longest error text kept in wallet_pases.ultimo_error.
 _ERROR_CHARS = 500
-
-INGEST_SQL: Final = text("""
-WITH tomadas AS (
-    DELETE FROM wallet_outbox
-    WHERE id = ANY (ARRAY(SELECT id FROM wallet_outbox ORDER BY id
-                          LIMIT :n FOR UPDATE SKIP LOCKED))
-    RETURNING fan_pk, id, saldo, creado
-), ultimas AS (
-    SELECT fan_pk, max(id) AS id, (array_agg(saldo ORDER BY id DESC))[1] AS saldo,
-           min(creado) AS desde
-    FROM tomadas GROUP BY fan_pk
-), plegadas AS (
-    INSERT INTO wallet_pases AS p (fan_pk, saldo_pendiente, saldo_id, pendiente_desde,
-                                   proximo_intento)
-    SELECT fan_pk, saldo, id, desde, :due FROM ultimas ORDER BY fan_pk
-    ON CONFLICT (fan_pk) DO UPDATE
-        SET saldo_pendiente = excluded.saldo_pendiente, saldo_id = excluded.saldo_id,
-            pendiente_desde = least(p.pendiente_desde, excluded.pendiente_desde)
-        WHERE p.saldo_id IS NULL OR p.saldo_id < excluded.saldo_id
-    RETURNING 1
-)
-SELECT (SELECT count(*) FROM tomadas) AS filas, (SELECT count(*) FROM plegadas) AS fans
-""")
-
-CLAIM_SQL: Final = text("""
-UPDATE wallet_pases AS p SET proximo_intento = :lease_until
-FROM fans AS f
-WHERE p.fan_pk = ANY (ARRAY(
-        SELECT fan_pk FROM wallet_pases
-        WHERE pendiente_desde IS NOT NULL AND proximo_intento <= :now
-        ORDER BY proximo_intento, pendiente_desde
-        LIMIT :n FOR UPDATE SKIP LOCKED))
-  AND f.pk = p.fan_pk
-RETURNING p.fan_pk, p.saldo_pendiente, p.saldo_id, p.intentos, p.pendiente_desde,
-          f.programa_id, f.fan_id
-""")
-
-# Per fan: `cubierto` — the attempt settled the balance (delivered, or dropped as a
-# permanent failure); `intentos`, `proximo` — the new values; `entregado` — the balance
-# delivered; `error` — the new `ultimo_error`. NULL means unchanged.
-RECORD_SQL: Final = text("""
-WITH r AS (
-    SELECT * FROM unnest(CAST(:fan_pks AS bigint[]), CAST(:saldo_ids AS bigint[]),
-                         CAST(:cubiertos AS boolean[]), CAST(:intentos AS integer[]),
-                         CAST(:proximos AS timestamptz[]), CAST(:entregados AS bigint[]),
-                         CAST(:errores AS text[]))
-        AS r(fan_pk, saldo_id, cubierto, intentos, proximo, entregado, error)
-), nuestras AS MATERIALIZED (
-    SELECT fan_pk FROM wallet_pases
-    WHERE fan_pk = ANY (CAST(:fan_pks AS bigint[])) AND proximo_intento = :lease_until
-    ORDER BY fan_pk
-    FOR UPDATE
-)
-UPDATE wallet_pases AS p SET
-    intentos = r.intentos,
-    proximo_intento = CASE WHEN r.cubierto AND p.saldo_id = r.saldo_id
-                           THEN CAST(:due AS timestamptz) ELSE r.proximo END,
-    saldo_pendiente = CASE WHEN r.cubierto AND p.saldo_id = r.saldo_id
-                           THEN NULL ELSE p.saldo_pendiente END,
-    pendiente_desde = CASE WHEN r.cubierto AND p.saldo_id = r.saldo_id THEN NULL
-                           WHEN r.cubierto THEN now() ELSE p.pendiente_desde END,
-    entregado_saldo = coalesce(r.entregado, p.entregado_saldo),
-    entregado_en = CASE WHEN r.entregado IS NULL THEN p.entregado_en ELSE :at END,
-    ultimo_error = coalesce(r.error, p.ultimo_error),
-    error_en = CASE WHEN r.error IS NULL THEN p.error_en ELSE :at END
-FROM r JOIN nuestras AS n ON n.fan_pk = r.fan_pk
-WHERE p.fan_pk = r.fan_pk
-RETURNING p.fan_pk
-""")
-
-_CUSTOM_PLANS: Final = "SET plan_cache_mode = force_custom_plan"
 
 
 def utcnow() -> datetime:
@@ -168,20 +78,6 @@ def backoff(intentos: int) -> timedelta:
         return timedelta(0)
     # 2**9 s already exceeds the cap; no huge powers in long outages.
     return min(BACKOFF_FIRST * (1 << min(intentos - 1, 16)), BACKOFF_CAP)
-
-
-def custom_plans(conn: Connection) -> None:
-    """Make this pooled connection plan every execution for its parameters, once per
-    database connection (the setting stays with it). Call it first on a connection just
-    checked out: it commits. psycopg prepares a statement after a few executions, and
-    PostgreSQL may then reuse one generic plan: chosen while the outbox was nearly empty,
-    that is a sequential scan and a sort, which on a large backlog costs seconds per
-    claim. Planning these statements costs well under a millisecond."""
-    if conn.info.get("loyalty_custom_plans"):
-        return
-    conn.exec_driver_sql(_CUSTOM_PLANS)
-    conn.commit()
-    conn.info["loyalty_custom_plans"] = True
 
 
 @dataclass(frozen=True)
@@ -233,7 +129,7 @@ class _NotAttemptedError(Exception):
 
 
 def send_pending(
-    engine: Engine,
+    engine: Database,
     provider: WalletProvider,
     *,
     batch: int = 100,
@@ -254,10 +150,10 @@ def send_pending(
         raise ValueError("batch, workers, ingest_batch and ingest_rounds must be at least 1")
     deadline = time.monotonic() + lease.total_seconds() / 2
     with engine.connect() as conn:
-        custom_plans(conn)
+        wallet_store.custom_plans(conn)
         ingested, outbox_left = 0, True
         for _ in range(ingest_rounds):
-            rows, _fans = ingest(conn, limit=ingest_batch)
+            rows, _fans = wallet_store.ingest(conn, limit=ingest_batch)
             ingested += rows
             if rows < ingest_batch:
                 outbox_left = False
@@ -265,7 +161,9 @@ def send_pending(
             conn.commit()
         claimed_at = now()
         lease_until = claimed_at + lease
-        claims = _claim(conn, batch=batch, now=claimed_at, lease_until=lease_until)
+        claims = _claims(
+            wallet_store.claim(conn, batch=batch, now=claimed_at, lease_until=lease_until)
+        )
         conn.commit()
     more = outbox_left or len(claims) == batch
     if not claims:
@@ -280,7 +178,7 @@ def send_pending(
 
 
 def drain(
-    engine: Engine,
+    engine: Database,
     provider: WalletProvider,
     *,
     batch: int = 100,
@@ -310,23 +208,12 @@ def drain(
     return total
 
 
-def ingest(conn: Connection, *, limit: int) -> tuple[int, int]:
-    """Fold up to `limit` of the oldest outbox rows into wallet_pases, in the connection's
-    transaction (step 1 of the module doc): (rows taken, fans whose balance changed)."""
-    rows, fans = conn.execute(INGEST_SQL, {"n": limit, "due": DUE_AT_ONCE}).one()
-    return int(rows), int(fans)
-
-
-def _claim(conn: Connection, *, batch: int, now: datetime, lease_until: datetime) -> list[_Claim]:
-    rows = conn.execute(CLAIM_SQL, {"n": batch, "now": now, "lease_until": lease_until}).all()
+def _claims(claimed: Sequence[ClaimedPass]) -> list[_Claim]:
     # Longest-waiting first.
-    rows = sorted(rows, key=lambda r: r.pendiente_desde)
+    rows = sorted(claimed, key=lambda r: r.pendiente_desde)
     return [
         _Claim(
-            FanPass(int(r.fan_pk), r.programa_id, r.fan_id),
-            int(r.saldo_pendiente),
-            int(r.saldo_id),
-            int(r.intentos),
+            FanPass(r.fan_pk, r.programa_id, r.fan_id), r.saldo_pendiente, r.saldo_id, r.intentos
         )
         for r in rows
     ]
@@ -380,7 +267,7 @@ def _deliver(
 
 
 def _record(
-    engine: Engine,
+    engine: Database,
     claims: Sequence[_Claim],
     outcomes: Sequence[Exception | None],
     *,
@@ -388,18 +275,7 @@ def _record(
     at: datetime,
 ) -> SendReport:
     """Write every outcome in one statement (see the module doc)."""
-    columns: dict[str, list[object]] = {
-        k: []
-        for k in (
-            "fan_pks",
-            "saldo_ids",
-            "cubiertos",
-            "intentos",
-            "proximos",
-            "entregados",
-            "errores",
-        )
-    }
+    recorded: list[Outcome] = []
     delivered = retrying = dropped = released = 0
     for claim, outcome in zip(claims, outcomes, strict=True):
         fan = claim.fan
@@ -433,23 +309,12 @@ def _record(
             else:
                 error = f"{type(outcome).__name__}: {outcome}"[:_ERROR_CHARS]
             proximo = at + wait
-        for name, value in (
-            ("fan_pks", fan.fan_pk),
-            ("saldo_ids", claim.saldo_id),
-            ("cubiertos", cubierto),
-            ("intentos", intentos),
-            ("proximos", proximo),
-            ("entregados", entregado),
-            ("errores", error),
-        ):
-            columns[name].append(value)
-    with engine.connect() as conn:
-        custom_plans(conn)
-        owned = set(
-            conn.execute(
-                RECORD_SQL, {**columns, "lease_until": lease_until, "due": DUE_AT_ONCE, "at": at}
-            ).scalars()
+        recorded.append(
+            Outcome(fan.fan_pk, claim.saldo_id, cubierto, intentos, proximo, entregado, error)
         )
+    with engine.connect() as conn:
+        wallet_store.custom_plans(conn)
+        owned = wallet_store.record_outcomes(conn, recorded, lease_until=lease_until, at=at)
         conn.commit()
     lost = [c.fan for c in claims if c.fan.fan_pk not in owned]
     if lost:

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Final, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
-from sqlalchemy import Engine, text
+from loyalty_grpc.store import wallet as wallet_store
+from loyalty_grpc.store.db import Database
 
 
 @dataclass(frozen=True)
@@ -69,21 +70,13 @@ class SupportsClose(Protocol):
     def close(self) -> None: ...
 
 
-# A whole batch of local deliveries: one statement, rows in the batch's order.
-_RECORD_DELIVERIES: Final = text(
-    "INSERT INTO wallet_entregas (fan_pk, saldo, proveedor) "
-    "SELECT d.fan_pk, d.saldo, :proveedor "
-    "FROM unnest(CAST(:fan_pks AS bigint[]), CAST(:saldos AS bigint[])) AS d(fan_pk, saldo)"
-)
-
-
 class LocalProvider:
     """The default: no wallet service, each delivery is a row of `wallet_entregas`; a
     batch is one INSERT in one transaction."""
 
     name = "local"
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Database) -> None:
         self._engine = engine
 
     def deliver(self, fan: FanPass, saldo: int) -> None:
@@ -91,12 +84,7 @@ class LocalProvider:
 
     def deliver_batch(self, batch: Sequence[Delivery]) -> list[Exception | None]:
         with self._engine.begin() as conn:
-            conn.execute(
-                _RECORD_DELIVERIES,
-                {
-                    "proveedor": self.name,
-                    "fan_pks": [d.fan.fan_pk for d in batch],
-                    "saldos": [d.saldo for d in batch],
-                },
+            wallet_store.record_deliveries(
+                conn, self.name, [d.fan.fan_pk for d in batch], [d.saldo for d in batch]
             )
         return [None] * len(batch)

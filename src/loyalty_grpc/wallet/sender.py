@@ -10,8 +10,7 @@ import threading
 from collections.abc import Callable
 from datetime import datetime
 
-from sqlalchemy import Engine
-
+from loyalty_grpc.store.db import Database
 from loyalty_grpc.wallet.failures import FailureLog
 from loyalty_grpc.wallet.outbox import drain, utcnow
 from loyalty_grpc.wallet.providers import SupportsClose, WalletProvider
@@ -37,7 +36,7 @@ class WalletSender:
 
     def __init__(
         self,
-        engine: Engine,
+        engine: Database,
         provider: WalletProvider,
         *,
         interval: float = 1.0,

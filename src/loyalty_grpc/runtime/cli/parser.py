@@ -16,7 +16,10 @@ from loyalty_grpc.runtime.settings import (
     GATEWAY_CORES_PER_THREAD,
     LOG_FORMATS,
     LOG_LEVELS,
+    Settings,
 )
+
+HTTP_PORT_HELP = f"env LOYALTY_HTTP_PORT, default {Settings.http_port}"
 
 # Flags read as text (default None: the environment's value stands) and checked by
 # Settings.with_flags, like the variables they override (runtime/settings.py).
@@ -50,11 +53,14 @@ FLAGS = (
 
 
 def _serving_flags(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--grpc-port", metavar="PORT", help="env LOYALTY_GRPC_PORT, default 50051")
+    parser.add_argument(
+        "--grpc-port", metavar="PORT", help=f"env LOYALTY_GRPC_PORT, default {Settings.grpc_port}"
+    )
     parser.add_argument(
         "--grpc-host",
         metavar="HOST",
-        help="env LOYALTY_GRPC_HOST, default 127.0.0.1 (the back office shares the port)",
+        help=f"env LOYALTY_GRPC_HOST, default {Settings().listen_host} (the back office shares "
+        "the port)",
     )
     parser.add_argument(
         "--workers",
@@ -64,7 +70,8 @@ def _serving_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--metrics-port",
         metavar="PORT",
-        help="Prometheus /metrics (env LOYALTY_METRICS_PORT, default 9464; 0 = off)",
+        help=f"Prometheus /metrics (env LOYALTY_METRICS_PORT, default {Settings.metrics_port}; "
+        "0 = off)",
     )
     _grpc_tls_flags(parser)
     _data_dir_flag(parser)
@@ -147,12 +154,13 @@ def _envoy_metrics_flags(parser: argparse.ArgumentParser) -> None:
         metavar="PORT",
         help="Envoy's Prometheus series and the gateway's own: GET /stats/prometheus and "
         "/ready, nothing else of its admin interface (a Unix socket) (env "
-        "LOYALTY_ENVOY_METRICS_PORT, default 0: none)",
+        f"LOYALTY_ENVOY_METRICS_PORT, default {Settings.envoy_metrics_port}: none)",
     )
     parser.add_argument(
         "--envoy-metrics-host",
         metavar="HOST",
-        help="address of that listener (env LOYALTY_ENVOY_METRICS_HOST, default 127.0.0.1)",
+        help="address of that listener (env LOYALTY_ENVOY_METRICS_HOST, default "
+        f"{Settings.envoy_metrics_host})",
     )
 
 
@@ -171,7 +179,9 @@ def _grpc_tls_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def _data_dir_flag(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--data-dir", metavar="DIR", help="env LOYALTY_DATA_DIR, default .loyalty")
+    parser.add_argument(
+        "--data-dir", metavar="DIR", help=f"env LOYALTY_DATA_DIR, default {Settings.data_dir}"
+    )
 
 
 def _work_dir_flag(parser: argparse.ArgumentParser) -> None:
@@ -226,7 +236,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     up = sub.add_parser("up", help="run everything: PostgreSQL, migrations, gRPC workers, Envoy")
-    up.add_argument("--http-port", metavar="PORT", help="env LOYALTY_HTTP_PORT, default 8080")
+    up.add_argument("--http-port", metavar="PORT", help=HTTP_PORT_HELP)
     _http_host_flag(up)
     _tls_flags(up)
     _trusted_proxies_flag(up)
@@ -276,7 +286,7 @@ def build_parser() -> argparse.ArgumentParser:
     _work_dir_flag(gcheck)
     _gateway_dir_flag(gcheck, "the folder the gateway in --work-dir runs, else the packaged one")
     grun = gsub.add_parser("run", help="run Envoy in front of a gRPC server")
-    grun.add_argument("--http-port", metavar="PORT", help="env LOYALTY_HTTP_PORT, default 8080")
+    grun.add_argument("--http-port", metavar="PORT", help=HTTP_PORT_HELP)
     _http_host_flag(grun)
     _tls_flags(grun)
     _trusted_proxies_flag(grun)

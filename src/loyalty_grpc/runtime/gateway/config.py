@@ -63,6 +63,7 @@ from loyalty_grpc.runtime.gateway.tls import (
 from loyalty_grpc.runtime.settings import (
     DEFAULT_HSTS_MAX_AGE,
     GrpcTls,
+    Settings,
     is_loopback,
     join_target,
     plain_http_refusal,
@@ -83,8 +84,8 @@ EDGE_LIMITS = (
 )
 
 # Defaults of the committed gateway/envoy.yaml (also what `loyalty gateway check` renders).
-DEFAULT_HTTP_PORT = 8080
-DEFAULT_UPSTREAM = "127.0.0.1:50051"
+DEFAULT_HTTP_PORT = Settings.http_port
+DEFAULT_UPSTREAM = Settings().server_target
 
 
 VALIDATE_TIMEOUT = 60.0

@@ -2,14 +2,9 @@
 available one) and taking a code out of circulation.
 
 The code's row is locked for the change, so a concurrent POS redemption of the same code waits
-and then sees the new state. (Deposits: services.code_deposit.)"""
+and then sees the new state (store/codes.py). (Deposits: services/pos/codes.py.)"""
 
 from __future__ import annotations
-
-from dataclasses import dataclass
-from typing import Any
-
-from sqlalchemy import Connection, Row, func, select, update
 
 from loyalty_grpc.domain.codes import normalize_code
 from loyalty_grpc.domain.detalle import shown
@@ -17,108 +12,68 @@ from loyalty_grpc.domain.errors import CodigoError, LoyaltyError
 from loyalty_grpc.domain.fans import canonical_fan_id
 from loyalty_grpc.domain.programs import program_id
 from loyalty_grpc.domain.promos import EstadoCodigo, EstadoFan, check_transicion_codigo
-from loyalty_grpc.services.backoffice.lookups import require_fan, require_promo
-from loyalty_grpc.store.tables import codigos, fans
+from loyalty_grpc.store import codes as codes_store
+from loyalty_grpc.store import lookups
+from loyalty_grpc.store.codes import CodigoInfo, LockedCode
+from loyalty_grpc.store.uow import UnitOfWork
+
+__all__ = ["CodigoInfo", "assign_code", "assign_next_code", "release_code"]
 
 
-@dataclass(frozen=True)
-class CodigoInfo:
-    promo_id: int
-    codigo: str
-    estado: EstadoCodigo
-    # Fan ID the code was delivered to; None when never delivered.
-    fan: str | None
-
-
-def _locked_code(
-    conn: Connection, programa: str, promo_id: int, codigo: str
-) -> Row[*tuple[Any, ...]]:
-    require_promo(conn, programa, promo_id)
-    row = conn.execute(
-        select(codigos.c.id, codigos.c.estado)
-        .where(codigos.c.promo_id == promo_id, codigos.c.codigo == codigo)
-        .with_for_update()
-    ).one_or_none()
-    if row is None:
+def _locked_code(uow: UnitOfWork, programa: str, promo_id: int, codigo: str) -> LockedCode:
+    lookups.require_promo(uow.conn, programa, promo_id)
+    code = codes_store.lock_code(uow.conn, promo_id, codigo)
+    if code is None:
         raise LoyaltyError(
             CodigoError.CODIGO_NO_ENCONTRADO,
             f"codigo: la promoción {promo_id} no tiene el código {shown(codigo)}",
         )
-    return row
-
-
-def _info(conn: Connection, code_pk: int) -> CodigoInfo:
-    row = conn.execute(
-        select(codigos.c.promo_id, codigos.c.codigo, codigos.c.estado, fans.c.fan_id)
-        .outerjoin(fans, fans.c.pk == codigos.c.fan_pk)
-        .where(codigos.c.id == code_pk)
-    ).one()
-    return CodigoInfo(
-        promo_id=row.promo_id, codigo=row.codigo, estado=EstadoCodigo(row.estado), fan=row.fan_id
-    )
+    return code
 
 
 def assign_code(
-    conn: Connection, programa: str, promo_id: int, codigo: str, fan_id: str
+    uow: UnitOfWork, programa: str, promo_id: int, codigo: str, fan_id: str
 ) -> CodigoInfo:
     """disponible → asignado to an `activo` fan, now."""
     programa = program_id(programa, "programa")
     codigo = normalize_code(codigo)
     fid = canonical_fan_id(fan_id, "fan")
-    code = _locked_code(conn, programa, promo_id, codigo)
-    fan = require_fan(conn, programa, fid, lock=True)
+    code = _locked_code(uow, programa, promo_id, codigo)
+    fan = lookups.require_fan(uow.conn, programa, fid, lock=True)
     if fan.estado != EstadoFan.ACTIVO:
         raise LoyaltyError(CodigoError.FAN_NO_ENCONTRADO, f"fan: {shown(fid)} está de baja")
-    check_transicion_codigo(codigo, EstadoCodigo(code.estado), EstadoCodigo.ASIGNADO)
-    conn.execute(
-        update(codigos)
-        .where(codigos.c.id == code.id)
-        .values(estado=EstadoCodigo.ASIGNADO.value, fan_pk=fan.pk, asignado_en=func.now())
-    )
-    return _info(conn, code.id)
+    check_transicion_codigo(codigo, code.estado, EstadoCodigo.ASIGNADO)
+    codes_store.mark_assigned(uow.conn, code.id, fan.pk)
+    return codes_store.code_info(uow.conn, code.id)
 
 
-def release_code(conn: Connection, programa: str, promo_id: int, codigo: str) -> CodigoInfo:
+def release_code(uow: UnitOfWork, programa: str, promo_id: int, codigo: str) -> CodigoInfo:
     """disponible or asignado → liberado, now. A delivered code keeps its fan."""
     programa = program_id(programa, "programa")
     codigo = normalize_code(codigo)
-    code = _locked_code(conn, programa, promo_id, codigo)
-    check_transicion_codigo(codigo, EstadoCodigo(code.estado), EstadoCodigo.LIBERADO)
-    conn.execute(
-        update(codigos)
-        .where(codigos.c.id == code.id)
-        .values(estado=EstadoCodigo.LIBERADO.value, liberado_en=func.now())
-    )
-    return _info(conn, code.id)
+    code = _locked_code(uow, programa, promo_id, codigo)
+    check_transicion_codigo(codigo, code.estado, EstadoCodigo.LIBERADO)
+    codes_store.mark_released(uow.conn, code.id)
+    return codes_store.code_info(uow.conn, code.id)
 
 
-def assign_next_code(conn: Connection, programa: str, promo_id: int, fan_id: str) -> CodigoInfo:
-    """The promotion's oldest `disponible` code (lowest id: deposit order) → asignado to an
-    `activo` fan, now. Race-free: the code is picked FOR UPDATE SKIP LOCKED, so concurrent
-    calls each get a different code and never wait for one another. None left →
-    codigo_no_encontrado (the code asked for, the next available one, does not exist)."""
+def assign_next_code(uow: UnitOfWork, programa: str, promo_id: int, fan_id: str) -> CodigoInfo:
+    """The promotion's oldest `disponible` code (deposit order) → asignado to an `activo`
+    fan, now. Race-free: concurrent calls each get a different code and never wait for one
+    another (store/codes.py `lock_next_available`). None left → codigo_no_encontrado (the
+    code asked for, the next available one, does not exist)."""
     programa = program_id(programa, "programa")
     fid = canonical_fan_id(fan_id, "fan")
-    require_promo(conn, programa, promo_id)
-    fan = require_fan(conn, programa, fid, lock=True)
+    lookups.require_promo(uow.conn, programa, promo_id)
+    fan = lookups.require_fan(uow.conn, programa, fid, lock=True)
     if fan.estado != EstadoFan.ACTIVO:
         raise LoyaltyError(CodigoError.FAN_NO_ENCONTRADO, f"fan: {shown(fid)} está de baja")
-    code_pk = conn.execute(
-        select(codigos.c.id)
-        .where(codigos.c.promo_id == promo_id, codigos.c.estado == EstadoCodigo.DISPONIBLE.value)
-        .order_by(codigos.c.id)
-        .limit(1)
-        .with_for_update(skip_locked=True)
-    ).scalar_one_or_none()
+    code_pk = codes_store.lock_next_available(uow.conn, promo_id)
     if code_pk is None:
         raise LoyaltyError(
             CodigoError.CODIGO_NO_ENCONTRADO,
             f"promo_id: la promoción {promo_id} no tiene códigos "
             "disponibles (deposite más con `admin codes import`)",
         )
-    conn.execute(
-        update(codigos)
-        .where(codigos.c.id == code_pk)
-        .values(estado=EstadoCodigo.ASIGNADO.value, fan_pk=fan.pk, asignado_en=func.now())
-    )
-    return _info(conn, code_pk)
+    codes_store.mark_assigned(uow.conn, code_pk, fan.pk)
+    return codes_store.code_info(uow.conn, code_pk)

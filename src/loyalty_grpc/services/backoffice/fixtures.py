@@ -15,7 +15,8 @@ apply leaves the database as it was.
 
 Applies are serialised by an advisory lock; rows about to be compared are read FOR
 UPDATE, so a sale running at the same time cannot slip between a balance read and its
-adjustment.
+adjustment. The statements are store/fixtures.py's; this module holds the validation, the
+order of the steps, what counts as a change and the counting.
 """
 
 from __future__ import annotations
@@ -24,22 +25,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
-
-from sqlalchemy import (
-    Column,
-    Connection,
-    Row,
-    Select,
-    Table,
-    any_,
-    bindparam,
-    func,
-    insert,
-    literal,
-    select,
-    update,
-)
-from sqlalchemy.dialects.postgresql import ARRAY, BYTEA
 
 from loyalty_grpc.domain.detalle import shown
 from loyalty_grpc.domain.errors import CodigoError, LoyaltyError
@@ -54,13 +39,12 @@ from loyalty_grpc.domain.keys import key_hash, require_strong, suffix
 from loyalty_grpc.domain.permissions import sorted_names
 from loyalty_grpc.domain.promos import EstadoCodigo, EstadoFan
 from loyalty_grpc.services.backoffice.fans import FanClaim, find_taken
-from loyalty_grpc.services.backoffice.lookups import text_array
+from loyalty_grpc.store import fixtures as fixtures_store
+from loyalty_grpc.store.fixtures import CodigoRow, Entidad, StoredRow
 from loyalty_grpc.store.ledger import Motivo, move_points
-from loyalty_grpc.store.tables import claves, codigos, fans, programas, promos
+from loyalty_grpc.store.uow import UnitOfWork
 
 ENTIDADES = ("programas", "claves", "fans", "promos", "codigos", "ajustes")
-# Arbitrary constant identifying "a fixture apply" among PostgreSQL advisory locks.
-_LOCK_KEY = 0x10_7A_17_01
 _NOTA = "fixture"
 
 
@@ -75,27 +59,27 @@ class ApplyCount:
     sin_cambios: int
 
 
-def apply_fixture(conn: Connection, document: str) -> list[ApplyCount]:
+def apply_fixture(uow: UnitOfWork, document: str) -> list[ApplyCount]:
     """Validate the whole fixture, then apply it in the caller's transaction (which it
     does not commit). Returns one count per entity, in the order of `ENTIDADES`."""
     fixture = parse_fixture(document)
     tally = {entidad: _Tally() for entidad in ENTIDADES}
-    conn.execute(select(func.pg_advisory_xact_lock(_LOCK_KEY)))
-    now: datetime = conn.execute(select(func.now())).scalar_one()
-    _apply_programas(conn, fixture.programas, tally["programas"])
-    _apply_claves(conn, fixture.programas, tally["claves"])
+    fixtures_store.lock_applies(uow.conn)
+    now = fixtures_store.database_now(uow.conn)
+    _apply_programas(uow, fixture.programas, tally["programas"])
+    _apply_claves(uow, fixture.programas, tally["claves"])
     for programa in fixture.programas:
-        fan_pks, balances = _apply_fans(conn, programa, now, tally["fans"])
-        promo_ids = _apply_promos(conn, programa, tally["promos"])
+        fan_pks, balances = _apply_fans(uow, programa, now, tally["fans"])
+        promo_ids = _apply_promos(uow, programa, tally["promos"])
         _apply_codigos(
-            conn,
+            uow,
             programa,
             promo_ids=promo_ids,
             fan_pks=fan_pks,
             now=now,
             tally=tally["codigos"],
         )
-        _apply_ajustes(conn, programa.fans, fan_pks, balances, tally["ajustes"])
+        _apply_ajustes(uow, programa.fans, fan_pks, balances, tally["ajustes"])
     return [
         ApplyCount(entidad, t.creados, t.actualizados, t.sin_cambios)
         for entidad, t in tally.items()
@@ -112,40 +96,28 @@ class _Tally:
 class _Batch:
     """The writes of one entity: each fixture entry is filed as new (no row yet), changed
     (some value differs from its row) or unchanged; then the new rows are inserted in one
-    statement and the changed ones updated by primary key in one executemany."""
+    statement and the changed ones updated by primary key in one executemany
+    (`store.fixtures.write_rows`)."""
 
-    def __init__(self, table: Table) -> None:
-        self.table = table
-        self.pk: Column[Any] = next(iter(table.primary_key.columns))
+    def __init__(self, entidad: Entidad) -> None:
+        self.entidad = entidad
         self.new: list[dict[str, Any]] = []
-        self.changed: list[dict[str, Any]] = []
+        self.changed: list[tuple[StoredRow, dict[str, Any]]] = []
         self.unchanged = 0
 
-    def add(self, row: Row[Any] | None, values: dict[str, Any], identity: dict[str, Any]) -> None:
+    def add(self, row: StoredRow | None, values: dict[str, Any], identity: dict[str, Any]) -> None:
         """`values`: the columns the fixture sets; `identity`: the natural key and the
         columns only set on insert."""
         if row is None:
             self.new.append({**identity, **values})
         elif any(getattr(row, name) != value for name, value in values.items()):
-            self.changed.append({**values, "b_pk": getattr(row, self.pk.name)})
+            self.changed.append((row, values))
         else:
             self.unchanged += 1
 
-    def write(
-        self, conn: Connection, tally: _Tally, key: Column[Any] | None = None
-    ) -> dict[Any, int]:
-        """Returns {key: primary key} of the inserted rows when `key` is given."""
-        created: dict[Any, int] = {}
-        if self.new:
-            if key is None:
-                conn.execute(insert(self.table), self.new)
-            else:
-                created = {
-                    k: int(pk)
-                    for k, pk in conn.execute(insert(self.table).returning(key, self.pk), self.new)
-                }
-        if self.changed:
-            conn.execute(update(self.table).where(self.pk == bindparam("b_pk")), self.changed)
+    def write(self, uow: UnitOfWork, tally: _Tally, key: str | None = None) -> dict[Any, int]:
+        """Returns {key: primary key} of the inserted rows when `key` (a column) is given."""
+        created = fixtures_store.write_rows(uow.conn, self.entidad, self.new, self.changed, key=key)
         tally.creados += len(self.new)
         tally.actualizados += len(self.changed)
         tally.sin_cambios += self.unchanged
@@ -156,36 +128,24 @@ class _Batch:
 # Each reads the rows the fixture names (FOR UPDATE), checks conflicts, then writes a batch.
 
 
-def _apply_programas(conn: Connection, wanted: Sequence[ProgramaFixture], tally: _Tally) -> None:
-    existing = _rows_by(
-        conn,
-        select(programas)
-        .where(programas.c.id == any_(text_array(p.id for p in wanted)))
-        .with_for_update(),
-        "id",
-    )
-    batch = _Batch(programas)
+def _apply_programas(uow: UnitOfWork, wanted: Sequence[ProgramaFixture], tally: _Tally) -> None:
+    existing = fixtures_store.programas_for_update(uow.conn, (p.id for p in wanted))
+    batch = _Batch("programas")
     for p in wanted:
         batch.add(
             existing.get(p.id),
             {"nombre": p.nombre, "tasa_puntos": p.tasa_puntos, "qr_url": p.qr_url},
             {"id": p.id},
         )
-    batch.write(conn, tally)
+    batch.write(uow, tally)
 
 
-def _apply_claves(conn: Connection, wanted: Sequence[ProgramaFixture], tally: _Tally) -> None:
+def _apply_claves(uow: UnitOfWork, wanted: Sequence[ProgramaFixture], tally: _Tally) -> None:
     entries: dict[bytes, tuple[str, ClaveFixture]] = {
         key_hash(c.clave): (p.id, c) for p in wanted for c in p.claves
     }
-    existing = _rows_by(
-        conn,
-        select(claves)
-        .where(claves.c.hash == any_(literal(list(entries), ARRAY(BYTEA))))
-        .with_for_update(),
-        "hash",
-    )
-    batch = _Batch(claves)
+    existing = fixtures_store.claves_for_update(uow.conn, entries)
+    batch = _Batch("claves")
     for digest, (programa_id, c) in entries.items():
         row = existing.get(digest)
         if row is not None and row.programa_id != programa_id:
@@ -212,29 +172,20 @@ def _apply_claves(conn: Connection, wanted: Sequence[ProgramaFixture], tally: _T
                 "sufijo": suffix(c.clave),
             },
         )
-    batch.write(conn, tally)
+    batch.write(uow, tally)
 
 
 def _apply_fans(
-    conn: Connection, programa: ProgramaFixture, now: datetime, tally: _Tally
+    uow: UnitOfWork, programa: ProgramaFixture, now: datetime, tally: _Tally
 ) -> tuple[dict[str, int], dict[str, int]]:
     """Returns the pk of every fan of the fixture and its balance before the apply (by
     Fan ID; new fans have no balance)."""
     wanted = programa.fans
     if not wanted:
         return {}, {}
-    _check_free(conn, programa)
-    existing = _rows_by(
-        conn,
-        select(fans)
-        .where(
-            fans.c.programa_id == programa.id,
-            fans.c.fan_id == any_(text_array(f.fan_id for f in wanted)),
-        )
-        .with_for_update(),
-        "fan_id",
-    )
-    batch = _Batch(fans)
+    _check_free(uow, programa)
+    existing = fixtures_store.fans_for_update(uow.conn, programa.id, (f.fan_id for f in wanted))
+    batch = _Batch("fans")
     for f in wanted:
         row = existing.get(f.fan_id)
         baja_en: datetime | None = None
@@ -256,28 +207,20 @@ def _apply_fans(
             {"programa_id": programa.id, "fan_id": f.fan_id},
         )
     pks = {fan_id: int(row.pk) for fan_id, row in existing.items()}
-    pks.update(batch.write(conn, tally, key=fans.c.fan_id))
+    pks.update(batch.write(uow, tally, key="fan_id"))
     balances = {fan_id: int(row.puntos) for fan_id, row in existing.items()}
     return pks, balances
 
 
-def _apply_promos(conn: Connection, programa: ProgramaFixture, tally: _Tally) -> dict[str, int]:
+def _apply_promos(uow: UnitOfWork, programa: ProgramaFixture, tally: _Tally) -> dict[str, int]:
     """Returns the id of every promotion of the fixture, by lower-case name."""
     wanted = programa.promos
     if not wanted:
         return {}
-    nombre = func.lower(promos.c.nombre).label("nombre_min")
-    existing = _rows_by(
-        conn,
-        select(promos, nombre)
-        .where(
-            promos.c.programa_id == programa.id,
-            nombre == any_(text_array(p.nombre.lower() for p in wanted)),
-        )
-        .with_for_update(),
-        "nombre_min",
+    existing = fixtures_store.promos_for_update(
+        uow.conn, programa.id, (p.nombre.lower() for p in wanted)
     )
-    batch = _Batch(promos)
+    batch = _Batch("promos")
     for p in wanted:
         batch.add(
             existing.get(p.nombre.lower()),
@@ -291,13 +234,13 @@ def _apply_promos(conn: Connection, programa: ProgramaFixture, tally: _Tally) ->
             {"programa_id": programa.id},
         )
     ids = {key: int(row.id) for key, row in existing.items()}
-    created = batch.write(conn, tally, key=promos.c.nombre)
+    created = batch.write(uow, tally, key="nombre")
     ids.update({name.lower(): promo_id for name, promo_id in created.items()})
     return ids
 
 
 def _apply_codigos(
-    conn: Connection,
+    uow: UnitOfWork,
     programa: ProgramaFixture,
     *,
     promo_ids: Mapping[str, int],
@@ -305,22 +248,15 @@ def _apply_codigos(
     now: datetime,
     tally: _Tally,
 ) -> None:
-    fan_pks = {**fan_pks, **_fans_outside(conn, programa, fan_pks)}
+    fan_pks = {**fan_pks, **_fans_outside(uow, programa, fan_pks)}
     for promo in programa.promos:
         if not promo.codigos:
             continue
         promo_id = promo_ids[promo.nombre.lower()]
-        existing = _rows_by(
-            conn,
-            select(codigos)
-            .where(
-                codigos.c.promo_id == promo_id,
-                codigos.c.codigo == any_(text_array(c.codigo for c in promo.codigos)),
-            )
-            .with_for_update(),
-            "codigo",
+        existing = fixtures_store.codigos_for_update(
+            uow.conn, promo_id, (c.codigo for c in promo.codigos)
         )
-        batch = _Batch(codigos)
+        batch = _Batch("codigos")
         for c in promo.codigos:
             row = existing.get(c.codigo)
             fan_pk = fan_pks[c.fan] if c.fan is not None else None
@@ -332,11 +268,11 @@ def _apply_codigos(
                 _code_state(c, fan_pk, row, now),
                 {"promo_id": promo_id, "programa_id": programa.id, "codigo": c.codigo},
             )
-        batch.write(conn, tally)
+        batch.write(uow, tally)
 
 
 def _apply_ajustes(
-    conn: Connection,
+    uow: UnitOfWork,
     wanted: Sequence[FanFixture],
     fan_pks: Mapping[str, int],
     balances: Mapping[str, int],
@@ -346,7 +282,7 @@ def _apply_ajustes(
     for f in wanted:
         difference = f.puntos - balances.get(f.fan_id, 0)
         if difference:
-            move_points(conn, fan_pks[f.fan_id], difference, Motivo.AJUSTE, nota=_NOTA)
+            move_points(uow.conn, fan_pks[f.fan_id], difference, Motivo.AJUSTE, nota=_NOTA)
             tally.creados += 1
         else:
             tally.sin_cambios += 1
@@ -355,18 +291,14 @@ def _apply_ajustes(
 # --- helpers ------------------------------------------------------------------------------
 
 
-def _rows_by(conn: Connection, query: Select[Any], column: str) -> dict[Any, Row[Any]]:
-    return {getattr(row, column): row for row in conn.execute(query)}
-
-
-def _check_free(conn: Connection, programa: ProgramaFixture) -> None:
+def _check_free(uow: UnitOfWork, programa: ProgramaFixture) -> None:
     """An e-mail or QR token of a fixture fan that another fan of the program holds is a
     conflict (fans.py's rule, one query for the whole program). Values are compared as
     the database holds them before the apply, so handing a value from one fan to another
     takes two applies."""
     by_id = {f.fan_id: f for f in programa.fans}
     taken = find_taken(
-        conn, programa.id, [FanClaim(f.fan_id, f.correo, f.qr_token) for f in programa.fans]
+        uow, programa.id, [FanClaim(f.fan_id, f.correo, f.qr_token) for f in programa.fans]
     )
     if taken is not None:
         f = by_id[taken.claim.fan_id]
@@ -378,7 +310,7 @@ def _check_free(conn: Connection, programa: ProgramaFixture) -> None:
 
 
 def _fans_outside(
-    conn: Connection, programa: ProgramaFixture, in_fixture: Mapping[str, int]
+    uow: UnitOfWork, programa: ProgramaFixture, in_fixture: Mapping[str, int]
 ) -> dict[str, int]:
     """The pks of the fans the program's codes name that the fixture does not list; a fan
     that is nowhere is fixture_invalido naming the (first) code."""
@@ -389,14 +321,7 @@ def _fans_outside(
                 refs.setdefault(c.fan, c)
     if not refs:
         return {}
-    found = {
-        fan_id: int(pk)
-        for fan_id, pk in conn.execute(
-            select(fans.c.fan_id, fans.c.pk).where(
-                fans.c.programa_id == programa.id, fans.c.fan_id == any_(text_array(refs))
-            )
-        )
-    }
+    found = fixtures_store.fan_pks(uow.conn, programa.id, refs)
     for fan_id, c in refs.items():
         if fan_id not in found:
             raise LoyaltyError(
@@ -408,7 +333,7 @@ def _fans_outside(
 
 
 def _code_state(
-    c: CodigoFixture, fan_pk: int | None, row: Row[Any] | None, now: datetime
+    c: CodigoFixture, fan_pk: int | None, row: CodigoRow | None, now: datetime
 ) -> dict[str, Any]:
     """A code's columns for its fixture state: the moment of a state it already had with
     the same fan is kept, a new one is `now`, those of states it is not in are cleared."""

@@ -1,17 +1,13 @@
 """Back office: API keys (issue, list, revoke) and the lookup that authenticates a key.
 
 A key's secret is shown once, when issued; the store keeps only its SHA-256 and its last
-four characters. `authenticate` alone takes an `Engine`: one autocommit round trip."""
+four characters (store/keys.py, where `ClaveInfo` lives). `authenticate` alone takes the
+`Database` (the engine): one autocommit round trip."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from datetime import datetime
-from decimal import Decimal
-from typing import Any
-
-from sqlalchemy import Connection, Engine, Row, func, insert, select, update
 
 from loyalty_grpc.domain.caller import Caller
 from loyalty_grpc.domain.errors import CodigoError, LoyaltyError
@@ -19,55 +15,28 @@ from loyalty_grpc.domain.keys import Modo, key_hash, mode_of, new_key, suffix
 from loyalty_grpc.domain.permissions import parse_permisos, sorted_names
 from loyalty_grpc.domain.programs import program_id
 from loyalty_grpc.domain.text import single_line
-from loyalty_grpc.services.backoffice.lookups import require_program
-from loyalty_grpc.store.autocommit import fetch_one
-from loyalty_grpc.store.tables import claves
+from loyalty_grpc.store import keys as store
+from loyalty_grpc.store import lookups
+from loyalty_grpc.store.db import Database
+from loyalty_grpc.store.keys import ClaveInfo
+from loyalty_grpc.store.uow import UnitOfWork
+
+__all__ = [
+    "ClaveInfo",
+    "IssuedClave",
+    "authenticate",
+    "issue_key",
+    "list_keys",
+    "parse_modo",
+    "revoke_key",
+]
 
 
 @dataclass(frozen=True)
-class ClaveInfo:
-    """A key as listed: never its secret."""
-
-    id: int
-    programa: str
-    integracion: str
-    modo: Modo
-    permisos: tuple[str, ...]
-    sufijo: str
-    creada: datetime
-    revocada: datetime | None
-
-
-@dataclass(frozen=True)
-class ClaveEmitida:
+class IssuedClave:
     info: ClaveInfo
     # The secret, returned this once.
     clave: str = field(repr=False)
-
-
-_COLUMNS = (
-    claves.c.id,
-    claves.c.programa_id,
-    claves.c.integracion,
-    claves.c.modo,
-    claves.c.permisos,
-    claves.c.sufijo,
-    claves.c.creado,
-    claves.c.revocada,
-)
-
-
-def _info(row: Row[*tuple[Any, ...]]) -> ClaveInfo:
-    return ClaveInfo(
-        id=row.id,
-        programa=row.programa_id,
-        integracion=row.integracion,
-        modo=Modo(row.modo),
-        permisos=tuple(sorted_names(parse_permisos(row.permisos))),
-        sufijo=row.sufijo,
-        creada=row.creado,
-        revocada=row.revocada,
-    )
 
 
 def parse_modo(text: str, campo: str = "modo") -> Modo:
@@ -83,8 +52,8 @@ def parse_modo(text: str, campo: str = "modo") -> Modo:
 
 
 def issue_key(
-    conn: Connection, programa: str, integracion: str, modo: str, permisos: Iterable[str]
-) -> ClaveEmitida:
+    uow: UnitOfWork, programa: str, integracion: str, modo: str, permisos: Iterable[str]
+) -> IssuedClave:
     """A new key of the program for the integration, with those permissions; the secret
     is in the result and nowhere else."""
     programa = program_id(programa, "programa")
@@ -92,72 +61,38 @@ def issue_key(
     parsed_modo = parse_modo(modo)
     names = sorted_names(parse_permisos(p.strip() for p in permisos))
     clave = new_key(parsed_modo)
-    require_program(conn, programa)
-    row = conn.execute(
-        insert(claves)
-        .values(
-            programa_id=programa,
-            hash=key_hash(clave),
-            modo=parsed_modo.value,
-            integracion=integracion,
-            permisos=names,
-            sufijo=suffix(clave),
-        )
-        .returning(*_COLUMNS)
-    ).one()
-    return ClaveEmitida(_info(row), clave)
+    lookups.require_program(uow.conn, programa)
+    info = store.insert_key(
+        uow.conn,
+        programa,
+        digest=key_hash(clave),
+        modo=parsed_modo,
+        integracion=integracion,
+        permisos=names,
+        sufijo=suffix(clave),
+    )
+    return IssuedClave(info, clave)
 
 
-def list_keys(conn: Connection, programa: str) -> list[ClaveInfo]:
+def list_keys(uow: UnitOfWork, programa: str) -> list[ClaveInfo]:
     """The program's keys, revoked ones included, oldest first."""
     programa = program_id(programa, "programa")
-    require_program(conn, programa)
-    rows = conn.execute(
-        select(*_COLUMNS).where(claves.c.programa_id == programa).order_by(claves.c.id)
-    ).all()
-    return [_info(r) for r in rows]
+    lookups.require_program(uow.conn, programa)
+    return store.list_keys(uow.conn, programa)
 
 
-def revoke_key(conn: Connection, clave_id: int) -> ClaveInfo:
+def revoke_key(uow: UnitOfWork, clave_id: int) -> ClaveInfo:
     """Revoke the key `clave_id` from now on. Revoking it again keeps the first time."""
-    row = conn.execute(
-        update(claves)
-        .where(claves.c.id == clave_id)
-        .values(revocada=func.coalesce(claves.c.revocada, func.now()))
-        .returning(*_COLUMNS)
-    ).one_or_none()
-    if row is None:
+    info = store.revoke_key(uow.conn, clave_id)
+    if info is None:
         raise LoyaltyError(CodigoError.CLAVE_NO_ENCONTRADA, f"id: no hay clave {clave_id}")
-    return _info(row)
+    return info
 
 
-# Every few seconds per key and process (api/key_cache.py): fixed text, one autocommit
-# round trip (store/autocommit.py).
-_AUTHENTICATE = """
-SELECT c.id, c.programa_id, p.nombre, c.integracion, c.modo, c.permisos, p.tasa_puntos,
-       p.moneda
-FROM claves c JOIN programas p ON p.id = c.programa_id
-WHERE c.hash = %(hash)s AND c.revocada IS NULL
-"""
-
-
-def authenticate(engine: Engine, key: str) -> Caller | None:
+def authenticate(engine: Database, key: str) -> Caller | None:
     """Who `key` is: its program (and the program's rate and currency), integration, mode
     and permissions; None when the key is malformed, unknown or revoked. One indexed lookup
     by the key's hash."""
     if mode_of(key) is None:
         return None
-    row = fetch_one(engine, _AUTHENTICATE, {"hash": key_hash(key)})
-    if row is None:
-        return None
-    clave_id, programa_id, nombre, integracion, modo, permisos, tasa, moneda = row
-    return Caller(
-        programa_id=programa_id,
-        programa_nombre=nombre,
-        clave_id=clave_id,
-        integracion=integracion,
-        modo=Modo(modo),
-        permisos=parse_permisos(permisos),
-        tasa_puntos=Decimal(tasa),
-        moneda=str(moneda),
-    )
+    return store.caller_of(engine, key_hash(key))

@@ -1,55 +1,19 @@
-"""Back office: loyalty programs (upsert by id, list)."""
+"""Back office: loyalty programs (upsert by id, list). The records (`Programa`,
+`UpsertResult`) live in store/programs.py."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from decimal import Decimal
-from typing import Any
-
-from sqlalchemy import Connection, Row, literal_column, select
-from sqlalchemy.dialects.postgresql import insert
-
 from loyalty_grpc.domain import programs as rules
 from loyalty_grpc.domain.text import single_line
-from loyalty_grpc.store.tables import programas
+from loyalty_grpc.store import programs as store
+from loyalty_grpc.store.programs import Programa, UpsertResult
+from loyalty_grpc.store.uow import UnitOfWork
 
-
-@dataclass(frozen=True)
-class Programa:
-    id: str
-    nombre: str
-    tasa_puntos: Decimal
-    qr_url: str
-    moneda: str
-
-
-@dataclass(frozen=True)
-class UpsertResult:
-    programa: Programa
-    creado: bool
-
-
-_COLUMNS = (
-    programas.c.id,
-    programas.c.nombre,
-    programas.c.tasa_puntos,
-    programas.c.qr_url,
-    programas.c.moneda,
-)
-
-
-def _programa(row: Row[*tuple[Any, ...]]) -> Programa:
-    return Programa(
-        id=row.id,
-        nombre=row.nombre,
-        tasa_puntos=row.tasa_puntos,
-        qr_url=row.qr_url,
-        moneda=row.moneda,
-    )
+__all__ = ["Programa", "UpsertResult", "list_programs", "upsert_program"]
 
 
 def upsert_program(
-    conn: Connection,
+    uow: UnitOfWork,
     programa_id: str,
     nombre: str,
     tasa_puntos: str,
@@ -59,23 +23,16 @@ def upsert_program(
 ) -> UpsertResult:
     """Create the program `programa_id` or set its fields to these values (`moneda` empty:
     MXN). `creado` tells which."""
-    values = {
-        "id": rules.program_id(programa_id),
-        "nombre": single_line(nombre, "nombre"),
-        "tasa_puntos": rules.parse_tasa(tasa_puntos),
-        "qr_url": rules.check_qr_url(qr_url),
-        "moneda": rules.check_moneda(moneda),
-    }
-    new = insert(programas).values(values)
-    stmt = new.on_conflict_do_update(
-        index_elements=[programas.c.id],
-        set_={k: new.excluded[k] for k in values if k != "id"},
-    ).returning(*_COLUMNS, literal_column("xmax = 0").label("creado"))
-    row = conn.execute(stmt).one()
-    return UpsertResult(_programa(row), bool(row.creado))
+    return store.upsert_program(
+        uow.conn,
+        rules.program_id(programa_id),
+        single_line(nombre, "nombre"),
+        rules.parse_tasa(tasa_puntos),
+        qr_url=rules.check_qr_url(qr_url),
+        moneda=rules.check_moneda(moneda),
+    )
 
 
-def list_programs(conn: Connection) -> list[Programa]:
+def list_programs(uow: UnitOfWork) -> list[Programa]:
     """Every program, by id."""
-    rows = conn.execute(select(*_COLUMNS).order_by(programas.c.id)).all()
-    return [_programa(r) for r in rows]
+    return store.list_programs(uow.conn)

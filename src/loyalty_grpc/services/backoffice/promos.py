@@ -1,14 +1,9 @@
 """Back office: promotions of a program (create, update). A promotion's name is unique
-within its program, case-insensitively."""
+within its program, case-insensitively: checked before the insert, and the unique index
+uq_promos_programa_nombre answers a concurrent creation of the same name the same way
+(store/promos.py)."""
 
 from __future__ import annotations
-
-from dataclasses import dataclass
-from datetime import date
-from typing import Any
-
-from sqlalchemy import Connection, Row, func, insert, select, update
-from sqlalchemy.exc import IntegrityError
 
 from loyalty_grpc.domain.detalle import shown
 from loyalty_grpc.domain.errors import CodigoError, LoyaltyError
@@ -22,32 +17,12 @@ from loyalty_grpc.domain.promos import (
     promo_name,
 )
 from loyalty_grpc.domain.text import multi_line
-from loyalty_grpc.services.backoffice.integrity import translate
-from loyalty_grpc.services.backoffice.lookups import require_program, require_promo
-from loyalty_grpc.store.tables import promos
+from loyalty_grpc.store import lookups
+from loyalty_grpc.store import promos as promos_store
+from loyalty_grpc.store.promos import PromoInfo
+from loyalty_grpc.store.uow import UnitOfWork
 
-
-@dataclass(frozen=True)
-class PromoInfo:
-    programa: str
-    id: int
-    nombre: str
-    descripcion: str
-    estado: EstadoPromo
-    vigencia_fin: date
-    puntos_canje: int
-
-
-def _info(row: Row[*tuple[Any, ...]]) -> PromoInfo:
-    return PromoInfo(
-        programa=row.programa_id,
-        id=row.id,
-        nombre=row.nombre,
-        descripcion=row.descripcion,
-        estado=EstadoPromo(row.estado),
-        vigencia_fin=row.vigencia_fin,
-        puntos_canje=row.puntos_canje,
-    )
+__all__ = ["PromoInfo", "create_promo", "update_promo"]
 
 
 def _duplicada(nombre: str) -> LoyaltyError:
@@ -56,18 +31,8 @@ def _duplicada(nombre: str) -> LoyaltyError:
     )
 
 
-def _check_name_free(conn: Connection, programa: str, nombre: str) -> None:
-    taken = conn.execute(
-        select(promos.c.id).where(
-            promos.c.programa_id == programa, func.lower(promos.c.nombre) == nombre.lower()
-        )
-    ).first()
-    if taken is not None:
-        raise _duplicada(nombre)
-
-
 def create_promo(
-    conn: Connection,
+    uow: UnitOfWork,
     programa: str,
     nombre: str,
     *,
@@ -79,25 +44,27 @@ def create_promo(
     """A new promotion (`estado` empty → activa; `vigencia_fin` YYYY-MM-DD)."""
     programa = program_id(programa, "programa")
     nombre = promo_name(nombre, "nombre")
-    values = {
-        "programa_id": programa,
-        "nombre": nombre,
-        "descripcion": multi_line(descripcion, "descripcion"),
-        "estado": (parse_estado_promo(estado) if estado.strip() else EstadoPromo.ACTIVA).value,
-        "vigencia_fin": parse_fecha(vigencia_fin),
-        "puntos_canje": check_puntos_canje(puntos_canje),
-    }
-    require_program(conn, programa)
-    _check_name_free(conn, programa, nombre)
-    try:
-        row = conn.execute(insert(promos).values(values).returning(promos)).one()
-    except IntegrityError as exc:
-        raise translate(exc, {"uq_promos_programa_nombre": _duplicada(nombre)}) from exc
-    return _info(row)
+    descripcion = multi_line(descripcion, "descripcion")
+    nuevo = parse_estado_promo(estado) if estado.strip() else EstadoPromo.ACTIVA
+    fin = parse_fecha(vigencia_fin)
+    puntos_canje = check_puntos_canje(puntos_canje)
+    lookups.require_program(uow.conn, programa)
+    if promos_store.name_taken(uow.conn, programa, nombre):
+        raise _duplicada(nombre)
+    return promos_store.insert_promo(
+        uow.conn,
+        programa=programa,
+        nombre=nombre,
+        descripcion=descripcion,
+        estado=nuevo,
+        vigencia_fin=fin,
+        puntos_canje=puntos_canje,
+        duplicada=_duplicada(nombre),
+    )
 
 
 def update_promo(
-    conn: Connection,
+    uow: UnitOfWork,
     programa: str,
     promo_id: int,
     *,
@@ -108,22 +75,20 @@ def update_promo(
 ) -> PromoInfo:
     """Change only the fields given (None: keep). `terminada` is final."""
     programa = program_id(programa, "programa")
-    values: dict[str, object] = {}
     nuevo = None if estado is None else parse_estado_promo(estado)
-    if nuevo is not None:
-        values["estado"] = nuevo.value
-    if vigencia_fin is not None:
-        values["vigencia_fin"] = parse_fecha(vigencia_fin)
-    if puntos_canje is not None:
-        values["puntos_canje"] = check_puntos_canje(puntos_canje)
-    if descripcion is not None:
-        values["descripcion"] = multi_line(descripcion, "descripcion")
-    current = require_promo(conn, programa, promo_id, lock=True)
+    fin = None if vigencia_fin is None else parse_fecha(vigencia_fin)
+    puntos = None if puntos_canje is None else check_puntos_canje(puntos_canje)
+    texto = None if descripcion is None else multi_line(descripcion, "descripcion")
+    current = lookups.require_promo(uow.conn, programa, promo_id, lock=True)
     if nuevo is not None:
         check_transicion_promo(current.nombre, EstadoPromo(current.estado), nuevo)
-    if not values:
-        return _info(current)
-    row = conn.execute(
-        update(promos).where(promos.c.id == current.id).values(values).returning(promos)
-    ).one()
-    return _info(row)
+    if nuevo is None and fin is None and puntos is None and texto is None:
+        return promos_store.promo_info(current)
+    return promos_store.update_promo(
+        uow.conn,
+        current.id,
+        estado=nuevo,
+        vigencia_fin=fin,
+        puntos_canje=puntos,
+        descripcion=texto,
+    )

@@ -6,10 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta, timezone
 
-from sqlalchemy import Engine
-
 from loyalty_grpc.domain.caller import Caller
 from loyalty_grpc.domain.fan_ref import FanRef, not_found
+from loyalty_grpc.store.db import Database
 from loyalty_grpc.store.resolve import fan_and_promo
 
 # A promotion is current through the whole of its `vigencia_fin` day wherever the fan is:
@@ -46,7 +45,7 @@ def promo_day(now: datetime) -> date:
     return now.astimezone(_ANYWHERE_ON_EARTH).date()
 
 
-def resolve_fan(engine: Engine, caller: Caller, ref: FanRef, now: datetime) -> Resolved:
+def resolve_fan(engine: Database, caller: Caller, ref: FanRef, now: datetime) -> Resolved:
     if not ref.matchable:
         raise not_found(ref)
     row = fan_and_promo(engine, caller.programa_id, ref, promo_day(now))

@@ -44,19 +44,17 @@ cluster (whose counter may be behind the restored rows' positions) therefore nee
 counter surgery: old cursors are refused by identity, and the new cluster's cursors hold
 positions of its own counter (rows stamped ahead of it are served, again, once it passes
 them).
+
+The statements: store/roster.py (the page's snapshot and its two queries) and
+store/roster_cursors.py (the page's horizon, the record of the cursors issued).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime
-from typing import Any, NamedTuple
 
-from sqlalchemy import Engine, Row, Select, select, tuple_
-
-from loyalty_grpc.domain.promos import EstadoFan
 from loyalty_grpc.domain.roster_cursor import (
     Cursor,
     Fase,
@@ -66,28 +64,17 @@ from loyalty_grpc.domain.roster_cursor import (
     encode_cursor,
     sistema_of,
 )
+from loyalty_grpc.store import roster as roster_store
+from loyalty_grpc.store.db import Database
+from loyalty_grpc.store.roster import RosterEntry
 from loyalty_grpc.store.roster_cursors import feed_state, record_cursor
-from loyalty_grpc.store.tables import fans
+
+__all__ = ["SETTLE_SECONDS", "RosterEntry", "RosterPage", "read_roster"]
 
 # How long a page of changes may wait for older transactions to end (see above).
 SETTLE_SECONDS = 0.5
 _SETTLE_STEP = 0.01
 _SETTLE_STEP_MAX = 0.05
-
-
-class RosterEntry(NamedTuple):
-    """One fan as the feed shows it. (A NamedTuple: a snapshot page makes 2,000 of them.)"""
-
-    fan_id: str
-    nombre: str
-    correo: str
-    socio_desde: int
-    puntos: int
-    estado: EstadoFan
-    baja_en: datetime | None
-    baja_motivo: str | None
-    # The last change of an entry field.
-    actualizado: datetime
 
 
 @dataclass(frozen=True)
@@ -101,7 +88,7 @@ class RosterPage:
 
 @dataclass(frozen=True)
 class _Read:
-    rows: Sequence[Row[*tuple[Any, ...]]]
+    fans: list[RosterEntry]
     hay_mas: bool
     siguiente: Posicion
     # Committed changes of the program wait behind a running transaction.
@@ -112,65 +99,8 @@ class _Read:
     snapshot_page: bool
 
 
-_COLUMNS = (
-    fans.c.pk,
-    fans.c.cambio_xid,
-    fans.c.fan_id,
-    fans.c.nombre,
-    fans.c.correo,
-    fans.c.socio_desde,
-    fans.c.puntos,
-    fans.c.estado,
-    fans.c.baja_en,
-    fans.c.baja_motivo,
-    fans.c.actualizado,
-)
-
-_ESTADOS = {e.value: e for e in EstadoFan}
-
-
-def _entry(row: Row[*tuple[Any, ...]]) -> RosterEntry:
-    # Unpacked in _COLUMNS order (cheaper than attribute access, 2,000 times a page).
-    _pk, _xid, fan_id, nombre, correo, socio_desde, puntos, estado, baja_en, motivo, actualizado = (
-        row
-    )
-    return RosterEntry(
-        fan_id, nombre, correo, socio_desde, puntos, _ESTADOS[estado], baja_en, motivo, actualizado
-    )
-
-
-def snapshot_query(programa_id: str, after_pk: int, limite: int) -> Select[Any]:
-    """A snapshot page (and one row more, to tell whether another page follows): one
-    range scan of ix_fans_programa_pk (or of the primary key, filtered by program, when
-    the planner finds the program's rows dense enough in it)."""
-    return (
-        select(*_COLUMNS)
-        .where(fans.c.programa_id == programa_id, fans.c.pk > after_pk)
-        .order_by(fans.c.pk)
-        .limit(limite + 1)
-    )
-
-
-def changes_query(programa_id: str, after: Posicion, horizon: int, limite: int) -> Select[Any]:
-    """A page of changes (and one row more): one range scan of ix_fans_programa_cambio_xid,
-    from just after the cursor's position up to the horizon, in position order."""
-    return (
-        select(*_COLUMNS)
-        .where(
-            fans.c.programa_id == programa_id,
-            tuple_(fans.c.cambio_xid, fans.c.pk) > tuple_(after.xid, after.pk),
-            fans.c.cambio_xid < horizon,
-        )
-        .order_by(fans.c.cambio_xid, fans.c.pk)
-        .limit(limite + 1)
-    )
-
-
-def _read(engine: Engine, programa_id: str, desde: Cursor | None, limite: int) -> _Read:
-    conn = engine.connect().execution_options(
-        isolation_level="REPEATABLE READ", postgresql_readonly=True
-    )
-    with conn, conn.begin():
+def _read(engine: Database, programa_id: str, desde: Cursor | None, limite: int) -> _Read:
+    with roster_store.page_snapshot(engine) as conn:
         p = None if desde is None else desde.posicion
         state = feed_state(conn, programa_id, None if p is None else (p.fase.value, p.xid, p.pk))
         if desde is not None:
@@ -178,33 +108,31 @@ def _read(engine: Engine, programa_id: str, desde: Cursor | None, limite: int) -
         horizon = state.horizon
         if p is None or p.fase is Fase.FOTO:
             watermark = horizon if p is None else p.xid
-            rows = conn.execute(snapshot_query(programa_id, 0 if p is None else p.pk, limite)).all()
-            if len(rows) > limite:
+            page = roster_store.snapshot_page(conn, programa_id, 0 if p is None else p.pk, limite)
+            if page.hay_mas and page.last is not None:
                 return _Read(
-                    rows[:limite],
+                    page.fans,
                     True,
-                    Posicion(Fase.FOTO, watermark, rows[limite - 1].pk),
+                    Posicion(Fase.FOTO, watermark, page.last[1]),
                     False,
                     state.sistema,
                     True,
                 )
             return _Read(
-                rows, False, Posicion(Fase.CAMBIOS, watermark, 0), False, state.sistema, True
+                page.fans, False, Posicion(Fase.CAMBIOS, watermark, 0), False, state.sistema, True
             )
-        rows = conn.execute(changes_query(programa_id, p, horizon, limite)).all()
-        hay_mas = len(rows) > limite
-        rows = rows[:limite]
+        page = roster_store.changes_page(conn, programa_id, p, horizon, limite)
         # The last position served; the cursor itself when nothing was (a quiet poll gets
         # its cursor back: the feed hands out, and records, a cursor per page of data).
-        end = Posicion(Fase.CAMBIOS, rows[-1].cambio_xid, rows[-1].pk) if rows else p
-        waiting = not hay_mas and (
+        end = p if page.last is None else Posicion(Fase.CAMBIOS, *page.last)
+        waiting = not page.hay_mas and (
             state.newest_change is not None and state.newest_change >= horizon
         )
-        return _Read(rows, hay_mas, end, waiting, state.sistema, False)
+        return _Read(page.fans, page.hay_mas, end, waiting, state.sistema, False)
 
 
 def read_roster(
-    engine: Engine,
+    engine: Database,
     programa_id: str,
     desde: str | None,
     limite: int,
@@ -236,7 +164,7 @@ def read_roster(
         )
     return RosterPage(
         desde=desde or "",
-        fans=[_entry(r) for r in read.rows],
+        fans=read.fans,
         hay_mas=read.hay_mas,
         siguiente=encode_cursor(programa_id, Cursor(sistema_of(read.sistema), read.siguiente)),
     )

@@ -21,8 +21,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import Engine
-
 from loyalty_grpc.domain.amounts import points_for
 from loyalty_grpc.domain.ascii import ascii_upper
 from loyalty_grpc.domain.caller import Caller
@@ -30,6 +28,7 @@ from loyalty_grpc.domain.detalle import shown
 from loyalty_grpc.domain.errors import CodigoError, LoyaltyError
 from loyalty_grpc.domain.fan_ref import FanRef, not_found
 from loyalty_grpc.domain.integers import INT32_MAX
+from loyalty_grpc.store.db import Database
 from loyalty_grpc.store.sale import SaleRow, SaleValues, insert_sale, original_sale
 
 # Responses carry points as int32 (DESIGN.md §3).
@@ -72,7 +71,7 @@ def _points(caller: Caller, centavos: int) -> int:
     return puntos
 
 
-def _replay(engine: Engine, caller: Caller, sale: NewSale, fan: SaleRow) -> SaleResult:
+def _replay(engine: Database, caller: Caller, sale: NewSale, fan: SaleRow) -> SaleResult:
     """The answer to an id_externo seen before: the original folio, no points now, the
     points it credited then, today's balance; or id_externo_en_conflicto when the fan or
     the amount differ."""
@@ -95,7 +94,7 @@ def _replay(engine: Engine, caller: Caller, sale: NewSale, fan: SaleRow) -> Sale
     )
 
 
-def register_sale(engine: Engine, caller: Caller, sale: NewSale) -> SaleResult:
+def register_sale(engine: Database, caller: Caller, sale: NewSale) -> SaleResult:
     if ascii_upper(sale.moneda) != caller.moneda:
         raise LoyaltyError(
             CodigoError.MONEDA_NO_SOPORTADA,

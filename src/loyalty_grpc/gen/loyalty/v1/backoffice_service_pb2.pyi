@@ -1433,6 +1433,7 @@ class AdjustPointsRequest(_message.Message):
     FAN_FIELD_NUMBER: _builtins.int
     PUNTOS_FIELD_NUMBER: _builtins.int
     MOTIVO_FIELD_NUMBER: _builtins.int
+    REQUEST_ID_FIELD_NUMBER: _builtins.int
     programa: _builtins.str
     """Program id."""
     fan: _builtins.str
@@ -1443,6 +1444,12 @@ class AdjustPointsRequest(_message.Message):
     """
     motivo: _builtins.str
     """Why (required): kept in the ledger entry's nota."""
+    request_id: _builtins.str
+    """Optional (AIP-155): the caller's id for this adjustment, the same on every retry, so
+    that it is applied once: a call with a known request_id and the same request answers
+    the first call's entry again; with a different request, request_id_en_conflicto.
+    1-64 letters, digits, `.`, `_`, `:` or `-` (a UUID). Empty: applied on every call.
+    """
     def __init__(
         self,
         *,
@@ -1450,10 +1457,11 @@ class AdjustPointsRequest(_message.Message):
         fan: _builtins.str = ...,
         puntos: _builtins.int = ...,
         motivo: _builtins.str = ...,
+        request_id: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["fan", b"fan", "motivo", b"motivo", "programa", b"programa", "puntos", b"puntos"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["fan", b"fan", "motivo", b"motivo", "programa", b"programa", "puntos", b"puntos", "request_id", b"request_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1620,6 +1628,7 @@ class AssignNextCodeRequest(_message.Message):
     PROGRAMA_FIELD_NUMBER: _builtins.int
     PROMO_ID_FIELD_NUMBER: _builtins.int
     FAN_FIELD_NUMBER: _builtins.int
+    REQUEST_ID_FIELD_NUMBER: _builtins.int
     programa: _builtins.str
     """Program id."""
     promo_id: _builtins.int
@@ -1628,16 +1637,21 @@ class AssignNextCodeRequest(_message.Message):
     """
     fan: _builtins.str
     """Fan ID of an `activo` fan."""
+    request_id: _builtins.str
+    """Optional (AIP-155): as AdjustPointsRequest.request_id; a retry answers the code the
+    first call delivered instead of delivering another.
+    """
     def __init__(
         self,
         *,
         programa: _builtins.str = ...,
         promo_id: _builtins.int = ...,
         fan: _builtins.str = ...,
+        request_id: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["fan", b"fan", "programa", b"programa", "promo_id", b"promo_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["fan", b"fan", "programa", b"programa", "promo_id", b"promo_id", "request_id", b"request_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -243,7 +243,8 @@ class BackofficeServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def AdjustPoints(self, request, context):
-        """A manual points adjustment with a reason (support desk).
+        """A manual points adjustment with a reason (support desk); applied once per request_id.
+        Errors: request_id_en_conflicto.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -273,7 +274,8 @@ class BackofficeServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def AssignNextCode(self, request, context):
-        """Delivers the next available code of a promotion to a fan (disponible -> asignado).
+        """Delivers the next available code of a promotion to a fan (disponible -> asignado);
+        applied once per request_id. Errors: request_id_en_conflicto.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

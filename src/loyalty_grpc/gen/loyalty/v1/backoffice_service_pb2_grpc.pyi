@@ -80,7 +80,9 @@ class BackofficeServiceStub:
     GetLedger: _grpc.UnaryUnaryMultiCallable[_backoffice_service_pb2.GetLedgerRequest, _backoffice_service_pb2.GetLedgerResponse]
     """A fan's points ledger, oldest first, with the running balance."""
     AdjustPoints: _grpc.UnaryUnaryMultiCallable[_backoffice_service_pb2.AdjustPointsRequest, _backoffice_service_pb2.AdjustPointsResponse]
-    """A manual points adjustment with a reason (support desk)."""
+    """A manual points adjustment with a reason (support desk); applied once per request_id.
+    Errors: request_id_en_conflicto.
+    """
     VoidSale: _grpc.UnaryUnaryMultiCallable[_backoffice_service_pb2.VoidSaleRequest, _backoffice_service_pb2.VoidSaleResponse]
     """Voids a sale: reverses exactly the points it credited, once. The sale stays on
     record and its id_externo still answers `duplicado`. Errors: venta_no_encontrada.
@@ -92,7 +94,9 @@ class BackofficeServiceStub:
     (transicion_invalida otherwise).
     """
     AssignNextCode: _grpc.UnaryUnaryMultiCallable[_backoffice_service_pb2.AssignNextCodeRequest, _backoffice_service_pb2.AssignNextCodeResponse]
-    """Delivers the next available code of a promotion to a fan (disponible -> asignado)."""
+    """Delivers the next available code of a promotion to a fan (disponible -> asignado);
+    applied once per request_id. Errors: request_id_en_conflicto.
+    """
     ImportCodes: _grpc.UnaryUnaryMultiCallable[_backoffice_service_pb2.ImportCodesRequest, _backoffice_service_pb2.ImportCodesResponse]
     """Deposits one chunk of a large code file (`loyalty admin codes import`); idempotent
     like POST /api/v1/codes, so an interrupted import is resumed by running it again.
@@ -138,7 +142,9 @@ class BackofficeServiceAsyncStub(BackofficeServiceStub):
     GetLedger: _aio.UnaryUnaryMultiCallable[_backoffice_service_pb2.GetLedgerRequest, _backoffice_service_pb2.GetLedgerResponse]  # type: ignore[assignment]
     """A fan's points ledger, oldest first, with the running balance."""
     AdjustPoints: _aio.UnaryUnaryMultiCallable[_backoffice_service_pb2.AdjustPointsRequest, _backoffice_service_pb2.AdjustPointsResponse]  # type: ignore[assignment]
-    """A manual points adjustment with a reason (support desk)."""
+    """A manual points adjustment with a reason (support desk); applied once per request_id.
+    Errors: request_id_en_conflicto.
+    """
     VoidSale: _aio.UnaryUnaryMultiCallable[_backoffice_service_pb2.VoidSaleRequest, _backoffice_service_pb2.VoidSaleResponse]  # type: ignore[assignment]
     """Voids a sale: reverses exactly the points it credited, once. The sale stays on
     record and its id_externo still answers `duplicado`. Errors: venta_no_encontrada.
@@ -150,7 +156,9 @@ class BackofficeServiceAsyncStub(BackofficeServiceStub):
     (transicion_invalida otherwise).
     """
     AssignNextCode: _aio.UnaryUnaryMultiCallable[_backoffice_service_pb2.AssignNextCodeRequest, _backoffice_service_pb2.AssignNextCodeResponse]  # type: ignore[assignment]
-    """Delivers the next available code of a promotion to a fan (disponible -> asignado)."""
+    """Delivers the next available code of a promotion to a fan (disponible -> asignado);
+    applied once per request_id. Errors: request_id_en_conflicto.
+    """
     ImportCodes: _aio.UnaryUnaryMultiCallable[_backoffice_service_pb2.ImportCodesRequest, _backoffice_service_pb2.ImportCodesResponse]  # type: ignore[assignment]
     """Deposits one chunk of a large code file (`loyalty admin codes import`); idempotent
     like POST /api/v1/codes, so an interrupted import is resumed by running it again.
@@ -283,7 +291,9 @@ class BackofficeServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _backoffice_service_pb2.AdjustPointsRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_backoffice_service_pb2.AdjustPointsResponse, _abc.Awaitable[_backoffice_service_pb2.AdjustPointsResponse]]:
-        """A manual points adjustment with a reason (support desk)."""
+        """A manual points adjustment with a reason (support desk); applied once per request_id.
+        Errors: request_id_en_conflicto.
+        """
 
     @_abc_1.abstractmethod
     def VoidSale(
@@ -319,7 +329,9 @@ class BackofficeServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _backoffice_service_pb2.AssignNextCodeRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_backoffice_service_pb2.AssignNextCodeResponse, _abc.Awaitable[_backoffice_service_pb2.AssignNextCodeResponse]]:
-        """Delivers the next available code of a promotion to a fan (disponible -> asignado)."""
+        """Delivers the next available code of a promotion to a fan (disponible -> asignado);
+        applied once per request_id. Errors: request_id_en_conflicto.
+        """
 
     @_abc_1.abstractmethod
     def ImportCodes(

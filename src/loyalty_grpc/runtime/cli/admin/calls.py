@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 
@@ -26,23 +27,51 @@ Stub = pb_grpc.BackofficeServiceStub
 Call = Callable[[Stub, argparse.Namespace, float, Metadata], Message]
 
 
+class CommandStoppedError(Exception):
+    """A command failed part-way or with its outcome unknown; `detalle` says what is done
+    and how to go on."""
+
+    def __init__(self, codigo: str, detalle: str) -> None:
+        super().__init__(f"{codigo}: {detalle}")
+        self.codigo = codigo
+        self.detalle = detalle
+
+
+def _once(a: argparse.Namespace, call: Callable[[str], Message]) -> Message:
+    """A write the server applies once per request id (domain/requests.py): `--request-id`,
+    else a new UUID. When its answer is lost (the server unreachable, the deadline passed)
+    nobody knows whether it was applied: the error gives the id to retry it with."""
+    request_id = a.request_id or str(uuid.uuid4())
+    try:
+        return call(request_id)
+    except grpc.RpcError as exc:
+        codigo, detalle = error_of(exc)
+        if codigo != CodigoError.SERVICIO_NO_DISPONIBLE.value:
+            raise
+        raise CommandStoppedError(
+            codigo,
+            f"{detalle}; the change may or may not have been made: run the same command "
+            f"again with --request-id {request_id} to make it at most once",
+        ) from exc
+
+
 def apply(stub: Stub, a: argparse.Namespace, t: float, md: Metadata) -> Message:
     text = sys.stdin.read() if a.file == "-" else Path(a.file).read_text(encoding="utf-8")
     return stub.ApplyFixture(pb.ApplyFixtureRequest(fixture_json=text), timeout=t, metadata=md)
 
 
-def program_upsert(stub: Stub, a: argparse.Namespace, t: float, md: Metadata) -> Message:
+def upsert_program(stub: Stub, a: argparse.Namespace, t: float, md: Metadata) -> Message:
     program = pb.Program(
         id=a.id, nombre=a.nombre, tasa_puntos=a.tasa, qr_url=a.qr_url, moneda=a.moneda
     )
     return stub.UpsertProgram(pb.UpsertProgramRequest(program=program), timeout=t, metadata=md)
 
 
-def program_list(stub: Stub, a: argparse.Namespace, t: float, md: Metadata) -> Message:
+def list_programs(stub: Stub, a: argparse.Namespace, t: float, md: Metadata) -> Message:
     return stub.ListPrograms(pb.ListProgramsRequest(), timeout=t, metadata=md)
 
 
-def key_issue(stub: Stub, a: argparse.Namespace, t: float, md: Metadata) -> Message:
+def issue_key(stub: Stub, a: argparse.Namespace, t: float, md: Metadata) -> Message:
     permisos = [n for item in a.permisos for n in item.replace(",", " ").split()]
     return stub.IssueKey(
         pb.IssueKeyRequest(
@@ -56,15 +85,15 @@ def key_issue(stub: Stub, a: argparse.Namespace, t: float, md: Metadata) -> Mess
     )
 
 
-def key_list(stub: Stub, a: argparse.Namespace, t: float, md: Metadata) -> Message:
+def list_keys(stub: Stub, a: argparse.Namespace, t: float, md: Metadata) -> Message:
     return stub.ListKeys(pb.ListKeysRequest(programa=a.programa), timeout=t, metadata=md)
 
 
-def key_revoke(stub: Stub, a: argparse.Namespace, t: float, md: Metadata) -> Message:
+def revoke_key(stub: Stub, a: argparse.Namespace, t: float, md: Metadata) -> Message:
     return stub.RevokeKey(pb.RevokeKeyRequest(id=a.id), timeout=t, metadata=md)
 
 
-def fan_register(stub: Stub, a: argparse.Namespace, t: float, md: Metadata) -> Message:
+def register_fan(stub: Stub, a: argparse.Namespace, t: float, md: Metadata) -> Message:
     return stub.RegisterFan(
         pb.RegisterFanRequest(
             programa=a.programa,
@@ -85,7 +114,7 @@ def _given(a: argparse.Namespace, *names: str) -> dict[str, object]:
     return {n: getattr(a, n) for n in names if getattr(a, n) is not None}
 
 
-def fan_update(stub: Stub, a: argparse.Namespace, t: float, md: Metadata) -> Message:
+def update_fan(stub: Stub, a: argparse.Namespace, t: float, md: Metadata) -> Message:
     fields = _given(a, "nombre", "correo", "socio_desde", "temporadas", "qr_token")
     return stub.UpdateFan(
         pb.UpdateFanRequest(programa=a.programa, id=a.id, **fields),  # type: ignore[arg-type]
@@ -94,11 +123,11 @@ def fan_update(stub: Stub, a: argparse.Namespace, t: float, md: Metadata) -> Mes
     )
 
 
-def fan_get(stub: Stub, a: argparse.Namespace, t: float, md: Metadata) -> Message:
+def get_fan(stub: Stub, a: argparse.Namespace, t: float, md: Metadata) -> Message:
     return stub.GetFan(pb.GetFanRequest(programa=a.programa, id=a.id), timeout=t, metadata=md)
 
 
-def fan_baja(stub: Stub, a: argparse.Namespace, t: float, md: Metadata) -> Message:
+def deactivate_fan(stub: Stub, a: argparse.Namespace, t: float, md: Metadata) -> Message:
     return stub.DeactivateFan(
         pb.DeactivateFanRequest(programa=a.programa, id=a.id, motivo=a.motivo),
         timeout=t,
@@ -106,13 +135,13 @@ def fan_baja(stub: Stub, a: argparse.Namespace, t: float, md: Metadata) -> Messa
     )
 
 
-def fan_reactivate(stub: Stub, a: argparse.Namespace, t: float, md: Metadata) -> Message:
+def reactivate_fan(stub: Stub, a: argparse.Namespace, t: float, md: Metadata) -> Message:
     return stub.ReactivateFan(
         pb.ReactivateFanRequest(programa=a.programa, id=a.id), timeout=t, metadata=md
     )
 
 
-def promo_create(stub: Stub, a: argparse.Namespace, t: float, md: Metadata) -> Message:
+def create_promo(stub: Stub, a: argparse.Namespace, t: float, md: Metadata) -> Message:
     return stub.CreatePromo(
         pb.CreatePromoRequest(
             programa=a.programa,
@@ -127,7 +156,7 @@ def promo_create(stub: Stub, a: argparse.Namespace, t: float, md: Metadata) -> M
     )
 
 
-def promo_update(stub: Stub, a: argparse.Namespace, t: float, md: Metadata) -> Message:
+def update_promo(stub: Stub, a: argparse.Namespace, t: float, md: Metadata) -> Message:
     fields = _given(a, "estado", "vigencia_fin", "puntos_canje", "descripcion")
     if "estado" in fields:
         fields["estado"] = PROMO_STATE.number(a.estado)
@@ -138,7 +167,7 @@ def promo_update(stub: Stub, a: argparse.Namespace, t: float, md: Metadata) -> M
     )
 
 
-def code_assign(stub: Stub, a: argparse.Namespace, t: float, md: Metadata) -> Message:
+def assign_code(stub: Stub, a: argparse.Namespace, t: float, md: Metadata) -> Message:
     return stub.AssignCode(
         pb.AssignCodeRequest(programa=a.programa, promo_id=a.promo, codigo=a.codigo, fan=a.fan),
         timeout=t,
@@ -146,7 +175,7 @@ def code_assign(stub: Stub, a: argparse.Namespace, t: float, md: Metadata) -> Me
     )
 
 
-def code_release(stub: Stub, a: argparse.Namespace, t: float, md: Metadata) -> Message:
+def release_code(stub: Stub, a: argparse.Namespace, t: float, md: Metadata) -> Message:
     return stub.ReleaseCode(
         pb.ReleaseCodeRequest(programa=a.programa, promo_id=a.promo, codigo=a.codigo),
         timeout=t,
@@ -154,21 +183,30 @@ def code_release(stub: Stub, a: argparse.Namespace, t: float, md: Metadata) -> M
     )
 
 
-def fan_ledger(stub: Stub, a: argparse.Namespace, t: float, md: Metadata) -> Message:
+def get_ledger(stub: Stub, a: argparse.Namespace, t: float, md: Metadata) -> Message:
     return stub.GetLedger(
         pb.GetLedgerRequest(programa=a.programa, fan=a.id), timeout=t, metadata=md
     )
 
 
-def points_adjust(stub: Stub, a: argparse.Namespace, t: float, md: Metadata) -> Message:
-    return stub.AdjustPoints(
-        pb.AdjustPointsRequest(programa=a.programa, fan=a.id, puntos=a.puntos, motivo=a.motivo),
-        timeout=t,
-        metadata=md,
+def adjust_points(stub: Stub, a: argparse.Namespace, t: float, md: Metadata) -> Message:
+    return _once(
+        a,
+        lambda request_id: stub.AdjustPoints(
+            pb.AdjustPointsRequest(
+                programa=a.programa,
+                fan=a.id,
+                puntos=a.puntos,
+                motivo=a.motivo,
+                request_id=request_id,
+            ),
+            timeout=t,
+            metadata=md,
+        ),
     )
 
 
-def sale_void(stub: Stub, a: argparse.Namespace, t: float, md: Metadata) -> Message:
+def void_sale(stub: Stub, a: argparse.Namespace, t: float, md: Metadata) -> Message:
     return stub.VoidSale(
         pb.VoidSaleRequest(programa=a.programa, folio=a.folio, motivo=a.motivo),
         timeout=t,
@@ -176,11 +214,16 @@ def sale_void(stub: Stub, a: argparse.Namespace, t: float, md: Metadata) -> Mess
     )
 
 
-def code_next(stub: Stub, a: argparse.Namespace, t: float, md: Metadata) -> Message:
-    return stub.AssignNextCode(
-        pb.AssignNextCodeRequest(programa=a.programa, promo_id=a.promo, fan=a.fan),
-        timeout=t,
-        metadata=md,
+def assign_next_code(stub: Stub, a: argparse.Namespace, t: float, md: Metadata) -> Message:
+    return _once(
+        a,
+        lambda request_id: stub.AssignNextCode(
+            pb.AssignNextCodeRequest(
+                programa=a.programa, promo_id=a.promo, fan=a.fan, request_id=request_id
+            ),
+            timeout=t,
+            metadata=md,
+        ),
     )
 
 

@@ -17,17 +17,7 @@ from google.protobuf.message import Message
 from loyalty_grpc.domain.codes import MAX_CODES_PER_CALL, code_batch, split_code_stream
 from loyalty_grpc.domain.errors import CodigoError, LoyaltyError
 from loyalty_grpc.gen.loyalty.v1 import backoffice_service_pb2 as pb
-from loyalty_grpc.runtime.cli.admin.calls import Metadata, Stub, error_of
-
-
-class CommandStoppedError(Exception):
-    """A command of many calls failed part-way; `detalle` says what is already done."""
-
-    def __init__(self, codigo: str, detalle: str) -> None:
-        super().__init__(f"{codigo}: {detalle}")
-        self.codigo = codigo
-        self.detalle = detalle
-
+from loyalty_grpc.runtime.cli.admin.calls import CommandStoppedError, Metadata, Stub, error_of
 
 READ_CHARS = 64 * 1024
 # Without a terminal, one progress line every this many calls (and one at the end).
@@ -107,7 +97,7 @@ class _ImportProgress:
         )
 
 
-def code_import(stub: Stub, a: argparse.Namespace, t: float, md: Metadata) -> Message:
+def import_codes(stub: Stub, a: argparse.Namespace, t: float, md: Metadata) -> Message:
     """Streams the file: reads it in pieces, splits it like pasted text and deposits
     MAX_CODES_PER_CALL codes per call, never holding the whole file. Each call commits
     on its own and deposits are idempotent, so running the command again resumes."""

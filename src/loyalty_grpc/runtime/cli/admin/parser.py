@@ -11,27 +11,27 @@ from loyalty_grpc.domain.promos import EstadoPromo
 from loyalty_grpc.runtime.cli.admin.calls import (
     DEFAULT_TIMEOUT_SECONDS,
     Call,
+    adjust_points,
     apply,
-    code_assign,
-    code_next,
-    code_release,
-    fan_baja,
-    fan_get,
-    fan_ledger,
-    fan_reactivate,
-    fan_register,
-    fan_update,
-    key_issue,
-    key_list,
-    key_revoke,
-    points_adjust,
-    program_list,
-    program_upsert,
-    promo_create,
-    promo_update,
-    sale_void,
+    assign_code,
+    assign_next_code,
+    create_promo,
+    deactivate_fan,
+    get_fan,
+    get_ledger,
+    issue_key,
+    list_keys,
+    list_programs,
+    reactivate_fan,
+    register_fan,
+    release_code,
+    revoke_key,
+    update_fan,
+    update_promo,
+    upsert_program,
+    void_sale,
 )
-from loyalty_grpc.runtime.cli.admin.code_import import code_import
+from loyalty_grpc.runtime.cli.admin.code_import import import_codes
 from loyalty_grpc.runtime.console import command
 
 
@@ -88,7 +88,7 @@ def _command(
 
 
 def _program_commands(sub: _Sub[argparse.ArgumentParser]) -> None:
-    p = _command(sub, "upsert", program_upsert, "create or change a program")
+    p = _command(sub, "upsert", upsert_program, "create or change a program")
     p.add_argument("id")
     p.add_argument("--nombre", required=True)
     p.add_argument(
@@ -100,48 +100,48 @@ def _program_commands(sub: _Sub[argparse.ArgumentParser]) -> None:
     )
     p.add_argument("--qr-url", default="")
     p.add_argument("--moneda", default="")
-    _command(sub, "list", program_list, "list programs")
+    _command(sub, "list", list_programs, "list programs")
 
 
 def _key_commands(sub: _Sub[argparse.ArgumentParser]) -> None:
-    p = _command(sub, "issue", key_issue, "issue a key (its secret is shown once)")
+    p = _command(sub, "issue", issue_key, "issue a key (its secret is shown once)")
     _programa(p)
     p.add_argument("--integracion", required=True)
     p.add_argument("--modo", choices=[modo.value for modo in Modo], default=Modo.VIVO.value)
     p.add_argument(
         "--permisos", nargs="*", default=[], help="permission names, separated by spaces or commas"
     )
-    p = _command(sub, "list", key_list, "list a program's keys (never their secrets)")
+    p = _command(sub, "list", list_keys, "list a program's keys (never their secrets)")
     _programa(p)
-    p = _command(sub, "revoke", key_revoke, "revoke a key by id")
+    p = _command(sub, "revoke", revoke_key, "revoke a key by id")
     p.add_argument("id", type=int)
 
 
 def _fan_commands(sub: _Sub[argparse.ArgumentParser]) -> None:
-    p = _command(sub, "register", fan_register, "register a fan")
+    p = _command(sub, "register", register_fan, "register a fan")
     _programa(p, fan=True)
     p.add_argument("--nombre", required=True)
     p.add_argument("--correo", required=True)
     p.add_argument("--socio-desde", type=int, required=True)
     p.add_argument("--temporadas", type=int, default=0)
     p.add_argument("--qr-token", default="", help="generated when omitted")
-    p = _command(sub, "update", fan_update, "change the fields given")
+    p = _command(sub, "update", update_fan, "change the fields given")
     _programa(p, fan=True)
     p.add_argument("--nombre")
     p.add_argument("--correo")
     p.add_argument("--socio-desde", type=int)
     p.add_argument("--temporadas", type=int)
     p.add_argument("--qr-token")
-    _programa(_command(sub, "get", fan_get, "show a fan"), fan=True)
-    p = _command(sub, "baja", fan_baja, "activo -> baja, with a reason")
+    _programa(_command(sub, "get", get_fan, "show a fan"), fan=True)
+    p = _command(sub, "baja", deactivate_fan, "activo -> baja, with a reason")
     _programa(p, fan=True)
     p.add_argument("--motivo", required=True)
-    _programa(_command(sub, "reactivate", fan_reactivate, "baja -> activo"), fan=True)
+    _programa(_command(sub, "reactivate", reactivate_fan, "baja -> activo"), fan=True)
     _programa(
         _command(
             sub,
             "ledger",
-            fan_ledger,
+            get_ledger,
             "a fan's points ledger, oldest first, with the running balance",
         ),
         fan=True,
@@ -150,14 +150,14 @@ def _fan_commands(sub: _Sub[argparse.ArgumentParser]) -> None:
 
 def _promo_commands(sub: _Sub[argparse.ArgumentParser]) -> None:
     estados = [estado.value for estado in EstadoPromo]
-    p = _command(sub, "create", promo_create, "create a promotion")
+    p = _command(sub, "create", create_promo, "create a promotion")
     _programa(p)
     p.add_argument("nombre")
     p.add_argument("--vigencia-fin", required=True, help="YYYY-MM-DD")
     p.add_argument("--descripcion", default="")
     p.add_argument("--estado", choices=estados, default="")
     p.add_argument("--puntos-canje", type=int, default=0)
-    p = _command(sub, "update", promo_update, "change the fields given")
+    p = _command(sub, "update", update_promo, "change the fields given")
     _programa(p)
     p.add_argument("id", type=int, help="promotion id")
     p.add_argument("--estado", choices=estados)
@@ -167,7 +167,7 @@ def _promo_commands(sub: _Sub[argparse.ArgumentParser]) -> None:
 
 
 def _code_commands(sub: _Sub[argparse.ArgumentParser]) -> None:
-    p = _command(sub, "assign", code_assign, "deliver a code to a fan: disponible -> asignado")
+    p = _command(sub, "assign", assign_code, "deliver a code to a fan: disponible -> asignado")
     _programa(p)
     p.add_argument("--promo", type=int, required=True, help="promotion id")
     p.add_argument("codigo")
@@ -175,20 +175,23 @@ def _code_commands(sub: _Sub[argparse.ArgumentParser]) -> None:
     p = _command(
         sub,
         "release",
-        code_release,
+        release_code,
         "take a code out of circulation: disponible/asignado -> liberado",
     )
     _programa(p)
     p.add_argument("--promo", type=int, required=True, help="promotion id")
     p.add_argument("codigo")
-    p = _command(sub, "next", code_next, "deliver the promotion's oldest disponible code to a fan")
+    p = _command(
+        sub, "next", assign_next_code, "deliver the promotion's oldest disponible code to a fan"
+    )
     _programa(p)
     p.add_argument("--promo", type=_int_bits(32), required=True, help="promotion id")
     p.add_argument("--fan", required=True, help="Fan ID")
+    _request_id(p)
     p = _command(
         sub,
         "import",
-        code_import,
+        import_codes,
         "deposit the codes of a file ('-' = stdin), split like pasted text, in "
         f"calls of {MAX_CODES_PER_CALL}; run it again to resume (idempotent)",
     )
@@ -197,21 +200,30 @@ def _code_commands(sub: _Sub[argparse.ArgumentParser]) -> None:
     p.add_argument("file")
 
 
+def _request_id(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--request-id",
+        help="made at most once per id (default: a new one); the id an error gave, to retry "
+        "a command whose answer was lost",
+    )
+
+
 def _points_commands(sub: _Sub[argparse.ArgumentParser]) -> None:
     p = _command(
         sub,
         "adjust",
-        points_adjust,
+        adjust_points,
         "a manual adjustment: --puntos 100 credits, --puntos -50 debits",
     )
     _programa(p, fan=True)
     # A negative number is a value here, not an option (argparse: no option looks like one).
     p.add_argument("--puntos", type=_int_bits(64), required=True, help="points, + credit, - debit")
     p.add_argument("--motivo", required=True, help="why (kept in the ledger entry)")
+    _request_id(p)
 
 
 def _sale_commands(sub: _Sub[argparse.ArgumentParser]) -> None:
-    p = _command(sub, "void", sale_void, "void a sale: takes back the points it credited, once")
+    p = _command(sub, "void", void_sale, "void a sale: takes back the points it credited, once")
     _programa(p)
     p.add_argument("folio", type=_int_bits(32), help="the sale's folio (`tx` in the POS response)")
     p.add_argument("--motivo", required=True, help="why (kept in the reversing entry)")

@@ -13,8 +13,7 @@ from google.protobuf import json_format
 from loyalty_grpc.domain.errors import CodigoError
 from loyalty_grpc.gen.loyalty.v1 import backoffice_service_pb2_grpc as pb_grpc
 from loyalty_grpc.runtime.admin_token import admin_token_path, read_admin_token
-from loyalty_grpc.runtime.cli.admin.calls import Call, error_of
-from loyalty_grpc.runtime.cli.admin.code_import import CommandStoppedError
+from loyalty_grpc.runtime.cli.admin.calls import Call, CommandStoppedError, error_of
 from loyalty_grpc.runtime.cli.admin.output import render
 from loyalty_grpc.runtime.grpc_channel import open_channel
 from loyalty_grpc.runtime.settings import Settings

@@ -1,7 +1,14 @@
 """Unique-index violations, told apart by the index's name (the concurrent case that a
-pre-check cannot see: both writers checked before either committed)."""
+pre-check cannot see: both writers checked before either committed), turned into the
+domain's errors here, so that no use case sees a database exception.
+
+Every store function that inserts or updates a row under a unique index runs its
+statement inside `translated({index: error, ...})`."""
 
 from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 
 from sqlalchemy.exc import IntegrityError
 
@@ -15,7 +22,7 @@ def violated_constraint(exc: IntegrityError) -> str | None:
     return name if isinstance(name, str) else None
 
 
-def translate(exc: IntegrityError, by_constraint: dict[str, LoyaltyError]) -> LoyaltyError:
+def translate(exc: IntegrityError, by_constraint: Mapping[str, LoyaltyError]) -> LoyaltyError:
     """The domain error for a known unique index; an unknown violation is a bug
     (error_interno, chained to the original for the logs)."""
     name = violated_constraint(exc)
@@ -24,3 +31,13 @@ def translate(exc: IntegrityError, by_constraint: dict[str, LoyaltyError]) -> Lo
     error = LoyaltyError(CodigoError.ERROR_INTERNO, "violación de integridad inesperada")
     error.__cause__ = exc
     return error
+
+
+@contextmanager
+def translated(by_constraint: Mapping[str, LoyaltyError]) -> Iterator[None]:
+    """Run the block's statement; an IntegrityError leaves it as `translate`'s domain error
+    (chained to the original)."""
+    try:
+        yield
+    except IntegrityError as exc:
+        raise translate(exc, by_constraint) from exc
