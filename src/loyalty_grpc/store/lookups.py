@@ -3,6 +3,7 @@ not), each with its not-found error."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from sqlalchemy import Connection, Row, Select, select
@@ -33,10 +34,18 @@ def require_fan(conn: Connection, programa: str, fan_id: str, *, lock: bool = Fa
     """The fan (any state; its row locked FOR UPDATE with `lock`), or fan_no_encontrado;
     the program must exist."""
     query = select(fans).where(fans.c.programa_id == programa, fans.c.fan_id == fan_id)
-    missing = LoyaltyError(
-        CodigoError.FAN_NO_ENCONTRADO, f"fan: no existe {shown(fan_id)} en {shown(programa)}"
+    return fan_row(
+        _require(
+            conn,
+            query,
+            lock,
+            programa,
+            lambda: LoyaltyError(
+                CodigoError.FAN_NO_ENCONTRADO,
+                f"fan: no existe {shown(fan_id)} en {shown(programa)}",
+            ),
+        )
     )
-    return fan_row(_require(conn, query, lock, programa, missing))
 
 
 def require_promo(
@@ -45,20 +54,29 @@ def require_promo(
     """The promotion's row (locked FOR UPDATE with `lock`), or promo_no_encontrada; the
     program must exist."""
     query = select(promos).where(promos.c.programa_id == programa, promos.c.id == promo_id)
-    missing = LoyaltyError(
-        CodigoError.PROMO_NO_ENCONTRADA,
-        f"promo_id: no existe la promoción {promo_id} en {shown(programa)}",
+    return _require(
+        conn,
+        query,
+        lock,
+        programa,
+        lambda: LoyaltyError(
+            CodigoError.PROMO_NO_ENCONTRADA,
+            f"promo_id: no existe la promoción {promo_id} en {shown(programa)}",
+        ),
     )
-    return _require(conn, query, lock, programa, missing)
 
 
 def _require(
-    conn: Connection, query: Select[Any], lock: bool, programa: str, missing: LoyaltyError
+    conn: Connection,
+    query: Select[Any],
+    lock: bool,
+    programa: str,
+    missing: Callable[[], LoyaltyError],
 ) -> PromoRow:
     """The one row of `query` (FOR UPDATE with `lock`); when there is none, the program's
-    not-found error if the program does not exist, else `missing`."""
+    not-found error if the program does not exist, else `missing()` (built only then)."""
     row = conn.execute(query.with_for_update() if lock else query).one_or_none()
     if row is None:
         require_program(conn, programa)
-        raise missing
+        raise missing()
     return row

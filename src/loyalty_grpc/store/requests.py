@@ -14,8 +14,6 @@ from typing import NamedTuple
 
 from sqlalchemy import Connection
 
-from loyalty_grpc.store.tables import peticiones
-
 
 class RequestKey(NamedTuple):
     programa: str
@@ -41,6 +39,11 @@ SELECT huella, respuesta FROM peticiones
 WHERE programa_id = %(programa)s AND metodo = %(metodo)s AND request_id = %(request_id)s
 """
 
+_ANSWER = """
+UPDATE peticiones SET respuesta = %(respuesta)s
+WHERE programa_id = %(programa)s AND metodo = %(metodo)s AND request_id = %(request_id)s
+"""
+
 
 def claim(conn: Connection, key: RequestKey, huella: bytes) -> Earlier | None:
     """Claim `key` for this transaction (None), or the request applied before with it
@@ -56,12 +59,4 @@ def claim(conn: Connection, key: RequestKey, huella: bytes) -> Earlier | None:
 
 def answer(conn: Connection, key: RequestKey, respuesta: bytes) -> None:
     """Keep the answer of the request `key` claimed in this transaction."""
-    conn.execute(
-        peticiones.update()
-        .where(
-            peticiones.c.programa_id == key.programa,
-            peticiones.c.metodo == key.metodo,
-            peticiones.c.request_id == key.request_id,
-        )
-        .values(respuesta=respuesta)
-    )
+    conn.exec_driver_sql(_ANSWER, {**key._asdict(), "respuesta": respuesta})
