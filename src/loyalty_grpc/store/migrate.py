@@ -147,7 +147,7 @@ class Schema:
         if self.applied is None:
             return (
                 f"the database is not migrated (no revision applied; this version needs "
-                f"{self.head}): run `{migrate_command}` first"
+                f"{needed()}): run `{migrate_command}` first"
             )
         return (
             f"the database schema is at revision {self.applied}, older than this version "
