@@ -168,7 +168,7 @@ def test_a_delegated_function_runs_on_the_programs_worker_in_its_transaction(
     worker's transaction (the one that wrote the row), not the coordinator's."""
     coordinator_next = move_coordinator_xids_ahead(db)
     for program, worker in one_program_per_worker(db, citus_cluster):
-        row = db.execute("SELECT port, xid FROM sondeo_toca(%s, 1)", (program,)).fetchone()
+        row = db.execute("SELECT * FROM sondeo_toca(%s, 1)", (program,)).fetchone()
         assert row is not None
         port, xid = row
         assert port == worker.port
@@ -184,11 +184,11 @@ def test_inside_a_transaction_block_only_force_delegation_delegates(
     `force_delegation => true`."""
     program, worker = one_program_per_worker(db, citus_cluster)[0]
     with db.transaction():
-        row = db.execute("SELECT port, xid FROM sondeo_toca(%s, 2)", (program,)).fetchone()
+        row = db.execute("SELECT * FROM sondeo_toca(%s, 2)", (program,)).fetchone()
         coordinators = value(db, "SELECT pg_current_xact_id()::text::bigint")
     assert row == (citus_cluster.coordinator.port, coordinators)
     with db.transaction():
-        row = db.execute("SELECT port, xid FROM sondeo_toca_forzada(%s, 3)", (program,)).fetchone()
+        row = db.execute("SELECT * FROM sondeo_toca_forzada(%s, 3)", (program,)).fetchone()
     assert row is not None
     assert row[0] == worker.port
     assert row[1] == xmin_on_shard(worker, db, "sondeo", program, 3)
