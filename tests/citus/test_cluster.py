@@ -266,3 +266,32 @@ def test_a_shard_of_an_unlogged_table_moves_only_blocking_writes(
         on_worker.execute("SET citus.override_table_visibility = off")  # shards are hidden
         query = "SELECT relpersistence FROM pg_class WHERE oid = %s::regclass"
         assert value(on_worker, query, (shard.name,)) == "u"
+
+
+def test_a_node_whose_port_was_taken_starts_on_another(
+    citus_cluster: Cluster, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """The fixture's own guard: a free port from the OS is free only until some other
+    process binds it; the node then starts on a new one (cluster.py `Node.start`)."""
+    import socket
+
+    from tests.citus.cluster import _new_node, server_owner
+
+    work = tmp_path_factory.mktemp("taken")
+    work.chmod(0o755)
+    node = _new_node(work, "node", server_owner())
+    with socket.socket() as squatter:
+        squatter.bind((HOST, node.port))
+        squatter.listen()
+        taken = node.port
+        node.init()
+        try:
+            node.start()
+            with node.connect() as conn:
+                assert conn.execute("SELECT current_setting('port')::int").fetchone() == (
+                    node.port,
+                )
+        finally:
+            node.stop()
+    assert node.port != taken
+    del citus_cluster  # only for Citus being built and the servers' user set up
