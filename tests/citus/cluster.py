@@ -250,12 +250,26 @@ class Cluster:
         """A new database `name` on the three nodes with the citus extension in each, the
         workers added to the coordinator's copy (metadata synced to them); the
         coordinator's URL, the form of the other tests' `db_url`."""
+        self.create_single_node_database(name)
+        return self.join(name)
+
+    def create_single_node_database(self, name: str) -> str:
+        """A new database `name` on the three nodes, the citus extension only in the
+        workers': on the coordinator a plain PostgreSQL database (an installation before
+        it moves onto Citus); the coordinator's URL."""
         for node in self.nodes:
             with node.connect() as conn:
                 conn.execute(f'CREATE DATABASE "{name}"')
-            with node.connect(name) as conn:
+        for worker in self.workers:
+            with worker.connect(name) as conn:
                 conn.execute("CREATE EXTENSION citus")
+        return self.coordinator.url(name)
+
+    def join(self, name: str) -> str:
+        """Make the coordinator's database `name` the cluster's coordinator: the citus
+        extension, its own host, both workers (docs/citus.md's steps); its URL."""
         with self.coordinator.connect(name) as conn:
+            conn.execute("CREATE EXTENSION citus")
             conn.execute("SELECT citus_set_coordinator_host(%s, %s)", (HOST, self.coordinator.port))
             for worker in self.workers:
                 conn.execute("SELECT citus_add_node(%s, %s)", (HOST, worker.port))
