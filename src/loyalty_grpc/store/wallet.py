@@ -29,7 +29,11 @@ backlog, wallet/providers.py records local deliveries): tables `wallet_outbox`,
 
 These statements serve every program at once (one sender for the whole database); each
 row is still found by its program's key, (programa_id, fan_pk) or (programa_id, id), and
-the fans joined on (programa_id, pk).
+the fans joined on (programa_id, pk). A set of rows chosen first is found again by two
+arrays, `programa_id = ANY (…) AND id = ANY (…)` (index lookups of the primary key; a join
+with the chosen rows would be planned as a hash join over the whole table): exact, because
+an id (`wallet_outbox.id`, `fans.pk`) is unique across programs, so a row whose id was
+chosen is the chosen row.
 
 A sale never waits for a sender: senders lock only `wallet_pases` rows and the outbox rows
 they take. Every statement is SQL text built once, here. The sender's connections plan
@@ -54,9 +58,10 @@ INGEST_SQL: Final = text("""
 WITH elegidas AS MATERIALIZED (
     SELECT programa_id, id FROM wallet_outbox ORDER BY id LIMIT :n FOR UPDATE SKIP LOCKED
 ), tomadas AS (
-    DELETE FROM wallet_outbox AS o USING elegidas AS e
-    WHERE o.programa_id = e.programa_id AND o.id = e.id
-    RETURNING o.programa_id, o.fan_pk, o.id, o.saldo, o.creado
+    DELETE FROM wallet_outbox
+    WHERE programa_id = ANY (ARRAY(SELECT programa_id FROM elegidas))
+      AND id = ANY (ARRAY(SELECT id FROM elegidas))
+    RETURNING programa_id, fan_pk, id, saldo, creado
 ), ultimas AS (
     SELECT programa_id, fan_pk, max(id) AS id,
            (array_agg(saldo ORDER BY id DESC))[1] AS saldo, min(creado) AS desde
@@ -83,8 +88,10 @@ WITH elegidas AS MATERIALIZED (
     LIMIT :n FOR UPDATE SKIP LOCKED
 )
 UPDATE wallet_pases AS p SET proximo_intento = :lease_until
-FROM elegidas AS e JOIN fans AS f ON f.programa_id = e.programa_id AND f.pk = e.fan_pk
-WHERE p.programa_id = e.programa_id AND p.fan_pk = e.fan_pk
+FROM fans AS f
+WHERE p.programa_id = ANY (ARRAY(SELECT programa_id FROM elegidas))
+  AND p.fan_pk = ANY (ARRAY(SELECT fan_pk FROM elegidas))
+  AND f.programa_id = p.programa_id AND f.pk = p.fan_pk
 RETURNING p.fan_pk, p.saldo_pendiente, p.saldo_id, p.intentos, p.pendiente_desde,
           f.programa_id, f.fan_id
 """)
@@ -101,11 +108,11 @@ WITH r AS (
                          CAST(:errores AS text[]))
         AS r(programa_id, fan_pk, saldo_id, cubierto, intentos, proximo, entregado, error)
 ), nuestras AS MATERIALIZED (
-    SELECT w.programa_id, w.fan_pk FROM wallet_pases AS w
-    JOIN r ON w.programa_id = r.programa_id AND w.fan_pk = r.fan_pk
-    WHERE w.proximo_intento = :lease_until
-    ORDER BY w.programa_id, w.fan_pk
-    FOR UPDATE OF w
+    SELECT programa_id, fan_pk FROM wallet_pases
+    WHERE programa_id = ANY (CAST(:de_programas AS text[]))
+      AND fan_pk = ANY (CAST(:fan_pks AS bigint[])) AND proximo_intento = :lease_until
+    ORDER BY programa_id, fan_pk
+    FOR UPDATE
 )
 UPDATE wallet_pases AS p SET
     intentos = r.intentos,
@@ -247,9 +254,18 @@ def record_outcomes(
         "entregados": [o.entregado for o in outcomes],
         "errores": [o.error for o in outcomes],
     }
+    # The programs once each (the rows' lookup), as well as per row.
+    de_programas = sorted(set(columns["programas"]))
     return set(
         conn.execute(
-            RECORD_SQL, {**columns, "lease_until": lease_until, "due": DUE_AT_ONCE, "at": at}
+            RECORD_SQL,
+            {
+                **columns,
+                "de_programas": de_programas,
+                "lease_until": lease_until,
+                "due": DUE_AT_ONCE,
+                "at": at,
+            },
         ).scalars()
     )
 
