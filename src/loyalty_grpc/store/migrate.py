@@ -32,6 +32,7 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import Engine, create_engine, func, select
 from sqlalchemy.pool import NullPool
 
+from loyalty_grpc.store import distribution
 from loyalty_grpc.store.db import CONNECT_TIMEOUT_SECONDS, parse_url, sqlalchemy_url
 
 log = logging.getLogger(__name__)
@@ -147,7 +148,7 @@ class Schema:
         if self.applied is None:
             return (
                 f"the database is not migrated (no revision applied; this version needs "
-                f"{self.head}): run `{migrate_command}` first"
+                f"{needed()}): run `{migrate_command}` first"
             )
         return (
             f"the database schema is at revision {self.applied}, older than this version "
@@ -193,8 +194,16 @@ def upgrade(url: str, revision: str = "head", *, contract: bool = False) -> str 
     `revision`) and return the revision it is at. Already there, or to head on a schema
     newer than the code knows (a later version migrated it; see `Schema`): nothing happens,
     the latter with a warning. To head, a database that already has a revision stops below
-    its first pending contract revision unless `contract` (see the module's docs)."""
-    return _run(url, command.upgrade, revision, to_head=revision == "head", contract=contract)
+    its first pending contract revision unless `contract` (see the module's docs). At head,
+    on a Citus coordinator, the tables are then distributed (store/distribution.py)."""
+    applied = _run(url, command.upgrade, revision, to_head=revision == "head", contract=contract)
+    if applied == head():
+        engine = _engine(url)
+        try:
+            distribution.distribute(engine)  # on a Citus coordinator (docs/citus.md)
+        finally:
+            engine.dispose()
+    return applied
 
 
 def downgrade(url: str, revision: str) -> None:

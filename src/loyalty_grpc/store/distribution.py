@@ -1,0 +1,104 @@
+"""Distributing the schema on a Citus coordinator (docs/citus.md): run by `loyalty
+migrate` after the migrations, a no-op on PostgreSQL without Citus.
+
+Which table goes where is read off `tables.metadata`, so a new table is placed by the rule
+without a line here: `REFERENCE` tables get a copy on every node, `OWN_GROUP` tables are
+distributed by program in a colocation group of their own, and every other table is
+distributed by `programa_id` co-located with `fans`. Tables are distributed in order
+(reference tables, the groups' founders, then the others in the metadata's dependency
+order, so a table before those whose foreign keys point at it), each in
+its own transaction, each skipped when Citus already has it: a run cut short is finished
+by running `loyalty migrate` again. The shard count is Citus's own setting
+(`citus.shard_count`, 32 unless the operator set it), read when a group is created.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from sqlalchemy import Connection, Engine, text
+
+from loyalty_grpc.store import tables
+
+log = logging.getLogger(__name__)
+
+DISTRIBUTION_COLUMN = "programa_id"
+# A copy on every node: joined by every call; the key check finds a key by its hash
+# before it knows the program.
+REFERENCE = frozenset({"programas", "claves"})
+# UNLOGGED, so its shards move only with `block_writes`: kept out of the fans group, whose
+# shards move online (logical replication).
+OWN_GROUP = frozenset({"limite_llamadas"})
+# Where the others live with.
+ANCHOR = "fans"
+
+
+@dataclass(frozen=True)
+class Placement:
+    table: str
+    statement: str
+
+
+def placements() -> list[Placement]:
+    """Every table of the schema and the Citus call that places it, in dependency order."""
+    result = []
+    # References first, then the groups' founders, then the rest (each before the tables
+    # whose foreign keys point at it: `sorted_tables` is in dependency order).
+    order = {**dict.fromkeys(REFERENCE, 0), ANCHOR: 1, **dict.fromkeys(OWN_GROUP, 1)}
+    for table in sorted(tables.metadata.sorted_tables, key=lambda t: order.get(t.name, 2)):
+        name = table.name
+        if name in REFERENCE:
+            statement = f"SELECT create_reference_table('{name}')"
+        elif name in OWN_GROUP or name == ANCHOR:
+            statement = (
+                f"SELECT create_distributed_table('{name}', '{DISTRIBUTION_COLUMN}', "
+                "colocate_with => 'none')"
+            )
+        else:
+            statement = (
+                f"SELECT create_distributed_table('{name}', '{DISTRIBUTION_COLUMN}', "
+                f"colocate_with => '{ANCHOR}')"
+            )
+        result.append(Placement(name, statement))
+    return result
+
+
+def citus_coordinator(conn: Connection) -> bool:
+    """This database has the citus extension and is its cluster's coordinator."""
+    if conn.execute(text("SELECT 1 FROM pg_extension WHERE extname = 'citus'")).first() is None:
+        return False
+    return bool(conn.execute(text("SELECT citus_is_coordinator()")).scalar_one())
+
+
+def placed(conn: Connection) -> frozenset[str]:
+    """The tables Citus already distributes (or holds as reference tables)."""
+    return frozenset(
+        conn.execute(text("SELECT logicalrelid::regclass::text FROM pg_dist_partition")).scalars()
+    )
+
+
+def distribute(engine: Engine) -> list[str]:
+    """On a Citus coordinator, place every table not placed yet; the tables placed now.
+    Elsewhere nothing (an empty list)."""
+    with engine.connect() as conn:
+        if not citus_coordinator(conn):
+            return []
+        done = placed(conn)
+    now = []
+    for placement in placements():
+        if placement.table in done:
+            continue
+        with engine.begin() as conn:
+            # Reference tables referenced by tables still local would otherwise pull them
+            # into Citus as local tables (then `fans` could not be distributed).
+            conn.execute(text("SET LOCAL citus.enable_local_reference_table_foreign_keys = off"))
+            # The roster trigger on `fans` (fires on the worker, where the row is written).
+            conn.execute(text("SET LOCAL citus.enable_unsafe_triggers = on"))
+            # A table with a foreign key to a reference table is created over one connection
+            # per node (Citus refuses parallel DDL there).
+            conn.execute(text("SET LOCAL citus.multi_shard_modify_mode = 'sequential'"))
+            conn.execute(text(placement.statement))
+        log.info("distributed %s", placement.table)
+        now.append(placement.table)
+    return now
