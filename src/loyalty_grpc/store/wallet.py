@@ -255,7 +255,7 @@ def record_outcomes(
         "errores": [o.error for o in outcomes],
     }
     # The programs once each (the rows' lookup), as well as per row.
-    de_programas = sorted(set(columns["programas"]))
+    de_programas = sorted({o.programa_id for o in outcomes})
     return set(
         conn.execute(
             RECORD_SQL,
