@@ -262,8 +262,8 @@ def lock_copies(
 # (ix_movimientos_programa_id_fan_pk_id) finds it among that fan's entries, with no index of
 # its own to write on every redemption. Its cost grows with the fan's ledger (EXPLAIN
 # ANALYZE: 0.2-0.3 ms for a fan with 2,500 entries), on the duplicate path only. The latest
-# is by (creado, id): ids come from a sequence whose values are not handed out in commit
-# order on a cluster (each node caches its own range), the transaction's time is.
+# is by (creado, id): on a cluster ids are unique but do not grow within a shard (each node
+# hands out a range of its own, and a shard may move), so the entry's time orders first.
 CREDITED = f"""
 SELECT c.id, coalesce((
   SELECT m.puntos FROM movimientos m
