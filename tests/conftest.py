@@ -124,7 +124,7 @@ def grpc_tls(tmp_path: Path) -> GrpcTls:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Mark tests by folder so `-m "not e2e"` (or `"not reliability"`) works."""
+    """Mark tests by folder so `-m "not e2e"` (or `"not reliability"`, `"not citus"`) works."""
     for item in items:
         parts = Path(str(item.fspath)).parts
         if "integration" in parts:
@@ -133,3 +133,5 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.e2e)
         if "reliability" in parts:
             item.add_marker(pytest.mark.reliability)
+        if "citus" in parts:
+            item.add_marker(pytest.mark.citus)
