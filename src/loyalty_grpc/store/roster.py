@@ -88,8 +88,7 @@ def page_snapshot(engine: Engine) -> Iterator[Connection]:
 
 def snapshot_query(programa_id: str, after_pk: int, limite: int) -> Select[Any]:
     """A snapshot page (and one row more, to tell whether another page follows): one
-    range scan of ix_fans_programa_pk (or of the primary key, filtered by program, when
-    the planner finds the program's rows dense enough in it)."""
+    range scan of the primary key (programa_id, pk)."""
     return (
         select(*_COLUMNS)
         .where(fans.c.programa_id == programa_id, fans.c.pk > after_pk)
