@@ -62,12 +62,13 @@ from loyalty_grpc.domain.roster_cursor import (
     check_issued,
     decode_cursor,
     encode_cursor,
+    placement_unavailable,
     sistema_of,
 )
 from loyalty_grpc.store import roster as roster_store
 from loyalty_grpc.store.db import Database
 from loyalty_grpc.store.roster import RosterEntry
-from loyalty_grpc.store.roster_cursors import feed_state, record_cursor
+from loyalty_grpc.store.roster_cursors import record_cursor
 
 __all__ = ["SETTLE_SECONDS", "RosterEntry", "RosterPage", "read_roster"]
 
@@ -93,42 +94,43 @@ class _Read:
     siguiente: Posicion
     # Committed changes of the program wait behind a running transaction.
     waiting: bool
-    # The cluster's system identifier, as PostgreSQL shows it.
+    # The placement identity the page was read under (store/roster.PageState.lugar).
     sistema: int
     # A page of the snapshot (its fans as they are now), not of changes.
     snapshot_page: bool
 
 
 def _read(engine: Database, programa_id: str, desde: Cursor | None, limite: int) -> _Read:
-    with roster_store.page_snapshot(engine) as conn:
-        p = None if desde is None else desde.posicion
-        state = feed_state(conn, programa_id, None if p is None else (p.fase.value, p.xid, p.pk))
-        if desde is not None:
-            check_issued(desde, sistema_of(state.sistema), state.emitido)
-        horizon = state.horizon
-        if p is None or p.fase is Fase.FOTO:
-            watermark = horizon if p is None else p.xid
-            page = roster_store.snapshot_page(conn, programa_id, 0 if p is None else p.pk, limite)
-            if page.hay_mas and page.last is not None:
-                return _Read(
-                    page.fans,
-                    True,
-                    Posicion(Fase.FOTO, watermark, page.last[1]),
-                    False,
-                    state.sistema,
-                    True,
-                )
+    p = None if desde is None else desde.posicion
+    state, page = roster_store.read_page(
+        engine, programa_id, None if p is None else (p.fase.value, p.xid, p.pk), limite
+    )
+    if state.lugar is None:
+        raise placement_unavailable()
+    if desde is not None:
+        check_issued(desde, sistema_of(state.lugar), state.emitido)
+    horizon = state.horizon
+    if p is None or p.fase is Fase.FOTO:
+        watermark = horizon if p is None else p.xid
+        if page.hay_mas and page.last is not None:
             return _Read(
-                page.fans, False, Posicion(Fase.CAMBIOS, watermark, 0), False, state.sistema, True
+                page.fans,
+                True,
+                Posicion(Fase.FOTO, watermark, page.last[1]),
+                False,
+                state.lugar,
+                True,
             )
-        page = roster_store.changes_page(conn, programa_id, p, horizon, limite)
-        # The last position served; the cursor itself when nothing was (a quiet poll gets
-        # its cursor back: the feed hands out, and records, a cursor per page of data).
-        end = p if page.last is None else Posicion(Fase.CAMBIOS, *page.last)
-        waiting = not page.hay_mas and (
-            state.newest_change is not None and state.newest_change >= horizon
+        return _Read(
+            page.fans, False, Posicion(Fase.CAMBIOS, watermark, 0), False, state.lugar, True
         )
-        return _Read(page.fans, page.hay_mas, end, waiting, state.sistema, False)
+    # The last position served; the cursor itself when nothing was (a quiet poll gets
+    # its cursor back: the feed hands out, and records, a cursor per page of data).
+    end = p if page.last is None else Posicion(Fase.CAMBIOS, *page.last)
+    waiting = not page.hay_mas and (
+        state.newest_change is not None and state.newest_change >= horizon
+    )
+    return _Read(page.fans, page.hay_mas, end, waiting, state.lugar, False)
 
 
 def read_roster(
