@@ -68,16 +68,17 @@ ALTER TABLE wallet_pases SET (autovacuum_enabled = off);
 """
 # `rows` balances for fans spread over the whole table (a balance grows with its row).
 OUTBOX_SQL = """
-INSERT INTO wallet_outbox (fan_pk, saldo)
-SELECT lo + mod(CAST(g AS bigint) * 7919, hi - lo + 1), g
+INSERT INTO wallet_outbox (programa_id, fan_pk, saldo)
+SELECT 'plan', lo + mod(CAST(g AS bigint) * 7919, hi - lo + 1), g
 FROM (SELECT min(pk) AS lo, max(pk) AS hi FROM fans) AS f, generate_series(1, {rows}) AS g
 """
 # Every fan waiting with a balance, due.
 PENDING_SQL = """
-INSERT INTO wallet_pases (fan_pk, saldo_pendiente, saldo_id, pendiente_desde, proximo_intento)
-SELECT pk, 1, 1, now() - interval '1 hour' + pk * interval '1 microsecond',
+INSERT INTO wallet_pases (programa_id, fan_pk, saldo_pendiente, saldo_id, pendiente_desde,
+                          proximo_intento)
+SELECT programa_id, pk, 1, 1, now() - interval '1 hour' + pk * interval '1 microsecond',
        '1970-01-01Z' FROM fans
-ON CONFLICT (fan_pk) DO UPDATE SET saldo_pendiente = 1, saldo_id = 1,
+ON CONFLICT (programa_id, fan_pk) DO UPDATE SET saldo_pendiente = 1, saldo_id = 1,
     pendiente_desde = excluded.pendiente_desde, proximo_intento = excluded.proximo_intento
 """
 
@@ -182,8 +183,8 @@ def plans(args: argparse.Namespace) -> None:
         with engine.begin() as conn:
             conn.execute(
                 text(
-                    "DELETE FROM wallet_outbox WHERE id IN (SELECT id FROM "
-                    "wallet_outbox ORDER BY id LIMIT :n)"
+                    "DELETE FROM wallet_outbox WHERE (programa_id, id) IN (SELECT "
+                    "programa_id, id FROM wallet_outbox ORDER BY id LIMIT :n)"
                 ),
                 {"n": taken},
             )
@@ -252,7 +253,8 @@ def sales(stack: FullStack, clients: int) -> Iterator[None]:
 
 
 def last_id(stack: FullStack, table: str) -> int:
-    return int(stack.psql(f"SELECT coalesce(max(id), 0) FROM {table}"))
+    """How many rows `table` has (its ids have gaps: folios come in blocks per process)."""
+    return int(stack.psql(f"SELECT count(*) FROM {table}"))
 
 
 def steady(stack: FullStack, args: argparse.Namespace) -> None:

@@ -27,6 +27,7 @@ from loyalty_grpc.runtime.gateway.tls import (
 from loyalty_grpc.runtime.postgres import Database, start_embedded
 from loyalty_grpc.runtime.settings import GrpcTls, documented_names
 from loyalty_grpc.store.db import make_engine
+from loyalty_grpc.store.folios import Folios
 from tests.tls_certs import install_pair, make_ca, make_server_cert
 
 _counter = itertools.count()
@@ -90,6 +91,13 @@ def engine(db_url: str) -> Iterator[Engine]:
     eng = make_engine(db_url, pool_size=5)
     yield eng
     eng.dispose()
+
+
+@pytest.fixture(scope="module")
+def folios(engine: Engine) -> Folios:
+    """The folios of sales made on `engine`, one source for the module as a server process
+    holds one (store/folios.py)."""
+    return Folios(engine)
 
 
 @pytest.fixture

@@ -172,7 +172,7 @@ def test_a_batch_racing_single_redemptions_credits_each_code_once(engine, caller
     assert_ledger_consistent(engine)
 
 
-def test_overlapping_batches_in_different_orders_never_deadlock(engine, caller):
+def test_overlapping_batches_in_different_orders_never_deadlock(engine, folios, caller):
     """Eight batches over the same 40 codes (each in its own order, some with repeats)
     plus live sales on the same fans, all at once, five rounds: no deadlock, no error,
     every code credited exactly once."""
@@ -189,6 +189,7 @@ def test_overlapping_batches_in_different_orders_never_deadlock(engine, caller):
             partial(
                 register_sale,
                 engine,
+                folios,
                 caller,
                 NewSale(
                     id_externo=f"venta-{next(_ids)}",

@@ -67,6 +67,7 @@ from loyalty_grpc.services.backoffice.points import adjust_points, void_sale
 from loyalty_grpc.services.pos.roster import RosterEntry, read_roster
 from loyalty_grpc.services.pos.sales import NewSale, register_sale
 from loyalty_grpc.store.db import make_engine
+from loyalty_grpc.store.folios import Folios
 from loyalty_grpc.store.ledger import Motivo, move_points
 from loyalty_grpc.store.tables import LEDGER_MISMATCH_SQL, fans
 from loyalty_grpc.store.uow import UnitOfWork, run_in_uow
@@ -278,6 +279,10 @@ class Writers:
     folios: list[tuple[str, int]] = field(default_factory=list)
     failures: list[BaseException] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
+    source: Folios = field(init=False)  # where the sales' folios come from
+
+    def __post_init__(self) -> None:
+        self.source = Folios(self.engine)
 
     def count(self, what: str) -> None:
         with self.lock:
@@ -291,12 +296,17 @@ class Writers:
             for fan_id in chosen:
                 if rng.random() < 0.6:
                     move_points(
-                        uow.conn, p.pks[fan_id], rng.randint(1, 50), Motivo.AJUSTE, nota="retenida"
+                        uow.conn,
+                        p.programa,
+                        p.pks[fan_id],
+                        rng.randint(1, 50),
+                        Motivo.AJUSTE,
+                        nota="retenida",
                     )
                 else:
                     uow.conn.execute(
                         update(fans)
-                        .where(fans.c.pk == p.pks[fan_id])
+                        .where(fans.c.programa_id == p.programa, fans.c.pk == p.pks[fan_id])
                         .values(nombre=f"Retenido {uuid.uuid4().hex[:8]}")
                     )
             time.sleep(rng.uniform(0.02, 0.4))
@@ -318,6 +328,7 @@ class Writers:
         if op == "sale":
             result = register_sale(
                 self.engine,
+                self.source,
                 p.caller,
                 NewSale(
                     id_externo=uuid.uuid4().hex,

@@ -1,17 +1,18 @@
 """The per-key call limit's counters in PostgreSQL: one statement, one round trip.
 
-`INSERT ... ON CONFLICT (clave_id) DO UPDATE ... RETURNING` on the key's single row of the
-UNLOGGED table `limite_llamadas` (store/tables.py). The DO UPDATE runs with the row locked,
-so the requests of one key are serialised across every thread, process and host that
-shares the database; the time is the database's clock read under that lock
-(`clock_timestamp()`), so hosts with skewed clocks agree. The update is
-domain/rate_limit.py's `take` in SQL: shift the 61 per-second counters and the 5 counters
-of outstanding spare calls to the current second, settle an earlier batch (subtract its
-unused calls and its spare calls), sum, and grant up to what is left and what the slack
+`INSERT ... ON CONFLICT (programa_id, clave_id) DO UPDATE ... RETURNING` on the key's single
+row of the UNLOGGED table `limite_llamadas` (store/tables.py), one of its program's rows
+(`LimitKey`: the key's program and id; every statement finds a row by both). The DO UPDATE
+runs with the row locked, so the requests of one key are serialised across every thread,
+process and host that shares the database; the time is the database's clock read under that
+lock (`clock_timestamp()`), so hosts with skewed clocks agree. The update is
+domain/rate_limit.py's `take` in SQL: shift the 61 per-second counters and the 5 counters of
+outstanding spare calls to the current second, settle an earlier batch (subtract its unused
+calls and its spare calls), sum, and grant up to what is left and what the slack
 (`slack_calls`) allows. `settle` is `domain/rate_limit.settle` for many keys at once: one
-UPDATE that locks their rows in key order (so two processes settling the same keys never
-deadlock; a request locks one row only). tests/integration/test_rate_limit.py runs both
-statements and the pure model on the same sequences and compares.
+UPDATE that locks their rows in (program, key) order (so two processes settling the same
+keys never deadlock; a request locks one row only). tests/integration/test_rate_limit.py
+runs both statements and the pure model on the same sequences and compares.
 
 `db_now` (column `ahora`: the database clock read again for RETURNING, so never before
 the second was chosen) lets the caller know how much of that second is left.
@@ -38,7 +39,7 @@ from dataclasses import dataclass
 
 from sqlalchemy import Engine
 
-from loyalty_grpc.domain.rate_limit import RESERVATION_SLOTS, SLOTS, Refund
+from loyalty_grpc.domain.rate_limit import RESERVATION_SLOTS, SLOTS, LimitKey, Refund
 from loyalty_grpc.store.autocommit import autocommit, fetch_one
 
 _CLOCK = "extract(epoch FROM clock_timestamp())"
@@ -75,12 +76,13 @@ _REFUND_SECOND = "CAST(%(dev_segundo)s AS bigint)"
 _FIRST = "greatest(0, least(%(pedidas)s, %(limite)s, 1 + greatest(0, %(holgura)s)))"
 # :dev_segundo/:dev/:dev_reservadas: the `Refund` of an earlier batch (NULL/0/0: none).
 _RESERVE = f"""
-INSERT INTO limite_llamadas AS l (clave_id, segundo, cuentas, reservas, concedidas)
-VALUES (%(clave_id)s, {_SECOND},
+INSERT INTO limite_llamadas AS l (programa_id, clave_id, segundo, cuentas, reservas,
+                                  concedidas)
+VALUES (%(programa)s, %(clave_id)s, {_SECOND},
         array_fill(0, ARRAY[{SLOTS - 1}]) || {_FIRST},
         array_fill(0, ARRAY[{RESERVATION_SLOTS - 1}]) || greatest(0, {_FIRST} - 1),
         {_FIRST})
-ON CONFLICT (clave_id) DO UPDATE SET (segundo, cuentas, reservas, concedidas) = (
+ON CONFLICT (programa_id, clave_id) DO UPDATE SET (segundo, cuentas, reservas, concedidas) = (
   SELECT v.segundo,
          v.cuentas[1:{SLOTS - 1}] || (v.cuentas[{SLOTS}] + v.concedidas),
          v.reservas[1:{RESERVATION_SLOTS - 1}]
@@ -115,25 +117,28 @@ RETURNING segundo, cuentas, reservas, concedidas,
           coalesce(CAST(%(segundo)s AS double precision), {_CLOCK}) AS ahora
 """  # noqa: S608 (only constants are interpolated)
 
-# The settlements of many keys' batches (at most one per key), rows locked in key order.
+# The settlements of many keys' batches (at most one per key), rows locked in (program,
+# key) order.
 _SETTLE = f"""
 WITH x AS (
-  SELECT * FROM unnest(CAST(%(claves)s AS bigint[]), CAST(%(segundos)s AS bigint[]),
+  SELECT * FROM unnest(CAST(%(programas)s AS text[]), CAST(%(claves)s AS bigint[]),
+                       CAST(%(segundos)s AS bigint[]),
                        CAST(%(cuantas)s AS integer[]), CAST(%(reservadas)s AS integer[]))
-         AS x(clave_id, segundo, cuantas, reservadas)
+         AS x(programa_id, clave_id, segundo, cuantas, reservadas)
 ), bloqueadas AS MATERIALIZED (
-  SELECT b.clave_id FROM limite_llamadas AS b
-  WHERE b.clave_id = ANY(CAST(%(claves)s AS bigint[]))
-  ORDER BY b.clave_id
-  FOR UPDATE
+  SELECT b.programa_id, b.clave_id FROM limite_llamadas AS b
+  JOIN x ON b.programa_id = x.programa_id AND b.clave_id = x.clave_id
+  ORDER BY b.programa_id, b.clave_id
+  FOR UPDATE OF b
 )
 UPDATE limite_llamadas AS l
 SET cuentas = {_minus("l.cuentas", SLOTS, "l.segundo", "x.segundo", "x.cuantas")},
     reservas = {_minus("l.reservas", RESERVATION_SLOTS, "l.segundo", "x.segundo", "x.reservadas")}
-FROM x JOIN bloqueadas USING (clave_id)
-WHERE l.clave_id = x.clave_id
+FROM x JOIN bloqueadas USING (programa_id, clave_id)
+WHERE l.programa_id = x.programa_id AND l.clave_id = x.clave_id
 """  # noqa: S608 (only constants are interpolated)
 
+# Every program's idle rows (a background chore, not a call's statement).
 _PURGE = f"DELETE FROM limite_llamadas WHERE segundo < {_NOW} - {SLOTS}"  # noqa: S608
 
 
@@ -157,7 +162,7 @@ class PgCounters:
 
     def reserve(
         self,
-        clave_id: int,
+        key: LimitKey,
         wanted: int,
         limit: int,
         refund: Refund | None = None,
@@ -171,7 +176,8 @@ class PgCounters:
             self._engine,
             _RESERVE,
             {
-                "clave_id": clave_id,
+                "programa": key.programa_id,
+                "clave_id": key.clave_id,
                 "pedidas": wanted,
                 "limite": limit,
                 "holgura": slack_calls,
@@ -187,7 +193,7 @@ class PgCounters:
             int(second_), tuple(counts), int(granted), float(db_now), tuple(reservations)
         )
 
-    def settle(self, refunds: Sequence[tuple[int, Refund]]) -> None:
+    def settle(self, refunds: Sequence[tuple[LimitKey, Refund]]) -> None:
         """Settle batches of several keys (at most one per key) in one statement."""
         if not refunds:
             return
@@ -195,7 +201,8 @@ class PgCounters:
             conn.execute(
                 _SETTLE,
                 {
-                    "claves": [clave_id for clave_id, _ in refunds],
+                    "programas": [key.programa_id for key, _ in refunds],
+                    "claves": [key.clave_id for key, _ in refunds],
                     "segundos": [r.second for _, r in refunds],
                     "cuantas": [r.count for _, r in refunds],
                     "reservadas": [r.reserved for _, r in refunds],

@@ -15,6 +15,10 @@ What is redeemed (`Choice`):
 Either way the answer is, per chosen copy, its state before the statement, its promotion's
 name and points, its fan's e-mail and what the statement credited.
 
+Every table a redemption names is read or written by the program (`%(programa)s`), and
+codes join their promotion and fan on (programa_id, key): one program's rows, on a cluster
+sharded by program one shard.
+
 A concurrent redemption of the same text waits on the copies' row locks and then reads the
 state the other one committed, so of 20 concurrent redemptions one redeems and credits.
 Locks are taken codes first (ascending id), then fans (the balance UPDATE; several fans in
@@ -65,7 +69,7 @@ Choice = ByText | ByCopies
 
 _POR_TEXTO = """
 copias AS (
-  SELECT id, estado, fan_pk, promo_id FROM codigos
+  SELECT id, estado, fan_pk, promo_id, programa_id FROM codigos
   WHERE programa_id = %(programa)s AND codigo = %(codigo)s
   ORDER BY id
   FOR NO KEY UPDATE
@@ -77,13 +81,14 @@ copias AS (
 
 _POR_COPIAS = """
 elegida AS (
-  SELECT id, estado, fan_pk, promo_id FROM codigos
+  SELECT id, estado, fan_pk, promo_id, programa_id FROM codigos
   WHERE programa_id = %(programa)s AND id = ANY(CAST(%(ids)s AS bigint[]))
 )"""
 
 
 def _statement(choice: str, *, one_fan: bool) -> str:
-    """Redeem the `asignado` rows of the CTE `elegida` (id, estado, fan_pk, promo_id),
+    """Redeem the `asignado` rows of the CTE `elegida` (id, estado, fan_pk, promo_id,
+    programa_id: the copies of the program %(programa)s),
     credit them, and read each chosen copy as it was with what this statement credited:
     its promotion's points when it was `asignado` and the key is live (an `asignado` code
     has a fan: the check fan_si_entregado), read in the statement's snapshot as `quemada`
@@ -95,10 +100,12 @@ WITH {choice}, quemada AS (
          canje_terminal = %(terminal)s, canje_clave_id = %(clave_id)s,
          canje_registrado = %(ahora)s
   FROM elegida
-  WHERE codigos.id = elegida.id AND elegida.estado = '{EstadoCodigo.ASIGNADO.value}'
+  WHERE codigos.programa_id = %(programa)s AND codigos.id = elegida.id
+    AND elegida.estado = '{EstadoCodigo.ASIGNADO.value}'
   RETURNING codigos.fan_pk,
             CASE WHEN %(vivo)s
-                 THEN (SELECT puntos_canje FROM promos WHERE id = codigos.promo_id)
+                 THEN (SELECT puntos_canje FROM promos
+                       WHERE programa_id = %(programa)s AND id = codigos.promo_id)
                  ELSE 0 END AS puntos,
             NULL::integer AS venta_id, codigos.id AS codigo_id
 ), {move_ctes("quemada", one_fan=one_fan)}
@@ -106,8 +113,8 @@ SELECT elegida.id, elegida.estado, p.nombre, p.puntos_canje, f.correo,
        CASE WHEN %(vivo)s AND elegida.estado = '{EstadoCodigo.ASIGNADO.value}'
             THEN p.puntos_canje ELSE 0 END
 FROM elegida
-JOIN promos p ON p.id = elegida.promo_id
-LEFT JOIN fans f ON f.pk = elegida.fan_pk
+JOIN promos p ON p.programa_id = elegida.programa_id AND p.id = elegida.promo_id
+LEFT JOIN fans f ON f.programa_id = elegida.programa_id AND f.pk = elegida.fan_pk
 """  # noqa: S608 (only constants are interpolated)
 
 
@@ -203,13 +210,17 @@ def lock_copies(
 ) -> tuple[dict[str, list[Copy]], dict[int, Locked]]:
     """A batch's first step: lock every copy of `texts` in the program, in id order, in the
     caller's transaction (one round trip). Their current states by text, and each copy's
-    promotion and fan by id. The promotion's and fan's fields are scalar subqueries so that
-    they are read for the row version the lock returns."""
+    promotion and fan by id. The promotion's and fan's fields are scalar subqueries (on
+    (programa_id, key), like every join of a redemption) so that they are read for the row
+    version the lock returns."""
     if not texts:
         return {}, {}
-    promo = select(promos.c.nombre).where(promos.c.id == codigos.c.promo_id)
-    puntos = select(promos.c.puntos_canje).where(promos.c.id == codigos.c.promo_id)
-    correo = select(fans.c.correo).where(fans.c.pk == codigos.c.fan_pk)
+    of_promo = (promos.c.programa_id == codigos.c.programa_id, promos.c.id == codigos.c.promo_id)
+    promo = select(promos.c.nombre).where(*of_promo)
+    puntos = select(promos.c.puntos_canje).where(*of_promo)
+    correo = select(fans.c.correo).where(
+        fans.c.programa_id == codigos.c.programa_id, fans.c.pk == codigos.c.fan_pk
+    )
     rows = conn.execute(
         select(
             codigos.c.id,
@@ -243,28 +254,31 @@ def lock_copies(
     return copias, locked
 
 
-# What the redemptions of the copies %(ids)s credited: each copy's latest `canje` ledger
-# entry (0 when it has none: redeemed with a test key, a promotion worth 0 points, a code
-# recorded as `canjeado` by a fixture). The entry belongs to the code's fan (a redemption
-# credits the code's fan, and a redeemed code keeps it; a fixture that moves a redeemed
-# code to another fan makes it 0), so the fan's ledger index (ix_movimientos_fan) finds it
-# among that fan's entries, with no index of its own to write on every redemption. Its cost
-# grows with the fan's ledger (EXPLAIN ANALYZE: 0.2-0.3 ms for a fan with 2,500 entries),
-# on the duplicate path only.
+# What the redemptions of the program's copies %(ids)s credited: each copy's latest `canje`
+# ledger entry (0 when it has none: redeemed with a test key, a promotion worth 0 points, a
+# code recorded as `canjeado` by a fixture). The entry belongs to the code's fan (a
+# redemption credits the code's fan, and a redeemed code keeps it; a fixture that moves a
+# redeemed code to another fan makes it 0), so the fan's ledger index
+# (ix_movimientos_programa_id_fan_pk_id) finds it among that fan's entries, with no index of
+# its own to write on every redemption. Its cost grows with the fan's ledger (EXPLAIN
+# ANALYZE: 0.2-0.3 ms for a fan with 2,500 entries), on the duplicate path only. The latest
+# is by (creado, id): on a cluster ids are unique but do not grow within a shard (each node
+# hands out a range of its own, and a shard may move), so the entry's time orders first.
 CREDITED = f"""
 SELECT c.id, coalesce((
   SELECT m.puntos FROM movimientos m
-  WHERE m.fan_pk = c.fan_pk AND m.codigo_id = c.id AND m.motivo = '{Motivo.CANJE.value}'
-  ORDER BY m.id DESC LIMIT 1), 0)
+  WHERE m.programa_id = c.programa_id AND m.fan_pk = c.fan_pk AND m.codigo_id = c.id
+    AND m.motivo = '{Motivo.CANJE.value}'
+  ORDER BY m.creado DESC, m.id DESC LIMIT 1), 0)
 FROM codigos c
-WHERE c.id = ANY(CAST(%(ids)s AS bigint[]))
+WHERE c.programa_id = %(programa)s AND c.id = ANY(CAST(%(ids)s AS bigint[]))
 """  # noqa: S608 (only constants are interpolated)
 
 
-def credited_by_redemptions(db: Db, copias: Collection[int]) -> dict[int, int]:
-    """What the redemptions of these copies credited when they were applied, by copy id
-    (one statement: autocommit on an Engine, in the transaction on a Connection)."""
+def credited_by_redemptions(db: Db, programa: str, copias: Collection[int]) -> dict[int, int]:
+    """What the redemptions of the program's copies credited when they were applied, by
+    copy id (one statement: autocommit on an Engine, in the transaction on a Connection)."""
     if not copias:
         return {}
-    rows = _rows(db, CREDITED, {"ids": sorted(copias)})
+    rows = _rows(db, CREDITED, {"programa": programa, "ids": sorted(copias)})
     return {int(copia): int(puntos) for copia, puntos in rows}

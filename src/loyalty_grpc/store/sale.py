@@ -1,13 +1,15 @@
-"""A sale (`tx`) as ONE statement: find the fan, insert the sale unless its id_externo is
-known (`ON CONFLICT DO NOTHING` on the unique (program, mode, id_externo) index), credit
-its points through the ledger's CTEs (store/ledger.py) and write the wallet outbox row;
-one round trip, atomic (store/autocommit.py).
+"""A sale (`tx`) as ONE statement: find the fan, insert the sale under the folio the caller
+took (store/folios.py) unless its id_externo is known (`ON CONFLICT DO NOTHING` on the
+unique (program, mode, id_externo) index), credit its points through the ledger's CTEs
+(store/ledger.py) and write the wallet outbox row; one round trip, atomic
+(store/autocommit.py). Every table it names is read or written by the program, and the
+fan's rows by (programa_id, pk).
 
 An identical sale running concurrently makes the INSERT wait for it to commit, and then do
 nothing: so 50 identical calls credit once. The answer then comes from `ORIGINAL` (a second
-statement, only on that path): the first sale's folio, fan, amount and points (what it
-credited when it was applied: `ventas.puntos`, never changed, not even by a void), and the
-fan's current balance.
+statement, only on that path; the folio this call took stays unused): the first sale's
+folio, fan, amount and points (what it credited when it was applied: `ventas.puntos`,
+never changed, not even by a void), and the fan's current balance.
 """
 
 from __future__ import annotations
@@ -25,10 +27,10 @@ from loyalty_grpc.store.ledger import Motivo, move_ctes
 _SALE = """
 WITH fan AS ({lookup}),
 venta AS (
-  INSERT INTO ventas (programa_id, modo, id_externo, fan_pk, importe_centavos, moneda,
+  INSERT INTO ventas (id, programa_id, modo, id_externo, fan_pk, importe_centavos, moneda,
                       terminal, sitio, ts, puntos, clave_id)
-  SELECT %(programa)s, %(modo)s, %(id_externo)s, fan.pk, %(centavos)s, %(moneda)s,
-         %(terminal)s, %(sitio)s, %(ts)s, %(puntos)s, %(clave_id)s
+  SELECT CAST(%(folio)s AS integer), %(programa)s, %(modo)s, %(id_externo)s, fan.pk,
+         %(centavos)s, %(moneda)s, %(terminal)s, %(sitio)s, %(ts)s, %(puntos)s, %(clave_id)s
   FROM fan
   ON CONFLICT (programa_id, modo, id_externo) DO NOTHING
   RETURNING id AS venta_id, fan_pk, puntos, NULL::bigint AS codigo_id
@@ -44,7 +46,7 @@ SALE: dict[Forma, str] = {
 
 ORIGINAL = """
 SELECT v.id, v.fan_pk, v.importe_centavos, v.puntos, f.puntos
-FROM ventas v JOIN fans f ON f.pk = v.fan_pk
+FROM ventas v JOIN fans f ON f.programa_id = v.programa_id AND f.pk = v.fan_pk
 WHERE v.programa_id = %(programa)s AND v.modo = %(modo)s AND v.id_externo = %(id_externo)s
 """
 
@@ -73,6 +75,8 @@ class OriginalSale:
 
 @dataclass(frozen=True)
 class SaleValues:
+    # The folio the sale gets when it is new (store/folios.py).
+    folio: int
     programa: str
     modo: str
     id_externo: str
@@ -92,6 +96,7 @@ def insert_sale(engine: Engine, sale: SaleValues, ref: FanRef) -> SaleRow | None
         SALE[ref.forma],
         {
             **lookup_params(sale.programa, ref),
+            "folio": sale.folio,
             "modo": sale.modo,
             "id_externo": sale.id_externo,
             "centavos": sale.centavos,

@@ -3,29 +3,37 @@ backlog, wallet/providers.py records local deliveries): tables `wallet_outbox`,
 `wallet_pases` and `wallet_entregas`.
 
 - `ingest` (`INGEST_SQL`, one statement): delete the oldest outbox rows by id (`ORDER BY
-  id LIMIT n FOR UPDATE SKIP LOCKED`: an index range scan of the primary key) and fold the
-  latest balance per fan into the fan's `wallet_pases` row (`saldo_pendiente`,
+  id LIMIT n FOR UPDATE SKIP LOCKED`, each row then deleted by its (programa_id, id)) and
+  fold the latest balance per fan into the fan's `wallet_pases` row (`saldo_pendiente`,
   `saldo_id`), creating it when needed. A fold only replaces a balance with one from a
   higher outbox id: for one fan, ids follow the order of its balance changes (each holds
   the fan's row lock until it commits), so that is the newer balance, even when two
   senders fold a fan's rows in the wrong order. Rows of different fans commit out of id
   order; a row committed after a run took higher ids is simply the lowest one left for the
-  next run (no high-water mark, nothing skipped). Rows are upserted in fan order, so
-  concurrent senders cannot deadlock; delete and fold commit together, so a sender that
+  next run (no high-water mark, nothing skipped). Rows are upserted in (program, fan)
+  order, so concurrent senders cannot deadlock; delete and fold commit together, so a sender that
   dies loses nothing.
 - `claim` (`CLAIM_SQL`): up to `batch` fans whose balance waits and whose
   `proximo_intento` has passed (a range scan of the partial index ix_wallet_pases_due,
   longest-waiting first, `FOR UPDATE SKIP LOCKED`: several processes never claim the same
   fan), setting `proximo_intento` to the lease's end.
 - `record_outcomes` (`RECORD_SQL`, one statement for the batch), only where the lease is
-  still ours (`proximo_intento` unchanged), locking the rows in fan order first (no
-  deadlock with an ingest): a settled attempt (delivered, or dropped as a permanent
+  still ours (`proximo_intento` unchanged), locking the rows in (program, fan) order first
+  (no deadlock with an ingest): a settled attempt (delivered, or dropped as a permanent
   failure) clears the balance if it is still the one attempted (a newer one folded in
   meanwhile stays, due at once); otherwise the balance stays with the attempts and next
   try given.
 - `backlog_counts` (`BACKLOG_SQL`): bounded counts of the backlog (wallet/backlog.py says
   what they mean).
 - `record_deliveries`: the local provider's deliveries, a batch per INSERT.
+
+These statements serve every program at once (one sender for the whole database); each
+row is still found by its program's key, (programa_id, fan_pk) or (programa_id, id), and
+the fans joined on (programa_id, pk). A set of rows chosen first is found again by two
+arrays, `programa_id = ANY (…) AND id = ANY (…)` (index lookups of the primary key; a join
+with the chosen rows would be planned as a hash join over the whole table): exact, because
+an id (`wallet_outbox.id`, `fans.pk`) is unique across programs, so a row whose id was
+chosen is the chosen row.
 
 A sale never waits for a sender: senders lock only `wallet_pases` rows and the outbox rows
 they take. Every statement is SQL text built once, here. The sender's connections plan
@@ -47,20 +55,23 @@ from sqlalchemy import Connection, text
 DUE_AT_ONCE = datetime(1970, 1, 1, tzinfo=UTC)
 
 INGEST_SQL: Final = text("""
-WITH tomadas AS (
+WITH elegidas AS MATERIALIZED (
+    SELECT programa_id, id FROM wallet_outbox ORDER BY id LIMIT :n FOR UPDATE SKIP LOCKED
+), tomadas AS (
     DELETE FROM wallet_outbox
-    WHERE id = ANY (ARRAY(SELECT id FROM wallet_outbox ORDER BY id
-                          LIMIT :n FOR UPDATE SKIP LOCKED))
-    RETURNING fan_pk, id, saldo, creado
+    WHERE programa_id = ANY (ARRAY(SELECT programa_id FROM elegidas))
+      AND id = ANY (ARRAY(SELECT id FROM elegidas))
+    RETURNING programa_id, fan_pk, id, saldo, creado
 ), ultimas AS (
-    SELECT fan_pk, max(id) AS id, (array_agg(saldo ORDER BY id DESC))[1] AS saldo,
-           min(creado) AS desde
-    FROM tomadas GROUP BY fan_pk
+    SELECT programa_id, fan_pk, max(id) AS id,
+           (array_agg(saldo ORDER BY id DESC))[1] AS saldo, min(creado) AS desde
+    FROM tomadas GROUP BY programa_id, fan_pk
 ), plegadas AS (
-    INSERT INTO wallet_pases AS p (fan_pk, saldo_pendiente, saldo_id, pendiente_desde,
-                                   proximo_intento)
-    SELECT fan_pk, saldo, id, desde, :due FROM ultimas ORDER BY fan_pk
-    ON CONFLICT (fan_pk) DO UPDATE
+    INSERT INTO wallet_pases AS p (programa_id, fan_pk, saldo_pendiente, saldo_id,
+                                   pendiente_desde, proximo_intento)
+    SELECT programa_id, fan_pk, saldo, id, desde, :due FROM ultimas
+    ORDER BY programa_id, fan_pk
+    ON CONFLICT (programa_id, fan_pk) DO UPDATE
         SET saldo_pendiente = excluded.saldo_pendiente, saldo_id = excluded.saldo_id,
             pendiente_desde = least(p.pendiente_desde, excluded.pendiente_desde)
         WHERE p.saldo_id IS NULL OR p.saldo_id < excluded.saldo_id
@@ -70,14 +81,17 @@ SELECT (SELECT count(*) FROM tomadas) AS filas, (SELECT count(*) FROM plegadas) 
 """)
 
 CLAIM_SQL: Final = text("""
+WITH elegidas AS MATERIALIZED (
+    SELECT programa_id, fan_pk FROM wallet_pases
+    WHERE pendiente_desde IS NOT NULL AND proximo_intento <= :now
+    ORDER BY proximo_intento, pendiente_desde
+    LIMIT :n FOR UPDATE SKIP LOCKED
+)
 UPDATE wallet_pases AS p SET proximo_intento = :lease_until
 FROM fans AS f
-WHERE p.fan_pk = ANY (ARRAY(
-        SELECT fan_pk FROM wallet_pases
-        WHERE pendiente_desde IS NOT NULL AND proximo_intento <= :now
-        ORDER BY proximo_intento, pendiente_desde
-        LIMIT :n FOR UPDATE SKIP LOCKED))
-  AND f.pk = p.fan_pk
+WHERE p.programa_id = ANY (ARRAY(SELECT programa_id FROM elegidas))
+  AND p.fan_pk = ANY (ARRAY(SELECT fan_pk FROM elegidas))
+  AND f.programa_id = p.programa_id AND f.pk = p.fan_pk
 RETURNING p.fan_pk, p.saldo_pendiente, p.saldo_id, p.intentos, p.pendiente_desde,
           f.programa_id, f.fan_id
 """)
@@ -87,15 +101,17 @@ RETURNING p.fan_pk, p.saldo_pendiente, p.saldo_id, p.intentos, p.pendiente_desde
 # delivered; `error` — the new `ultimo_error`. NULL means unchanged.
 RECORD_SQL: Final = text("""
 WITH r AS (
-    SELECT * FROM unnest(CAST(:fan_pks AS bigint[]), CAST(:saldo_ids AS bigint[]),
+    SELECT * FROM unnest(CAST(:programas AS text[]), CAST(:fan_pks AS bigint[]),
+                         CAST(:saldo_ids AS bigint[]),
                          CAST(:cubiertos AS boolean[]), CAST(:intentos AS integer[]),
                          CAST(:proximos AS timestamptz[]), CAST(:entregados AS bigint[]),
                          CAST(:errores AS text[]))
-        AS r(fan_pk, saldo_id, cubierto, intentos, proximo, entregado, error)
+        AS r(programa_id, fan_pk, saldo_id, cubierto, intentos, proximo, entregado, error)
 ), nuestras AS MATERIALIZED (
-    SELECT fan_pk FROM wallet_pases
-    WHERE fan_pk = ANY (CAST(:fan_pks AS bigint[])) AND proximo_intento = :lease_until
-    ORDER BY fan_pk
+    SELECT programa_id, fan_pk FROM wallet_pases
+    WHERE programa_id = ANY (CAST(:de_programas AS text[]))
+      AND fan_pk = ANY (CAST(:fan_pks AS bigint[])) AND proximo_intento = :lease_until
+    ORDER BY programa_id, fan_pk
     FOR UPDATE
 )
 UPDATE wallet_pases AS p SET
@@ -110,8 +126,8 @@ UPDATE wallet_pases AS p SET
     entregado_en = CASE WHEN r.entregado IS NULL THEN p.entregado_en ELSE :at END,
     ultimo_error = coalesce(r.error, p.ultimo_error),
     error_en = CASE WHEN r.error IS NULL THEN p.error_en ELSE :at END
-FROM r JOIN nuestras AS n ON n.fan_pk = r.fan_pk
-WHERE p.fan_pk = r.fan_pk
+FROM r JOIN nuestras AS n ON n.programa_id = r.programa_id AND n.fan_pk = r.fan_pk
+WHERE p.programa_id = r.programa_id AND p.fan_pk = r.fan_pk
 RETURNING p.fan_pk
 """)
 
@@ -141,9 +157,10 @@ SELECT (SELECT count(*) FROM p) AS pases,
 
 # A whole batch of local deliveries: one statement, rows in the batch's order.
 RECORD_DELIVERIES_SQL: Final = text(
-    "INSERT INTO wallet_entregas (fan_pk, saldo, proveedor) "
-    "SELECT d.fan_pk, d.saldo, :proveedor "
-    "FROM unnest(CAST(:fan_pks AS bigint[]), CAST(:saldos AS bigint[])) AS d(fan_pk, saldo)"
+    "INSERT INTO wallet_entregas (programa_id, fan_pk, saldo, proveedor) "
+    "SELECT d.programa_id, d.fan_pk, d.saldo, :proveedor "
+    "FROM unnest(CAST(:programas AS text[]), CAST(:fan_pks AS bigint[]), "
+    "CAST(:saldos AS bigint[])) AS d(programa_id, fan_pk, saldo)"
 )
 
 _CUSTOM_PLANS: Final = "SET plan_cache_mode = force_custom_plan"
@@ -206,10 +223,12 @@ def claim(
 
 
 class Outcome(NamedTuple):
-    """What to record of one claimed fan's attempt (RECORD_SQL's columns): `cubierto`, the
+    """What to record of one claimed fan's attempt (RECORD_SQL's columns; the fan is
+    (`programa_id`, `fan_pk`)): `cubierto`, the
     balance `saldo_id` is settled; `intentos` and `proximo` (next try), the new values;
     `entregado`, the balance delivered; `error`, the new `ultimo_error` (None: unchanged)."""
 
+    programa_id: str
     fan_pk: int
     saldo_id: int
     cubierto: bool
@@ -226,6 +245,7 @@ def record_outcomes(
     whose lease (`lease_until`) is still ours; `at` is the time of deliveries and errors.
     Returns the fans recorded."""
     columns = {
+        "programas": [o.programa_id for o in outcomes],
         "fan_pks": [o.fan_pk for o in outcomes],
         "saldo_ids": [o.saldo_id for o in outcomes],
         "cubiertos": [o.cubierto for o in outcomes],
@@ -234,9 +254,18 @@ def record_outcomes(
         "entregados": [o.entregado for o in outcomes],
         "errores": [o.error for o in outcomes],
     }
+    # The programs once each (the rows' lookup), as well as per row.
+    de_programas = sorted({o.programa_id for o in outcomes})
     return set(
         conn.execute(
-            RECORD_SQL, {**columns, "lease_until": lease_until, "due": DUE_AT_ONCE, "at": at}
+            RECORD_SQL,
+            {
+                **columns,
+                "de_programas": de_programas,
+                "lease_until": lease_until,
+                "due": DUE_AT_ONCE,
+                "at": at,
+            },
         ).scalars()
     )
 
@@ -274,10 +303,20 @@ def backlog_counts(conn: Connection, *, cap: int, now: datetime) -> BacklogCount
 
 
 def record_deliveries(
-    conn: Connection, proveedor: str, fan_pks: Sequence[int], saldos: Sequence[int]
+    conn: Connection,
+    proveedor: str,
+    programas: Sequence[str],
+    fan_pks: Sequence[int],
+    saldos: Sequence[int],
 ) -> None:
-    """Record one delivery per (fan_pks[i], saldos[i]) by `proveedor`, in one statement."""
+    """Record one delivery per fan (programas[i], fan_pks[i]) of saldos[i] by `proveedor`,
+    in one statement."""
     conn.execute(
         RECORD_DELIVERIES_SQL,
-        {"proveedor": proveedor, "fan_pks": list(fan_pks), "saldos": list(saldos)},
+        {
+            "proveedor": proveedor,
+            "programas": list(programas),
+            "fan_pks": list(fan_pks),
+            "saldos": list(saldos),
+        },
     )

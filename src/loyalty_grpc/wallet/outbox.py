@@ -310,7 +310,16 @@ def _record(
                 error = f"{type(outcome).__name__}: {outcome}"[:_ERROR_CHARS]
             proximo = at + wait
         recorded.append(
-            Outcome(fan.fan_pk, claim.saldo_id, cubierto, intentos, proximo, entregado, error)
+            Outcome(
+                fan.programa_id,
+                fan.fan_pk,
+                claim.saldo_id,
+                cubierto,
+                intentos,
+                proximo,
+                entregado,
+                error,
+            )
         )
     with engine.connect() as conn:
         wallet_store.custom_plans(conn)

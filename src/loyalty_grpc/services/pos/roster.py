@@ -19,10 +19,10 @@ oldest running transaction):
   cursor the feed has issued, even when writers commit out of order (a change number
   taken first and committed last is the classic way such feeds skip).
 - Without `desde`, a snapshot: the horizon W of the first page is kept in the cursor and
-  the fans are paged by pk (ix_fans_programa_pk), each page showing the fans as they are
-  when it is read; the last page continues with the changes from (W, 0). Every version of
-  a fan newer than the one visible at the first page has a transaction id >= W, so it comes
-  again in the changes: delivery is at least once, never a skip.
+  the fans are paged by pk (the primary key, (programa_id, pk)), each page showing the
+  fans as they are when it is read; the last page continues with the changes from (W, 0).
+  Every version of a fan newer than the one visible at the first page has a transaction id
+  >= W, so it comes again in the changes: delivery is at least once, never a skip.
 
 The price is latency, not correctness: a transaction left open anywhere in the database
 cluster holds the horizon back, and changes committed after it started wait (they are
