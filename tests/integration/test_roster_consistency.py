@@ -190,8 +190,9 @@ class NaiveFeed:
                 ).all()
                 more = len(rows) > LIMITE
                 rows = rows[:LIMITE]
+                # After the snapshot: every change above the watermark's transaction.
                 self.cursor = (
-                    ("foto", watermark, rows[-1].pk) if more else ("cambios", watermark, 0)
+                    ("foto", watermark, rows[-1].pk) if more else ("cambios", watermark, 2**63 - 1)
                 )
             else:
                 rows = conn.execute(
