@@ -120,7 +120,7 @@ def test_the_page_is_read_on_the_shards_worker(
     rows, notices = _page_notices(migrated, program.programa)
     assert any(PUSHED_DOWN in n for n in notices), notices
     lugar = rows[0][2]
-    assert len(rows) == 1 + 10  # the state, then a page of 10 fans (40 in all)
+    assert len(rows) == 1 + 11  # the state, then 10 fans and one more (40 in all)
     worker = next(w for w in citus_cluster.workers if w.port == shard.port)
     with worker.connect(dbname) as on_worker:
         assert value(on_worker, "SELECT loyalty_lugar(%s)", (program.programa,)) == lugar

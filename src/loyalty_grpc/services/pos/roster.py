@@ -35,7 +35,9 @@ once every earlier id has ended; each page shows every fan once, in its current 
 
 Cursors (domain/roster_cursor.py) hold positions in the database's 64-bit transaction
 counter, which never wraps and survives restarts, physical backups and replica promotion,
-and the system identifier of the cluster that counts them. A cursor is honoured only by
+and the placement identity (`lugar`) of what counts them: the cluster's system identifier;
+on Citus the node and shard placement of the program's fans (a shard move gives the
+program another counter, so its cursors are refused and followers take a new snapshot). A cursor is honoured only by
 that cluster and only when the database holds the record that it issued the cursor
 (store/roster_cursors.py), written before the page is answered: a database restored to a
 point before a cursor was issued, or any other database, answers cursor_invalido and the
@@ -45,8 +47,10 @@ counter surgery: old cursors are refused by identity, and the new cluster's curs
 positions of its own counter (rows stamped ahead of it are served, again, once it passes
 them).
 
-The statements: store/roster.py (the page's snapshot and its two queries) and
-store/roster_cursors.py (the page's horizon, the record of the cursors issued).
+The statements: store/roster.py (a page, state and fans, in one call of
+loyalty_roster_page, run on Citus on the program's shard's node; a page it could not read
+there answers servicio_no_disponible) and store/roster_cursors.py (the record of the
+cursors issued).
 """
 
 from __future__ import annotations
