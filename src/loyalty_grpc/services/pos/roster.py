@@ -37,11 +37,12 @@ Cursors (domain/roster_cursor.py) hold positions in the database's 64-bit transa
 counter, which never wraps and survives restarts, physical backups and replica promotion,
 and the placement identity (`lugar`) of what counts them: the cluster's system identifier;
 on Citus the node and shard placement of the program's fans (a shard move gives the
-program another counter, so its cursors are refused and followers take a new snapshot). A cursor is honoured only by
-that cluster and only when the database holds the record that it issued the cursor
-(store/roster_cursors.py), written before the page is answered: a database restored to a
-point before a cursor was issued, or any other database, answers cursor_invalido and the
-follower takes a new snapshot, never skipping a change. A logical dump restored into a new
+program another counter, so its cursors are refused and followers take a new snapshot).
+A cursor is honoured only by that cluster (placement) and only when the database holds the
+record that it issued the cursor (store/roster_cursors.py), written before the page is
+answered: a database restored to a point before a cursor was issued, or any other
+database, answers cursor_invalido and the follower takes a new snapshot, never skipping a
+change. A logical dump restored into a new
 cluster (whose counter may be behind the restored rows' positions) therefore needs no
 counter surgery: old cursors are refused by identity, and the new cluster's cursors hold
 positions of its own counter (rows stamped ahead of it are served, again, once it passes
