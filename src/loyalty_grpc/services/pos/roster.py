@@ -4,9 +4,9 @@ The design (DESIGN.md §2 "Roster feed": the writer's transaction id, read only 
 oldest running transaction):
 
 - Every change of an entry field stamps the fan's row with the writer's 64-bit transaction
-  id, `cambio_xid` (the trigger fans_cambio; an insert takes it as its default). A row's
+  id, `cambio_xid` (the trigger fans_cambio, on inserts too, where the row is written). A row's
   position in the feed is (cambio_xid, pk).
-- A page is read in one REPEATABLE READ snapshot whose horizon h is
+- A page is read in one snapshot (one statement: store/roster.read_page) whose horizon h is
   `pg_snapshot_xmin(pg_current_snapshot())`: every transaction with an id below h had
   ended when the snapshot was taken, and every transaction that had not (running, or not
   yet started, or not yet holding an id) has, or will get, an id >= h. So every version a
