@@ -10,9 +10,10 @@ sleep 20–400 ms while everybody else commits, then commit (or, one time in fiv
 back). Another program gets the same treatment, to check isolation. Two readers follow
 the feed at the same time with small pages (limite 7), starting from a snapshot taken
 while the writers run: the real feed (read_roster, no settle wait) and the naive variant
-(`NaiveFeed`: the same snapshot, then `cambio_seq > cursor ORDER BY cambio_seq`, a plain
-sequence-number cursor). When the writers stop, both drain the feed and their mirrors
-are compared with the database.
+(`NaiveFeed`: the same snapshot, then `(cambio_xid, pk) > cursor ORDER BY cambio_xid, pk`
+with no horizon, a plain change-number cursor; before 0013 dropped `fans.cambio_seq` it
+paged by that sequence, with the same outcome). When the writers stop, both drain the
+feed and their mirrors are compared with the database.
 
 Default run: ROSTER_PROOF_SECONDS (default 20) of writes. The real feed must be exact;
 the naive one is only reported. The deterministic test below shows the naive skip in
@@ -46,7 +47,7 @@ from statistics import median
 from typing import Any
 
 import pytest
-from sqlalchemy import Engine, func, select, text, update
+from sqlalchemy import Engine, func, select, text, tuple_, update
 from sqlalchemy.exc import DBAPIError
 
 from loyalty_grpc.domain.caller import Caller
@@ -144,7 +145,7 @@ class Feed:
 
 _NAIVE_COLUMNS = (
     fans.c.pk,
-    fans.c.cambio_seq,
+    fans.c.cambio_xid,
     fans.c.fan_id,
     fans.c.nombre,
     fans.c.correo,
@@ -159,14 +160,14 @@ _NAIVE_COLUMNS = (
 
 @dataclass
 class NaiveFeed:
-    """The naive variant: the same snapshot paging, then a sequence-number cursor
-    (`cambio_seq > cursor ORDER BY cambio_seq`). A change number taken first and committed
-    last lands behind the cursor and is never read."""
+    """The naive variant: the same snapshot paging, then a change-number cursor
+    (`(cambio_xid, pk) > cursor ORDER BY cambio_xid, pk`, no horizon). A change number
+    taken first and committed last lands behind the cursor and is never read."""
 
     engine: Engine
     programa: str
     mirror: dict[str, RosterEntry] = field(default_factory=dict)
-    # ("foto", watermark, last pk) or ("cambios", last seq, 0)
+    # ("foto", watermark, last pk) or ("cambios", last xid, last pk)
     cursor: tuple[str, int, int] | None = None
 
     def step(self) -> bool:
@@ -174,7 +175,7 @@ class NaiveFeed:
             if self.cursor is None or self.cursor[0] == "foto":
                 if self.cursor is None:
                     watermark = conn.execute(
-                        select(func.coalesce(func.max(fans.c.cambio_seq), 0)).where(
+                        select(func.coalesce(func.max(fans.c.cambio_xid), 0)).where(
                             fans.c.programa_id == self.programa
                         )
                     ).scalar_one()
@@ -189,20 +190,24 @@ class NaiveFeed:
                 ).all()
                 more = len(rows) > LIMITE
                 rows = rows[:LIMITE]
+                # After the snapshot: every change above the watermark's transaction.
                 self.cursor = (
-                    ("foto", watermark, rows[-1].pk) if more else ("cambios", watermark, 0)
+                    ("foto", watermark, rows[-1].pk) if more else ("cambios", watermark, 2**63 - 1)
                 )
             else:
                 rows = conn.execute(
                     select(*_NAIVE_COLUMNS)
-                    .where(fans.c.programa_id == self.programa, fans.c.cambio_seq > self.cursor[1])
-                    .order_by(fans.c.cambio_seq)
+                    .where(
+                        fans.c.programa_id == self.programa,
+                        tuple_(fans.c.cambio_xid, fans.c.pk) > tuple_(*self.cursor[1:]),
+                    )
+                    .order_by(fans.c.cambio_xid, fans.c.pk)
                     .limit(LIMITE + 1)
                 ).all()
                 more = len(rows) > LIMITE
                 rows = rows[:LIMITE]
                 if rows:
-                    self.cursor = ("cambios", rows[-1].cambio_seq, 0)
+                    self.cursor = ("cambios", rows[-1].cambio_xid, rows[-1].pk)
         self.mirror.update({r.fan_id: _entry(r) for r in rows})
         return more
 

@@ -10,6 +10,9 @@ order, so a table before those whose foreign keys point at it), each in
 its own transaction, each skipped when Citus already has it: a run cut short is finished
 by running `loyalty migrate` again. The shard count is Citus's own setting
 (`citus.shard_count`, 32 unless the operator set it), read when a group is created.
+Then the functions of FUNCTIONS are distributed (`create_distributed_function`: Citus runs
+a call of one on the node of its program's shard), each skipped when `pg_dist_object`
+already has it with its distribution argument.
 """
 
 from __future__ import annotations
@@ -32,6 +35,15 @@ REFERENCE = frozenset({"programas", "claves"})
 OWN_GROUP = frozenset({"limite_llamadas"})
 # Where the others live with.
 ANCHOR = "fans"
+
+
+# Functions Citus runs on the node of the program's shard (called as `SELECT * FROM f(…)`
+# with the program a constant argument): (signature, distribution argument, the table
+# whose colocation group they follow). Registered after the tables, each once.
+FUNCTIONS = [
+    # The roster page (migration 0014): its snapshot and horizon are the shard's node's.
+    ("loyalty_roster_page(text,integer,bigint,bigint,integer)", "p_programa", ANCHOR),
+]
 
 
 @dataclass(frozen=True)
@@ -78,8 +90,38 @@ def placed(conn: Connection) -> frozenset[str]:
     )
 
 
+def function_statements() -> list[tuple[str, str]]:
+    """Every distributed function's signature and the Citus call that registers it."""
+    return [
+        (
+            signature,
+            f"SELECT create_distributed_function('{signature}', '{argument}', "
+            f"colocate_with => '{table}')",
+        )
+        for signature, argument, table in FUNCTIONS
+    ]
+
+
+def functions_distributed(conn: Connection) -> frozenset[str]:
+    """The functions of FUNCTIONS Citus already distributes (by signature)."""
+    done = set()
+    for signature, _statement in function_statements():
+        found = conn.execute(
+            text(
+                "SELECT 1 FROM pg_dist_object WHERE classid = 'pg_proc'::regclass "
+                "AND objid = CAST(:signature AS regprocedure) "
+                "AND distribution_argument_index IS NOT NULL"
+            ),
+            {"signature": signature},
+        ).first()
+        if found is not None:
+            done.add(signature)
+    return frozenset(done)
+
+
 def distribute(engine: Engine) -> list[str]:
-    """On a Citus coordinator, place every table not placed yet; the tables placed now.
+    """On a Citus coordinator, place every table not placed yet, then distribute every
+    function of FUNCTIONS not distributed yet; the tables and functions placed now.
     Elsewhere nothing (an empty list)."""
     with engine.connect() as conn:
         if not citus_coordinator(conn):
@@ -101,4 +143,13 @@ def distribute(engine: Engine) -> list[str]:
             conn.execute(text(placement.statement))
         log.info("distributed %s", placement.table)
         now.append(placement.table)
+    with engine.connect() as conn:
+        functions = functions_distributed(conn)
+    for signature, statement in function_statements():
+        if signature in functions:
+            continue
+        with engine.begin() as conn:
+            conn.execute(text(statement))
+        log.info("distributed function %s", signature)
+        now.append(signature)
     return now
