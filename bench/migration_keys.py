@@ -1,4 +1,4 @@
-"""What migrations 0012 (keys by program, expand) and 0013 (contract) cost on a database
+"""What migrations 0012 (keys by program, expand) and 0020 (contract) cost on a database
 with data, for docs/deployment.md "Upgrades" (a benchmark, not a test).
 
     .venv/bin/python bench/migration_keys.py [--fans 100000] [--sales 1000000] [--codes 200000]
@@ -8,7 +8,7 @@ with set-based SQL (generate_series) one program with `--fans` fans, `--sales` s
 with its ledger entry and wallet outbox row, and `--codes` codes (half delivered to fans),
 then VACUUM ANALYZE and a CHECKPOINT, and times `loyalty migrate`'s two steps as the
 operator runs them: `upgrade(url)` (0012, which stops before the contract) and
-`upgrade(url, contract=True)` (0013). Both hold an exclusive lock on the program tables
+`upgrade(url, contract=True)` (0020). Both hold an exclusive lock on the program tables
 for their whole run: the time is how long every call waits. It prints the row counts,
 each step's seconds and os.cpu_count().
 """
@@ -92,15 +92,15 @@ def main() -> None:
             print("rows: " + ", ".join(f"{t} {n:,}" for t, n in rows.items()))
             print(f"loaded in {loaded:.1f} s")
             start = time.perf_counter()
-            assert migrate.upgrade(db.url) == "0012"
+            assert migrate.upgrade(db.url) == "0013"
             expand = time.perf_counter() - start
             start = time.perf_counter()
-            assert migrate.upgrade(db.url, contract=True) == "0013"
+            assert migrate.upgrade(db.url, contract=True) == "0020"
             contract = time.perf_counter() - start
         finally:
             db.stop()
     print(f"0012 (expand):   {expand:.1f} s")
-    print(f"0013 (contract): {contract:.1f} s")
+    print(f"0020 (contract): {contract:.1f} s")
     print(f"os.cpu_count() = {os.cpu_count()}")
 
 

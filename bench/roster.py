@@ -17,7 +17,7 @@ Envoy in this process, on loopback, and measures:
 (c) `--changes` balance changes in transactions of 1,000 random fans, then the changes
     after the snapshot, followed page by page both ways; time per change page;
 (d) the plans (ANALYZE, BUFFERS) of a change page's and a snapshot page's fan query, as
-    the page function (migration 0014, store.roster.PAGE) runs them, caught by
+    the page function (migration 0013, store.roster.PAGE) runs them, caught by
     auto_explain of its nested statements, with the parameters of a real page in the
     middle of the feed: each must be one Index Scan (no Seq Scan, no Sort, no OFFSET).
 

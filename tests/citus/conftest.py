@@ -42,3 +42,15 @@ def citus_url(citus_cluster: Cluster) -> Iterator[str]:
     url = citus_cluster.create_database(name)
     yield url
     citus_cluster.drop_database(name)
+
+
+@pytest.fixture(scope="module")
+def db_url(citus_url: str) -> str:
+    """tests/conftest.py's `db_url` on the cluster: a fresh database migrated by `loyalty
+    migrate`'s path, hence distributed. A test of tests/integration imported into a module
+    of tests/citus (with the fixtures it takes) runs its guarantee on Citus, its body
+    written once."""
+    from loyalty_grpc.store.migrate import upgrade
+
+    upgrade(citus_url)
+    return citus_url

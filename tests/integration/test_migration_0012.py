@@ -1,7 +1,7 @@
-"""Migrations 0012 (expand) and 0013 (contract) on a database with data, and the rolling
-upgrade between them (docs/deployment.md "Upgrades"): `loyalty migrate` stops at 0012 on
+"""Migrations 0012, 0013 (expand) and 0020 (contract) on a database with data, and the
+rolling upgrade between them (docs/deployment.md "Upgrades"): `loyalty migrate` stops at 0013 on
 an existing database, where the previous version's writes still succeed and get their
-program filled in; `--contract` then applies 0013, after which every row has its program
+program filled in; `--contract` then applies 0020, after which every row has its program
 and the ledger still adds up. A database never migrated goes straight to head.
 
 The previous version's writes are frozen here in their shapes (the 0011 release's column
@@ -135,21 +135,21 @@ def _unfilled(url: str) -> dict[str, int]:
 
 
 def test_an_existing_database_stops_before_the_contract(at_0011: str) -> None:
-    assert migrate.upgrade(at_0011) == "0012"
+    assert migrate.upgrade(at_0011) == "0013"
     schema = migrate.check(at_0011)
     assert schema.state is SchemaState.CONTRACT_PENDING
     assert schema.usable
     assert schema.contract_note("loyalty migrate") == (
-        "the database schema is at revision 0012; contract revision(s) 0013 wait for "
+        "the database schema is at revision 0013; contract revision(s) 0020 wait for "
         "`loyalty migrate --contract`, to run once every server runs this version "
         '(docs/deployment.md "Upgrades")'
     )
     # Again: still there, nothing applied behind the operator's back.
-    assert migrate.upgrade(at_0011) == "0012"
+    assert migrate.upgrade(at_0011) == "0013"
     assert _unfilled(at_0011) == dict.fromkeys(FILLED, 0)
 
 
-def test_the_previous_version_keeps_writing_on_0012(at_0011: str) -> None:
+def test_the_previous_version_keeps_writing_on_the_expand_revisions(at_0011: str) -> None:
     migrate.upgrade(at_0011)
     with psycopg.connect(at_0011, autocommit=True) as conn:
         before = conn.execute("SELECT max(id) FROM ventas").fetchone()
@@ -178,7 +178,7 @@ def test_the_contract_keeps_every_row_and_the_ledger(at_0011: str) -> None:
             t: conn.execute(f"SELECT count(*) FROM {t}").fetchone()
             for t in [*FILLED, "ventas", "fans", "codigos"]
         }
-    assert migrate.upgrade(at_0011, contract=True) == "0013"
+    assert migrate.upgrade(at_0011, contract=True) == "0020"
     assert migrate.check(at_0011).state is SchemaState.CURRENT
     with psycopg.connect(at_0011, autocommit=True) as conn:
         assert {t: conn.execute(f"SELECT count(*) FROM {t}").fetchone() for t in counts} == counts
@@ -195,7 +195,7 @@ def test_the_contract_keeps_every_row_and_the_ledger(at_0011: str) -> None:
 
 
 def test_the_previous_version_cannot_sell_after_the_contract(at_0011: str) -> None:
-    """Why 0013 waits for `--contract`: the 0011 sale names no folio."""
+    """Why 0020 waits for `--contract`: the 0011 sale names no folio."""
     migrate.upgrade(at_0011, contract=True)
     with (
         psycopg.connect(at_0011, autocommit=True) as conn,
@@ -211,8 +211,8 @@ def test_a_new_database_goes_straight_to_head(create_database: Callable[[], str]
 
 
 def test_the_contracts_and_what_this_code_needs() -> None:
-    assert migrate.contracts() == frozenset({"0013"})
-    assert migrate.needed() == "0012"
-    assert migrate.pending_contracts("0011") == ["0013"]
-    assert migrate.pending_contracts("0013") == []
+    assert migrate.contracts() == frozenset({"0020"})
+    assert migrate.needed() == "0013"
+    assert migrate.pending_contracts("0011") == ["0020"]
+    assert migrate.pending_contracts("0020") == []
     assert migrate.pending_contracts(None) == []

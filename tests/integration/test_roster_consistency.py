@@ -11,7 +11,7 @@ back). Another program gets the same treatment, to check isolation. Two readers 
 the feed at the same time with small pages (limite 7), starting from a snapshot taken
 while the writers run: the real feed (read_roster, no settle wait) and the naive variant
 (`NaiveFeed`: the same snapshot, then `(cambio_xid, pk) > cursor ORDER BY cambio_xid, pk`
-with no horizon, a plain change-number cursor; before 0013 dropped `fans.cambio_seq` it
+with no horizon, a plain change-number cursor; before 0020 dropped `fans.cambio_seq` it
 paged by that sequence, with the same outcome). When the writers stop, both drain the
 feed and their mirrors are compared with the database.
 

@@ -41,7 +41,7 @@ ANCHOR = "fans"
 # with the program a constant argument): (signature, distribution argument, the table
 # whose colocation group they follow). Registered after the tables, each once.
 FUNCTIONS = [
-    # The roster page (migration 0014): its snapshot and horizon are the shard's node's.
+    # The roster page (migration 0013): its snapshot and horizon are the shard's node's.
     ("loyalty_roster_page(text,integer,bigint,bigint,integer)", "p_programa", ANCHOR),
 ]
 

@@ -1,5 +1,5 @@
 """The roster page's read: one statement, `SELECT * FROM loyalty_roster_page(…)` (migration
-0014), that returns where the page stands (its horizon, the program's newest change, the
+0013), that returns where the page stands (its horizon, the program's newest change, the
 placement identity `lugar`, whether the cursor it continues from was issued there) and the
 page's fans, all read in the statement's one snapshot: a page of the snapshot (fans by pk)
 or a page of changes (fans by position, (cambio_xid, pk), below the horizon). Why the feed
@@ -57,7 +57,7 @@ class PageState(NamedTuple):
     horizon: int
     # The program's newest change position below the snapshot's xmax (None: none).
     newest_change: int | None
-    # The placement identity (migration 0014, loyalty_lugar): the cluster's
+    # The placement identity (migration 0013, loyalty_lugar): the cluster's
     # system_identifier on PostgreSQL, as PostgreSQL shows it (signed); on Citus a value
     # of the node and the program's shard placement; None when the page was not read on
     # the node holding the shard (then no fans were read).

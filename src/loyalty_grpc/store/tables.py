@@ -124,7 +124,7 @@ fans = Table(
     Column("baja_motivo", Text),
     _now(),
     # Roster feed: when and in which transaction an entry field last changed (or the row
-    # was inserted). Maintained by the trigger fans_cambio (migrations 0001, 0012, 0013),
+    # was inserted). Maintained by the trigger fans_cambio (migrations 0001, 0012, 0020),
     # which runs where the row is written (on Citus, the worker), so that the xid is the
     # one that node's roster page compares with. The feed orders changes by
     # (cambio_xid, pk) and serves only those below the oldest running transaction
@@ -273,8 +273,9 @@ movimientos = Table(
 # the transaction of the change (store/ledger.move_points). Balance changes only INSERT here
 # (no row a sender locks), so a sale never waits for the sender. The sender
 # (loyalty_grpc.wallet.outbox) takes the oldest rows by id (DELETE … ORDER BY id LIMIT n
-# FOR UPDATE SKIP LOCKED) and folds the latest balance per fan into wallet_pases: the
-# primary key is the only index it needs, so a sale writes one index entry here.
+# FOR UPDATE SKIP LOCKED) and folds the latest balance per fan into wallet_pases, by
+# `ix_wallet_outbox_id` (the primary key leads with the program): a sale writes two index
+# entries here.
 # Autovacuum runs after every 10,000 deleted rows: until it has, a scan for the oldest ids
 # steps over the index entries of rows already taken.
 wallet_outbox = Table(
@@ -287,6 +288,7 @@ wallet_outbox = Table(
     _now(),
     PrimaryKeyConstraint("programa_id", "id"),
     _of_a_fan(),
+    Index("ix_wallet_outbox_id", "id"),
     postgresql_with={"autovacuum_vacuum_scale_factor": "0", "autovacuum_vacuum_threshold": "10000"},
 )
 

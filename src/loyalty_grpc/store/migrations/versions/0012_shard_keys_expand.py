@@ -6,18 +6,18 @@ Create Date: 2026-11-27
 
 Issue 27 distributes every table by `programa_id` (Citus); on PostgreSQL without Citus the
 same schema serves. Distribution needs the program in every key, so this revision and the
-next (0013, the contract) move the keys; docs/citus.md and docs/deployment.md "Upgrades".
+contract (0020) move the keys; docs/citus.md and docs/deployment.md "Upgrades".
 
 - Identity columns become plain sequence defaults (`<table>_<column>_seq`, continuing where
   the identity was): Citus refuses identities of `int`, and a default is what it distributes.
   `ventas.id`, the folio, takes its default from `ventas_folio_seq` (`integer`: `tx` is an
   int32 JSON number), which this version's sales read in blocks (store/folios.py) and
-  pass explicitly; the default serves the previous version until 0013 drops it.
+  pass explicitly; the default serves the previous version until 0020 drops it.
 - `programa_id` is added to `movimientos`, `wallet_outbox`, `wallet_pases`,
   `wallet_entregas` (the fan's program) and `limite_llamadas` (the key's), backfilled.
   The previous version's inserts do not name it: a `BEFORE INSERT` trigger fills it, only
   when NULL (`WHEN`, so this version's inserts never call the function).
-- The program-leading unique indexes 0013 turns into primary keys, and the new code's
+- The program-leading unique indexes 0020 turns into primary keys, and the new code's
   `ON CONFLICT` targets, are built beside the old ones (the previous version's targets);
   `IF NOT EXISTS`, so that an operator may build them first with `CREATE INDEX
   CONCURRENTLY` under the same names (docs/deployment.md).
@@ -77,7 +77,7 @@ END
 $$
 """
 
-# (index, table, columns): the program-leading keys (0013's primary keys among them).
+# (index, table, columns): the program-leading keys (0020's primary keys among them).
 UNIQUE = [
     ("uq_fans_programa_id_pk", "fans", "programa_id, pk"),
     ("uq_promos_programa_id_id", "promos", "programa_id, id"),

@@ -1,7 +1,7 @@
 """The roster page as one function call, read where the program's fans are.
 
-Revision ID: 0014
-Revises: 0013
+Revision ID: 0013
+Revises: 0012
 Create Date: 2026-11-27
 
 Expand: two new functions, nothing else; the previous version never calls them.
@@ -41,8 +41,8 @@ from collections.abc import Sequence
 
 from alembic import op
 
-revision: str = "0014"
-down_revision: str | Sequence[str] | None = "0013"
+revision: str = "0013"
+down_revision: str | Sequence[str] | None = "0012"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

@@ -1,8 +1,11 @@
 """Keys by program, contract: only for this version, once no server of the previous runs.
 
-Revision ID: 0013
-Revises: 0012
+Revision ID: 0020
+Revises: 0013
 Create Date: 2026-11-27
+
+Numbered 0020, after this release's expand revisions (0012, 0013), which the previous
+version runs on too: a contract revision is the last of its release.
 
 CONTRACT = True: `loyalty migrate` applies it to an existing database only with
 `--contract` (store/migrate.py), after every server runs a version that writes
@@ -18,6 +21,8 @@ CONTRACT = True: `loyalty migrate` applies it to an existing database only with
   statements used, go.
 - `limite_llamadas` no longer references `claves`: keys are revoked, never deleted, and on
   Citus the UNLOGGED table lives in a colocation group of its own (docs/citus.md).
+- `wallet_outbox` keeps an index on `id` alone (`ix_wallet_outbox_id`): the wallet sender
+  takes the oldest rows of every program by id, which the primary key no longer leads.
 - `ventas.id` has no default: this version always passes the folio (store/folios.py,
   from `ventas_folio_seq`, which stays).
 - `fans.cambio_seq` (read by no one since 0004) and its sequence go, and
@@ -33,8 +38,8 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = "0013"
-down_revision: str | Sequence[str] | None = "0012"
+revision: str = "0020"
+down_revision: str | Sequence[str] | None = "0013"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
@@ -219,6 +224,7 @@ def upgrade() -> None:
         _sql(f"ALTER TABLE {table} ADD CONSTRAINT {name} {definition}")
     for name, _definition in OLD_INDEXES:
         _sql(f"DROP INDEX {name}")
+    _sql("CREATE INDEX ix_wallet_outbox_id ON wallet_outbox (id)")
 
     _sql("ALTER TABLE ventas ALTER COLUMN id DROP DEFAULT")
     _sql(FANS_CAMBIO)
@@ -234,6 +240,7 @@ def downgrade() -> None:
     _sql(FANS_CAMBIO_0012)
     _sql("ALTER TABLE ventas ALTER COLUMN id SET DEFAULT nextval('ventas_folio_seq')")
 
+    _sql("DROP INDEX ix_wallet_outbox_id")
     for name, definition in OLD_INDEXES:
         _sql(definition.format(name))
     for table, name, _definition in NEW_FOREIGN_KEYS:
