@@ -29,10 +29,11 @@ from collections import deque
 from sqlalchemy import Engine
 
 from loyalty_grpc.store.autocommit import fetch_all
+from loyalty_grpc.store.tables import folio_sequence
 
 BLOCK = 64
 
-SEQUENCE = "ventas_folio_seq"
+SEQUENCE = folio_sequence.name
 
 _BLOCK_SQL = f"SELECT nextval('{SEQUENCE}') FROM generate_series(1, %(n)s)"  # noqa: S608 (a constant)
 

@@ -245,7 +245,7 @@ ventas = Table(
 
 # The folio source (migration 0012): the sale takes its folios from it in blocks
 # (store/folios.py); `integer`, as `tx` is.
-folios = Sequence("ventas_folio_seq", data_type=Integer, metadata=metadata)
+folio_sequence = Sequence("ventas_folio_seq", data_type=Integer, metadata=metadata)
 
 movimientos = Table(
     "movimientos",
@@ -432,7 +432,7 @@ __all__ = [
     "claves",
     "codigos",
     "fans",
-    "folios",
+    "folio_sequence",
     "limite_llamadas",
     "metadata",
     "movimientos",
