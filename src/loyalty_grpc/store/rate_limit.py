@@ -62,7 +62,7 @@ _SETTLE = (
 
 # Every program's idle rows (a background chore, not a call's statement): the cut-off is
 # read first, so that the DELETE (on Citus: one per shard) carries a constant.
-_CUTOFF = f"SELECT floor(extract(epoch FROM clock_timestamp()))::bigint - {SLOTS}"
+_CUTOFF = f"SELECT floor(extract(epoch FROM clock_timestamp()))::bigint - {SLOTS}"  # noqa: S608
 _PURGE = "DELETE FROM limite_llamadas WHERE segundo < %(antes)s"
 
 

@@ -190,9 +190,7 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
-    op.execute(
-        "DROP FUNCTION loyalty_limit_settle(text, bigint[], bigint[], integer[], integer[])"
-    )
+    op.execute("DROP FUNCTION loyalty_limit_settle(text, bigint[], bigint[], integer[], integer[])")
     op.execute(
         "DROP FUNCTION loyalty_limit_reserve(text, bigint, integer, integer, integer, bigint, "
         "bigint, integer, integer)"
