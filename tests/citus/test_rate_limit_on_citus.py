@@ -6,6 +6,7 @@ two limiters in threads never pass the limit; two `loyalty serve` processes on t
 coordinator share one limit, exactly, with calls at once on both."""
 
 from tests.integration.test_rate_limit import (  # noqa: F401 (fixtures and tests collected here)
+    calls_per_minute,
     key_ids,
     servers,
     test_concurrent_calls_on_both_processes_admit_exactly_the_limit,
