@@ -14,7 +14,7 @@ cache TTL 5 s, so a ping without the limiter touches no database) and Envoy in f
   key costs a round trip per batch of up to 64 calls (the slack of so high a limit, a
   sixtieth of it, never binds; at 600 a minute it caps a key's spare calls at 8), and the
   settler thread settles the batches left when a second ends;
-- `per call`: the same with rate_limit_batch=1: one INSERT ... ON CONFLICT DO UPDATE on
+- `per call`: the same with rate_limit_batch=1: one `loyalty_limit_reserve` call on
   the key's row per call, the cost of a key's first call in a second (e.g. many keys
   calling now and then);
 

@@ -13,10 +13,11 @@ domain/rate_limit.py).
 A batch is settled once: its unused spare calls go back and its spare calls stop being
 outstanding. With the key's next request in this process if that comes first (no extra
 round trip), else by the settler: a thread of the process that wakes SETTLE_DELAY after a
-batch's second ends and settles every expired batch of every key in ONE statement. Under
-the key's lock, the settlement is taken out of the batch before it is sent, so a returned
-call is never used (and a settlement lost to a database error is never sent twice: its
-calls stay counted, stricter, never looser).
+batch's second ends and settles every expired batch of every key, one call per program
+among them (store/rate_limit.py), on one connection. Under the key's lock, the
+settlement is taken out of the batch before it is sent, so a returned call is never used
+(and a settlement lost to a database error is never sent twice: its calls stay counted,
+stricter, never looser).
 
 The database caps the spare calls outstanding for a key over all processes at a slack,
 `slack_calls` (default `slack(limit)`: limit // 60 - 2, 8 for 600), so the calls granted and
@@ -278,7 +279,7 @@ class RateLimiter:
                 log.exception("settling rate-limit batches failed")
 
     def settle_expired(self, *, everything: bool = False) -> int:
-        """Settle, in one statement, the batches whose second has ended (`everything`:
+        """Settle, in one call per program, the batches whose second has ended (`everything`:
         every batch, for `close`); returns how many were sent."""
         now = self._clock()
         with self._due_changed:

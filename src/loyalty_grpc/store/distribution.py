@@ -43,6 +43,18 @@ ANCHOR = "fans"
 FUNCTIONS = [
     # The roster page (migration 0013): its snapshot and horizon are the shard's node's.
     ("loyalty_roster_page(text,integer,bigint,bigint,integer)", "p_programa", ANCHOR),
+    # The call limit (migration 0015): the key's row locked and the clock read on its
+    # shard's node. Called in autocommit: no force_delegation.
+    (
+        "loyalty_limit_reserve(text,bigint,integer,integer,integer,bigint,bigint,integer,integer)",
+        "p_programa",
+        "limite_llamadas",
+    ),
+    (
+        "loyalty_limit_settle(text,bigint[],bigint[],integer[],integer[])",
+        "p_programa",
+        "limite_llamadas",
+    ),
 ]
 
 

@@ -361,7 +361,7 @@ wallet_entregas = Table(
 )
 
 # The per-key call limit (domain/rate_limit.py, store/rate_limit.py): one row per key,
-# updated by one INSERT ... ON CONFLICT DO UPDATE per batch of calls a process reserves
+# updated by one call of loyalty_limit_reserve per batch of calls a process reserves
 # (services/rate_limit.py), so the row lock serialises a key's requests across every
 # process and host sharing the database. UNLOGGED: no WAL per
 # call; after a crash the table is empty, i.e. every key gets a fresh minute. No index
