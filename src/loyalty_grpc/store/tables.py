@@ -119,6 +119,10 @@ fans = Table(
     Column("qr_token", Text, nullable=False),
     # Balance cache; always the sum of the fan's movimientos.
     Column("puntos", BigInteger, nullable=False, server_default="0"),
+    # Bumped by the trigger fans_cambio whenever `puntos` changes (migration 0016): for one
+    # fan, the order of its balance changes on any node and across shard moves. The
+    # wallet sender compares it to tell the newer balance (wallet_outbox.version).
+    Column("saldo_version", BigInteger, nullable=False, server_default=text("0")),
     Column("estado", Text, nullable=False, server_default=EstadoFan.ACTIVO.value),
     Column("baja_en", DateTime(timezone=True)),
     Column("baja_motivo", Text),
@@ -286,6 +290,10 @@ wallet_outbox = Table(
     Column("fan_pk", BigInteger, nullable=False),
     Column("saldo", BigInteger, nullable=False),
     _now(),
+    # The fan's `saldo_version` after the change, filled by the trigger
+    # wallet_outbox_version when the insert does not give it (migration 0016); NULL in
+    # rows written before it (counted as 0).
+    Column("version", BigInteger),
     PrimaryKeyConstraint("programa_id", "id"),
     _of_a_fan(),
     Index("ix_wallet_outbox_id", "id"),
@@ -316,6 +324,8 @@ wallet_pases = Table(
     Column("entregado_en", DateTime(timezone=True)),
     Column("saldo_pendiente", BigInteger),
     Column("saldo_id", BigInteger),
+    # The version of `saldo_pendiente` (wallet_outbox.version; NULL: before 0016, as 0).
+    Column("saldo_version", BigInteger),
     Column("pendiente_desde", DateTime(timezone=True)),
     PrimaryKeyConstraint("programa_id", "fan_pk"),
     _of_a_fan(),
@@ -328,6 +338,14 @@ wallet_pases = Table(
     # The claim: due fans with a balance waiting, longest-waiting first.
     Index(
         "ix_wallet_pases_due",
+        "proximo_intento",
+        "pendiente_desde",
+        postgresql_where=text("pendiente_desde IS NOT NULL"),
+    ),
+    # One program's claim (the sender runs by program, migration 0016).
+    Index(
+        "ix_wallet_pases_programa_due",
+        "programa_id",
         "proximo_intento",
         "pendiente_desde",
         postgresql_where=text("pendiente_desde IS NOT NULL"),

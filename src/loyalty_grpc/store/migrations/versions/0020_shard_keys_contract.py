@@ -1,7 +1,7 @@
 """Keys by program, contract: only for this version, once no server of the previous runs.
 
 Revision ID: 0020
-Revises: 0013
+Revises: 0016
 Create Date: 2026-11-27
 
 Numbered 0020, after this release's expand revisions (0012, 0013), which the previous
@@ -39,7 +39,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0020"
-down_revision: str | Sequence[str] | None = "0013"
+down_revision: str | Sequence[str] | None = "0016"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
@@ -184,17 +184,21 @@ BEGIN
     THEN
         NEW.actualizado := clock_timestamp();
         NEW.cambio_xid := pg_current_xact_id()::text::bigint;
+        IF NEW.puntos IS DISTINCT FROM OLD.puntos THEN
+            NEW.saldo_version := OLD.saldo_version + 1;
+        END IF;
     END IF;
     RETURN NEW;
 END
 $$
 """
 
-# 0012's, with the change counter (restored on downgrade).
+# 0016's (0012's with the balance version), with the change counter (restored on
+# downgrade).
 FANS_CAMBIO_0012 = FANS_CAMBIO.replace(
-    "        NEW.cambio_xid := pg_current_xact_id()::text::bigint;\n    END IF;",
+    "        NEW.cambio_xid := pg_current_xact_id()::text::bigint;\n        IF NEW.puntos",
     "        NEW.cambio_xid := pg_current_xact_id()::text::bigint;\n"
-    "        NEW.cambio_seq := nextval('fans_cambio_seq');\n    END IF;",
+    "        NEW.cambio_seq := nextval('fans_cambio_seq');\n        IF NEW.puntos",
 )
 
 
