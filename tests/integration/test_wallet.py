@@ -635,6 +635,50 @@ def test_a_backlog_is_coalesced_and_a_large_one_spans_runs(
     assert pending(engine) == {}
 
 
+def test_a_program_with_a_huge_backlog_does_not_starve_the_others(
+    engine: Engine, new_fan: Callable[[], int]
+) -> None:
+    """Thousands of balance changes in one program, older than a few in another: one
+    sender run with a small batch delivers the small program's balances in its first
+    round (each program gets its share of the batch), and the big program's share."""
+    with engine.begin() as conn:
+        conn.execute(
+            text(
+                "INSERT INTO programas (id, nombre, tasa_puntos) "
+                "VALUES ('gaviotas', 'Gaviotas', 0.1) ON CONFLICT DO NOTHING"
+            )
+        )
+    big = [new_fan() for _ in range(300)]
+    with engine.begin() as conn:  # 3,000 changes, ten per fan, all before the small ones
+        conn.execute(
+            text(
+                "INSERT INTO wallet_outbox (programa_id, fan_pk, saldo) "
+                "SELECT 'halcones', f, g FROM unnest(CAST(:fans AS bigint[])) AS f, "
+                "generate_series(1, 10) AS g ORDER BY g, f"
+            ),
+            {"fans": big},
+        )
+    small = [insert_fan(engine, "gaviotas", "GAV", next(_ids)) for _ in range(3)]
+    for i, fan in enumerate(small):
+        with UnitOfWork(engine) as uow:
+            move_points(uow.conn, "gaviotas", fan, i + 1, Motivo.VENTA)
+            uow.commit()
+    provider = Recording()
+    report = send_pending(engine, provider, batch=10, ingest_batch=500, now=Clock())
+    delivered = dict(provider.delivered)
+    assert {fan: delivered.get(fan) for fan in small} == {f: i + 1 for i, f in enumerate(small)}
+    assert report.claimed == 10  # what the small program left went to the big one
+    assert len(set(delivered) & set(big)) == 7
+    assert report.more
+    total = report + drain(engine, provider, batch=100, now=Clock())
+    assert dict(provider.delivered) == {
+        **dict.fromkeys(big, 10),
+        **{f: i + 1 for i, f in enumerate(small)},
+    }
+    assert total.ingested == 3003
+    assert pending(engine) == {}
+
+
 def test_a_batch_provider_gets_one_call_and_reports_each_fan(
     engine: Engine,
     new_fan: Callable[[], int],

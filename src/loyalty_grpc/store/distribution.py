@@ -43,6 +43,19 @@ ANCHOR = "fans"
 FUNCTIONS = [
     # The roster page (migration 0013): its snapshot and horizon are the shard's node's.
     ("loyalty_roster_page(text,integer,bigint,bigint,integer)", "p_programa", ANCHOR),
+    # The wallet sender's turn and record (migration 0016), called in autocommit: no
+    # force_delegation needed.
+    (
+        "loyalty_wallet_turno(text,integer,integer,timestamptz,timestamptz,timestamptz)",
+        "p_programa",
+        ANCHOR,
+    ),
+    (
+        "loyalty_wallet_record(text,bigint[],bigint[],bigint[],boolean[],integer[],"
+        "timestamptz[],bigint[],text[],timestamptz,timestamptz,timestamptz)",
+        "p_programa",
+        ANCHOR,
+    ),
 ]
 
 

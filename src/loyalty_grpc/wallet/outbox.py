@@ -287,8 +287,9 @@ def _rounds(
             rotation.stopped_after(order[0])
         turns = hungry
         if not turns:
-            return claimed, ingested, refolded
-    return claimed, ingested, True
+            break
+    # More at once: a full batch, a program still hungry, or a fan refreshed meanwhile.
+    return claimed, ingested, refolded or len(claimed) == batch or bool(turns)
 
 
 def _claims(claimed: Sequence[ClaimedPass]) -> list[_Claim]:
