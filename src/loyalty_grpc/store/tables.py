@@ -276,10 +276,11 @@ movimientos = Table(
 # Wallet pass (DESIGN.md §2): every balance change appends the fan's new balance here, in
 # the transaction of the change (store/ledger.move_points). Balance changes only INSERT here
 # (no row a sender locks), so a sale never waits for the sender. The sender
-# (loyalty_grpc.wallet.outbox) takes the oldest rows by id (DELETE … ORDER BY id LIMIT n
-# FOR UPDATE SKIP LOCKED) and folds the latest balance per fan into wallet_pases, by
-# `ix_wallet_outbox_id` (the primary key leads with the program): a sale writes two index
-# entries here.
+# (loyalty_grpc.wallet.outbox) takes each program's oldest rows by its key (programa_id,
+# id) (FOR UPDATE SKIP LOCKED) and folds the latest balance per fan into wallet_pases
+# (migration 0016's loyalty_wallet_turno). `ix_wallet_outbox_id` serves the previous
+# version's sender, which takes every program's oldest rows at once (a contract revision
+# drops it): until then a sale writes two index entries here.
 # Autovacuum runs after every 10,000 deleted rows: until it has, a scan for the oldest ids
 # steps over the index entries of rows already taken.
 wallet_outbox = Table(
@@ -306,7 +307,8 @@ wallet_outbox = Table(
 # delivery: a fold only ever replaces it with a newer one), `pendiente_desde` when the
 # oldest balance still waiting was written. `proximo_intento` is both the claim lease
 # (while a delivery runs) and the retry back-off (after a failure); a fan with a balance
-# waiting is due when it has passed. A claim is one range scan of ix_wallet_pases_due.
+# waiting is due when it has passed. A claim is one range scan of
+# ix_wallet_pases_programa_due (ix_wallet_pases_due: the previous version's, until a contract).
 # The partial indexes name `pendiente_desde`, not `saldo_pendiente`: folding a newer
 # balance into one already waiting changes no indexed column, so PostgreSQL can make it a
 # HOT update (no index entries), for which fillfactor 80 leaves room on the page.

@@ -192,7 +192,7 @@ BEGIN
             UPDATE wallet_pases AS p SET proximo_intento = p_lease_until
             FROM fans AS f
             WHERE p.programa_id = p_programa AND p.fan_pk = ANY (elegidos)
-              AND f.programa_id = p_programa AND f.pk = p.fan_pk
+              AND f.programa_id = p_programa AND f.pk = ANY (elegidos) AND f.pk = p.fan_pk
             RETURNING NULL::bigint, NULL::bigint, p.fan_pk, p.saldo_pendiente, p.saldo_id,
                       coalesce(p.saldo_version, 0), p.intentos, p.pendiente_desde, f.fan_id;
         END IF;
@@ -210,6 +210,9 @@ CREATE FUNCTION loyalty_wallet_record(
 ) RETURNS TABLE (fan_pk bigint)
 LANGUAGE plpgsql SET plan_cache_mode = force_custom_plan AS $$
 #variable_conflict use_column
+DECLARE
+    -- A variable, not now() in the CASE: Citus refuses non-IMMUTABLE functions there.
+    ahora timestamptz := now();
 BEGIN
     PERFORM FROM wallet_pases w
     WHERE w.programa_id = p_programa AND w.fan_pk = ANY (p_fan_pks)
@@ -227,7 +230,7 @@ BEGIN
                                THEN NULL ELSE p.saldo_pendiente END,
         pendiente_desde = CASE WHEN r.cubierto AND p.saldo_id = r.saldo_id
                                     AND coalesce(p.saldo_version, 0) = r.version THEN NULL
-                               WHEN r.cubierto THEN now() ELSE p.pendiente_desde END,
+                               WHEN r.cubierto THEN ahora ELSE p.pendiente_desde END,
         entregado_saldo = coalesce(r.entregado, p.entregado_saldo),
         entregado_en = CASE WHEN r.entregado IS NULL THEN p.entregado_en ELSE p_at END,
         ultimo_error = coalesce(r.error, p.ultimo_error),

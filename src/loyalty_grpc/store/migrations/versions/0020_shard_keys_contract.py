@@ -21,8 +21,10 @@ CONTRACT = True: `loyalty migrate` applies it to an existing database only with
   statements used, go.
 - `limite_llamadas` no longer references `claves`: keys are revoked, never deleted, and on
   Citus the UNLOGGED table lives in a colocation group of its own (docs/citus.md).
-- `wallet_outbox` keeps an index on `id` alone (`ix_wallet_outbox_id`): the wallet sender
-  takes the oldest rows of every program by id, which the primary key no longer leads.
+- `wallet_outbox` keeps an index on `id` alone (`ix_wallet_outbox_id`): the previous
+  version's wallet sender takes the oldest rows of every program by id, which the primary
+  key no longer leads (this version's sender goes program by program, 0016; a later
+  contract drops the index).
 - `ventas.id` has no default: this version always passes the folio (store/folios.py,
   from `ventas_folio_seq`, which stays).
 - `fans.cambio_seq` (read by no one since 0004) and its sequence go, and
