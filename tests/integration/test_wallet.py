@@ -446,7 +446,9 @@ def test_a_sale_does_not_wait_for_a_claim_transaction(
     send_pending(engine, Recording(failing={fan: 1}), now=Clock())  # creates its state row
     with engine.begin() as sender_conn:
         sender_conn.execute(
-            select(wallet_pases).where(wallet_pases.c.fan_pk == fan).with_for_update()
+            select(wallet_pases)
+            .where(wallet_pases.c.programa_id == "halcones", wallet_pases.c.fan_pk == fan)
+            .with_for_update()
         )
         with engine.begin() as conn:
             conn.execute(text("SET LOCAL lock_timeout = '2s'"))
@@ -570,7 +572,9 @@ def test_an_older_balance_folded_late_never_replaces_a_newer_one(
     provider = Recording()
     with engine.begin() as other:  # another sender holds the older row
         other.execute(
-            select(wallet_outbox.c.id).where(wallet_outbox.c.saldo == 10).with_for_update()
+            select(wallet_outbox.c.id)
+            .where(wallet_outbox.c.programa_id == "halcones", wallet_outbox.c.saldo == 10)
+            .with_for_update()
         )
         assert send_pending(engine, provider, now=Clock()).delivered == 1
         assert provider.delivered == [(fan, 30)]
