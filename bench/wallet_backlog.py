@@ -51,13 +51,17 @@ from sqlalchemy import Engine, TextClause, text
 
 from loyalty_grpc.runtime.wallet import SENDER_APPLICATION
 from loyalty_grpc.store.db import make_engine
-from loyalty_grpc.store.wallet import CLAIM_SQL, DUE_AT_ONCE, INGEST_SQL
+from loyalty_grpc.store.wallet import DUE_AT_ONCE
 from loyalty_grpc.wallet.config import BATCH
 from loyalty_grpc.wallet.outbox import INGEST_BATCH, send_pending
 from loyalty_grpc.wallet.providers import LocalProvider
 
 CLAIM_BATCH = BATCH["local"]
 TIMING_RUNS = 20
+# The sender's two halves of a program's turn (migration 0016's function): ingest alone,
+# claim alone. A function call's plan is a Function Scan: the times are what they measure.
+INGEST_SQL = text("SELECT * FROM loyalty_wallet_turno('plan', :n, 0, :due, :now, :lease_until)")
+CLAIM_SQL = text("SELECT * FROM loyalty_wallet_turno('plan', 0, :n, :due, :now, :lease_until)")
 FANS_SQL = """
 INSERT INTO programas (id, nombre, tasa_puntos) VALUES ('plan', 'Plan', 0.1);
 INSERT INTO fans (programa_id, fan_id, nombre, correo, socio_desde, qr_token)
@@ -94,9 +98,8 @@ def _autocommit(engine: Engine, sql: str, **fill: object) -> None:
 
 def _params(statement: TextClause, batch: int | None) -> dict[str, Any]:
     now = datetime.now(UTC)
-    if statement is INGEST_SQL:
-        return {"n": batch or INGEST_BATCH, "due": DUE_AT_ONCE}
-    return {"n": batch or CLAIM_BATCH, "now": now, "lease_until": now + timedelta(minutes=5)}
+    n = (batch or INGEST_BATCH) if statement is INGEST_SQL else (batch or CLAIM_BATCH)
+    return {"n": n, "due": DUE_AT_ONCE, "now": now, "lease_until": now + timedelta(minutes=5)}
 
 
 def explain(
@@ -126,7 +129,7 @@ def explain(
             times.append(time.perf_counter() - started)
             conn.rollback()
     ingest = statement is INGEST_SQL
-    taken = f"{result[0].filas} rows taken" if ingest else f"{len(result)} fans claimed"
+    taken = f"{result[0].filas} rows taken" if ingest else f"{len(result) - 1} fans claimed"
     print(
         f"\n--- {label} (LIMIT {_params(statement, batch)['n']}): {taken}, median "
         f"{1000 * statistics.median(times):.2f} ms over {TIMING_RUNS} runs (rolled back)"
@@ -158,7 +161,7 @@ def plans(args: argparse.Namespace) -> None:
         _autocommit(engine, "ANALYZE wallet_outbox")
         explain(engine, "ingest, 100 outbox rows pending", INGEST_SQL)
         with engine.begin() as conn:
-            conn.execute(INGEST_SQL, {"n": INGEST_BATCH, "due": DUE_AT_ONCE})
+            conn.execute(INGEST_SQL, _params(INGEST_SQL, None))
         _autocommit(engine, "VACUUM ANALYZE wallet_outbox, wallet_pases")
         explain(engine, "claim, 100 fans waiting", CLAIM_SQL)
 

@@ -1,6 +1,6 @@
 """Issue 27, the code half, on a real PostgreSQL: every hot statement reads each program
 table by its program (their plans), the sale's folio (store/folios.py), and this version's
-work on a database at 0013 (the expand revisions: the previous release's schema plus the new
+work on a database at 0016 (the expand revisions: the previous release's schema plus the new
 keys), then contracted to 0020.
 
 Two programs hold the same Fan IDs and the same code texts, so a statement that loses its
@@ -352,18 +352,17 @@ def test_the_folio_stays_an_int32_json_number(engine: Engine) -> None:
     assert printed["tx"] == INT32_MAX  # a number, not a string
 
 
-# ---------------------------------------------------------------- on 0015, then 0020
+# ---------------------------------------------------------------- on 0016, then 0020
 
 
 def test_this_version_works_on_the_expand_revision_and_its_rows_pass_the_contract(
     create_database: Callable[[], str],
 ) -> None:
-    """On a database at 0015 (the last expand revision: the previous release's schema plus
-    the new keys and functions), this version's writes (fixture, sales, both redemptions,
-    adjustment, void, the rate limit, the wallet sender) work and name their program; the
-    contract (0020) then applies."""
+    """On a database at 0016 (the previous release's schema plus the new keys), this
+    version's writes (fixture, sales, both redemptions, adjustment, void, the rate limit,
+    the wallet sender) work and name their program; the contract (0020) then applies."""
     url = create_database()
-    upgrade(url, "0015")
+    upgrade(url, "0016")
     engine = make_engine(url, pool_size=4)
     try:
         callers = load_world(engine)

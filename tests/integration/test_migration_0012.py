@@ -1,5 +1,5 @@
 """Migrations 0012, 0013 (expand) and 0020 (contract) on a database with data, and the
-rolling upgrade between them (docs/deployment.md "Upgrades"): `loyalty migrate` stops at 0013 on
+rolling upgrade between them (docs/deployment.md "Upgrades"): `loyalty migrate` stops at 0016 on
 an existing database, where the previous version's writes still succeed and get their
 program filled in; `--contract` then applies 0020, after which every row has its program
 and the ledger still adds up. A database never migrated goes straight to head.
@@ -135,17 +135,17 @@ def _unfilled(url: str) -> dict[str, int]:
 
 
 def test_an_existing_database_stops_before_the_contract(at_0011: str) -> None:
-    assert migrate.upgrade(at_0011) == "0015"
+    assert migrate.upgrade(at_0011) == "0016"
     schema = migrate.check(at_0011)
     assert schema.state is SchemaState.CONTRACT_PENDING
     assert schema.usable
     assert schema.contract_note("loyalty migrate") == (
-        "the database schema is at revision 0015; contract revision(s) 0020 wait for "
+        "the database schema is at revision 0016; contract revision(s) 0020 wait for "
         "`loyalty migrate --contract`, to run once every server runs this version "
         '(docs/deployment.md "Upgrades")'
     )
     # Again: still there, nothing applied behind the operator's back.
-    assert migrate.upgrade(at_0011) == "0015"
+    assert migrate.upgrade(at_0011) == "0016"
     assert _unfilled(at_0011) == dict.fromkeys(FILLED, 0)
 
 
@@ -212,7 +212,7 @@ def test_a_new_database_goes_straight_to_head(create_database: Callable[[], str]
 
 def test_the_contracts_and_what_this_code_needs() -> None:
     assert migrate.contracts() == frozenset({"0020"})
-    assert migrate.needed() == "0015"
+    assert migrate.needed() == "0016"
     assert migrate.pending_contracts("0011") == ["0020"]
     assert migrate.pending_contracts("0020") == []
     assert migrate.pending_contracts(None) == []

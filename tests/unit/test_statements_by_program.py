@@ -8,7 +8,8 @@ readings), not off their source; tests/integration/test_by_program.py checks the
   `limite_llamadas` lists `programa_id` among its columns; every one of the five is
   inserted into somewhere (so the check is not vacuous; `limite_llamadas` only by migration
   0015's function), and store/ writes them only with such texts (no SQLAlchemy `insert()`
-  of them).
+  of them). The wallet sender's function bodies (migration 0016) are read too:
+  store/wallet.py only calls them.
 - Every JOIN of a program table (`fans`, `promos`, `codigos`, `ventas`, `movimientos`,
   `wallet_pases`) is on a condition that names `programa_id`.
 """
@@ -59,6 +60,13 @@ def _texts() -> dict[str, str]:
                 if isinstance(text, str) and re.search(r"\b(SELECT|INSERT|UPDATE)\b", text):
                     label = f"{info.name}.{name}" + ("" if key is None else f"[{key}]")
                     found[label] = text
+    # The functions the store calls whose bodies write these rows (frozen in their
+    # migrations): the wallet sender's (migration 0016).
+    wallet = importlib.import_module(
+        "loyalty_grpc.store.migrations.versions.0016_wallet_by_program"
+    )
+    for name in ("TURNO", "RECORD"):
+        found[f"migration_0016.{name}"] = getattr(wallet, name)
     return found
 
 
@@ -66,7 +74,7 @@ TEXTS = _texts()
 
 
 def test_the_texts_are_found() -> None:
-    for name in ("sale.SALE", "redeem.REDEEM_TEXT", "ledger._MOVE_ONE", "wallet.INGEST_SQL"):
+    for name in ("sale.SALE", "redeem.REDEEM_TEXT", "ledger._MOVE_ONE", "migration_0016.TURNO"):
         assert any(label.startswith(name) for label in TEXTS), name
 
 

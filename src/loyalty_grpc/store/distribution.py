@@ -55,6 +55,19 @@ FUNCTIONS = [
         "p_programa",
         "limite_llamadas",
     ),
+    # The wallet sender's turn and record (migration 0016), called in autocommit: no
+    # force_delegation needed.
+    (
+        "loyalty_wallet_turno(text,integer,integer,timestamptz,timestamptz,timestamptz)",
+        "p_programa",
+        ANCHOR,
+    ),
+    (
+        "loyalty_wallet_record(text,bigint[],bigint[],bigint[],boolean[],integer[],"
+        "timestamptz[],bigint[],text[],timestamptz,timestamptz,timestamptz)",
+        "p_programa",
+        ANCHOR,
+    ),
 ]
 
 

@@ -119,6 +119,10 @@ fans = Table(
     Column("qr_token", Text, nullable=False),
     # Balance cache; always the sum of the fan's movimientos.
     Column("puntos", BigInteger, nullable=False, server_default="0"),
+    # Bumped by the trigger fans_cambio whenever `puntos` changes (migration 0016): for one
+    # fan, the order of its balance changes on any node and across shard moves. The
+    # wallet sender compares it to tell the newer balance (wallet_outbox.version).
+    Column("saldo_version", BigInteger, nullable=False, server_default=text("0")),
     Column("estado", Text, nullable=False, server_default=EstadoFan.ACTIVO.value),
     Column("baja_en", DateTime(timezone=True)),
     Column("baja_motivo", Text),
@@ -272,10 +276,11 @@ movimientos = Table(
 # Wallet pass (DESIGN.md §2): every balance change appends the fan's new balance here, in
 # the transaction of the change (store/ledger.move_points). Balance changes only INSERT here
 # (no row a sender locks), so a sale never waits for the sender. The sender
-# (loyalty_grpc.wallet.outbox) takes the oldest rows by id (DELETE … ORDER BY id LIMIT n
-# FOR UPDATE SKIP LOCKED) and folds the latest balance per fan into wallet_pases, by
-# `ix_wallet_outbox_id` (the primary key leads with the program): a sale writes two index
-# entries here.
+# (loyalty_grpc.wallet.outbox) takes each program's oldest rows by its key (programa_id,
+# id) (FOR UPDATE SKIP LOCKED) and folds the latest balance per fan into wallet_pases
+# (migration 0016's loyalty_wallet_turno). `ix_wallet_outbox_id` serves the previous
+# version's sender, which takes every program's oldest rows at once (a contract revision
+# drops it): until then a sale writes two index entries here.
 # Autovacuum runs after every 10,000 deleted rows: until it has, a scan for the oldest ids
 # steps over the index entries of rows already taken.
 wallet_outbox = Table(
@@ -286,6 +291,10 @@ wallet_outbox = Table(
     Column("fan_pk", BigInteger, nullable=False),
     Column("saldo", BigInteger, nullable=False),
     _now(),
+    # The fan's `saldo_version` after the change, filled by the trigger
+    # wallet_outbox_version when the insert does not give it (migration 0016); NULL in
+    # rows written before it (counted as 0).
+    Column("version", BigInteger),
     PrimaryKeyConstraint("programa_id", "id"),
     _of_a_fan(),
     Index("ix_wallet_outbox_id", "id"),
@@ -298,7 +307,8 @@ wallet_outbox = Table(
 # delivery: a fold only ever replaces it with a newer one), `pendiente_desde` when the
 # oldest balance still waiting was written. `proximo_intento` is both the claim lease
 # (while a delivery runs) and the retry back-off (after a failure); a fan with a balance
-# waiting is due when it has passed. A claim is one range scan of ix_wallet_pases_due.
+# waiting is due when it has passed. A claim is one range scan of
+# ix_wallet_pases_programa_due (ix_wallet_pases_due: the previous version's, until a contract).
 # The partial indexes name `pendiente_desde`, not `saldo_pendiente`: folding a newer
 # balance into one already waiting changes no indexed column, so PostgreSQL can make it a
 # HOT update (no index entries), for which fillfactor 80 leaves room on the page.
@@ -316,6 +326,8 @@ wallet_pases = Table(
     Column("entregado_en", DateTime(timezone=True)),
     Column("saldo_pendiente", BigInteger),
     Column("saldo_id", BigInteger),
+    # The version of `saldo_pendiente` (wallet_outbox.version; NULL: before 0016, as 0).
+    Column("saldo_version", BigInteger),
     Column("pendiente_desde", DateTime(timezone=True)),
     PrimaryKeyConstraint("programa_id", "fan_pk"),
     _of_a_fan(),
@@ -328,6 +340,14 @@ wallet_pases = Table(
     # The claim: due fans with a balance waiting, longest-waiting first.
     Index(
         "ix_wallet_pases_due",
+        "proximo_intento",
+        "pendiente_desde",
+        postgresql_where=text("pendiente_desde IS NOT NULL"),
+    ),
+    # One program's claim (the sender runs by program, migration 0016).
+    Index(
+        "ix_wallet_pases_programa_due",
+        "programa_id",
         "proximo_intento",
         "pendiente_desde",
         postgresql_where=text("pendiente_desde IS NOT NULL"),

@@ -1,10 +1,10 @@
 """Keys by program, contract: only for this version, once no server of the previous runs.
 
 Revision ID: 0020
-Revises: 0015
+Revises: 0016
 Create Date: 2026-11-27
 
-Numbered 0020, after this release's expand revisions (0012, 0013, 0015), which the previous
+Numbered 0020, after this release's expand revisions (0012–0016), which the previous
 version runs on too: a contract revision is the last of its release.
 
 CONTRACT = True: `loyalty migrate` applies it to an existing database only with
@@ -21,8 +21,10 @@ CONTRACT = True: `loyalty migrate` applies it to an existing database only with
   statements used, go.
 - `limite_llamadas` no longer references `claves`: keys are revoked, never deleted, and on
   Citus the UNLOGGED table lives in a colocation group of its own (docs/citus.md).
-- `wallet_outbox` keeps an index on `id` alone (`ix_wallet_outbox_id`): the wallet sender
-  takes the oldest rows of every program by id, which the primary key no longer leads.
+- `wallet_outbox` keeps an index on `id` alone (`ix_wallet_outbox_id`): the previous
+  version's wallet sender takes the oldest rows of every program by id, which the primary
+  key no longer leads (this version's sender goes program by program, 0016; a later
+  contract drops the index).
 - `ventas.id` has no default: this version always passes the folio (store/folios.py,
   from `ventas_folio_seq`, which stays).
 - `fans.cambio_seq` (read by no one since 0004) and its sequence go, and
@@ -39,7 +41,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0020"
-down_revision: str | Sequence[str] | None = "0015"
+down_revision: str | Sequence[str] | None = "0016"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
@@ -184,17 +186,21 @@ BEGIN
     THEN
         NEW.actualizado := clock_timestamp();
         NEW.cambio_xid := pg_current_xact_id()::text::bigint;
+        IF NEW.puntos IS DISTINCT FROM OLD.puntos THEN
+            NEW.saldo_version := OLD.saldo_version + 1;
+        END IF;
     END IF;
     RETURN NEW;
 END
 $$
 """
 
-# 0012's, with the change counter (restored on downgrade).
+# 0016's (0012's with the balance version), with the change counter (restored on
+# downgrade).
 FANS_CAMBIO_0012 = FANS_CAMBIO.replace(
-    "        NEW.cambio_xid := pg_current_xact_id()::text::bigint;\n    END IF;",
+    "        NEW.cambio_xid := pg_current_xact_id()::text::bigint;\n        IF NEW.puntos",
     "        NEW.cambio_xid := pg_current_xact_id()::text::bigint;\n"
-    "        NEW.cambio_seq := nextval('fans_cambio_seq');\n    END IF;",
+    "        NEW.cambio_seq := nextval('fans_cambio_seq');\n        IF NEW.puntos",
 )
 
 
