@@ -120,7 +120,11 @@ def credits_per_code(engine: Engine, texts: list[str]) -> dict[str, int]:
     with engine.connect() as conn:
         rows = conn.execute(
             select(codigos.c.codigo, func.count(movimientos.c.id))
-            .outerjoin(movimientos, movimientos.c.codigo_id == codigos.c.id)
+            .outerjoin(
+                movimientos,
+                (movimientos.c.programa_id == codigos.c.programa_id)
+                & (movimientos.c.codigo_id == codigos.c.id),
+            )
             .where(codigos.c.programa_id == P, codigos.c.codigo.in_(texts))
             .group_by(codigos.c.codigo)
         ).all()

@@ -167,11 +167,13 @@ def lock_copies(
     version the lock returns."""
     if not texts:
         return {}, {}
-    of_promo = (promos.c.programa_id == codigos.c.programa_id, promos.c.id == codigos.c.promo_id)
+    # The program named in each subquery too: Citus routes a SELECT … FOR UPDATE only
+    # when every table it reads is pinned to the one shard.
+    of_promo = (promos.c.programa_id == programa, promos.c.id == codigos.c.promo_id)
     promo = select(promos.c.nombre).where(*of_promo)
     puntos = select(promos.c.puntos_canje).where(*of_promo)
     correo = select(fans.c.correo).where(
-        fans.c.programa_id == codigos.c.programa_id, fans.c.pk == codigos.c.fan_pk
+        fans.c.programa_id == programa, fans.c.pk == codigos.c.fan_pk
     )
     rows = conn.execute(
         select(

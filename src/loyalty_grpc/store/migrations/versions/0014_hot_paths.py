@@ -243,14 +243,22 @@ CREATE FUNCTION loyalty_codes_deposit(p_programa text, p_promo_id integer, p_cod
 RETURNS integer
 LANGUAGE plpgsql AS $$
 DECLARE
-    n integer;
+    n integer := 0;
+    r record;
 BEGIN
-    INSERT INTO codigos (promo_id, programa_id, codigo, estado)
-    SELECT p_promo_id, p_programa, c.codigo, 'disponible'
-    FROM unnest(p_codes) AS c(codigo)
-    ORDER BY c.codigo
-    ON CONFLICT (programa_id, promo_id, codigo) DO NOTHING;
-    GET DIAGNOSTICS n = ROW_COUNT;
+    -- counted off RETURNING, the rows that went in: on Citus an INSERT … SELECT of an
+    -- array is inserted through an intermediate result, whose ROW_COUNT is the rows
+    -- offered, conflicts included
+    FOR r IN
+        INSERT INTO codigos (promo_id, programa_id, codigo, estado)
+        SELECT p_promo_id, p_programa, c.codigo, 'disponible'
+        FROM unnest(p_codes) AS c(codigo)
+        ORDER BY c.codigo
+        ON CONFLICT (programa_id, promo_id, codigo) DO NOTHING
+        RETURNING 1
+    LOOP
+        n := n + 1;
+    END LOOP;
     RETURN n;
 END
 $$
