@@ -218,10 +218,12 @@ def lock_copies(
 # ANALYZE: 0.2-0.3 ms for a fan with 2,500 entries), on the duplicate path only. The latest
 # is by (creado, id): on a cluster ids are unique but do not grow within a shard (each node
 # hands out a range of its own, and a shard may move), so the entry's time orders first.
+# The subquery names the program itself: correlated on c.programa_id only, Citus sends the
+# statement to every shard (EXPLAIN: one task per shard), not to the program's.
 CREDITED = f"""
 SELECT c.id, coalesce((
   SELECT m.puntos FROM movimientos m
-  WHERE m.programa_id = c.programa_id AND m.fan_pk = c.fan_pk AND m.codigo_id = c.id
+  WHERE m.programa_id = %(programa)s AND m.fan_pk = c.fan_pk AND m.codigo_id = c.id
     AND m.motivo = '{Motivo.CANJE.value}'
   ORDER BY m.creado DESC, m.id DESC LIMIT 1), 0)
 FROM codigos c
