@@ -31,9 +31,10 @@ slower than the CTE statement (docs/citus.md).
   before, the new folio (NULL for a known id_externo) and the new balance (NULL when
   nothing moved).
 - `loyalty_redeem(…)`: a redemption, both forms (store/redeem.py): `p_codigo` (the single
-  form: every copy of the text locked in id order, the preferred one chosen) or `p_ids`
-  (a batch: copies the caller locked). Redeems those `asignado`, credits them through
-  `loyalty_move` (codes first, then fans), returns each chosen copy as it was.
+  form: every copy of the text locked in id order and read with its promotion and fan in
+  one statement, the preferred one chosen) or `p_ids` (a batch: copies the caller
+  locked). Redeems those `asignado`, credits them through `loyalty_move` (codes first,
+  then fans), returns each chosen copy as it was.
 - `loyalty_codes_deposit(p_programa, p_promo_id, p_codes)`: the codes a promotion lacks,
   `disponible`, in code order; how many went in.
 
@@ -183,60 +184,90 @@ CREATE FUNCTION loyalty_redeem(
 )
 LANGUAGE plpgsql AS $$
 DECLARE
-    elegidas bigint[];
     fans_q bigint[] := '{}';
     puntos_q bigint[] := '{}';
     codigos_q bigint[] := '{}';
     r record;
+    elegida record;
+    rango integer;
+    mejor integer;
 BEGIN
     IF p_codigo IS NOT NULL THEN
-        -- every copy of the text, locked in id order (as every redemption locks), then
-        -- the preferred one among the states the locks let us see
-        PERFORM FROM codigos c
-        WHERE c.programa_id = p_programa AND c.codigo = p_codigo
-        ORDER BY c.id FOR NO KEY UPDATE;
-        elegidas := ARRAY(
-            SELECT c.id FROM codigos c
+        -- every copy of the text, locked in id order (as every redemption locks), read as
+        -- the locks return them; the preferred state wins, then the oldest
+        FOR r IN
+            SELECT c.id, c.estado, c.fan_pk, p.nombre, p.puntos_canje, f.correo
+            FROM codigos c
+            JOIN promos p ON p.programa_id = c.programa_id AND p.id = c.promo_id
+            LEFT JOIN fans f ON f.programa_id = c.programa_id AND f.pk = c.fan_pk
             WHERE c.programa_id = p_programa AND c.codigo = p_codigo
-            ORDER BY array_position(p_preferencia, c.estado), c.id
-            LIMIT 1);
-    ELSE
-        elegidas := p_ids;
-    END IF;
-    FOR r IN
-        SELECT c.id, c.estado, c.fan_pk, p.nombre, p.puntos_canje, f.correo
-        FROM codigos c
-        JOIN promos p ON p.programa_id = c.programa_id AND p.id = c.promo_id
-        LEFT JOIN fans f ON f.programa_id = c.programa_id AND f.pk = c.fan_pk
-        WHERE c.programa_id = p_programa AND c.id = ANY(elegidas)
-          AND p.programa_id = p_programa
-        ORDER BY c.id
-    LOOP
-        copia := r.id;
-        estado := r.estado;
-        promo := r.nombre;
-        puntos_canje := r.puntos_canje;
-        correo := r.correo;
-        credited := CASE WHEN p_vivo AND r.estado = 'asignado' THEN r.puntos_canje ELSE 0 END;
-        IF r.estado = 'asignado' THEN
-            fans_q := fans_q || r.fan_pk;
-            puntos_q := puntos_q || CAST(credited AS bigint);
-            codigos_q := codigos_q || r.id;
+              AND p.programa_id = p_programa
+            ORDER BY c.id
+            FOR NO KEY UPDATE OF c
+        LOOP
+            rango := coalesce(array_position(p_preferencia, r.estado), 2147483647);
+            IF mejor IS NULL OR rango < mejor THEN
+                mejor := rango;
+                elegida := r;
+            END IF;
+        END LOOP;
+        IF mejor IS NULL THEN
+            RETURN;
         END IF;
+        copia := elegida.id;
+        estado := elegida.estado;
+        promo := elegida.nombre;
+        puntos_canje := elegida.puntos_canje;
+        correo := elegida.correo;
+        credited := CASE WHEN p_vivo AND elegida.estado = 'asignado'
+                         THEN elegida.puntos_canje ELSE 0 END;
         RETURN NEXT;
-    END LOOP;
-    IF cardinality(codigos_q) > 0 THEN
-        UPDATE codigos c SET estado = 'canjeado', canjeado_en = p_ts,
-               canje_terminal = p_terminal, canje_clave_id = p_clave_id,
-               canje_registrado = p_ahora
-        WHERE c.programa_id = p_programa AND c.id = ANY(codigos_q);
-        PERFORM FROM loyalty_move(p_programa, fans_q, puntos_q,
-                                  array_fill(NULL::integer, ARRAY[cardinality(fans_q)]),
-                                  codigos_q, 'canje', '');
+        IF elegida.estado <> 'asignado' THEN
+            RETURN;
+        END IF;
+        fans_q := ARRAY[elegida.fan_pk];
+        puntos_q := ARRAY[CAST(credited AS bigint)];
+        codigos_q := ARRAY[elegida.id];
+    ELSE
+        -- a batch's copies, locked by the caller (store/redeem.lock_copies)
+        FOR r IN
+            SELECT c.id, c.estado, c.fan_pk, p.nombre, p.puntos_canje, f.correo
+            FROM codigos c
+            JOIN promos p ON p.programa_id = c.programa_id AND p.id = c.promo_id
+            LEFT JOIN fans f ON f.programa_id = c.programa_id AND f.pk = c.fan_pk
+            WHERE c.programa_id = p_programa AND c.id = ANY(p_ids)
+              AND p.programa_id = p_programa
+            ORDER BY c.id
+        LOOP
+            copia := r.id;
+            estado := r.estado;
+            promo := r.nombre;
+            puntos_canje := r.puntos_canje;
+            correo := r.correo;
+            credited := CASE WHEN p_vivo AND r.estado = 'asignado'
+                             THEN r.puntos_canje ELSE 0 END;
+            IF r.estado = 'asignado' THEN
+                fans_q := fans_q || r.fan_pk;
+                puntos_q := puntos_q || CAST(credited AS bigint);
+                codigos_q := codigos_q || r.id;
+            END IF;
+            RETURN NEXT;
+        END LOOP;
+        IF cardinality(codigos_q) = 0 THEN
+            RETURN;
+        END IF;
     END IF;
+    UPDATE codigos c SET estado = 'canjeado', canjeado_en = p_ts,
+           canje_terminal = p_terminal, canje_clave_id = p_clave_id,
+           canje_registrado = p_ahora
+    WHERE c.programa_id = p_programa AND c.id = ANY(codigos_q);
+    PERFORM FROM loyalty_move(p_programa, fans_q, puntos_q,
+                              array_fill(NULL::integer, ARRAY[cardinality(fans_q)]),
+                              codigos_q, 'canje', '');
 END
 $$
 """
+
 
 DEPOSIT = """
 CREATE FUNCTION loyalty_codes_deposit(p_programa text, p_promo_id integer, p_codes text[])
