@@ -1,7 +1,7 @@
 """Issue 27, the code half, on a real PostgreSQL: every hot statement reads each program
 table by its program (their plans), the sale's folio (store/folios.py), and this version's
-work on a database at 0016 (the expand revisions: the previous release's schema plus the new
-keys), then contracted to 0020.
+work on a database at the last expand revision (the previous release's schema plus the
+new keys and functions), then contracted to 0020.
 
 Two programs hold the same Fan IDs and the same code texts, so a statement that loses its
 program filter would find the other program's rows.
@@ -9,6 +9,7 @@ program filter would find the other program's rows.
 
 from __future__ import annotations
 
+import importlib
 import json
 import secrets
 from collections.abc import Callable, Iterator
@@ -17,6 +18,7 @@ from dataclasses import dataclass
 from datetime import UTC, date, datetime
 from typing import Any
 
+import psycopg
 import pytest
 from google.protobuf import json_format
 from google.protobuf.descriptor import FieldDescriptor
@@ -42,7 +44,7 @@ from loyalty_grpc.store.autocommit import autocommit
 from loyalty_grpc.store.db import make_engine
 from loyalty_grpc.store.folios import Folios
 from loyalty_grpc.store.keys import caller_of
-from loyalty_grpc.store.ledger import _MOVE_MANY, _MOVE_ONE, Motivo
+from loyalty_grpc.store.ledger import MOVE, Motivo
 from loyalty_grpc.store.migrate import upgrade
 from loyalty_grpc.store.rate_limit import PgCounters
 from loyalty_grpc.store.redeem import ByCopies, ByText, RedeemValues
@@ -53,6 +55,12 @@ from loyalty_grpc.wallet.outbox import send_pending
 from loyalty_grpc.wallet.providers import LocalProvider
 
 PROGRAMS = ("uno", "dos")
+# The revision before the contract (0020): this version's code runs on it.
+EXPAND = str(
+    importlib.import_module(
+        "loyalty_grpc.store.migrations.versions.0020_shard_keys_contract"
+    ).down_revision
+)
 FAN_IDS = [f"F{i:03}" for i in range(1, 5)]
 CODES = [f"C-{i:04}" for i in range(1, 21)]
 # The tables distributed by program, each read by its program in a hot statement's plan.
@@ -160,23 +168,55 @@ def _scans(plan: dict[str, Any]) -> Iterator[dict[str, Any]]:
         yield from _scans(child)
 
 
+def _plans(engine: Engine, sent: Sent) -> list[dict[str, Any]]:
+    """The statement's plan, planned as if no sequential scan were possible; for a call of
+    one of the hot functions (migration 0014), the plans of the statements its body ran
+    (auto_explain's nested statements, sent back as notices), in a transaction rolled
+    back."""
+    if "FROM loyalty_" not in sent.sql:
+        with autocommit(engine) as conn, conn.transaction():
+            conn.execute("SET LOCAL enable_seqscan = off")
+            row = conn.execute("EXPLAIN (FORMAT JSON) " + sent.sql, sent.params).fetchone()
+            conn.execute("SET LOCAL enable_seqscan = on")
+        assert row is not None
+        plan = row[0] if isinstance(row[0], list) else json.loads(row[0])
+        return [plan[0]["Plan"]]
+    notices: list[str] = []
+
+    def keep(diagnostic: psycopg.errors.Diagnostic) -> None:
+        notices.append(diagnostic.message_primary or "")
+
+    with autocommit(engine) as conn:
+        conn.add_notice_handler(keep)
+        try:
+            with conn.transaction(force_rollback=True):
+                conn.execute("LOAD 'auto_explain'")
+                for setting in (
+                    "enable_seqscan = off",
+                    "auto_explain.log_min_duration = 0",
+                    "auto_explain.log_nested_statements = on",
+                    "auto_explain.log_format = json",
+                    "auto_explain.log_level = notice",
+                ):
+                    conn.execute(f"SET LOCAL {setting}")
+                conn.execute(sent.sql, sent.params).fetchall()
+        finally:
+            conn.remove_notice_handler(keep)
+    return [json.loads(n[n.index("{") :])["Plan"] for n in notices if "plan:" in n]
+
+
 def _program_reads(engine: Engine, sent: Sent) -> list[tuple[str, str, str]]:
     """(table, node type, condition) of every read of a program table in the statement's
-    plan, planned as if no sequential scan were possible: a read whose index condition
-    does not name `programa_id` is a read across programs."""
-    with autocommit(engine) as conn, conn.transaction():
-        conn.execute("SET LOCAL enable_seqscan = off")
-        row = conn.execute("EXPLAIN (FORMAT JSON) " + sent.sql, sent.params).fetchone()
-        conn.execute("SET LOCAL enable_seqscan = on")
-    assert row is not None
-    plan = row[0] if isinstance(row[0], list) else json.loads(row[0])
+    plans (`_plans`): a read whose index condition does not name `programa_id` is a read
+    across programs."""
     return [
         (
             node["Relation Name"],
             node["Node Type"],
             node.get("Index Cond", "") + node.get("Recheck Cond", ""),
         )
-        for node in _scans(plan[0]["Plan"])
+        for plan in _plans(engine, sent)
+        for node in _scans(plan)
         if node["Relation Name"] in PROGRAM_TABLES
     ]
 
@@ -246,14 +286,14 @@ def _hot_statements(engine: Engine, caller: Caller, monkeypatch: pytest.MonkeyPa
     sent.append(
         Sent(
             "move one",
-            _MOVE_ONE,
-            {**move, "fan_pk": 1, "puntos": 1, "venta_id": None, "codigo_id": None},
+            MOVE,
+            {**move, "fan_pks": [1], "puntos": [1], "venta_ids": [None], "codigo_ids": [None]},
         )
     )
     sent.append(
         Sent(
             "move many",
-            _MOVE_MANY,
+            MOVE,
             {**move, "fan_pks": [1, 2], "puntos": [1, 1], "venta_ids": [None, None]}
             | {"codigo_ids": [None, None]},
         )
@@ -352,17 +392,18 @@ def test_the_folio_stays_an_int32_json_number(engine: Engine) -> None:
     assert printed["tx"] == INT32_MAX  # a number, not a string
 
 
-# ---------------------------------------------------------------- on 0016, then 0020
+# ------------------------------------------------ on the last expand revision, then 0020
 
 
 def test_this_version_works_on_the_expand_revision_and_its_rows_pass_the_contract(
     create_database: Callable[[], str],
 ) -> None:
-    """On a database at 0016 (the previous release's schema plus the new keys), this
+    """On a database at the last expand revision (the previous release's schema plus the
+    new keys and functions: the contract's down_revision), this
     version's writes (fixture, sales, both redemptions, adjustment, void, the rate limit,
     the wallet sender) work and name their program; the contract (0020) then applies."""
     url = create_database()
-    upgrade(url, "0016")
+    upgrade(url, EXPAND)
     engine = make_engine(url, pool_size=4)
     try:
         callers = load_world(engine)

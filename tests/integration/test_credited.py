@@ -170,7 +170,13 @@ def ledger_credit_of_code(engine: Engine, codigo: str) -> int:
         return int(
             conn.execute(
                 select(func.coalesce(func.sum(movimientos.c.puntos), 0))
-                .select_from(movimientos.join(codigos, codigos.c.id == movimientos.c.codigo_id))
+                .select_from(
+                    movimientos.join(
+                        codigos,
+                        (codigos.c.programa_id == movimientos.c.programa_id)
+                        & (codigos.c.id == movimientos.c.codigo_id),
+                    )
+                )
                 .where(codigos.c.programa_id == P, codigos.c.codigo == codigo)
             ).scalar_one()
         )

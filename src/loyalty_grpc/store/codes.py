@@ -18,8 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Connection, Integer, Row, Select, Text, func, literal, select, update
-from sqlalchemy.dialects.postgresql import ARRAY, insert
+from sqlalchemy import Connection, Row, Select, Text, func, literal, select, update
 
 from loyalty_grpc.domain.promos import EstadoCodigo, EstadoPromo
 from loyalty_grpc.store.tables import codigos, fans, promos
@@ -81,32 +80,23 @@ def promo_by_name_for_share(conn: Connection, programa: str, nombre: str) -> Pro
     return _resumen(row)
 
 
+# The deposit's insert is the function `loyalty_codes_deposit` (migration 0014): an INSERT …
+# SELECT from an array is not router-planned by Citus, the function runs on the node of
+# the program's shard (registered with force_delegation: it runs inside the deposit's
+# unit of work, after the promotion's FOR SHARE).
+DEPOSIT = """
+SELECT * FROM loyalty_codes_deposit(%(programa)s, CAST(%(promo_id)s AS integer),
+                                    CAST(%(codes)s AS text[]))
+"""
+
+
 def insert_new_codes(conn: Connection, programa: str, promo_id: int, codes: Sequence[str]) -> int:
     """Insert the codes the promotion lacks, `disponible`, in code order; how many went in.
-    One statement."""
-    given = (
-        func.unnest(literal(list(codes), ARRAY(Text)))
-        .table_valued("codigo")
-        .render_derived(name="given")
-    )
-    rows = (
-        select(
-            literal(promo_id, Integer),
-            literal(programa, Text),
-            given.c.codigo,
-            literal(EstadoCodigo.DISPONIBLE.value, Text),
-        )
-        .select_from(given)
-        .order_by(given.c.codigo)
-    )
-    inserted = (
-        insert(codigos)
-        .from_select(["promo_id", "programa_id", "codigo", "estado"], rows)
-        .on_conflict_do_nothing(index_elements=["programa_id", "promo_id", "codigo"])
-        .returning(codigos.c.id)
-        .cte("inserted")
-    )
-    return int(conn.execute(select(func.count()).select_from(inserted)).scalar_one())
+    One call."""
+    added = conn.exec_driver_sql(
+        DEPOSIT, {"programa": programa, "promo_id": promo_id, "codes": list(codes)}
+    ).scalar_one()
+    return int(added)
 
 
 def lock_code(conn: Connection, programa: str, promo_id: int, codigo: str) -> LockedCode | None:

@@ -43,6 +43,20 @@ ANCHOR = "fans"
 FUNCTIONS = [
     # The roster page (migration 0013): its snapshot and horizon are the shard's node's.
     ("loyalty_roster_page(text,integer,bigint,bigint,integer)", "p_programa", ANCHOR),
+    # The hot writes (migration 0014): the ledger rule, the sale, a redemption, a deposit.
+    ("loyalty_move(text,bigint[],bigint[],integer[],bigint[],text,text)", "p_programa", ANCHOR),
+    (
+        "loyalty_tx(text,text,text,text,integer,text,text,bigint,text,text,text,timestamptz,"
+        "bigint,bigint)",
+        "p_programa",
+        ANCHOR,
+    ),
+    (
+        "loyalty_redeem(text,text,bigint[],text[],timestamptz,text,bigint,timestamptz,boolean)",
+        "p_programa",
+        ANCHOR,
+    ),
+    ("loyalty_codes_deposit(text,integer,text[])", "p_programa", ANCHOR),
     # The call limit (migration 0015): the key's row locked and the clock read on its
     # shard's node. Called in autocommit: no force_delegation.
     (
@@ -69,6 +83,17 @@ FUNCTIONS = [
         ANCHOR,
     ),
 ]
+
+# Of FUNCTIONS, those called inside a transaction block too, where Citus delegates a call
+# only when the function is registered with `force_delegation => true`: a batch's
+# redemption (after `lock_copies`) and the deposit (after the promotion's FOR SHARE). Every
+# statement of those transactions names the same program, so the same node.
+FORCE_DELEGATION = frozenset(
+    {
+        "loyalty_redeem(text,text,bigint[],text[],timestamptz,text,bigint,timestamptz,boolean)",
+        "loyalty_codes_deposit(text,integer,text[])",
+    }
+)
 
 
 @dataclass(frozen=True)
@@ -121,7 +146,9 @@ def function_statements() -> list[tuple[str, str]]:
         (
             signature,
             f"SELECT create_distributed_function('{signature}', '{argument}', "
-            f"colocate_with => '{table}')",
+            f"colocate_with => '{table}'"
+            + (", force_delegation => true" if signature in FORCE_DELEGATION else "")
+            + ")",
         )
         for signature, argument, table in FUNCTIONS
     ]

@@ -1,8 +1,9 @@
 """The readings of a POS `fan` value (domain/fan_ref.py, in its order) as SQL: for each
 form, a query giving the one active fan of the program it names, best reading first.
 
-`fan/resolve` and `tx` put it first in their single statement (`WITH fan AS (...)`), so the
-lookup costs no round trip of its own. Parameters: %(programa)s, %(valor)s (the normalised
+`fan/resolve` puts it first in its single statement (`WITH fan AS (...)`), so the lookup
+costs no round trip of its own; `tx`'s function (`loyalty_tx`, migration 0014) holds a
+frozen copy of the three readings. Parameters: %(programa)s, %(valor)s (the normalised
 value) and, for the text form, %(crudo)s (the value as scanned). Columns: the fan's
 `pk, fan_id, nombre, correo, socio_desde, temporadas, puntos` and `via_codigo`, the coupon
 code's row id when the fan was identified by a code (else NULL). Every table it reads is

@@ -1,7 +1,7 @@
-"""Redeeming coupon codes: one statement for both forms of `redeem`, so that a redemption
-writes the same columns whichever form asks for it (the code's state, the POS's time, the
-terminal, the key, the server's time) and credits through the ledger's CTEs
-(store/ledger.py) in the same round trip.
+"""Redeeming coupon codes: one function, `loyalty_redeem` (migration 0014), for both forms
+of `redeem`, so that a redemption writes the same columns whichever form asks for it (the
+code's state, the POS's time, the terminal, the key, the server's time) and credits through
+the ledger rule (`loyalty_move`, store/ledger.py) in the same round trip.
 
 What is redeemed (`Choice`):
 - `ByText`, the single form, the cashier's hot path: the statement locks every copy of the
@@ -47,7 +47,7 @@ from sqlalchemy.types import Text
 from loyalty_grpc.domain.promos import EstadoCodigo
 from loyalty_grpc.domain.redeem import PREFERENCIA, Copy
 from loyalty_grpc.store.autocommit import fetch_all
-from loyalty_grpc.store.ledger import Motivo, move_ctes
+from loyalty_grpc.store.ledger import Motivo
 from loyalty_grpc.store.tables import codigos, fans, promos
 
 
@@ -67,61 +67,16 @@ class ByCopies:
 
 Choice = ByText | ByCopies
 
-_POR_TEXTO = """
-copias AS (
-  SELECT id, estado, fan_pk, promo_id, programa_id FROM codigos
-  WHERE programa_id = %(programa)s AND codigo = %(codigo)s
-  ORDER BY id
-  FOR NO KEY UPDATE
-), elegida AS (
-  SELECT * FROM copias
-  ORDER BY array_position(CAST(%(preferencia)s AS text[]), estado), id
-  LIMIT 1
-)"""
-
-_POR_COPIAS = """
-elegida AS (
-  SELECT id, estado, fan_pk, promo_id, programa_id FROM codigos
-  WHERE programa_id = %(programa)s AND id = ANY(CAST(%(ids)s AS bigint[]))
-)"""
-
-
-def _statement(choice: str, *, one_fan: bool) -> str:
-    """Redeem the `asignado` rows of the CTE `elegida` (id, estado, fan_pk, promo_id,
-    programa_id: the copies of the program %(programa)s),
-    credit them, and read each chosen copy as it was with what this statement credited:
-    its promotion's points when it was `asignado` and the key is live (an `asignado` code
-    has a fan: the check fan_si_entregado), read in the statement's snapshot as `quemada`
-    reads them. Not a join on `quemada`: reading a data-modifying CTE's rows again cost
-    the single form 4 % (docs/performance.md)."""
-    return f"""
-WITH {choice}, quemada AS (
-  UPDATE codigos SET estado = '{EstadoCodigo.CANJEADO.value}', canjeado_en = %(ts)s,
-         canje_terminal = %(terminal)s, canje_clave_id = %(clave_id)s,
-         canje_registrado = %(ahora)s
-  FROM elegida
-  WHERE codigos.programa_id = %(programa)s AND codigos.id = elegida.id
-    AND elegida.estado = '{EstadoCodigo.ASIGNADO.value}'
-  RETURNING codigos.fan_pk,
-            CASE WHEN %(vivo)s
-                 THEN (SELECT puntos_canje FROM promos
-                       WHERE programa_id = %(programa)s AND id = codigos.promo_id)
-                 ELSE 0 END AS puntos,
-            NULL::integer AS venta_id, codigos.id AS codigo_id
-), {move_ctes("quemada", one_fan=one_fan)}
-SELECT elegida.id, elegida.estado, p.nombre, p.puntos_canje, f.correo,
-       CASE WHEN %(vivo)s AND elegida.estado = '{EstadoCodigo.ASIGNADO.value}'
-            THEN p.puntos_canje ELSE 0 END
-FROM elegida
-JOIN promos p ON p.programa_id = elegida.programa_id AND p.id = elegida.promo_id
-LEFT JOIN fans f ON f.programa_id = elegida.programa_id AND f.pk = elegida.fan_pk
-"""  # noqa: S608 (only constants are interpolated)
-
-
-# The single form's fan is the one of its one copy: the balance UPDATE takes its lock
-# (store/ledger.move_ctes); a batch's fans are locked first, in pk order.
-REDEEM_TEXT = _statement(_POR_TEXTO, one_fan=True)
-REDEEM_COPIES = _statement(_POR_COPIAS, one_fan=False)
+# Both forms are the function `loyalty_redeem` (migration 0014), called in the one form Citus
+# delegates to the node of the program's shard: `p_codigo` for `ByText` (autocommit), `p_ids`
+# for `ByCopies` (in the batch's transaction: registered with force_delegation,
+# store/distribution.py).
+REDEEM = """
+SELECT * FROM loyalty_redeem(%(programa)s, %(codigo)s, CAST(%(ids)s AS bigint[]),
+                             CAST(%(preferencia)s AS text[]), CAST(%(ts)s AS timestamptz),
+                             %(terminal)s, CAST(%(clave_id)s AS bigint),
+                             CAST(%(ahora)s AS timestamptz), %(vivo)s)
+"""
 
 
 @dataclass(frozen=True)
@@ -170,15 +125,12 @@ def redeem(db: Db, values: RedeemValues, choice: Choice) -> list[RedeemRow]:
         "clave_id": values.clave_id,
         "ahora": values.ahora,
         "vivo": values.vivo,
-        "motivo": Motivo.CANJE.value,
-        "nota": "",
+        "preferencia": list(PREFERENCIA),
     }
     if isinstance(choice, ByText):
-        sql = REDEEM_TEXT
-        params |= {"codigo": choice.codigo, "preferencia": list(PREFERENCIA)}
+        params |= {"codigo": choice.codigo, "ids": None}
     elif choice.ids:
-        sql = REDEEM_COPIES
-        params["ids"] = list(choice.ids)
+        params |= {"codigo": None, "ids": list(choice.ids)}
     else:
         return []
     return [
@@ -190,7 +142,7 @@ def redeem(db: Db, values: RedeemValues, choice: Choice) -> list[RedeemRow]:
             correo=correo or "",
             credited=int(credited),
         )
-        for copia, estado, promo, puntos_canje, correo, credited in _rows(db, sql, params)
+        for copia, estado, promo, puntos_canje, correo, credited in _rows(db, REDEEM, params)
     ]
 
 
@@ -215,11 +167,13 @@ def lock_copies(
     version the lock returns."""
     if not texts:
         return {}, {}
-    of_promo = (promos.c.programa_id == codigos.c.programa_id, promos.c.id == codigos.c.promo_id)
+    # The program named in each subquery too: Citus routes a SELECT … FOR UPDATE only
+    # when every table it reads is pinned to the one shard.
+    of_promo = (promos.c.programa_id == programa, promos.c.id == codigos.c.promo_id)
     promo = select(promos.c.nombre).where(*of_promo)
     puntos = select(promos.c.puntos_canje).where(*of_promo)
     correo = select(fans.c.correo).where(
-        fans.c.programa_id == codigos.c.programa_id, fans.c.pk == codigos.c.fan_pk
+        fans.c.programa_id == programa, fans.c.pk == codigos.c.fan_pk
     )
     rows = conn.execute(
         select(
@@ -264,10 +218,12 @@ def lock_copies(
 # ANALYZE: 0.2-0.3 ms for a fan with 2,500 entries), on the duplicate path only. The latest
 # is by (creado, id): on a cluster ids are unique but do not grow within a shard (each node
 # hands out a range of its own, and a shard may move), so the entry's time orders first.
+# The subquery names the program itself: correlated on c.programa_id only, Citus sends the
+# statement to every shard (EXPLAIN: one task per shard), not to the program's.
 CREDITED = f"""
 SELECT c.id, coalesce((
   SELECT m.puntos FROM movimientos m
-  WHERE m.programa_id = c.programa_id AND m.fan_pk = c.fan_pk AND m.codigo_id = c.id
+  WHERE m.programa_id = %(programa)s AND m.fan_pk = c.fan_pk AND m.codigo_id = c.id
     AND m.motivo = '{Motivo.CANJE.value}'
   ORDER BY m.creado DESC, m.id DESC LIMIT 1), 0)
 FROM codigos c

@@ -1,7 +1,7 @@
 """The call limit's request and settlement as function calls, run where the key's row is.
 
 Revision ID: 0015
-Revises: 0013
+Revises: 0014
 Create Date: 2026-11-28
 
 Expand: two new functions, nothing else; the previous version never calls them.
@@ -46,7 +46,7 @@ from collections.abc import Sequence
 from alembic import op
 
 revision: str = "0015"
-down_revision: str | Sequence[str] | None = "0013"
+down_revision: str | Sequence[str] | None = "0014"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
