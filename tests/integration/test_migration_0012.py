@@ -194,14 +194,31 @@ def test_the_contract_keeps_every_row_and_the_ledger(at_0011: str) -> None:
     assert int(str(new[0])) > int(str(pks[0]))
 
 
-def test_the_previous_version_cannot_sell_after_the_contract(at_0011: str) -> None:
-    """Why 0020 waits for `--contract`: the 0011 sale names no folio."""
+def test_the_previous_version_cannot_deposit_codes_after_the_contract(at_0011: str) -> None:
+    """Why 0020 waits for `--contract`: the 0011 deposit's `ON CONFLICT` target is gone."""
     migrate.upgrade(at_0011, contract=True)
     with (
         psycopg.connect(at_0011, autocommit=True) as conn,
-        pytest.raises(psycopg.errors.NotNullViolation),
+        pytest.raises(psycopg.errors.InvalidColumnReference),
     ):
-        _previous_version_writes(conn, 1)
+        conn.execute(DEPOSIT_0011, {"codes": ["C-AFTER"]})
+
+
+def test_sql_written_for_the_old_schema_still_sells_after_the_contract(at_0011: str) -> None:
+    """A sale that names neither the folio nor the ledger's and outbox's program (the
+    reference benchmark's pgbench side, ../shared/bench/tx_vs_pgbench.sh) still works: the
+    contract keeps `ventas.id`'s default and the triggers that fill `programa_id`."""
+    migrate.upgrade(at_0011, contract=True)
+    with psycopg.connect(at_0011, autocommit=True) as conn:
+        row = conn.execute(
+            SALE_0011, {"programa": "a", "qr": "qa1", "id_externo": "after", "puntos": 7}
+        ).fetchone()
+        assert row is not None
+        assert conn.execute(LEDGER_MISMATCH_SQL).fetchall() == []
+        ledger = conn.execute(
+            "SELECT programa_id FROM movimientos WHERE venta_id = %s", (row[0],)
+        ).fetchall()
+    assert ledger == [("a",)]
 
 
 def test_a_new_database_goes_straight_to_head(create_database: Callable[[], str]) -> None:

@@ -223,9 +223,16 @@ codigos = Table(
 ventas = Table(
     "ventas",
     metadata,
-    # The folio (`tx`, an int32 JSON number): no default, the sale passes it, taken from
-    # the sequence `ventas_folio_seq` in blocks (store/folios.py). Unique across programs.
-    Column("id", Integer, nullable=False, autoincrement=False),
+    # The folio (`tx`, an int32 JSON number), unique across programs: the sale passes it,
+    # taken from `ventas_folio_seq` in blocks (store/folios.py); the default serves SQL
+    # that names no folio (migration 0020), never this version's.
+    Column(
+        "id",
+        Integer,
+        nullable=False,
+        autoincrement=False,
+        server_default=text("nextval('ventas_folio_seq')"),
+    ),
     Column("programa_id", Text, ForeignKey("programas.id"), nullable=False),
     # Test sales live in their own idempotency namespace.
     Column("modo", Text, nullable=False),

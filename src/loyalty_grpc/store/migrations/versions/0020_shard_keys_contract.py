@@ -11,8 +11,13 @@ CONTRACT = True: `loyalty migrate` applies it to an existing database only with
 `--contract` (store/migrate.py), after every server runs a version that writes
 `programa_id` itself (0012's code). A database with no revision goes straight through.
 
-- The five `programa_id` columns 0012 added become NOT NULL; the triggers that filled them
-  for the previous version go.
+- The five `programa_id` columns 0012 added become NOT NULL. The triggers that fill them
+  when an INSERT leaves them out stay, and so does `ventas.id`'s default
+  (`ventas_folio_seq`): this version always names the program and passes the folio
+  (store/folios.py), but SQL written for the schema before 0012 — the reference
+  benchmark's pgbench sale (../shared/bench/tx_vs_pgbench.sh), an operator's script —
+  keeps working on PostgreSQL (on Citus an INSERT without the distribution column is
+  refused before any trigger).
 - The program-leading unique indexes of 0012 become the primary keys of fans, promos,
   codigos, ventas, movimientos, wallet_outbox, wallet_pases, wallet_entregas and
   limite_llamadas; foreign keys between program tables name the program on both sides
@@ -25,8 +30,6 @@ CONTRACT = True: `loyalty migrate` applies it to an existing database only with
   version's wallet sender takes the oldest rows of every program by id, which the primary
   key no longer leads (this version's sender goes program by program, 0016; a later
   contract drops the index).
-- `ventas.id` has no default: this version always passes the folio (store/folios.py,
-  from `ventas_folio_seq`, which stays).
 - `fans.cambio_seq` (read by no one since 0004) and its sequence go, and
   `ix_fans_programa_correo_anterior` (0009's index for the version before it).
 
@@ -62,26 +65,6 @@ PRIMARY_KEYS = [
     ("wallet_entregas", "id", "uq_wallet_entregas_programa_id_id"),
     ("limite_llamadas", "clave_id", "uq_limite_llamadas_programa_id_clave_id"),
 ]
-
-# 0012's functions filling `programa_id` for the previous version (restored on downgrade).
-FILL = {
-    "loyalty_programa_del_fan": """
-CREATE FUNCTION loyalty_programa_del_fan() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN
-    SELECT f.programa_id INTO NEW.programa_id FROM fans f WHERE f.pk = NEW.fan_pk;
-    RETURN NEW;
-END
-$$
-""",
-    "loyalty_programa_de_la_clave": """
-CREATE FUNCTION loyalty_programa_de_la_clave() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN
-    SELECT c.programa_id INTO NEW.programa_id FROM claves c WHERE c.id = NEW.clave_id;
-    RETURN NEW;
-END
-$$
-""",
-}
 
 # (table, name, definition): the single-column foreign keys that go (restored on downgrade).
 OLD_FOREIGN_KEYS = [
@@ -214,10 +197,7 @@ def upgrade() -> None:
         "wallet_pases, wallet_entregas, limite_llamadas IN ACCESS EXCLUSIVE MODE"
     )
     for table in FROM_FAN + FROM_KEY:
-        _sql(f"DROP TRIGGER {table}_programa ON {table}")
         _sql(f"ALTER TABLE {table} ALTER COLUMN programa_id SET NOT NULL")
-    _sql("DROP FUNCTION loyalty_programa_del_fan()")
-    _sql("DROP FUNCTION loyalty_programa_de_la_clave()")
 
     for table, name, _definition in OLD_FOREIGN_KEYS:
         _sql(f"ALTER TABLE {table} DROP CONSTRAINT {name}")
@@ -232,7 +212,6 @@ def upgrade() -> None:
         _sql(f"DROP INDEX {name}")
     _sql("CREATE INDEX ix_wallet_outbox_id ON wallet_outbox (id)")
 
-    _sql("ALTER TABLE ventas ALTER COLUMN id DROP DEFAULT")
     _sql(FANS_CAMBIO)
     _sql("ALTER TABLE fans DROP COLUMN cambio_seq")
     _sql("DROP SEQUENCE fans_cambio_seq")
@@ -244,7 +223,6 @@ def downgrade() -> None:
         "ALTER TABLE fans ADD COLUMN cambio_seq bigint NOT NULL DEFAULT nextval('fans_cambio_seq')"
     )
     _sql(FANS_CAMBIO_0012)
-    _sql("ALTER TABLE ventas ALTER COLUMN id SET DEFAULT nextval('ventas_folio_seq')")
 
     _sql("DROP INDEX ix_wallet_outbox_id")
     for name, definition in OLD_INDEXES:
@@ -258,14 +236,5 @@ def downgrade() -> None:
     for table, name, definition in OLD_FOREIGN_KEYS:
         _sql(f"ALTER TABLE {table} ADD CONSTRAINT {name} {definition}")
 
-    for definition in FILL.values():
-        _sql(definition)
     for table in FROM_FAN + FROM_KEY:
-        function = (
-            "loyalty_programa_del_fan" if table in FROM_FAN else "loyalty_programa_de_la_clave"
-        )
         _sql(f"ALTER TABLE {table} ALTER COLUMN programa_id DROP NOT NULL")
-        _sql(
-            f"CREATE TRIGGER {table}_programa BEFORE INSERT ON {table} FOR EACH ROW "
-            f"WHEN (NEW.programa_id IS NULL) EXECUTE FUNCTION {function}()"
-        )
