@@ -62,6 +62,7 @@ from loyalty_grpc.domain.caller import Caller
 from loyalty_grpc.domain.errors import CodigoError, LoyaltyError
 from loyalty_grpc.gen.loyalty.v1 import pos_service_pb2_grpc as pb_grpc
 from loyalty_grpc.services.backoffice.keys import authenticate
+from loyalty_grpc.store.folios import Folios
 
 sys.path.insert(0, str(Path(__file__).parent))
 
@@ -172,7 +173,7 @@ def build(
 ) -> tuple[grpc.Server, int]:
     engine = BarePool(database_url, connections).as_engine()
     callers = load_keys(engine, BENCH_KEYS)
-    real = PosServicer(engine)
+    real = PosServicer(engine, Folios(engine))
     # The generated base class answers every method UNIMPLEMENTED (its stubs call the
     # methods abstract) … but these.
     servicer = pb_grpc.PosServiceServicer()  # type: ignore[abstract]

@@ -192,8 +192,9 @@ class FullStack:
     def audit(self) -> str:
         """Per fan, balance = sum of the ledger: the count of fans where it is not."""
         bad = self.psql(
-            "SELECT count(*) FROM fans f LEFT JOIN (SELECT fan_pk, sum(puntos) s "
-            "FROM movimientos GROUP BY fan_pk) m ON m.fan_pk = f.pk "
+            "SELECT count(*) FROM fans f LEFT JOIN (SELECT programa_id, fan_pk, sum(puntos) s "
+            "FROM movimientos GROUP BY programa_id, fan_pk) m "
+            "ON m.programa_id = f.programa_id AND m.fan_pk = f.pk "
             "WHERE f.puntos <> coalesce(m.s, 0)"
         )
         total = self.psql("SELECT sum(puntos) FROM fans")

@@ -82,8 +82,9 @@ end
 SELECT pk AS fpk FROM fans
   WHERE programa_id = '{PROGRAM}' AND {fan_sql} AND estado = 'activo' \\gset
 SELECT p.nombre, p.descripcion, p.vigencia_fin, c.codigo
-  FROM codigos c JOIN promos p ON p.id = c.promo_id
-  WHERE c.fan_pk = :fpk AND c.estado = 'asignado' AND p.estado = 'activa'
+  FROM codigos c JOIN promos p ON p.programa_id = c.programa_id AND p.id = c.promo_id
+  WHERE c.programa_id = '{PROGRAM}' AND c.fan_pk = :fpk AND c.estado = 'asignado'
+    AND p.estado = 'activa'
     AND p.vigencia_fin >= current_date
   ORDER BY p.vigencia_fin, c.id LIMIT 1;
 """,
@@ -91,10 +92,12 @@ SELECT p.nombre, p.descripcion, p.vigencia_fin, c.codigo
 
 
 _CREDIT_SQL = """\
-WITH c AS (UPDATE fans SET puntos = puntos + {pts} WHERE pk = :fpk RETURNING pk, puntos),
-     l AS (INSERT INTO movimientos (fan_pk, puntos, motivo, {ref_column})
-           SELECT pk, {pts}, '{motivo}', {ref} FROM c),
-     o AS (INSERT INTO wallet_outbox (fan_pk, saldo) SELECT pk, puntos FROM c)
+WITH c AS (UPDATE fans SET puntos = puntos + {pts}
+           WHERE programa_id = '{program}' AND pk = :fpk RETURNING pk, puntos),
+     l AS (INSERT INTO movimientos (programa_id, fan_pk, puntos, motivo, {ref_column})
+           SELECT '{program}', pk, {pts}, '{motivo}', {ref} FROM c),
+     o AS (INSERT INTO wallet_outbox (programa_id, fan_pk, saldo)
+           SELECT '{program}', pk, puntos FROM c)
 SELECT puntos FROM c;
 """
 
@@ -116,13 +119,15 @@ end
 SELECT tasa_puntos, moneda FROM programas WHERE id = '{PROGRAM}';
 SELECT pk AS fpk FROM fans WHERE programa_id = '{PROGRAM}'
   AND fan_id = 'F' || lpad(:f::text, 6, '0') AND estado = 'activo' \\gset
-INSERT INTO ventas (programa_id, modo, id_externo, fan_pk, importe_centavos, moneda,
+INSERT INTO ventas (id, programa_id, modo, id_externo, fan_pk, importe_centavos, moneda,
                     terminal, ts, puntos, clave_id)
-  VALUES ('{PROGRAM}', 'vivo', 'pg' || :x, :fpk, 123450, 'MXN', 'T1', now(), 123,
-          (SELECT min(id) FROM claves))
+  VALUES (nextval('ventas_folio_seq'), '{PROGRAM}', 'vivo', 'pg' || :x, :fpk, 123450,
+          'MXN', 'T1', now(), 123, (SELECT min(id) FROM claves))
   ON CONFLICT DO NOTHING RETURNING id AS vid \\gset
 """
-        + _CREDIT_SQL.format(pts=123, ref_column="venta_id", motivo="venta", ref=":vid")
+        + _CREDIT_SQL.format(
+            pts=123, ref_column="venta_id", motivo="venta", ref=":vid", program=PROGRAM
+        )
         + "END;\n",
     ),
     _resolve("id", 'string.format("f%06d", g)', "fan_id = 'F' || lpad(:g::text, 6, '0')"),
@@ -148,14 +153,16 @@ end
         + _KEY_SQL
         + f"""\
 SELECT c.id AS cid, c.fan_pk AS fpk, p.puntos_canje AS pts
-  FROM codigos c JOIN promos p ON p.id = c.promo_id
+  FROM codigos c JOIN promos p ON p.programa_id = c.programa_id AND p.id = c.promo_id
   WHERE c.programa_id = '{PROGRAM}' AND c.codigo = 'C' || lpad(:c::text, 8, '0')
   ORDER BY c.id FOR NO KEY UPDATE OF c \\gset
 UPDATE codigos SET estado = 'canjeado', canjeado_en = now(), canje_terminal = 'T1',
                    canje_registrado = now()
-  WHERE id = :cid AND estado = 'asignado';
+  WHERE programa_id = '{PROGRAM}' AND id = :cid AND estado = 'asignado';
 """
-        + _CREDIT_SQL.format(pts=":pts", ref_column="codigo_id", motivo="canje", ref=":cid")
+        + _CREDIT_SQL.format(
+            pts=":pts", ref_column="codigo_id", motivo="canje", ref=":cid", program=PROGRAM
+        )
         + "END;\n",
     ),
     Op(

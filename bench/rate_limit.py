@@ -14,7 +14,7 @@ cache TTL 5 s, so a ping without the limiter touches no database) and Envoy in f
   key costs a round trip per batch of up to 64 calls (the slack of so high a limit, a
   sixtieth of it, never binds; at 600 a minute it caps a key's spare calls at 8), and the
   settler thread settles the batches left when a second ends;
-- `per call`: the same with rate_limit_batch=1: one INSERT ... ON CONFLICT DO UPDATE on
+- `per call`: the same with rate_limit_batch=1: one `loyalty_limit_reserve` call on
   the key's row per call, the cost of a key's first call in a second (e.g. many keys
   calling now and then);
 
@@ -99,7 +99,7 @@ def statement_cost(database_url: str) -> tuple[float, float]:
     (PgCounters.settle, what the settler sends); sequential, one thread, warm pool."""
     from sqlalchemy import select
 
-    from loyalty_grpc.domain.rate_limit import Refund, slack
+    from loyalty_grpc.domain.rate_limit import LimitKey, Refund, slack
     from loyalty_grpc.store.db import make_engine
     from loyalty_grpc.store.rate_limit import PgCounters
     from loyalty_grpc.store.tables import claves
@@ -108,7 +108,9 @@ def statement_cost(database_url: str) -> tuple[float, float]:
     slack_calls = slack(ON_LIMIT)
     try:
         with engine.connect() as conn:
-            clave_id = conn.execute(select(claves.c.id).limit(1)).scalar_one()
+            clave_id = LimitKey(
+                *conn.execute(select(claves.c.programa_id, claves.c.id).limit(1)).one()
+            )
         counters = PgCounters(engine)
 
         def reserve() -> None:
@@ -142,7 +144,7 @@ def limiter_alone(
 
     from sqlalchemy import select
 
-    from loyalty_grpc.domain.rate_limit import Refund
+    from loyalty_grpc.domain.rate_limit import LimitKey, Refund
     from loyalty_grpc.services.rate_limit import RateLimiter
     from loyalty_grpc.store.db import make_engine
     from loyalty_grpc.store.rate_limit import PgCounters, Reservation
@@ -153,7 +155,7 @@ def limiter_alone(
     class Counting(PgCounters):
         def reserve(
             self,
-            clave_id: int,
+            clave_id: LimitKey,
             wanted: int,
             limit: int,
             refund: Refund | None = None,
@@ -169,7 +171,9 @@ def limiter_alone(
     engine = make_engine(database_url, pool_size=threads)
     try:
         with engine.connect() as conn:
-            clave_id = conn.execute(select(claves.c.id).limit(1)).scalar_one()
+            clave_id = LimitKey(
+                *conn.execute(select(claves.c.programa_id, claves.c.id).limit(1)).one()
+            )
         limiter = RateLimiter(Counting(engine), ON_LIMIT)
         calls = [0] * threads
         deadline = time.monotonic() + seconds

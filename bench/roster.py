@@ -16,10 +16,10 @@ Envoy in this process, on loopback, and measures:
     process: SQL + rows, no gRPC, no JSON);
 (c) `--changes` balance changes in transactions of 1,000 random fans, then the changes
     after the snapshot, followed page by page both ways; time per change page;
-(d) EXPLAIN (ANALYZE, BUFFERS) of a change page and a snapshot page, exactly as the
-    service builds them (store.roster.changes_query / snapshot_query) with the
-    parameters of a real page in the middle of the feed: each must be one Index Scan
-    (no Seq Scan, no Sort, no OFFSET).
+(d) the plans (ANALYZE, BUFFERS) of a change page's and a snapshot page's fan query, as
+    the page function (migration 0013, store.roster.PAGE) runs them, caught by
+    auto_explain of its nested statements, with the parameters of a real page in the
+    middle of the feed: each must be one Index Scan (no Seq Scan, no Sort, no OFFSET).
 
 Every fan is counted: the snapshot must deliver exactly `--fans` distinct fans and the
 change pages at least the distinct fans changed. Bounds: at most --max-pages pages per
@@ -42,20 +42,21 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import httpx
 from _stack import bench_server
-from sqlalchemy import Engine, Select, text
+from sqlalchemy import Engine, text
 
 from loyalty_grpc.domain.roster_cursor import Fase, decode_cursor
 from loyalty_grpc.runtime.gateway.envoy import EnvoyProcess, gateway_spec
 from loyalty_grpc.runtime.postgres import start_embedded
 from loyalty_grpc.services.backoffice.fixtures import apply_fixture
 from loyalty_grpc.services.pos.roster import read_roster
+from loyalty_grpc.store.autocommit import autocommit
 from loyalty_grpc.store.db import make_engine
 from loyalty_grpc.store.migrate import upgrade
-from loyalty_grpc.store.roster import changes_query, snapshot_query
+from loyalty_grpc.store.roster import PAGE
 from loyalty_grpc.store.uow import run_in_uow
 
 T = TypeVar("T")
@@ -76,8 +77,8 @@ SELECT CASE WHEN g % 11 = 0 THEN :other ELSE :program END,
 FROM generate_series(1, :total) AS g
 """
 LEDGER_SQL = """
-INSERT INTO movimientos (fan_pk, puntos, motivo, nota)
-SELECT pk, puntos, 'ajuste', 'saldo inicial (bench)' FROM fans WHERE puntos <> 0
+INSERT INTO movimientos (programa_id, fan_pk, puntos, motivo, nota)
+SELECT programa_id, pk, puntos, 'ajuste', 'saldo inicial (bench)' FROM fans WHERE puntos <> 0
 """
 # One transaction: +1 point to CHANGE_BATCH random fans of the program, with their ledger
 # entries (a trigger-stamped change per fan).
@@ -88,10 +89,10 @@ WITH picked AS (
 ), changed AS (
     UPDATE fans SET puntos = fans.puntos + 1 FROM picked
     WHERE fans.pk = picked.pk AND fans.programa_id = :program
-    RETURNING fans.pk
+    RETURNING fans.programa_id, fans.pk
 )
-INSERT INTO movimientos (fan_pk, puntos, motivo, nota)
-SELECT pk, 1, 'ajuste', 'bench' FROM changed
+INSERT INTO movimientos (programa_id, fan_pk, puntos, motivo, nota)
+SELECT programa_id, pk, 1, 'ajuste', 'bench' FROM changed
 RETURNING fan_pk
 """
 
@@ -220,12 +221,35 @@ def change(engine: Engine, first: int, span: int, changes: int) -> int:
     return len(changed)
 
 
-def explain(engine: Engine, label: str, statement: Select[Any]) -> list[str]:
-    sql = str(statement.compile(dialect=engine.dialect, compile_kwargs={"literal_binds": True}))
-    with engine.connect() as conn:
-        plan = [r[0] for r in conn.execute(text("EXPLAIN (ANALYZE, BUFFERS) " + sql))]
+def explain(
+    engine: Engine, label: str, desde: tuple[int, int, int] | None, limite: int
+) -> list[str]:
+    """The plan of the page's fan query, as the page function runs it (auto_explain of its
+    nested statements, with ANALYZE and BUFFERS, sent to this client at LOG level)."""
+    logged: list[str] = []
+    fase, xid, pk = desde if desde is not None else (None, None, None)
+    with autocommit(engine) as conn:
+        conn.add_notice_handler(lambda d: logged.append(d.message_primary or ""))
+        for setting in (
+            "LOAD 'auto_explain'",
+            "SET auto_explain.log_min_duration = 0",
+            "SET auto_explain.log_nested_statements = on",
+            "SET auto_explain.log_analyze = on",
+            "SET auto_explain.log_buffers = on",
+            "SET client_min_messages = log",
+        ):
+            conn.execute(setting)
+        try:
+            conn.execute(
+                PAGE,
+                {"programa": PROGRAM, "fase": fase, "xid": xid, "pk": pk, "limite": limite},
+            ).fetchall()
+        finally:
+            conn.execute("RESET ALL")
+    (page,) = [m for m in logged if "FROM fans f" in m and "ORDER BY f." in m]
+    plan = page.splitlines()
     print(f"\n{label}:\n  " + "\n  ".join(plan))
-    return plan
+    return plan[plan.index(next(line for line in plan if line.startswith("Query Text"))) + 1 :]
 
 
 def check_plan(label: str, plan: list[str], *indexes: str) -> None:
@@ -348,27 +372,26 @@ def run(args: argparse.Namespace) -> int:
         middle = read_roster(engine, PROGRAM, end_service, 500, settle_seconds=0)
         position = decode_cursor(PROGRAM, middle.siguiente).posicion
         assert position.fase is Fase.CAMBIOS
-        with engine.connect() as conn:
-            horizon = int(
-                conn.execute(
-                    text("SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint")
-                ).scalar_one()
-            )
         plan = explain(
             engine,
-            f"a change page (limite={args.limite}), after "
-            f"(xid {position.xid}, pk {position.pk}), horizon {horizon}",
-            changes_query(PROGRAM, position, horizon, args.limite),
+            f"a change page (limite={args.limite}), after (xid {position.xid}, pk {position.pk})",
+            (position.fase.value, position.xid, position.pk),
+            args.limite,
         )
         check_plan("change page", plan, "ix_fans_programa_cambio_xid")
+        # A snapshot page with a real cursor (the page function serves only those).
+        second = decode_cursor(
+            PROGRAM, read_roster(engine, PROGRAM, None, args.limite, settle_seconds=0).siguiente
+        ).posicion
+        assert second.fase is Fase.FOTO
         plan = explain(
             engine,
-            f"a snapshot page (limite={args.limite}) in the middle",
-            snapshot_query(PROGRAM, first + span // 2, args.limite),
+            f"a snapshot page (limite={args.limite}), the second",
+            (second.fase.value, second.xid, second.pk),
+            args.limite,
         )
-        # The planner may prefer the primary key filtered by program when the program's
-        # rows are dense in it (here 10 of every 11): still one range scan, no sort.
-        check_plan("snapshot page", plan, "ix_fans_programa_pk", "pk_fans")
+        # One range scan of the primary key (programa_id, pk), no sort.
+        check_plan("snapshot page", plan, "pk_fans")
 
     header = (
         f"{'':48} {'fans':>9} {'pages':>6} {'seconds':>8} {'fans/s':>10} "

@@ -9,8 +9,9 @@ machine's load hits both alike, in this process:
 
 (a) the page's first statement in its REPEATABLE READ READ ONLY transaction, as before issue
     24 (the horizon, the newest transaction id, the newest change: `BEFORE`, the text of
-    that release) and now (store/roster_cursors.FEED_STATE: also the cluster's identity and
-    the probe of `desde`'s record);
+    that release) and after it (`FEED_STATE`, store/roster_cursors.py's text from issue 24
+    to 27: also the cluster's identity and the probe of `desde`'s record; since issue 27
+    the page's state and rows are one call, store/roster.PAGE, timed by bench/roster.py);
 (b) recording a new cursor (store/roster_cursors.record_cursor: its own committed
     transaction, a WAL flush), what a page that hands out a new cursor adds;
 (c) whole quiet polls (services.pos.roster.read_roster with a cursor at the end of the
@@ -36,7 +37,7 @@ from loyalty_grpc.runtime.postgres import start_embedded
 from loyalty_grpc.services.pos.roster import read_roster
 from loyalty_grpc.store.db import make_engine
 from loyalty_grpc.store.migrate import upgrade
-from loyalty_grpc.store.roster_cursors import FEED_STATE, record_cursor
+from loyalty_grpc.store.roster_cursors import record_cursor
 
 PROGRAM = "bench"
 
@@ -46,6 +47,18 @@ BEFORE = text(
     "pg_snapshot_xmax(s)::text::bigint AS newest, "
     "(SELECT max(cambio_xid) FROM fans WHERE programa_id = :programa) AS newest_change "
     "FROM pg_current_snapshot() AS s"
+)
+
+# The page's first statement from issue 24 to issue 27 (store/roster_cursors.FEED_STATE).
+FEED_STATE = text(
+    "SELECT pg_snapshot_xmin(s)::text::bigint AS horizon, "
+    "(SELECT max(f.cambio_xid) FROM fans f WHERE f.programa_id = :programa "
+    " AND f.cambio_xid < pg_snapshot_xmax(s)::text::bigint) AS newest_change, "
+    "c.system_identifier AS sistema, "
+    "EXISTS (SELECT FROM roster_cursores r WHERE r.programa_id = :programa "
+    " AND r.sistema = c.system_identifier AND r.fase = :fase AND r.xid = :xid "
+    " AND r.pk = :pk) AS emitido "
+    "FROM pg_current_snapshot() AS s, pg_control_system() AS c"
 )
 
 

@@ -51,13 +51,17 @@ from sqlalchemy import Engine, TextClause, text
 
 from loyalty_grpc.runtime.wallet import SENDER_APPLICATION
 from loyalty_grpc.store.db import make_engine
-from loyalty_grpc.store.wallet import CLAIM_SQL, DUE_AT_ONCE, INGEST_SQL
+from loyalty_grpc.store.wallet import DUE_AT_ONCE
 from loyalty_grpc.wallet.config import BATCH
 from loyalty_grpc.wallet.outbox import INGEST_BATCH, send_pending
 from loyalty_grpc.wallet.providers import LocalProvider
 
 CLAIM_BATCH = BATCH["local"]
 TIMING_RUNS = 20
+# The sender's two halves of a program's turn (migration 0016's function): ingest alone,
+# claim alone. A function call's plan is a Function Scan: the times are what they measure.
+INGEST_SQL = text("SELECT * FROM loyalty_wallet_turno('plan', :n, 0, :due, :now, :lease_until)")
+CLAIM_SQL = text("SELECT * FROM loyalty_wallet_turno('plan', 0, :n, :due, :now, :lease_until)")
 FANS_SQL = """
 INSERT INTO programas (id, nombre, tasa_puntos) VALUES ('plan', 'Plan', 0.1);
 INSERT INTO fans (programa_id, fan_id, nombre, correo, socio_desde, qr_token)
@@ -68,16 +72,17 @@ ALTER TABLE wallet_pases SET (autovacuum_enabled = off);
 """
 # `rows` balances for fans spread over the whole table (a balance grows with its row).
 OUTBOX_SQL = """
-INSERT INTO wallet_outbox (fan_pk, saldo)
-SELECT lo + mod(CAST(g AS bigint) * 7919, hi - lo + 1), g
+INSERT INTO wallet_outbox (programa_id, fan_pk, saldo)
+SELECT 'plan', lo + mod(CAST(g AS bigint) * 7919, hi - lo + 1), g
 FROM (SELECT min(pk) AS lo, max(pk) AS hi FROM fans) AS f, generate_series(1, {rows}) AS g
 """
 # Every fan waiting with a balance, due.
 PENDING_SQL = """
-INSERT INTO wallet_pases (fan_pk, saldo_pendiente, saldo_id, pendiente_desde, proximo_intento)
-SELECT pk, 1, 1, now() - interval '1 hour' + pk * interval '1 microsecond',
+INSERT INTO wallet_pases (programa_id, fan_pk, saldo_pendiente, saldo_id, pendiente_desde,
+                          proximo_intento)
+SELECT programa_id, pk, 1, 1, now() - interval '1 hour' + pk * interval '1 microsecond',
        '1970-01-01Z' FROM fans
-ON CONFLICT (fan_pk) DO UPDATE SET saldo_pendiente = 1, saldo_id = 1,
+ON CONFLICT (programa_id, fan_pk) DO UPDATE SET saldo_pendiente = 1, saldo_id = 1,
     pendiente_desde = excluded.pendiente_desde, proximo_intento = excluded.proximo_intento
 """
 
@@ -93,9 +98,8 @@ def _autocommit(engine: Engine, sql: str, **fill: object) -> None:
 
 def _params(statement: TextClause, batch: int | None) -> dict[str, Any]:
     now = datetime.now(UTC)
-    if statement is INGEST_SQL:
-        return {"n": batch or INGEST_BATCH, "due": DUE_AT_ONCE}
-    return {"n": batch or CLAIM_BATCH, "now": now, "lease_until": now + timedelta(minutes=5)}
+    n = (batch or INGEST_BATCH) if statement is INGEST_SQL else (batch or CLAIM_BATCH)
+    return {"n": n, "due": DUE_AT_ONCE, "now": now, "lease_until": now + timedelta(minutes=5)}
 
 
 def explain(
@@ -125,7 +129,7 @@ def explain(
             times.append(time.perf_counter() - started)
             conn.rollback()
     ingest = statement is INGEST_SQL
-    taken = f"{result[0].filas} rows taken" if ingest else f"{len(result)} fans claimed"
+    taken = f"{result[0].filas} rows taken" if ingest else f"{len(result) - 1} fans claimed"
     print(
         f"\n--- {label} (LIMIT {_params(statement, batch)['n']}): {taken}, median "
         f"{1000 * statistics.median(times):.2f} ms over {TIMING_RUNS} runs (rolled back)"
@@ -157,7 +161,7 @@ def plans(args: argparse.Namespace) -> None:
         _autocommit(engine, "ANALYZE wallet_outbox")
         explain(engine, "ingest, 100 outbox rows pending", INGEST_SQL)
         with engine.begin() as conn:
-            conn.execute(INGEST_SQL, {"n": INGEST_BATCH, "due": DUE_AT_ONCE})
+            conn.execute(INGEST_SQL, _params(INGEST_SQL, None))
         _autocommit(engine, "VACUUM ANALYZE wallet_outbox, wallet_pases")
         explain(engine, "claim, 100 fans waiting", CLAIM_SQL)
 
@@ -182,8 +186,8 @@ def plans(args: argparse.Namespace) -> None:
         with engine.begin() as conn:
             conn.execute(
                 text(
-                    "DELETE FROM wallet_outbox WHERE id IN (SELECT id FROM "
-                    "wallet_outbox ORDER BY id LIMIT :n)"
+                    "DELETE FROM wallet_outbox WHERE (programa_id, id) IN (SELECT "
+                    "programa_id, id FROM wallet_outbox ORDER BY id LIMIT :n)"
                 ),
                 {"n": taken},
             )
@@ -252,7 +256,8 @@ def sales(stack: FullStack, clients: int) -> Iterator[None]:
 
 
 def last_id(stack: FullStack, table: str) -> int:
-    return int(stack.psql(f"SELECT coalesce(max(id), 0) FROM {table}"))
+    """How many rows `table` has (its ids have gaps: folios come in blocks per process)."""
+    return int(stack.psql(f"SELECT count(*) FROM {table}"))
 
 
 def steady(stack: FullStack, args: argparse.Namespace) -> None:

@@ -27,6 +27,7 @@ from loyalty_grpc.runtime.gateway.tls import (
 from loyalty_grpc.runtime.postgres import Database, start_embedded
 from loyalty_grpc.runtime.settings import GrpcTls, documented_names
 from loyalty_grpc.store.db import make_engine
+from loyalty_grpc.store.folios import Folios
 from tests.tls_certs import install_pair, make_ca, make_server_cert
 
 _counter = itertools.count()
@@ -92,6 +93,13 @@ def engine(db_url: str) -> Iterator[Engine]:
     eng.dispose()
 
 
+@pytest.fixture(scope="module")
+def folios(engine: Engine) -> Folios:
+    """The folios of sales made on `engine`, one source for the module as a server process
+    holds one (store/folios.py)."""
+    return Folios(engine)
+
+
 @pytest.fixture
 def pair(tmp_path: Path) -> TlsFiles:
     """A server certificate and its key, signed by a new CA, as the gateway's HTTPS files."""
@@ -116,7 +124,7 @@ def grpc_tls(tmp_path: Path) -> GrpcTls:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Mark tests by folder so `-m "not e2e"` (or `"not reliability"`) works."""
+    """Mark tests by folder so `-m "not e2e"` (or `"not reliability"`, `"not citus"`) works."""
     for item in items:
         parts = Path(str(item.fspath)).parts
         if "integration" in parts:
@@ -125,3 +133,5 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.e2e)
         if "reliability" in parts:
             item.add_marker(pytest.mark.reliability)
+        if "citus" in parts:
+            item.add_marker(pytest.mark.citus)

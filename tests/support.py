@@ -186,17 +186,31 @@ def run_together(calls: list[Callable[[], Any]]) -> list[Any]:
     return results
 
 
+_LOCK_WAITERS = (
+    "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+    "AND wait_event_type = 'Lock'"
+)
+# On Citus the rows are on the workers, and so are the sessions waiting for their locks
+# (a delegated call runs there): the coordinator's count plus each worker's.
+_LOCK_WAITERS_CITUS = (
+    f"SELECT ({_LOCK_WAITERS}) + (SELECT coalesce(sum(CAST(result AS bigint)), 0) "
+    f"FROM run_command_on_workers($${_LOCK_WAITERS}$$) WHERE success)"
+)
+
+
 def wait_for_lock_waiters(engine: Engine, count: int) -> None:
-    """Until `count` sessions of this database wait on a lock (10 s at most)."""
+    """Until `count` sessions of this database wait on a lock (10 s at most); on a Citus
+    coordinator, sessions of this database on any node of the cluster."""
+    with engine.connect() as conn:
+        citus = (
+            conn.execute(text("SELECT 1 FROM pg_extension WHERE extname = 'citus'")).first()
+            is not None
+        )
+    query = text(_LOCK_WAITERS_CITUS if citus else _LOCK_WAITERS)
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
         with engine.connect() as conn:
-            waiting = conn.execute(
-                text(
-                    "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
-                    "AND wait_event_type = 'Lock'"
-                )
-            ).scalar_one()
+            waiting = conn.execute(query).scalar_one()
         if waiting >= count:
             return
         time.sleep(0.02)

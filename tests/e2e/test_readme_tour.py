@@ -48,8 +48,9 @@ BLOCK = re.compile(r"^```sh\n(.*?)^```$", re.S | re.M)
 ANSWER = re.compile(r"^(.*) \(HTTP (\d{3})\)$", re.S)
 WIDTH = 96
 # Keys whose values differ on every run: the moment of the call or of the demo's load,
-# and cursors (they carry transaction ids).
-VOLATILE = {"hora", "actualizado", "en", "siguiente", "desde"}
+# cursors (they carry transaction ids), and a sale's folio (each worker process takes its
+# own block of folios: which worker a call reaches decides a new sale's `tx`).
+VOLATILE = {"hora", "actualizado", "en", "siguiente", "desde", "tx"}
 TIMESTAMP = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z$")
 
 

@@ -47,6 +47,7 @@ def new_sale(engine: Engine, clave_id: int, fan_id: str, puntos: int, id_externo
             conn.execute(
                 insert(ventas)
                 .values(
+                    id=func.nextval("ventas_folio_seq"),
                     programa_id=P,
                     modo="vivo",
                     id_externo=id_externo,
@@ -60,7 +61,7 @@ def new_sale(engine: Engine, clave_id: int, fan_id: str, puntos: int, id_externo
                 .returning(ventas.c.id)
             ).scalar_one()
         )
-        move_points(conn, pk, puntos, Motivo.VENTA, venta_id=folio)
+        move_points(conn, P, pk, puntos, Motivo.VENTA, venta_id=folio)
     return folio
 
 

@@ -177,7 +177,7 @@ def test_deposit_waits_for_a_concurrent_end_of_the_promotion(engine):
     with UnitOfWork(engine) as uow:  # a deposit in flight holds the share lock
         uow.conn.execute(
             select(promos_table.c.id)
-            .where(promos_table.c.id == promo_id)
+            .where(promos_table.c.programa_id == P, promos_table.c.id == promo_id)
             .with_for_update(read=True)
         )
         ended = threading.Event()
@@ -293,7 +293,9 @@ def test_assign_next_skips_a_locked_code_without_waiting(engine):
     with UnitOfWork(engine) as uow:
         uow.conn.execute(
             select(codigos.c.id)
-            .where(codigos.c.promo_id == promo_id, codigos.c.codigo == "K1")
+            .where(
+                codigos.c.programa_id == P, codigos.c.promo_id == promo_id, codigos.c.codigo == "K1"
+            )
             .with_for_update()
         )
         with ThreadPoolExecutor(1) as pool:

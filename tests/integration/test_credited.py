@@ -170,7 +170,13 @@ def ledger_credit_of_code(engine: Engine, codigo: str) -> int:
         return int(
             conn.execute(
                 select(func.coalesce(func.sum(movimientos.c.puntos), 0))
-                .select_from(movimientos.join(codigos, codigos.c.id == movimientos.c.codigo_id))
+                .select_from(
+                    movimientos.join(
+                        codigos,
+                        (codigos.c.programa_id == movimientos.c.programa_id)
+                        & (codigos.c.id == movimientos.c.codigo_id),
+                    )
+                )
                 .where(codigos.c.programa_id == P, codigos.c.codigo == codigo)
             ).scalar_one()
         )
@@ -198,50 +204,52 @@ def balance(engine: Engine, fan_id: str) -> int:
 # ---------------------------------------------------------------- tx
 
 
-def test_a_sale_and_its_retry_carry_what_the_sale_credited(engine, live):
+def test_a_sale_and_its_retry_carry_what_the_sale_credited(engine, folios, live):
     new = sale(centavos=12_345)  # $123.45 at 0.1: 12 points
-    first = register_sale(engine, live, new)
+    first = register_sale(engine, folios, live, new)
     assert (first.duplicado, first.puntos_otorgados, first.puntos_acreditados) == (False, 12, 12)
-    retry = register_sale(engine, live, new)
+    retry = register_sale(engine, folios, live, new)
     assert (retry.duplicado, retry.folio) == (True, first.folio)
     assert (retry.puntos_otorgados, retry.puntos_acreditados) == (0, 12)
     assert retry.saldo == first.saldo
 
 
-def test_the_retry_says_what_the_sale_credited_then_not_what_the_rate_gives_now(engine, live):
+def test_the_retry_says_what_the_sale_credited_then_not_what_the_rate_gives_now(
+    engine, folios, live
+):
     new = sale(centavos=10_000)  # $100 at 0.1: 10 points
-    assert register_sale(engine, live, new).puntos_acreditados == 10
+    assert register_sale(engine, folios, live, new).puntos_acreditados == 10
     richer = replace(live, tasa_puntos=Decimal(5))  # the program's rate changed since
-    assert register_sale(engine, richer, new).puntos_acreditados == 10
+    assert register_sale(engine, folios, richer, new).puntos_acreditados == 10
 
 
-def test_a_test_keys_sale_credited_nothing_and_says_so(engine, test_key):
+def test_a_test_keys_sale_credited_nothing_and_says_so(engine, folios, test_key):
     new = sale()
-    first = register_sale(engine, test_key, new)
-    retry = register_sale(engine, test_key, new)
+    first = register_sale(engine, folios, test_key, new)
+    retry = register_sale(engine, folios, test_key, new)
     assert (first.puntos_otorgados, first.puntos_acreditados) == (0, 0)
     assert (retry.duplicado, retry.puntos_otorgados, retry.puntos_acreditados) == (True, 0, 0)
 
 
-def test_a_voided_sale_still_says_what_it_credited(engine, live):
+def test_a_voided_sale_still_says_what_it_credited(engine, folios, live):
     """The back office voided the sale after its first answer was lost: the retry answers
     what that first answer said (12 credited), and `saldo` shows the void."""
     new = sale(centavos=12_345, fan=FANS[2])
-    first = register_sale(engine, live, new)
+    first = register_sale(engine, folios, live, new)
     voided = run_in_uow(engine, void_sale, P, first.folio, "venta cancelada")
     assert voided.revertidos == 12
-    retry = register_sale(engine, live, new)
+    retry = register_sale(engine, folios, live, new)
     assert (retry.duplicado, retry.folio) == (True, first.folio)
     assert (retry.puntos_otorgados, retry.puntos_acreditados) == (0, 12)
     assert retry.saldo == first.saldo - 12 == balance(engine, FANS[2])
     assert_ledger_consistent(engine)
 
 
-def test_fifty_identical_sales_at_once_credit_once_and_all_say_what(engine, live):
+def test_fifty_identical_sales_at_once_credit_once_and_all_say_what(engine, folios, live):
     new = sale(centavos=99_999, fan=FANS[3])  # 99 points
     before = balance(engine, FANS[3])
     results: list[SaleResult] = run_together(
-        [partial(register_sale, engine, live, new) for _ in range(50)]
+        [partial(register_sale, engine, folios, live, new) for _ in range(50)]
     )
     assert sorted(r.duplicado for r in results) == [False] + [True] * 49
     assert sum(r.puntos_otorgados for r in results) == 99
@@ -354,7 +362,7 @@ def test_a_retry_that_waited_for_the_redemption_says_what_it_credited(engine, li
         ).one()
     with UnitOfWork(engine) as uow:
         uow.conn.execute(codigos.update().where(codigos.c.id == copia).values(estado="canjeado"))
-        move_points(uow.conn, fan_pk, PUNTOS, Motivo.CANJE, codigo_id=copia)
+        move_points(uow.conn, P, fan_pk, PUNTOS, Motivo.CANJE, codigo_id=copia)
         answers: list[Any] = []
         threads = [
             threading.Thread(

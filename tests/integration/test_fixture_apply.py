@@ -343,12 +343,12 @@ def test_changed_fixture_updates_exactly_the_changed_rows(engine: Engine) -> Non
             r.fan_id: r for r in conn.execute(select(fans).where(fans.c.programa_id == "cambios"))
         }
         old = {row[0]: row for row in before["fans"]}
-        seq = fans.c.keys().index("cambio_seq")
+        xid = fans.c.keys().index("cambio_xid")
         # The roster change columns moved for roster changes only (not for temporadas).
-        assert rows["CAMBIOS-1"].cambio_seq != old[fan_pk["CAMBIOS-1"]][seq]
-        assert rows["CAMBIOS-3"].cambio_seq == old[fan_pk["CAMBIOS-3"]][seq]
+        assert rows["CAMBIOS-1"].cambio_xid != old[fan_pk["CAMBIOS-1"]][xid]
+        assert rows["CAMBIOS-3"].cambio_xid == old[fan_pk["CAMBIOS-3"]][xid]
         assert rows["CAMBIOS-3"].temporadas == 30
-        assert rows["CAMBIOS-5"].cambio_seq == old[fan_pk["CAMBIOS-5"]][seq]
+        assert rows["CAMBIOS-5"].cambio_xid == old[fan_pk["CAMBIOS-5"]][xid]
         assert (
             rows["CAMBIOS-4"].estado,
             rows["CAMBIOS-4"].baja_en,

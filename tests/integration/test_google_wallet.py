@@ -377,9 +377,9 @@ def test_the_sender_delivers_the_latest_balance_to_google(
         ]
     for puntos in (10, 25):
         with engine.begin() as conn:
-            move_points(conn, pks[0], puntos, Motivo.VENTA)
+            move_points(conn, "halcones", pks[0], puntos, Motivo.VENTA)
     with engine.begin() as conn:
-        move_points(conn, pks[1], 3, Motivo.VENTA)
+        move_points(conn, "halcones", pks[1], 3, Motivo.VENTA)
     # HAL0404 has no pass: dropped, recorded, not retried.
     google.missing = {f"{ISSUER}.halcones.HAL0404"}
 

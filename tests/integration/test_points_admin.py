@@ -96,6 +96,7 @@ def new_sale(
             conn.execute(
                 insert(ventas)
                 .values(
+                    id=func.nextval("ventas_folio_seq"),
                     programa_id=fan.programa,
                     modo=modo.value,
                     id_externo=f"EXT-{next(_seq)}",
@@ -111,7 +112,7 @@ def new_sale(
             ).scalar_one()
         )
         if modo is Modo.VIVO:
-            move_points(conn, pk, puntos, Motivo.VENTA, venta_id=folio)
+            move_points(conn, fan.programa, pk, puntos, Motivo.VENTA, venta_id=folio)
     return folio
 
 
@@ -161,7 +162,7 @@ def test_ledger_oldest_first_with_running_balance_and_details(engine, clave):
             )
             .returning(codigos.c.id)
         ).scalar_one()
-        move_points(conn, pk, 50, Motivo.CANJE, codigo_id=code_pk)
+        move_points(conn, P, pk, 50, Motivo.CANJE, codigo_id=code_pk)
     run_in_uow(engine, points_admin.adjust_points, P, fan.fan_id, -30, "corrección")
 
     info, entries = run_in_uow(
@@ -341,6 +342,7 @@ def test_void_reverses_once_and_keeps_the_sale(engine, clave):
     with pytest.raises(IntegrityError), engine.begin() as conn:
         conn.execute(
             insert(ventas).values(
+                id=func.nextval("ventas_folio_seq"),
                 programa_id=P,
                 modo="vivo",
                 id_externo=before["id_externo"],

@@ -38,17 +38,21 @@ from tests.support import Admin, error_info, free_port
 
 LIMIT = 12
 START_TIMEOUT = 60.0
+# Keys of the program `rl` as the limit counts them (fixture `key_ids`).
+Keys = list[model.LimitKey]
 
 
 # ---------------------------------------------------------------- the statement itself
 
 
 @pytest.fixture(scope="module")
-def key_ids(engine: Engine) -> list[int]:
+def key_ids(engine: Engine) -> Keys:
+    """Four keys of the program `rl`, as the limit counts them (program, id)."""
     with engine.begin() as conn:
         conn.execute(insert(programas).values(id="rl", nombre="RL", tasa_puntos="0.1"))
         return [
-            int(
+            model.LimitKey(
+                "rl",
                 conn.execute(
                     insert(claves)
                     .values(
@@ -59,7 +63,7 @@ def key_ids(engine: Engine) -> list[int]:
                         sufijo="abcd",
                     )
                     .returning(claves.c.id)
-                ).scalar_one()
+                ).scalar_one(),
             )
             for i in range(4)
         ]
@@ -73,20 +77,25 @@ def test_the_table_is_unlogged(engine: Engine) -> None:
     assert persistence == "u"
 
 
-def _row(engine: Engine, clave_id: int) -> tuple[int, tuple[int, ...], tuple[int, ...]]:
+def _row(engine: Engine, clave_id: model.LimitKey) -> tuple[int, tuple[int, ...], tuple[int, ...]]:
     with engine.connect() as conn:
         row = conn.execute(
             select(
                 limite_llamadas.c.segundo, limite_llamadas.c.cuentas, limite_llamadas.c.reservas
-            ).where(limite_llamadas.c.clave_id == clave_id)
+            ).where(
+                limite_llamadas.c.programa_id == clave_id.programa_id,
+                limite_llamadas.c.clave_id == clave_id.clave_id,
+            )
         ).one()
     return row.segundo, tuple(row.cuentas), tuple(row.reservas)
 
 
 @pytest.mark.parametrize("seed", range(4))
-def test_the_statement_equals_the_model(engine: Engine, key_ids: list[int], seed: int) -> None:
+def test_the_statement_equals_the_model(engine: Engine, key_ids: Keys, seed: int) -> None:
     """Random bursts, pauses, long idle gaps, batches, settlements with a request and
-    alone, slacks: grants, counters and the client's view agree request by request."""
+    alone, slacks: grants, counters and the client's view agree request by request. From
+    no row (whichever tests ran before: tests/citus imports this one too)."""
+    _no_counters(engine)
     rng = random.Random(seed)
     limit = rng.choice([1, 3, 7, 40])
     counters = PgCounters(engine)
@@ -127,7 +136,7 @@ def test_the_statement_equals_the_model(engine: Engine, key_ids: list[int], seed
         assert _row(engine, clave_id) == (window.second, window.counts, window.reservations)
 
 
-def test_one_statement_settles_many_keys(engine: Engine, key_ids: list[int]) -> None:
+def test_one_statement_settles_many_keys(engine: Engine, key_ids: Keys) -> None:
     """Each key's settlement applies to its own row only; keys without a row are skipped."""
     _no_counters(engine)
     counters = PgCounters(engine)
@@ -155,9 +164,7 @@ def test_one_statement_settles_many_keys(engine: Engine, key_ids: list[int]) -> 
     assert _row(engine, key_ids[0])[2][-1] == 0
 
 
-def test_settlements_in_opposite_key_orders_never_deadlock(
-    engine: Engine, key_ids: list[int]
-) -> None:
+def test_settlements_in_opposite_key_orders_never_deadlock(engine: Engine, key_ids: Keys) -> None:
     """Two processes settling the same keys listed in opposite orders, while requests of
     those keys go on: the rows are locked in key order, so no deadlock (PostgreSQL would
     abort one statement after deadlock_timeout)."""
@@ -193,7 +200,7 @@ def _no_counters(engine: Engine) -> None:
         conn.execute(delete(limite_llamadas))
 
 
-def test_db_now_is_the_database_clock_within_the_second(engine: Engine, key_ids: list[int]) -> None:
+def test_db_now_is_the_database_clock_within_the_second(engine: Engine, key_ids: Keys) -> None:
     _no_counters(engine)
     got = PgCounters(engine).reserve(key_ids[0], 3, 10, slack_calls=2)
     assert got.granted == 3
@@ -201,7 +208,7 @@ def test_db_now_is_the_database_clock_within_the_second(engine: Engine, key_ids:
     assert abs(got.db_now - time.time()) < 5
 
 
-def test_idle_rows_are_purged(engine: Engine, key_ids: list[int]) -> None:
+def test_idle_rows_are_purged(engine: Engine, key_ids: Keys) -> None:
     _no_counters(engine)
     stale, live = key_ids[0], key_ids[1]
     counters = PgCounters(engine)
@@ -209,12 +216,17 @@ def test_idle_rows_are_purged(engine: Engine, key_ids: list[int]) -> None:
     counters.reserve(live, 1, 5, slack_calls=0)  # now
     counters.purge()  # what is idle for more than a window goes
     with engine.connect() as conn:
-        left = set(conn.execute(select(limite_llamadas.c.clave_id)).scalars())
+        left = {
+            model.LimitKey(*row)
+            for row in conn.execute(
+                select(limite_llamadas.c.programa_id, limite_llamadas.c.clave_id)
+            )
+        }
     assert stale not in left
     assert live in left
 
 
-def test_two_limiters_in_threads_never_pass_the_limit(engine: Engine, key_ids: list[int]) -> None:
+def test_two_limiters_in_threads_never_pass_the_limit(engine: Engine, key_ids: Keys) -> None:
     """Two processes' limiters (batches on), 8 threads each, one key, on PostgreSQL: at
     most the limit is admitted, and at least the limit less the slack."""
 
@@ -245,7 +257,10 @@ def test_two_limiters_in_threads_never_pass_the_limit(engine: Engine, key_ids: l
     assert Counting.requests < limit * 3 // 4
     with engine.connect() as conn:
         reservations = conn.execute(
-            select(limite_llamadas.c.reservas).where(limite_llamadas.c.clave_id == clave_id)
+            select(limite_llamadas.c.reservas).where(
+                limite_llamadas.c.programa_id == clave_id.programa_id,
+                limite_llamadas.c.clave_id == clave_id.clave_id,
+            )
         ).scalar_one()
     assert sum(reservations) == 0  # every batch settled (close settles what is left)
 
@@ -258,6 +273,7 @@ class Servers:
     targets: list[str]
     stubs: list[pos_grpc.PosServiceStub]
     admin: Admin
+    limit: int  # calls per minute
 
 
 def _wait_serving(channel: grpc.Channel, process: subprocess.Popen[bytes]) -> None:
@@ -277,13 +293,21 @@ def _wait_serving(channel: grpc.Channel, process: subprocess.Popen[bytes]) -> No
 
 
 @pytest.fixture(scope="module")
-def servers(db_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Servers]:
+def calls_per_minute() -> int:
+    """The servers' limit (a module of tests/citus runs the concurrent test at 600 too)."""
+    return LIMIT
+
+
+@pytest.fixture(scope="module")
+def servers(
+    db_url: str, tmp_path_factory: pytest.TempPathFactory, calls_per_minute: int
+) -> Iterator[Servers]:
     token = secrets.token_urlsafe(24)
     env = {
         **os.environ,
         "LOYALTY_DATABASE_URL": db_url,
         "LOYALTY_ADMIN_TOKEN": token,
-        "LOYALTY_RATE_LIMIT_PER_MINUTE": str(LIMIT),
+        "LOYALTY_RATE_LIMIT_PER_MINUTE": str(calls_per_minute),
         "LOYALTY_WORKERS": "1",
         "LOYALTY_KEY_CACHE_SECONDS": "0",
         "LOYALTY_METRICS_PORT": "0",
@@ -318,7 +342,9 @@ def servers(db_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[S
             _wait_serving(channel, process)
         admin = Admin(bo_grpc.BackofficeServiceStub(channels[0]), token)
         admin.program("dos", "Club Dos Procesos")
-        yield Servers(targets, [pos_grpc.PosServiceStub(c) for c in channels], admin)
+        yield Servers(
+            targets, [pos_grpc.PosServiceStub(c) for c in channels], admin, calls_per_minute
+        )
     finally:
         for channel in channels:
             channel.close()
@@ -422,11 +448,11 @@ def test_concurrent_calls_on_both_processes_admit_exactly_the_limit(servers: Ser
 
     try:
         with ThreadPoolExecutor(max_workers=16) as pool:
-            codes = list(pool.map(call, range(4 * LIMIT)))
+            codes = list(pool.map(call, range(4 * servers.limit)))
     finally:
         for channel in opened:
             channel.close()
     assert Counter(codes) == {
-        grpc.StatusCode.OK: LIMIT,
-        grpc.StatusCode.RESOURCE_EXHAUSTED: 3 * LIMIT,
+        grpc.StatusCode.OK: servers.limit,
+        grpc.StatusCode.RESOURCE_EXHAUSTED: 3 * servers.limit,
     }

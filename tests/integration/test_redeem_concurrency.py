@@ -56,7 +56,10 @@ def engine(db_url: str) -> Iterator[Engine]:
 @pytest.fixture(scope="module")
 def caller(engine: Engine) -> Caller:
     """A program with 8 fans and CODES `asignado` codes, C-0001…, spread over the fans so
-    that code order and fan order differ."""
+    that code order and fan order differ. A new database's codes are all unused: `take`
+    starts again (this module's tests also run on the cluster, tests/citus, in the same
+    session)."""
+    _next_code["code"] = itertools.count(1)
     fan_of = [FANS[(i * 5) % len(FANS)] for i in range(CODES)]
     document = {
         "programas": [
@@ -106,12 +109,12 @@ def caller(engine: Engine) -> Caller:
     )
 
 
-_next_code = itertools.count(1)
+_next_code = {"code": itertools.count(1)}
 
 
 def take(n: int) -> list[str]:
     """n codes no other test uses."""
-    numbers = [next(_next_code) for _ in range(n)]
+    numbers = [next(_next_code["code"]) for _ in range(n)]
     assert numbers[-1] <= CODES
     return [f"C-{i:04}" for i in numbers]
 
@@ -120,7 +123,11 @@ def credits_per_code(engine: Engine, texts: list[str]) -> dict[str, int]:
     with engine.connect() as conn:
         rows = conn.execute(
             select(codigos.c.codigo, func.count(movimientos.c.id))
-            .outerjoin(movimientos, movimientos.c.codigo_id == codigos.c.id)
+            .outerjoin(
+                movimientos,
+                (movimientos.c.programa_id == codigos.c.programa_id)
+                & (movimientos.c.codigo_id == codigos.c.id),
+            )
             .where(codigos.c.programa_id == P, codigos.c.codigo.in_(texts))
             .group_by(codigos.c.codigo)
         ).all()
@@ -172,7 +179,7 @@ def test_a_batch_racing_single_redemptions_credits_each_code_once(engine, caller
     assert_ledger_consistent(engine)
 
 
-def test_overlapping_batches_in_different_orders_never_deadlock(engine, caller):
+def test_overlapping_batches_in_different_orders_never_deadlock(engine, folios, caller):
     """Eight batches over the same 40 codes (each in its own order, some with repeats)
     plus live sales on the same fans, all at once, five rounds: no deadlock, no error,
     every code credited exactly once."""
@@ -189,6 +196,7 @@ def test_overlapping_batches_in_different_orders_never_deadlock(engine, caller):
             partial(
                 register_sale,
                 engine,
+                folios,
                 caller,
                 NewSale(
                     id_externo=f"venta-{next(_ids)}",

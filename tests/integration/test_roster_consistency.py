@@ -10,9 +10,10 @@ sleep 20–400 ms while everybody else commits, then commit (or, one time in fiv
 back). Another program gets the same treatment, to check isolation. Two readers follow
 the feed at the same time with small pages (limite 7), starting from a snapshot taken
 while the writers run: the real feed (read_roster, no settle wait) and the naive variant
-(`NaiveFeed`: the same snapshot, then `cambio_seq > cursor ORDER BY cambio_seq`, a plain
-sequence-number cursor). When the writers stop, both drain the feed and their mirrors
-are compared with the database.
+(`NaiveFeed`: the same snapshot, then `(cambio_xid, pk) > cursor ORDER BY cambio_xid, pk`
+with no horizon, a plain change-number cursor; before 0020 dropped `fans.cambio_seq` it
+paged by that sequence, with the same outcome). When the writers stop, both drain the
+feed and their mirrors are compared with the database.
 
 Default run: ROSTER_PROOF_SECONDS (default 20) of writes. The real feed must be exact;
 the naive one is only reported. The deterministic test below shows the naive skip in
@@ -46,7 +47,7 @@ from statistics import median
 from typing import Any
 
 import pytest
-from sqlalchemy import Engine, func, select, text, update
+from sqlalchemy import Engine, func, select, text, tuple_, update
 from sqlalchemy.exc import DBAPIError
 
 from loyalty_grpc.domain.caller import Caller
@@ -66,6 +67,7 @@ from loyalty_grpc.services.backoffice.points import adjust_points, void_sale
 from loyalty_grpc.services.pos.roster import RosterEntry, read_roster
 from loyalty_grpc.services.pos.sales import NewSale, register_sale
 from loyalty_grpc.store.db import make_engine
+from loyalty_grpc.store.folios import Folios
 from loyalty_grpc.store.ledger import Motivo, move_points
 from loyalty_grpc.store.tables import LEDGER_MISMATCH_SQL, fans
 from loyalty_grpc.store.uow import UnitOfWork, run_in_uow
@@ -143,7 +145,7 @@ class Feed:
 
 _NAIVE_COLUMNS = (
     fans.c.pk,
-    fans.c.cambio_seq,
+    fans.c.cambio_xid,
     fans.c.fan_id,
     fans.c.nombre,
     fans.c.correo,
@@ -158,14 +160,14 @@ _NAIVE_COLUMNS = (
 
 @dataclass
 class NaiveFeed:
-    """The naive variant: the same snapshot paging, then a sequence-number cursor
-    (`cambio_seq > cursor ORDER BY cambio_seq`). A change number taken first and committed
-    last lands behind the cursor and is never read."""
+    """The naive variant: the same snapshot paging, then a change-number cursor
+    (`(cambio_xid, pk) > cursor ORDER BY cambio_xid, pk`, no horizon). A change number
+    taken first and committed last lands behind the cursor and is never read."""
 
     engine: Engine
     programa: str
     mirror: dict[str, RosterEntry] = field(default_factory=dict)
-    # ("foto", watermark, last pk) or ("cambios", last seq, 0)
+    # ("foto", watermark, last pk) or ("cambios", last xid, last pk)
     cursor: tuple[str, int, int] | None = None
 
     def step(self) -> bool:
@@ -173,7 +175,7 @@ class NaiveFeed:
             if self.cursor is None or self.cursor[0] == "foto":
                 if self.cursor is None:
                     watermark = conn.execute(
-                        select(func.coalesce(func.max(fans.c.cambio_seq), 0)).where(
+                        select(func.coalesce(func.max(fans.c.cambio_xid), 0)).where(
                             fans.c.programa_id == self.programa
                         )
                     ).scalar_one()
@@ -188,20 +190,24 @@ class NaiveFeed:
                 ).all()
                 more = len(rows) > LIMITE
                 rows = rows[:LIMITE]
+                # After the snapshot: every change above the watermark's transaction.
                 self.cursor = (
-                    ("foto", watermark, rows[-1].pk) if more else ("cambios", watermark, 0)
+                    ("foto", watermark, rows[-1].pk) if more else ("cambios", watermark, 2**63 - 1)
                 )
             else:
                 rows = conn.execute(
                     select(*_NAIVE_COLUMNS)
-                    .where(fans.c.programa_id == self.programa, fans.c.cambio_seq > self.cursor[1])
-                    .order_by(fans.c.cambio_seq)
+                    .where(
+                        fans.c.programa_id == self.programa,
+                        tuple_(fans.c.cambio_xid, fans.c.pk) > tuple_(*self.cursor[1:]),
+                    )
+                    .order_by(fans.c.cambio_xid, fans.c.pk)
                     .limit(LIMITE + 1)
                 ).all()
                 more = len(rows) > LIMITE
                 rows = rows[:LIMITE]
                 if rows:
-                    self.cursor = ("cambios", rows[-1].cambio_seq, 0)
+                    self.cursor = ("cambios", rows[-1].cambio_xid, rows[-1].pk)
         self.mirror.update({r.fan_id: _entry(r) for r in rows})
         return more
 
@@ -274,6 +280,10 @@ class Writers:
     folios: list[tuple[str, int]] = field(default_factory=list)
     failures: list[BaseException] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
+    source: Folios = field(init=False)  # where the sales' folios come from
+
+    def __post_init__(self) -> None:
+        self.source = Folios(self.engine)
 
     def count(self, what: str) -> None:
         with self.lock:
@@ -287,12 +297,17 @@ class Writers:
             for fan_id in chosen:
                 if rng.random() < 0.6:
                     move_points(
-                        uow.conn, p.pks[fan_id], rng.randint(1, 50), Motivo.AJUSTE, nota="retenida"
+                        uow.conn,
+                        p.programa,
+                        p.pks[fan_id],
+                        rng.randint(1, 50),
+                        Motivo.AJUSTE,
+                        nota="retenida",
                     )
                 else:
                     uow.conn.execute(
                         update(fans)
-                        .where(fans.c.pk == p.pks[fan_id])
+                        .where(fans.c.programa_id == p.programa, fans.c.pk == p.pks[fan_id])
                         .values(nombre=f"Retenido {uuid.uuid4().hex[:8]}")
                     )
             time.sleep(rng.uniform(0.02, 0.4))
@@ -314,6 +329,7 @@ class Writers:
         if op == "sale":
             result = register_sale(
                 self.engine,
+                self.source,
                 p.caller,
                 NewSale(
                     id_externo=uuid.uuid4().hex,

@@ -24,6 +24,7 @@ from tests.e2e.processes import LOYALTY, Running, loyalty_env, serve_args
 from tests.support import ADMIN_TOKEN, free_port
 
 HEAD = migrate.head()
+NEEDED = migrate.needed()  # head, less the contract revisions at its top
 FUTURE = "0999_from_a_later_version"
 TOKEN = ADMIN_TOKEN
 
@@ -68,18 +69,22 @@ def test_the_rule() -> None:
     assert Schema.of(None).state is SchemaState.BEHIND
     assert Schema.of("0001").state is SchemaState.BEHIND
     assert Schema.of(FUTURE).state is SchemaState.NEWER
-    assert [Schema.of(r).usable for r in (HEAD, None, "0001", FUTURE)] == [
+    assert Schema.of(NEEDED).state is (
+        SchemaState.CURRENT if NEEDED == HEAD else SchemaState.CONTRACT_PENDING
+    )
+    assert [Schema.of(r).usable for r in (HEAD, NEEDED, None, "0001", FUTURE)] == [
+        True,
         True,
         False,
         False,
         True,
     ]
     assert Schema.of("0004").refusal("loyalty migrate") == (
-        f"the database schema is at revision 0004, older than this version needs ({HEAD}): "
+        f"the database schema is at revision 0004, older than this version needs ({NEEDED}): "
         "run `loyalty migrate` first"
     )
     assert Schema.of(None).refusal("./dev migrate") == (
-        f"the database is not migrated (no revision applied; this version needs {HEAD}): "
+        f"the database is not migrated (no revision applied; this version needs {NEEDED}): "
         "run `./dev migrate` first"
     )
 
@@ -94,7 +99,7 @@ def test_serve_refuses_an_unmigrated_database(
     assert done.returncode == 2
     assert done.stderr == (
         f"error: the database is not migrated (no revision applied; this version needs "
-        f"{HEAD}): run `loyalty migrate` first\n"
+        f"{NEEDED}): run `loyalty migrate` first\n"
     )
 
 
@@ -107,7 +112,7 @@ def test_serve_refuses_a_half_migrated_database(
     assert done.returncode == 2
     assert done.stderr == (
         f"error: the database schema is at revision 0004, older than this version needs "
-        f"({HEAD}): run `./dev migrate` first\n"
+        f"({NEEDED}): run `./dev migrate` first\n"
     )
 
 
@@ -183,7 +188,7 @@ def test_wallet_send_applies_the_same_rule(
     assert main(["wallet", "send"]) == 2
     assert capsys.readouterr().err == (
         f"error: the database schema is at revision 0006, older than this version needs "
-        f"({HEAD}): run `loyalty migrate` first\n"
+        f"({NEEDED}): run `loyalty migrate` first\n"
     )
     migrate.upgrade(url)
     _set_revision(url, FUTURE)

@@ -5,6 +5,7 @@ scripted providers)."""
 from __future__ import annotations
 
 import itertools
+import json
 import random
 import threading
 import time
@@ -12,10 +13,12 @@ from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import psycopg
 import pytest
 from sqlalchemy import Connection, Engine, TextClause, delete, func, insert, select, text
 
 from loyalty_grpc.runtime.cli import main
+from loyalty_grpc.store.autocommit import autocommit
 from loyalty_grpc.store.db import make_engine
 from loyalty_grpc.store.ledger import Motivo, move_points
 from loyalty_grpc.store.tables import (
@@ -26,7 +29,7 @@ from loyalty_grpc.store.tables import (
     wallet_pases,
 )
 from loyalty_grpc.store.uow import UnitOfWork
-from loyalty_grpc.store.wallet import BACKLOG_SQL, CLAIM_SQL, INGEST_SQL, RECORD_SQL, ingest
+from loyalty_grpc.store.wallet import BACKLOG_SQL, DUE_AT_ONCE, RECORD_SQL, TURN_SQL, ingest
 from loyalty_grpc.wallet import (
     Backlog,
     Delivery,
@@ -114,7 +117,7 @@ def new_fan(engine: Engine) -> Callable[[], int]:
 
 def change(engine: Engine, fan_pk: int, puntos: int) -> int:
     with UnitOfWork(engine) as uow:
-        balance = move_points(uow.conn, fan_pk, puntos, Motivo.VENTA)
+        balance = move_points(uow.conn, "halcones", fan_pk, puntos, Motivo.VENTA)
         uow.commit()
     return balance
 
@@ -129,21 +132,29 @@ def outbox(engine: Engine, fan_pk: int | None = None) -> list[tuple[int, int]]:
 
 def pending(engine: Engine) -> dict[int, int]:
     """fan_pk -> the balance waiting for the sender: folded into wallet_pases, or newer in
-    the outbox (not folded in yet)."""
+    the outbox (not folded in yet; newer by (version, id), as the sender compares)."""
     with engine.connect() as conn:
         latest = {
-            int(f): (int(i), int(s))
-            for f, i, s in conn.execute(
+            int(f): ((int(v or 0), int(i)), int(s))
+            for f, v, i, s in conn.execute(
                 select(
-                    wallet_pases.c.fan_pk, wallet_pases.c.saldo_id, wallet_pases.c.saldo_pendiente
+                    wallet_pases.c.fan_pk,
+                    wallet_pases.c.saldo_version,
+                    wallet_pases.c.saldo_id,
+                    wallet_pases.c.saldo_pendiente,
                 ).where(wallet_pases.c.saldo_pendiente.is_not(None))
             )
         }
-        for f, i, s in conn.execute(
-            select(wallet_outbox.c.fan_pk, wallet_outbox.c.id, wallet_outbox.c.saldo)
+        for f, v, i, s in conn.execute(
+            select(
+                wallet_outbox.c.fan_pk,
+                wallet_outbox.c.version,
+                wallet_outbox.c.id,
+                wallet_outbox.c.saldo,
+            )
         ):
-            if int(i) > latest.get(int(f), (0, 0))[0]:
-                latest[int(f)] = (int(i), int(s))
+            if (int(v or 0), int(i)) > latest.get(int(f), ((0, 0), 0))[0]:
+                latest[int(f)] = ((int(v or 0), int(i)), int(s))
     return {f: s for f, (_, s) in latest.items()}
 
 
@@ -183,7 +194,7 @@ def test_a_rolled_back_change_leaves_no_outbox_row(
 ) -> None:
     fan = new_fan()
     with UnitOfWork(engine) as uow:
-        move_points(uow.conn, fan, 40, Motivo.AJUSTE)
+        move_points(uow.conn, "halcones", fan, 40, Motivo.AJUSTE)
         inside = uow.conn.execute(
             select(func.count()).select_from(wallet_outbox).where(wallet_outbox.c.fan_pk == fan)
         ).scalar_one()
@@ -193,7 +204,7 @@ def test_a_rolled_back_change_leaves_no_outbox_row(
 
     def failed_sale() -> None:
         with engine.begin() as conn:
-            move_points(conn, fan, 40, Motivo.VENTA)
+            move_points(conn, "halcones", fan, 40, Motivo.VENTA)
             raise RuntimeError("the sale failed after the points moved")
 
     with pytest.raises(RuntimeError):
@@ -410,7 +421,7 @@ def test_a_fan_being_delivered_is_not_claimed_again_and_sales_do_not_wait(
         assert inside.wait(30)
         with engine.begin() as conn:
             conn.execute(text("SET LOCAL lock_timeout = '2s'"))
-            assert move_points(conn, fan, 5, Motivo.VENTA) == 15
+            assert move_points(conn, "halcones", fan, 5, Motivo.VENTA) == 15
         change(engine, other, 1)
         second = Recording()
         assert send_pending(engine, second, now=clock) == SendReport(claimed=1, delivered=1)
@@ -435,11 +446,13 @@ def test_a_sale_does_not_wait_for_a_claim_transaction(
     send_pending(engine, Recording(failing={fan: 1}), now=Clock())  # creates its state row
     with engine.begin() as sender_conn:
         sender_conn.execute(
-            select(wallet_pases).where(wallet_pases.c.fan_pk == fan).with_for_update()
+            select(wallet_pases)
+            .where(wallet_pases.c.programa_id == "halcones", wallet_pases.c.fan_pk == fan)
+            .with_for_update()
         )
         with engine.begin() as conn:
             conn.execute(text("SET LOCAL lock_timeout = '2s'"))
-            assert move_points(conn, fan, 1, Motivo.VENTA) == 2
+            assert move_points(conn, "halcones", fan, 1, Motivo.VENTA) == 2
 
 
 def test_an_expired_lease_goes_to_the_next_sender(
@@ -483,8 +496,8 @@ def test_concurrent_runs_never_deliver_a_fan_twice(
     for i, fan in enumerate(fan_pks):
         change(engine, fan, i + 1)
         change(engine, fan, 100)
-    with engine.begin() as conn:  # every fan due: both runs find claims from the start
-        assert ingest(conn, limit=1000) == (80, 40)
+    # Every fan due: both runs find claims from the start.
+    assert ingest(engine, "halcones", limit=1000) == (80, 40)
     in_flight: set[int] = set()
     overlaps: list[int] = []
     delivered: list[tuple[int, int, str]] = []
@@ -532,7 +545,7 @@ def test_rows_committed_out_of_order_are_not_lost(
     early, late = new_fan(), new_fan()
     provider = Recording()
     with UnitOfWork(engine) as slow:
-        move_points(slow.conn, early, 5, Motivo.VENTA)
+        move_points(slow.conn, "halcones", early, 5, Motivo.VENTA)
         slow_id = slow.conn.execute(select(func.max(wallet_outbox.c.id))).scalar_one()
         change(engine, late, 7)
         assert outbox(engine) == [(late, 7)]
@@ -559,7 +572,9 @@ def test_an_older_balance_folded_late_never_replaces_a_newer_one(
     provider = Recording()
     with engine.begin() as other:  # another sender holds the older row
         other.execute(
-            select(wallet_outbox.c.id).where(wallet_outbox.c.saldo == 10).with_for_update()
+            select(wallet_outbox.c.id)
+            .where(wallet_outbox.c.programa_id == "halcones", wallet_outbox.c.saldo == 10)
+            .with_for_update()
         )
         assert send_pending(engine, provider, now=Clock()).delivered == 1
         assert provider.delivered == [(fan, 30)]
@@ -621,6 +636,50 @@ def test_a_backlog_is_coalesced_and_a_large_one_spans_runs(
     total = first + drain(engine, provider, ingest_batch=4, ingest_rounds=2, now=Clock())
     assert total.ingested == 30
     assert dict(provider.delivered) == dict.fromkeys(fans_, 20)  # the last per fan
+    assert pending(engine) == {}
+
+
+def test_a_program_with_a_huge_backlog_does_not_starve_the_others(
+    engine: Engine, new_fan: Callable[[], int]
+) -> None:
+    """Thousands of balance changes in one program, older than a few in another: one
+    sender run with a small batch delivers the small program's balances in its first
+    round (each program gets its share of the batch), and the big program's share."""
+    with engine.begin() as conn:
+        conn.execute(
+            text(
+                "INSERT INTO programas (id, nombre, tasa_puntos) "
+                "VALUES ('gaviotas', 'Gaviotas', 0.1) ON CONFLICT DO NOTHING"
+            )
+        )
+    big = [new_fan() for _ in range(300)]
+    with engine.begin() as conn:  # 3,000 changes, ten per fan, all before the small ones
+        conn.execute(
+            text(
+                "INSERT INTO wallet_outbox (programa_id, fan_pk, saldo) "
+                "SELECT 'halcones', f, g FROM unnest(CAST(:fans AS bigint[])) AS f, "
+                "generate_series(1, 10) AS g ORDER BY g, f"
+            ),
+            {"fans": big},
+        )
+    small = [insert_fan(engine, "gaviotas", "GAV", next(_ids)) for _ in range(3)]
+    for i, fan in enumerate(small):
+        with UnitOfWork(engine) as uow:
+            move_points(uow.conn, "gaviotas", fan, i + 1, Motivo.VENTA)
+            uow.commit()
+    provider = Recording()
+    report = send_pending(engine, provider, batch=10, ingest_batch=500, now=Clock())
+    delivered = dict(provider.delivered)
+    assert {fan: delivered.get(fan) for fan in small} == {f: i + 1 for i, f in enumerate(small)}
+    assert report.claimed == 10  # what the small program left went to the big one
+    assert len(set(delivered) & set(big)) == 7
+    assert report.more
+    total = report + drain(engine, provider, batch=100, now=Clock())
+    assert dict(provider.delivered) == {
+        **dict.fromkeys(big, 10),
+        **{f: i + 1 for i, f in enumerate(small)},
+    }
+    assert total.ingested == 3003
     assert pending(engine) == {}
 
 
@@ -768,8 +827,9 @@ def _scans(plan: dict[str, Any], limited: bool = False) -> Iterator[tuple[dict[s
 
 
 def _assert_bounded(conn: Connection, statement: TextClause, params: dict[str, object]) -> int:
-    """The plan reads wallet_outbox and wallet_pases only by index: key lookups, or range
-    scans under a Limit. Returns how many such reads it has."""
+    """The plan reads wallet_outbox and wallet_pases only by index: key lookups (an index
+    scan, or a bitmap of the keys' index entries), or range scans under a Limit. Returns
+    how many such reads it has."""
     plan = conn.execute(text(f"EXPLAIN (FORMAT JSON) {statement.text}"), params).scalar_one()
     reads = [
         (node, limited)
@@ -777,10 +837,57 @@ def _assert_bounded(conn: Connection, statement: TextClause, params: dict[str, o
         if node["Relation Name"] in ("wallet_outbox", "wallet_pases")
     ]
     for node, limited in reads:
+        if node["Node Type"] == "Bitmap Heap Scan":  # the rows of keys given (= ANY)
+            assert "= ANY" in node.get("Recheck Cond", ""), node
+            continue
         assert node["Node Type"] in ("Index Scan", "Index Only Scan"), node
         lookup = "= ANY" in node.get("Index Cond", "") or " = " in node.get("Index Cond", "")
         assert limited or lookup, node
     return len(reads)
+
+
+def _bounded_inside(engine: Engine, call: str, params: dict[str, object]) -> int:
+    """Every statement a function call runs (auto_explain's plans of nested statements,
+    sent as notices; the call rolled back) reads wallet_outbox and wallet_pases only as
+    `_assert_bounded` allows. Returns how many such reads they have."""
+    plans: list[dict[str, Any]] = []
+    with autocommit(engine) as conn:
+
+        def keep(diag: psycopg.errors.Diagnostic) -> None:
+            message = diag.message_primary or ""
+            if "plan:" in message:
+                plans.append(json.loads(message.split("plan:", 1)[1]))
+
+        conn.add_notice_handler(keep)
+        for setting in (
+            "LOAD 'auto_explain'",
+            "SET auto_explain.log_min_duration = 0",
+            "SET auto_explain.log_nested_statements = on",
+            "SET auto_explain.log_format = 'json'",
+            "SET auto_explain.log_level = 'notice'",
+            "SET client_min_messages = 'notice'",
+        ):
+            conn.execute(setting)
+        conn.execute("BEGIN")
+        conn.execute(call, params).fetchall()
+        conn.execute("ROLLBACK")
+        conn.execute("RESET ALL")
+        conn.remove_notice_handler(keep)
+    reads = 0
+    for plan in plans:
+        if "loyalty_wallet" in plan["Query Text"]:
+            continue  # the call itself
+        for node, limited in _scans(plan["Plan"]):
+            if node["Relation Name"] not in ("wallet_outbox", "wallet_pases"):
+                continue
+            reads += 1
+            if node["Node Type"] == "Bitmap Heap Scan":
+                assert "= ANY" in node.get("Recheck Cond", ""), node
+                continue
+            assert node["Node Type"] in ("Index Scan", "Index Only Scan"), plan["Query Text"]
+            cond = node.get("Index Cond", "")
+            assert limited or "= ANY" in cond or " = " in cond, (plan["Query Text"], node)
+    return reads
 
 
 def test_every_sender_statement_reads_a_bounded_part_of_the_backlog(
@@ -804,38 +911,45 @@ def test_every_sender_statement_reads_a_bounded_part_of_the_backlog(
                 # Ordered: the first 4,000 rows (ids) one per fan, whichever way the
                 # planner joins (unordered, a plan that loops over g inside each fan put
                 # both of a fan's rows first, and the ingest below took 2,000 fans).
-                "INSERT INTO wallet_outbox (fan_pk, saldo) SELECT pk, g FROM fans, "
+                "INSERT INTO wallet_outbox (programa_id, fan_pk, saldo) "
+                "SELECT programa_id, pk, g FROM fans, "
                 "generate_series(1, 2) AS g WHERE fan_id LIKE 'PLAN%' ORDER BY g, pk"
             )
         )
-        assert ingest(conn, limit=4000) == (4000, 4000)
+    assert ingest(engine, "halcones", limit=4000) == (4000, 4000)
     with engine.connect() as conn:
         conn.execution_options(isolation_level="AUTOCOMMIT").exec_driver_sql(
             "ANALYZE wallet_outbox, wallet_pases"
         )
     fan_pks = list(pending(engine))[:100]
+    turn = {
+        "programa": "halcones",
+        "filas": 100,
+        "fans": 100,
+        "due": DUE_AT_ONCE,
+        "now": T0,
+        "lease_until": T0,
+    }
+    # The functions' statements, as auto_explain shows them (ingest: the outbox's oldest
+    # rows, then the fold; claim: the due fans, then the lease; record: the lock, then the
+    # update).
+    assert _bounded_inside(engine, TURN_SQL, turn) >= 3
+    record = {
+        "programa": "halcones",
+        "fan_pks": fan_pks,
+        "saldo_ids": [1] * 100,
+        "versiones": [0] * 100,
+        "cubiertos": [True] * 100,
+        "intentos": [0] * 100,
+        "proximos": [T0] * 100,
+        "entregados": [1] * 100,
+        "errores": [None] * 100,
+        "lease_until": T0,
+        "due": T0,
+        "at": T0,
+    }
+    assert _bounded_inside(engine, RECORD_SQL, record) >= 2
     with engine.begin() as conn:
-        assert _assert_bounded(conn, INGEST_SQL, {"n": 100, "due": T0}) == 2
-        assert _assert_bounded(conn, CLAIM_SQL, {"n": 100, "now": T0, "lease_until": T0}) == 2
-        assert (
-            _assert_bounded(
-                conn,
-                RECORD_SQL,
-                {
-                    "fan_pks": fan_pks,
-                    "saldo_ids": [1] * 100,
-                    "cubiertos": [True] * 100,
-                    "intentos": [0] * 100,
-                    "proximos": [T0] * 100,
-                    "entregados": [1] * 100,
-                    "errores": [None] * 100,
-                    "lease_until": T0,
-                    "due": T0,
-                    "at": T0,
-                },
-            )
-            == 2
-        )
         assert _assert_bounded(conn, BACKLOG_SQL, {"cap": 101, "now": T0}) >= 6
 
 
@@ -845,7 +959,8 @@ def test_the_sender_plans_every_execution_for_its_parameters(
 ) -> None:
     """psycopg prepares a statement after 5 executions, and PostgreSQL considers a generic
     plan after 5 more: it must never use one (chosen while the outbox was nearly empty, it
-    would scan the outbox whole). Without `custom_plans` this test fails."""
+    would scan the outbox whole). The sender's statements run inside its functions, which
+    carry `plan_cache_mode = force_custom_plan` (migration 0016)."""
     single = make_engine(db_url, pool_size=1)  # one connection, reused by every step
     try:
         fan = new_fan()
@@ -855,16 +970,17 @@ def test_the_sender_plans_every_execution_for_its_parameters(
             assert send_pending(single, provider, now=Clock()).delivered == 1
             assert provider.delivered[-1] == (fan, n + 1)
         with single.connect() as conn:
-            plans = conn.execute(
+            settings = conn.execute(
                 text(
-                    "SELECT generic_plans, custom_plans FROM pg_prepared_statements "
-                    "WHERE statement ~ 'wallet_pases'"
+                    "SELECT proname, proconfig FROM pg_proc "
+                    "WHERE proname IN ('loyalty_wallet_turno', 'loyalty_wallet_record')"
                 )
             ).all()
     finally:
         single.dispose()
-    assert len(plans) == 3  # ingest, claim, record
-    assert all(generic == 0 and custom > 0 for generic, custom in plans)
+    # The sender's statements run inside its two functions, which plan them afresh.
+    assert len(settings) == 2
+    assert all(config == ["plan_cache_mode=force_custom_plan"] for _, config in settings)
 
 
 def test_backlog_figures(engine: Engine, new_fan: Callable[[], int]) -> None:

@@ -71,7 +71,7 @@ def server_admin(pg_server: Database) -> Iterator[psycopg.Connection[tuple[objec
 
 def change(engine: Engine, fan_pk: int, puntos: int) -> None:
     with UnitOfWork(engine) as uow:
-        move_points(uow.conn, fan_pk, puntos, Motivo.VENTA)
+        move_points(uow.conn, "fallas", fan_pk, puntos, Motivo.VENTA)
         uow.commit()
 
 

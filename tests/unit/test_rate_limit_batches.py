@@ -19,12 +19,19 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from loyalty_grpc.domain.rate_limit import WINDOW_SECONDS, Refund, Window, settle, take
+from loyalty_grpc.domain.rate_limit import (
+    WINDOW_SECONDS,
+    LimitKey,
+    Refund,
+    Window,
+    settle,
+    take,
+)
 from loyalty_grpc.services.rate_limit import SETTLE_DELAY, RateLimiter
 from loyalty_grpc.store.rate_limit import Reservation
 from tests.support import max_in_any_window
 
-KEY = 7
+KEY = LimitKey("p", 7)
 
 
 @dataclass
@@ -43,7 +50,7 @@ class ModelCounters:
 
     clock: Clock
     lags: tuple[float, float, float] = (0.0, 0.0, 0.0)
-    windows: dict[int, Window] = field(default_factory=dict)
+    windows: dict[LimitKey, Window] = field(default_factory=dict)
     requests: int = 0
     decided_at: float = 0.0
 
@@ -51,7 +58,7 @@ class ModelCounters:
 
     def reserve(
         self,
-        clave_id: int,
+        clave_id: LimitKey,
         wanted: int,
         limit: int,
         refund: Refund | None = None,
@@ -75,7 +82,7 @@ class ModelCounters:
         self.clock.t += self.lags[2]
         return Reservation(window.second, window.counts, granted, db_now, window.reservations)
 
-    def settle(self, refunds: Sequence[tuple[int, Refund]]) -> None:
+    def settle(self, refunds: Sequence[tuple[LimitKey, Refund]]) -> None:
         self.settlements += 1
         for clave_id, refund in refunds:
             if clave_id in self.windows:
@@ -453,7 +460,7 @@ class FailingCounters(ModelCounters):
 
     def reserve(
         self,
-        clave_id: int,
+        clave_id: LimitKey,
         wanted: int,
         limit: int,
         refund: Refund | None = None,
@@ -466,7 +473,7 @@ class FailingCounters(ModelCounters):
             raise ConnectionError("the database went away")
         return super().reserve(clave_id, wanted, limit, refund, slack_calls=slack_calls)
 
-    def settle(self, refunds: Sequence[tuple[int, Refund]]) -> None:
+    def settle(self, refunds: Sequence[tuple[LimitKey, Refund]]) -> None:
         if self.fail_settle:
             self.fail_settle = False
             raise ConnectionError("the database went away")
@@ -517,7 +524,7 @@ class WallCounters:
 
     def reserve(
         self,
-        clave_id: int,
+        clave_id: LimitKey,
         wanted: int,
         limit: int,
         refund: Refund | None = None,
@@ -538,7 +545,7 @@ class WallCounters:
                 self.window.second, self.window.counts, granted, now, self.window.reservations
             )
 
-    def settle(self, refunds: Sequence[tuple[int, Refund]]) -> None:
+    def settle(self, refunds: Sequence[tuple[LimitKey, Refund]]) -> None:
         with self.lock:
             for _, refund in refunds:
                 assert self.window is not None

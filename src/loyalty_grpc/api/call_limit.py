@@ -11,6 +11,7 @@ from __future__ import annotations
 from loyalty_grpc.api.call_metadata import Metadata
 from loyalty_grpc.domain.caller import Caller
 from loyalty_grpc.domain.errors import CodigoError, LoyaltyError
+from loyalty_grpc.domain.rate_limit import LimitKey
 from loyalty_grpc.services.rate_limit import RateLimiter
 
 RATELIMIT_POLICY_KEY = "ratelimit-policy"
@@ -20,7 +21,7 @@ RATELIMIT_KEY = "ratelimit"
 def admit(limiter: RateLimiter, caller: Caller, extra: Metadata) -> None:
     """Take one call of `caller`'s key, add the RateLimit fields to `extra`, and raise
     demasiadas_llamadas when the key is over its limit."""
-    quota = limiter.take(caller.clave_id)
+    quota = limiter.take(LimitKey(caller.programa_id, caller.clave_id))
     extra += [(RATELIMIT_POLICY_KEY, quota.policy_header()), (RATELIMIT_KEY, quota.header())]
     if not quota.admitted:
         raise LoyaltyError(

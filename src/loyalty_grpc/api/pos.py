@@ -22,6 +22,7 @@ from loyalty_grpc.services.pos.ping import ping
 from loyalty_grpc.services.pos.resolve import CurrentPromo, resolve_fan
 from loyalty_grpc.services.pos.roster import read_roster
 from loyalty_grpc.services.pos.sales import register_sale
+from loyalty_grpc.store.folios import Folios
 
 
 def _promo_detalle(promo: CurrentPromo) -> pb.PromoActual:
@@ -51,8 +52,11 @@ def _promo_value(promo: CurrentPromo | None) -> struct_pb2.Value:
 
 
 class PosServicer(pb_grpc.PosServiceServicer):
-    def __init__(self, engine: Engine) -> None:
+    """`folios`: the process's folios (store/folios.py), one per sale."""
+
+    def __init__(self, engine: Engine, folios: Folios) -> None:
         self._engine = engine
+        self._folios = folios
 
     def Ping(self, request: pb.PingRequest, context: grpc.ServicerContext) -> pb.PingResponse:
         result = ping(current_caller(), datetime.now(UTC))
@@ -104,7 +108,9 @@ class PosServicer(pb_grpc.PosServiceServicer):
         self, request: pb.RegisterTxRequest, context: grpc.ServicerContext
     ) -> pb.RegisterTxResponse:
         caller = current_caller()
-        result = register_sale(self._engine, caller, new_sale(request, datetime.now(UTC)))
+        result = register_sale(
+            self._engine, self._folios, caller, new_sale(request, datetime.now(UTC))
+        )
         return pb.RegisterTxResponse(
             ok=True,
             data=pb.RegisterTxData(

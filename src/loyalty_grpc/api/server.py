@@ -42,6 +42,7 @@ from loyalty_grpc.gen.loyalty.v1 import backoffice_service_pb2_grpc, pos_service
 from loyalty_grpc.services.backoffice.keys import authenticate
 from loyalty_grpc.services.rate_limit import RateLimiter
 from loyalty_grpc.store.db import make_engine
+from loyalty_grpc.store.folios import Folios
 from loyalty_grpc.store.rate_limit import PgCounters
 
 log = logging.getLogger(__name__)
@@ -190,7 +191,10 @@ def build_server(
             *_age_options(settings),
         ],
     )
-    pos_service_pb2_grpc.add_PosServiceServicer_to_server(PosServicer(engine), server)
+    # The process's folios, next to its engine: a sale takes one (store/folios.py).
+    pos_service_pb2_grpc.add_PosServiceServicer_to_server(
+        PosServicer(engine, Folios(engine)), server
+    )
     backoffice_service_pb2_grpc.add_BackofficeServiceServicer_to_server(
         BackofficeServicer(engine, on_keys_changed=keys_cache.clear), server
     )

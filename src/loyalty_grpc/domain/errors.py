@@ -167,8 +167,9 @@ def _catalogue() -> dict[CodigoError, Entry]:
                 "INVALID_ARGUMENT",
                 "El cursor no es válido.",
                 "`desde` is not a cursor this database issued for this program (altered, "
-                "another program's or database's, of the previous format, or issued after "
-                "the point a backup was restored to): start again without `desde`",
+                "another program's or database's, of the previous format, issued after "
+                "the point a backup was restored to, or, on Citus, before the program's "
+                "data moved to another node): start again without `desde`",
             ),
             _e(
                 C.MONEDA_NO_SOPORTADA,

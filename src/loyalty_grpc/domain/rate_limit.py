@@ -73,6 +73,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 WINDOW_SECONDS = 60
 # The contract's limit: calls per API key in any WINDOW_SECONDS (the default of
@@ -122,6 +123,14 @@ def shift(window: Window, second: int) -> Window:
     now = max(second, window.second)
     step = now - window.second
     return Window(now, _shifted(window.counts, step), _shifted(window.reservations, step))
+
+
+class LimitKey(NamedTuple):
+    """A key as the limit counts its calls: its program and id (the counters' row is one of
+    the program's rows, found by both: store/rate_limit.py)."""
+
+    programa_id: str
+    clave_id: int
 
 
 @dataclass(frozen=True)

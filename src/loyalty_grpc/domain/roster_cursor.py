@@ -10,8 +10,10 @@ A cursor is a position in the program's feed, never a time:
   the next page holds the changes after it, ordered by (writer's transaction id, pk).
 
 Text (version 2): base64url without padding of 34 bytes: version (1), phase (1), the
-issuing cluster's system identifier (8), xid (8), pk (8), all unsigned big-endian, and an
-8-byte tag = SHA-256(domain, program id, the 26 bytes)[:8].
+issuing placement identity (8: the cluster's system identifier; on Citus a value of the
+node and the shard placement of the program's fans, store/roster.PageState.lugar), xid
+(8), pk (8), all unsigned big-endian, and an 8-byte tag = SHA-256(domain, program id,
+the 26 bytes)[:8].
 
 The system identifier is PostgreSQL's (`pg_control_system()`): a physical standby and a
 physical backup share it with their primary, so a cursor survives a failover and a restore
@@ -167,15 +169,29 @@ def decode_cursor(programa_id: str, text: str) -> Cursor:
 
 
 def check_issued(cursor: Cursor, sistema: int, emitido: bool) -> None:
-    """cursor_invalido unless `cursor` was issued by this database: the cluster whose system
-    identifier is `sistema`, holding its record (`emitido`)."""
+    """cursor_invalido unless `cursor` was issued by this database: under the placement
+    identity `sistema` (the cluster's system identifier; on Citus, the node and shard
+    placement holding the program's fans), holding its record (`emitido`)."""
     if cursor.sistema != sistema:
         raise _invalid(
             "el cursor lo emitió otra base de datos (otro clúster de PostgreSQL: "
-            "restaurada de un volcado lógico, recreada o de otro entorno)"
+            "restaurada de un volcado lógico, recreada o de otro entorno) o los datos "
+            "del programa se movieron de nodo (Citus) desde que se emitió"
         )
     if not emitido:
         raise _invalid(
             "esta base de datos no emitió el cursor (¿se restauró una copia anterior "
             "a cuando se emitió?)"
         )
+
+
+def placement_unavailable() -> LoyaltyError:
+    """servicio_no_disponible (retryable): the page was not read on the node that holds the
+    program's fans (on Citus, while its shard moves between nodes, or a call the
+    coordinator did not delegate), so its positions would count another node's
+    transaction ids. Nothing was read; the same call succeeds once the move is over."""
+    return LoyaltyError(
+        CodigoError.SERVICIO_NO_DISPONIBLE,
+        "los datos del programa no están en el nodo que leyó la página (se están "
+        "moviendo entre nodos de Citus); reintente",
+    )

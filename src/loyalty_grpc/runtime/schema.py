@@ -31,4 +31,6 @@ def require_usable_schema(database_url: str) -> migrate.Schema:
         raise ConfigError(schema.refusal(command("migrate")))
     if schema.state is migrate.SchemaState.NEWER:
         log.warning("%s", schema.newer_warning())
+    if schema.state is migrate.SchemaState.CONTRACT_PENDING:
+        log.info("%s", schema.contract_note(command("migrate")))
     return schema

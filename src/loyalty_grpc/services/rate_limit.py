@@ -13,10 +13,11 @@ domain/rate_limit.py).
 A batch is settled once: its unused spare calls go back and its spare calls stop being
 outstanding. With the key's next request in this process if that comes first (no extra
 round trip), else by the settler: a thread of the process that wakes SETTLE_DELAY after a
-batch's second ends and settles every expired batch of every key in ONE statement. Under
-the key's lock, the settlement is taken out of the batch before it is sent, so a returned
-call is never used (and a settlement lost to a database error is never sent twice: its
-calls stay counted, stricter, never looser).
+batch's second ends and settles every expired batch of every key, one call per program
+among them (store/rate_limit.py), on one connection. Under the key's lock, the
+settlement is taken out of the batch before it is sent, so a returned call is never used
+(and a settlement lost to a database error is never sent twice: its calls stay counted,
+stricter, never looser).
 
 The database caps the spare calls outstanding for a key over all processes at a slack,
 `slack_calls` (default `slack(limit)`: limit // 60 - 2, 8 for 600), so the calls granted and
@@ -46,7 +47,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from loyalty_grpc.domain.rate_limit import SLOTS, Quota, Refund, quota, slack
+from loyalty_grpc.domain.rate_limit import SLOTS, LimitKey, Quota, Refund, quota, slack
 from loyalty_grpc.store.rate_limit import Reservation
 
 log = logging.getLogger(__name__)
@@ -70,7 +71,7 @@ class Counters(Protocol):
 
     def reserve(
         self,
-        clave_id: int,
+        key: LimitKey,
         wanted: int,
         limit: int,
         refund: Refund | None = None,
@@ -78,7 +79,7 @@ class Counters(Protocol):
         slack_calls: int,
     ) -> Reservation: ...
 
-    def settle(self, refunds: Sequence[tuple[int, Refund]]) -> None: ...
+    def settle(self, refunds: Sequence[tuple[LimitKey, Refund]]) -> None: ...
 
     def purge(self) -> None: ...
 
@@ -151,26 +152,24 @@ class RateLimiter:
         self._clock = clock
         self._purge_seconds = purge_seconds
         self._next_purge = clock() + purge_seconds
-        self._keys: dict[int, _Key] = {}
+        self._keys: dict[LimitKey, _Key] = {}
         self._keys_lock = threading.Lock()
         # The settler: keys whose batch has spare calls to settle -> when (local clock).
         self._settler = settler
-        self._due: dict[int, float] = {}
+        self._due: dict[LimitKey, float] = {}
         self._due_changed = threading.Condition()
         self._wake_at: float | None = None  # when the settler thread means to wake
         self._thread: threading.Thread | None = None
         self._closed = False
         self._settle_failed = False
 
-    def take(self, clave_id: int) -> Quota:
+    def take(self, clave: LimitKey) -> Quota:
         """Admit one call of the key if the limit has room; the client's view either way."""
         if self.max_batch == 1:  # no reservations: every call asks the database
-            reservation = self._counters.reserve(
-                clave_id, 1, self.limit, slack_calls=self.slack_calls
-            )
+            reservation = self._counters.reserve(clave, 1, self.limit, slack_calls=self.slack_calls)
             self._maybe_purge()
             return quota(reservation.counts, self.limit, admitted=reservation.granted == 1)
-        key = self._key(clave_id)
+        key = self._key(clave)
         with key.lock:
             batch = key.batch
             now = self._clock()
@@ -181,17 +180,17 @@ class RateLimiter:
                     return batch.view(self.limit)
                 if batch.rejected:
                     return batch.quota
-            key.batch = self._reserve(clave_id, batch, now)
+            key.batch = self._reserve(clave, batch, now)
             if key.batch.reserved:
-                self._schedule(clave_id, key.batch.expires)
+                self._schedule(clave, key.batch.expires)
             return key.batch.view(self.limit)
 
-    def _reserve(self, clave_id: int, batch: _Batch | None, now: float) -> _Batch:
+    def _reserve(self, clave: LimitKey, batch: _Batch | None, now: float) -> _Batch:
         wanted = self._batch_size(batch, now)
         refund = batch.settle() if batch is not None else None
         sent = self._clock()
         reservation = self._counters.reserve(
-            clave_id, wanted, self.limit, refund, slack_calls=self.slack_calls
+            clave, wanted, self.limit, refund, slack_calls=self.slack_calls
         )
         self._maybe_purge()
         granted = reservation.granted
@@ -222,11 +221,11 @@ class RateLimiter:
             wanted = min(wanted, batch.quota.remaining // 4)
         return max(1, min(wanted, self.max_batch, 1 + self.slack_calls))
 
-    def _key(self, clave_id: int) -> _Key:
+    def _key(self, clave: LimitKey) -> _Key:
         with self._keys_lock:
-            key = self._keys.get(clave_id)
+            key = self._keys.get(clave)
             if key is None:
-                key = self._keys[clave_id] = _Key()
+                key = self._keys[clave] = _Key()
             return key
 
     def _maybe_purge(self) -> None:
@@ -237,21 +236,21 @@ class RateLimiter:
                 return
             self._next_purge = now + self._purge_seconds
             idle = [
-                clave_id
-                for clave_id, key in self._keys.items()
+                clave
+                for clave, key in self._keys.items()
                 if key.batch is None or now > key.batch.expires + SLOTS
             ]
-            for clave_id in idle:
-                del self._keys[clave_id]
+            for clave in idle:
+                del self._keys[clave]
         self._counters.purge()
 
     # ------------------------------------------------------------ the settler
 
-    def _schedule(self, clave_id: int, expires: float) -> None:
+    def _schedule(self, clave: LimitKey, expires: float) -> None:
         """The key's batch has spare calls to settle once `expires` has passed (called with
         the key's lock held: lock order key -> `_due_changed`)."""
         with self._due_changed:
-            self._due[clave_id] = expires
+            self._due[clave] = expires
             if self._settler and not self._closed:
                 if self._thread is None:
                     self._thread = threading.Thread(
@@ -280,49 +279,49 @@ class RateLimiter:
                 log.exception("settling rate-limit batches failed")
 
     def settle_expired(self, *, everything: bool = False) -> int:
-        """Settle, in one statement, the batches whose second has ended (`everything`:
+        """Settle, in one call per program, the batches whose second has ended (`everything`:
         every batch, for `close`); returns how many were sent."""
         now = self._clock()
         with self._due_changed:
-            clave_ids = [
-                clave_id
-                for clave_id, expires in self._due.items()
+            claves = [
+                clave
+                for clave, expires in self._due.items()
                 if everything or expires + SETTLE_DELAY <= now
             ]
-        refunds: list[tuple[int, Refund]] = []
-        for clave_id in clave_ids:
+        refunds: list[tuple[LimitKey, Refund]] = []
+        for clave in claves:
             with self._keys_lock:
-                key = self._keys.get(clave_id)
+                key = self._keys.get(clave)
             if key is None:
                 with self._due_changed:
-                    self._due.pop(clave_id, None)
+                    self._due.pop(clave, None)
                 continue
             # A request holding the key's lock settles the batch itself (or is using one
             # that has not expired): look again a moment later.
             if not key.lock.acquire(blocking=everything):
                 with self._due_changed:
-                    self._due[clave_id] = now
+                    self._due[clave] = now
                 continue
             try:
                 batch = key.batch
                 with self._due_changed:
                     if batch is None or not batch.reserved:
-                        self._due.pop(clave_id, None)
+                        self._due.pop(clave, None)
                         continue
                     if not everything and now < batch.expires:
-                        self._due[clave_id] = batch.expires  # a newer batch
+                        self._due[clave] = batch.expires  # a newer batch
                         continue
-                    self._due.pop(clave_id, None)
+                    self._due.pop(clave, None)
                 refund = batch.settle()
                 if refund is not None:
-                    refunds.append((clave_id, refund))
+                    refunds.append((clave, refund))
             finally:
                 key.lock.release()
         if refunds:
             self._send(refunds)
         return len(refunds)
 
-    def _send(self, refunds: list[tuple[int, Refund]]) -> None:
+    def _send(self, refunds: list[tuple[LimitKey, Refund]]) -> None:
         try:
             self._counters.settle(refunds)
         except Exception as exc:

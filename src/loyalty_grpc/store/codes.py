@@ -4,11 +4,13 @@ code's state (the code's row locked FOR UPDATE, or the next available one picked
 UPDATE SKIP LOCKED).
 
 A deposit is idempotent per (promotion, code): one set-based statement, ``INSERT … SELECT
-unnest(:codes) ORDER BY codigo ON CONFLICT (promo_id, codigo) DO NOTHING``, so resending a
-batch adds nothing and concurrent overlapping deposits count each code once (a conflicting
-insert waits for the other transaction and then counts the code as a duplicate). Inserting
-in code order means two concurrent deposits take their row locks in the same order and
-cannot deadlock. Deposited codes start `disponible`."""
+unnest(:codes) ORDER BY codigo ON CONFLICT (programa_id, promo_id, codigo) DO NOTHING``, so
+resending a batch adds nothing and concurrent overlapping deposits count each code once (a
+conflicting insert waits for the other transaction and then counts the code as a duplicate).
+Inserting in code order means two concurrent deposits take their row locks in the same order
+and cannot deadlock. Deposited codes start `disponible`. Every statement names the program:
+a code is found by (programa_id, id) or (programa_id, promo_id, …), its fan by (programa_id,
+pk)."""
 
 from __future__ import annotations
 
@@ -16,8 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Connection, Integer, Row, Select, Text, func, literal, select, update
-from sqlalchemy.dialects.postgresql import ARRAY, insert
+from sqlalchemy import Connection, Row, Select, Text, func, literal, select, update
 
 from loyalty_grpc.domain.promos import EstadoCodigo, EstadoPromo
 from loyalty_grpc.store.tables import codigos, fans, promos
@@ -79,52 +80,52 @@ def promo_by_name_for_share(conn: Connection, programa: str, nombre: str) -> Pro
     return _resumen(row)
 
 
+# The deposit's insert is the function `loyalty_codes_deposit` (migration 0014): an INSERT …
+# SELECT from an array is not router-planned by Citus, the function runs on the node of
+# the program's shard (registered with force_delegation: it runs inside the deposit's
+# unit of work, after the promotion's FOR SHARE).
+DEPOSIT = """
+SELECT * FROM loyalty_codes_deposit(%(programa)s, CAST(%(promo_id)s AS integer),
+                                    CAST(%(codes)s AS text[]))
+"""
+
+
 def insert_new_codes(conn: Connection, programa: str, promo_id: int, codes: Sequence[str]) -> int:
     """Insert the codes the promotion lacks, `disponible`, in code order; how many went in.
-    One statement."""
-    given = (
-        func.unnest(literal(list(codes), ARRAY(Text)))
-        .table_valued("codigo")
-        .render_derived(name="given")
-    )
-    rows = (
-        select(
-            literal(promo_id, Integer),
-            literal(programa, Text),
-            given.c.codigo,
-            literal(EstadoCodigo.DISPONIBLE.value, Text),
-        )
-        .select_from(given)
-        .order_by(given.c.codigo)
-    )
-    inserted = (
-        insert(codigos)
-        .from_select(["promo_id", "programa_id", "codigo", "estado"], rows)
-        .on_conflict_do_nothing(index_elements=["promo_id", "codigo"])
-        .returning(codigos.c.id)
-        .cte("inserted")
-    )
-    return int(conn.execute(select(func.count()).select_from(inserted)).scalar_one())
+    One call."""
+    added = conn.exec_driver_sql(
+        DEPOSIT, {"programa": programa, "promo_id": promo_id, "codes": list(codes)}
+    ).scalar_one()
+    return int(added)
 
 
-def lock_code(conn: Connection, promo_id: int, codigo: str) -> LockedCode | None:
-    """The promotion's code `codigo`, locked FOR UPDATE (a concurrent POS redemption of it
-    waits, then sees the new state); None when the promotion has no such code."""
+def lock_code(conn: Connection, programa: str, promo_id: int, codigo: str) -> LockedCode | None:
+    """The program's promotion's code `codigo`, locked FOR UPDATE (a concurrent POS
+    redemption of it waits, then sees the new state); None when the promotion has no such
+    code."""
     row = conn.execute(
         select(codigos.c.id, codigos.c.estado)
-        .where(codigos.c.promo_id == promo_id, codigos.c.codigo == codigo)
+        .where(
+            codigos.c.programa_id == programa,
+            codigos.c.promo_id == promo_id,
+            codigos.c.codigo == codigo,
+        )
         .with_for_update()
     ).one_or_none()
     return None if row is None else LockedCode(id=row.id, estado=EstadoCodigo(row.estado))
 
 
-def lock_next_available(conn: Connection, promo_id: int) -> int | None:
-    """The row id of the promotion's oldest `disponible` code (lowest id: deposit order),
+def lock_next_available(conn: Connection, programa: str, promo_id: int) -> int | None:
+    """The row id of the program's promotion's oldest `disponible` code (lowest id: deposit order),
     locked FOR UPDATE SKIP LOCKED, so concurrent callers each get a different code and
     never wait for one another; None when none is left."""
     found: int | None = conn.execute(
         select(codigos.c.id)
-        .where(codigos.c.promo_id == promo_id, codigos.c.estado == EstadoCodigo.DISPONIBLE.value)
+        .where(
+            codigos.c.programa_id == programa,
+            codigos.c.promo_id == promo_id,
+            codigos.c.estado == EstadoCodigo.DISPONIBLE.value,
+        )
         .order_by(codigos.c.id)
         .limit(1)
         .with_for_update(skip_locked=True)
@@ -132,30 +133,33 @@ def lock_next_available(conn: Connection, promo_id: int) -> int | None:
     return found
 
 
-def mark_assigned(conn: Connection, code_pk: int, fan_pk: int) -> None:
-    """The code → asignado to the fan, now."""
+def mark_assigned(conn: Connection, programa: str, code_pk: int, fan_pk: int) -> None:
+    """The program's code → asignado to the program's fan, now."""
     conn.execute(
         update(codigos)
-        .where(codigos.c.id == code_pk)
+        .where(codigos.c.programa_id == programa, codigos.c.id == code_pk)
         .values(estado=EstadoCodigo.ASIGNADO.value, fan_pk=fan_pk, asignado_en=func.now())
     )
 
 
-def mark_released(conn: Connection, code_pk: int) -> None:
-    """The code → liberado, now (a delivered code keeps its fan)."""
+def mark_released(conn: Connection, programa: str, code_pk: int) -> None:
+    """The program's code → liberado, now (a delivered code keeps its fan)."""
     conn.execute(
         update(codigos)
-        .where(codigos.c.id == code_pk)
+        .where(codigos.c.programa_id == programa, codigos.c.id == code_pk)
         .values(estado=EstadoCodigo.LIBERADO.value, liberado_en=func.now())
     )
 
 
-def code_info(conn: Connection, code_pk: int) -> CodigoInfo:
-    """The code as the back office shows it, with the Fan ID it was delivered to."""
+def code_info(conn: Connection, programa: str, code_pk: int) -> CodigoInfo:
+    """The program's code as the back office shows it, with the Fan ID it was delivered
+    to."""
     row = conn.execute(
         select(codigos.c.promo_id, codigos.c.codigo, codigos.c.estado, fans.c.fan_id)
-        .outerjoin(fans, fans.c.pk == codigos.c.fan_pk)
-        .where(codigos.c.id == code_pk)
+        .outerjoin(
+            fans, (fans.c.programa_id == codigos.c.programa_id) & (fans.c.pk == codigos.c.fan_pk)
+        )
+        .where(codigos.c.programa_id == programa, codigos.c.id == code_pk)
     ).one()
     return CodigoInfo(
         promo_id=row.promo_id, codigo=row.codigo, estado=EstadoCodigo(row.estado), fan=row.fan_id

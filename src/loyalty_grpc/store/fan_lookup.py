@@ -1,11 +1,13 @@
 """The readings of a POS `fan` value (domain/fan_ref.py, in its order) as SQL: for each
 form, a query giving the one active fan of the program it names, best reading first.
 
-`fan/resolve` and `tx` put it first in their single statement (`WITH fan AS (...)`), so the
-lookup costs no round trip of its own. Parameters: %(programa)s, %(valor)s (the normalised
+`fan/resolve` puts it first in its single statement (`WITH fan AS (...)`), so the lookup
+costs no round trip of its own; `tx`'s function (`loyalty_tx`, migration 0014) holds a
+frozen copy of the three readings. Parameters: %(programa)s, %(valor)s (the normalised
 value) and, for the text form, %(crudo)s (the value as scanned). Columns: the fan's
 `pk, fan_id, nombre, correo, socio_desde, temporadas, puntos` and `via_codigo`, the coupon
-code's row id when the fan was identified by a code (else NULL).
+code's row id when the fan was identified by a code (else NULL). Every table it reads is
+filtered by %(programa)s, and codes join their fan on (programa_id, pk).
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ FROM (
     WHERE {_ACTIVE} AND f.fan_id = %(valor)s
   UNION ALL
   SELECT {_FAN}, c.id, 2, CASE WHEN c.estado = '{EstadoCodigo.ASIGNADO.value}' THEN 0 ELSE 1 END
-    FROM codigos c JOIN fans f ON f.pk = c.fan_pk
+    FROM codigos c JOIN fans f ON f.programa_id = c.programa_id AND f.pk = c.fan_pk
     WHERE c.programa_id = %(programa)s AND c.codigo = %(valor)s
       AND c.estado IN ('{EstadoCodigo.ASIGNADO.value}', '{EstadoCodigo.CANJEADO.value}')
       AND {_ACTIVE}

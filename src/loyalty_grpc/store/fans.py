@@ -224,22 +224,33 @@ def update_fan(conn: Connection, fan: FanRow, values: Mapping[str, object]) -> F
     qr_token); a value another fan took since the pre-check is its duplicate error."""
     with translated(_duplicates(fan.info.fan_id)):
         row = conn.execute(
-            update(fans).where(fans.c.pk == fan.pk).values(dict(values)).returning(fans)
+            update(fans)
+            .where(fans.c.programa_id == fan.info.programa, fans.c.pk == fan.pk)
+            .values(dict(values))
+            .returning(fans)
         ).one()
     return fan_info(row)
 
 
 def set_estado(
-    conn: Connection, fan_pk: int, nuevo: EstadoFan, *, baja_motivo: str | None = None
+    conn: Connection,
+    programa: str,
+    fan_pk: int,
+    nuevo: EstadoFan,
+    *,
+    baja_motivo: str | None = None,
 ) -> FanInfo:
-    """Put the fan in `nuevo`: `baja` now, with its reason; `activo` with the baja time and
-    reason cleared."""
+    """Put the program's fan in `nuevo`: `baja` now, with its reason; `activo` with the baja
+    time and reason cleared."""
     baja: dict[str, object] = (
         {"baja_en": func.now(), "baja_motivo": baja_motivo}
         if nuevo is EstadoFan.BAJA
         else {"baja_en": None, "baja_motivo": None}
     )
     row = conn.execute(
-        update(fans).where(fans.c.pk == fan_pk).values(estado=nuevo.value, **baja).returning(fans)
+        update(fans)
+        .where(fans.c.programa_id == programa, fans.c.pk == fan_pk)
+        .values(estado=nuevo.value, **baja)
+        .returning(fans)
     ).one()
     return fan_info(row)

@@ -2,8 +2,9 @@
 the advisory lock that serialises applies, the database's clock, the rows a fixture names
 read FOR UPDATE as records (so that a sale running at the same time cannot slip between a
 balance read and its adjustment), the pks of the fans its codes name, and the writes of
-one entity: its new rows inserted in one statement, its changed rows updated by primary
-key in one executemany.
+one entity: its new rows inserted in one statement, its changed rows updated by their key
+in one executemany (a program's fans, promotions and codes by (programa_id, key), like every
+statement on a program's rows).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from sqlalchemy import (
     Row,
     Select,
     Table,
+    and_,
     any_,
     bindparam,
     func,
@@ -39,6 +41,16 @@ _LOCK_KEY = 0x10_7A_17_01
 # The entities a fixture writes rows of, by their table's name.
 Entidad = Literal["programas", "claves", "fans", "promos", "codigos"]
 _TABLES: dict[str, Table] = {t.name: t for t in (programas, claves, fans, promos, codigos)}
+# Each entity's row id (what other rows refer to), and the entities whose rows belong to
+# one program (found by (programa_id, row id)).
+_ROW_ID: dict[str, str] = {
+    "programas": "id",
+    "claves": "id",
+    "fans": "pk",
+    "promos": "id",
+    "codigos": "id",
+}
+_OF_PROGRAM = frozenset({"fans", "promos", "codigos"})
 
 
 # --- records: the columns of a stored row the apply compares or keeps ----------------------
@@ -163,12 +175,16 @@ def promos_for_update(
 
 
 def codigos_for_update(
-    conn: Connection, promo_id: int, codes: Iterable[str]
+    conn: Connection, programa_id: str, promo_id: int, codes: Iterable[str]
 ) -> dict[str, CodigoRow]:
-    """The promotion's codes of `codes` that exist, by code, locked FOR UPDATE."""
+    """The program's promotion's codes of `codes` that exist, by code, locked FOR UPDATE."""
     query = (
         select(codigos)
-        .where(codigos.c.promo_id == promo_id, codigos.c.codigo == any_(text_array(codes)))
+        .where(
+            codigos.c.programa_id == programa_id,
+            codigos.c.promo_id == promo_id,
+            codigos.c.codigo == any_(text_array(codes)),
+        )
         .with_for_update()
     )
     return _records_by(conn, query, "codigo", CodigoRow)
@@ -195,14 +211,18 @@ def write_rows(
     new: Sequence[Mapping[str, Any]],
     changed: Sequence[tuple[StoredRow, Mapping[str, Any]]],
     *,
+    programa_id: str | None = None,
     key: str | None = None,
 ) -> dict[Any, int]:
     """Insert the `new` rows (column values) in one statement, then set the values of each
-    `changed` (stored row, new column values) by its primary key in one executemany (every
-    one of them sets the same columns). Returns {key: primary key} of the inserted rows
-    when `key` (a column name) is given."""
+    `changed` (stored row, new column values) by its row id in one executemany (every one
+    of them sets the same columns; a program's rows by (`programa_id`, row id): the
+    program's fans, promotions and codes need it). Returns {key: row id} of the inserted
+    rows when `key` (a column name) is given."""
     table = _TABLES[entidad]
-    pk: Column[Any] = next(iter(table.primary_key.columns))
+    pk: Column[Any] = table.c[_ROW_ID[entidad]]
+    if entidad in _OF_PROGRAM and programa_id is None:
+        raise ValueError(f"the rows of {entidad} are written by program")
     created: dict[Any, int] = {}
     if new:
         if key is None:
@@ -213,8 +233,11 @@ def write_rows(
                 for k, row_pk in conn.execute(insert(table).returning(table.c[key], pk), list(new))
             }
     if changed:
+        by_id = pk == bindparam("b_pk")
         conn.execute(
-            update(table).where(pk == bindparam("b_pk")),
+            update(table).where(
+                and_(table.c.programa_id == programa_id, by_id) if entidad in _OF_PROGRAM else by_id
+            ),
             [{**values, "b_pk": getattr(row, pk.name)} for row, values in changed],
         )
     return created

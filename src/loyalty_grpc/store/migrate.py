@@ -4,10 +4,17 @@
 advisory lock for the whole migration, in the migration's own transaction.
 
 `check(url)` / `Schema.of(revision)` hold the one rule of whether this code may run on a
-database (docs/deployment.md "Upgrades"): a schema older than the code's head is refused (`loyalty
-serve`, `loyalty wallet send`: run `loyalty migrate` first); a revision the code does
-not know was written by a later version, which migrations keep usable by the previous
+database (docs/deployment.md "Upgrades"): a schema older than the code needs is refused
+(`loyalty serve`, `loyalty wallet send`: run `loyalty migrate` first); a revision the code
+does not know was written by a later version, which migrations keep usable by the previous
 one (expand now, contract a release later), so the code runs on it with a warning.
+
+A contract revision (its module says `CONTRACT = True`) removes what the previous version
+still uses. `upgrade` applies one to a database that already has a revision only when
+asked (`loyalty migrate --contract`, once no server of the previous version runs); a
+database with no revision goes straight to head. So this code needs only the revision
+below its own contract revisions (`needed()`), and runs on every revision from there to
+head.
 """
 
 from __future__ import annotations
@@ -25,6 +32,7 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import Engine, create_engine, func, select
 from sqlalchemy.pool import NullPool
 
+from loyalty_grpc.store import distribution
 from loyalty_grpc.store.db import CONNECT_TIMEOUT_SECONDS, parse_url, sqlalchemy_url
 
 log = logging.getLogger(__name__)
@@ -61,13 +69,47 @@ def head() -> str:
 
 def known() -> frozenset[str]:
     """Every revision the package ships (its whole history, head included)."""
+    return frozenset(history())
+
+
+def history() -> list[str]:
+    """Every revision the package ships, oldest first."""
     script = ScriptDirectory.from_config(_config())
-    return frozenset(rev.revision for rev in script.walk_revisions())
+    return [rev.revision for rev in reversed(list(script.walk_revisions()))]
+
+
+def contracts() -> frozenset[str]:
+    """The contract revisions: those the previous version cannot run on."""
+    script = ScriptDirectory.from_config(_config())
+    return frozenset(
+        rev.revision
+        for rev in script.walk_revisions()
+        if getattr(rev.module, "CONTRACT", False) is True
+    )
+
+
+def needed() -> str:
+    """The oldest revision this code runs on: head, less the contract revisions at its top
+    (the previous version's servers may still run until they are applied)."""
+    revisions, contract = history(), contracts()
+    while len(revisions) > 1 and revisions[-1] in contract:
+        revisions.pop()
+    return revisions[-1]
+
+
+def pending_contracts(applied: str | None) -> list[str]:
+    """The contract revisions above `applied` (none for a database never migrated, which
+    goes straight to head)."""
+    if applied is None or applied not in known():
+        return []
+    revisions = history()
+    return [r for r in revisions[revisions.index(applied) + 1 :] if r in contracts()]
 
 
 class SchemaState(enum.Enum):
     CURRENT = "current"  # at the code's head
-    BEHIND = "behind"  # never migrated, or at an older revision of the code's history
+    CONTRACT_PENDING = "contract pending"  # at or past `needed()`, below head: usable
+    BEHIND = "behind"  # never migrated, or older than `needed()`
     NEWER = "newer"  # at a revision the code does not know: a later version migrated it
 
 
@@ -82,13 +124,17 @@ class Schema:
     @classmethod
     def of(cls, applied: str | None) -> Schema:
         """The rule, for a database at revision `applied` (None: never migrated)."""
-        newest = head()
+        newest, revisions = head(), history()
         if applied == newest:
             state = SchemaState.CURRENT
-        elif applied is None or applied in known():
+        elif applied is None:
             state = SchemaState.BEHIND
-        else:
+        elif applied not in revisions:
             state = SchemaState.NEWER
+        elif revisions.index(applied) >= revisions.index(needed()):
+            state = SchemaState.CONTRACT_PENDING
+        else:
+            state = SchemaState.BEHIND
         return cls(applied, newest, state)
 
     @property
@@ -102,11 +148,20 @@ class Schema:
         if self.applied is None:
             return (
                 f"the database is not migrated (no revision applied; this version needs "
-                f"{self.head}): run `{migrate_command}` first"
+                f"{needed()}): run `{migrate_command}` first"
             )
         return (
             f"the database schema is at revision {self.applied}, older than this version "
-            f"needs ({self.head}): run `{migrate_command}` first"
+            f"needs ({needed()}): run `{migrate_command}` first"
+        )
+
+    def contract_note(self, migrate_command: str) -> str:
+        """The one line for a CONTRACT_PENDING schema: what is left and when to apply it."""
+        left = ", ".join(pending_contracts(self.applied))
+        return (
+            f"the database schema is at revision {self.applied}; contract revision(s) {left} "
+            f"wait for `{migrate_command} --contract`, to run once every server runs this "
+            'version (docs/deployment.md "Upgrades")'
         )
 
     def newer_warning(self) -> str:
@@ -134,11 +189,21 @@ def current(url: str) -> str | None:
         engine.dispose()
 
 
-def upgrade(url: str, revision: str = "head") -> None:
+def upgrade(url: str, revision: str = "head", *, contract: bool = False) -> str | None:
     """Migrate the database at `url` (plain `postgresql://` accepted) to head (or to
-    `revision`). Already there, or to head on a schema newer than the code knows (a later
-    version migrated it; see `Schema`): nothing happens, the latter with a warning."""
-    _run(url, command.upgrade, revision, skip_newer=revision == "head")
+    `revision`) and return the revision it is at. Already there, or to head on a schema
+    newer than the code knows (a later version migrated it; see `Schema`): nothing happens,
+    the latter with a warning. To head, a database that already has a revision stops below
+    its first pending contract revision unless `contract` (see the module's docs). At head,
+    on a Citus coordinator, the tables are then distributed (store/distribution.py)."""
+    applied = _run(url, command.upgrade, revision, to_head=revision == "head", contract=contract)
+    if applied == head():
+        engine = _engine(url)
+        try:
+            distribution.distribute(engine)  # on a Citus coordinator (docs/citus.md)
+        finally:
+            engine.dispose()
+    return applied
 
 
 def downgrade(url: str, revision: str) -> None:
@@ -147,19 +212,29 @@ def downgrade(url: str, revision: str) -> None:
 
 
 def _run(
-    url: str, step: Callable[[Config, str], None], revision: str, *, skip_newer: bool = False
-) -> None:
+    url: str,
+    step: Callable[[Config, str], None],
+    revision: str,
+    *,
+    to_head: bool = False,
+    contract: bool = False,
+) -> str | None:
     cfg = _config()
     engine = _engine(url)
     try:
         with engine.begin() as conn:
             conn.execute(select(func.pg_advisory_xact_lock(_LOCK_KEY)))
-            if skip_newer:
-                schema = Schema.of(MigrationContext.configure(conn).get_current_revision())
-                if schema.state is SchemaState.NEWER:
-                    log.warning("%s", schema.newer_warning())
-                    return
+            applied = MigrationContext.configure(conn).get_current_revision()
+            if to_head:
+                if Schema.of(applied).state is SchemaState.NEWER:
+                    log.warning("%s", Schema.of(applied).newer_warning())
+                    return applied
+                waiting = [] if contract else pending_contracts(applied)
+                if waiting:
+                    revisions = history()
+                    revision = revisions[revisions.index(waiting[0]) - 1]
             cfg.attributes["connection"] = conn
             step(cfg, revision)
+            return MigrationContext.configure(conn).get_current_revision()
     finally:
         engine.dispose()

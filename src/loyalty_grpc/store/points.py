@@ -4,7 +4,8 @@ ledger says it credited). The points themselves move only through store/ledger.p
 
 Apart from store/ledger.py, which holds the one rule by which points move (fixed SQL text
 shared with the hot paths' single statements), these are the back office's own
-SQLAlchemy Core statements."""
+SQLAlchemy Core statements. Each names the program: a fan's entries by (programa_id,
+fan_pk), a sale by (programa_id, id), every join on (programa_id, key)."""
 
 from __future__ import annotations
 
@@ -64,8 +65,9 @@ class SaleRow:
 # ------------------------------------------------------------------ ledger
 
 
-def _ledger_query(fan_pk: int) -> Select[Any]:
-    """The fan's entries, oldest first, each with the balance after it (a window sum)."""
+def _ledger_query(programa: str, fan_pk: int) -> Select[Any]:
+    """The program's fan's entries, oldest first, each with the balance after it (a window
+    sum)."""
     m = movimientos.c
     saldo = cast(func.sum(m.puntos).over(order_by=m.id), BigInteger)
     return (
@@ -79,8 +81,12 @@ def _ledger_query(fan_pk: int) -> Select[Any]:
             m.creado,
             saldo.label("saldo"),
         )
-        .select_from(movimientos.outerjoin(codigos, codigos.c.id == m.codigo_id))
-        .where(m.fan_pk == fan_pk)
+        .select_from(
+            movimientos.outerjoin(
+                codigos, (codigos.c.programa_id == m.programa_id) & (codigos.c.id == m.codigo_id)
+            )
+        )
+        .where(m.programa_id == programa, m.fan_pk == fan_pk)
         .order_by(m.id)
     )
 
@@ -98,15 +104,15 @@ def _entry(row: Row[*tuple[Any, ...]]) -> LedgerEntryInfo:
     )
 
 
-def ledger(conn: Connection, fan_pk: int) -> list[LedgerEntryInfo]:
-    """The fan's entries, oldest first; the last one's `saldo` is the balance as `conn`'s
-    snapshot sees it."""
-    return [_entry(r) for r in conn.execute(_ledger_query(fan_pk))]
+def ledger(conn: Connection, programa: str, fan_pk: int) -> list[LedgerEntryInfo]:
+    """The program's fan's entries, oldest first; the last one's `saldo` is the balance as
+    `conn`'s snapshot sees it."""
+    return [_entry(r) for r in conn.execute(_ledger_query(programa, fan_pk))]
 
 
-def last_entry(conn: Connection, fan_pk: int) -> LedgerEntryInfo:
-    """The fan's newest entry, with the balance after it (the fan has one)."""
-    entries = _ledger_query(fan_pk).subquery()
+def last_entry(conn: Connection, programa: str, fan_pk: int) -> LedgerEntryInfo:
+    """The program's fan's newest entry, with the balance after it (the fan has one)."""
+    entries = _ledger_query(programa, fan_pk).subquery()
     return _entry(conn.execute(select(entries).order_by(entries.c.id.desc()).limit(1)).one())
 
 
@@ -136,31 +142,34 @@ def lock_sale(conn: Connection, programa: str, folio: int) -> SaleRow | None:
     that concurrent voids of one sale take turns; None when there is none."""
     row = conn.execute(
         select(ventas, fans.c.fan_id)
-        .join(fans, fans.c.pk == ventas.c.fan_pk)
+        .join(fans, (fans.c.programa_id == ventas.c.programa_id) & (fans.c.pk == ventas.c.fan_pk))
         .where(ventas.c.programa_id == programa, ventas.c.id == folio)
         .with_for_update(of=ventas)
     ).one_or_none()
     return None if row is None else SaleRow(fan_pk=row.fan_pk, info=_sale_info(row))
 
 
-def mark_voided(conn: Connection, folio: int) -> datetime:
-    """Set the sale's `anulada_en` to now (nothing else of it changes); returns it."""
+def mark_voided(conn: Connection, programa: str, folio: int) -> datetime:
+    """Set the program's sale's `anulada_en` to now (nothing else of it changes); returns
+    it."""
     anulada_en: datetime = conn.execute(
         update(ventas)
-        .where(ventas.c.id == folio)
+        .where(ventas.c.programa_id == programa, ventas.c.id == folio)
         .values(anulada_en=func.now())
         .returning(ventas.c.anulada_en)
     ).scalar_one()
     return anulada_en
 
 
-def credited(conn: Connection, folio: int, fan_pk: int) -> int:
-    """What the ledger says the sale credited the fan: the sum of the entries that name
-    it (0 when there are none)."""
+def credited(conn: Connection, programa: str, folio: int, fan_pk: int) -> int:
+    """What the ledger says the program's sale credited the fan: the sum of the entries
+    that name it (0 when there are none)."""
     return int(
         conn.execute(
             select(func.coalesce(func.sum(movimientos.c.puntos), 0)).where(
-                movimientos.c.venta_id == folio, movimientos.c.fan_pk == fan_pk
+                movimientos.c.programa_id == programa,
+                movimientos.c.fan_pk == fan_pk,
+                movimientos.c.venta_id == folio,
             )
         ).scalar_one()
     )

@@ -1,7 +1,7 @@
-"""Redeeming coupon codes: one statement for both forms of `redeem`, so that a redemption
-writes the same columns whichever form asks for it (the code's state, the POS's time, the
-terminal, the key, the server's time) and credits through the ledger's CTEs
-(store/ledger.py) in the same round trip.
+"""Redeeming coupon codes: one function, `loyalty_redeem` (migration 0014), for both forms
+of `redeem`, so that a redemption writes the same columns whichever form asks for it (the
+code's state, the POS's time, the terminal, the key, the server's time) and credits through
+the ledger rule (`loyalty_move`, store/ledger.py) in the same round trip.
 
 What is redeemed (`Choice`):
 - `ByText`, the single form, the cashier's hot path: the statement locks every copy of the
@@ -14,6 +14,10 @@ What is redeemed (`Choice`):
 
 Either way the answer is, per chosen copy, its state before the statement, its promotion's
 name and points, its fan's e-mail and what the statement credited.
+
+Every table a redemption names is read or written by the program (`%(programa)s`), and
+codes join their promotion and fan on (programa_id, key): one program's rows, on a cluster
+sharded by program one shard.
 
 A concurrent redemption of the same text waits on the copies' row locks and then reads the
 state the other one committed, so of 20 concurrent redemptions one redeems and credits.
@@ -43,7 +47,7 @@ from sqlalchemy.types import Text
 from loyalty_grpc.domain.promos import EstadoCodigo
 from loyalty_grpc.domain.redeem import PREFERENCIA, Copy
 from loyalty_grpc.store.autocommit import fetch_all
-from loyalty_grpc.store.ledger import Motivo, move_ctes
+from loyalty_grpc.store.ledger import Motivo
 from loyalty_grpc.store.tables import codigos, fans, promos
 
 
@@ -63,58 +67,16 @@ class ByCopies:
 
 Choice = ByText | ByCopies
 
-_POR_TEXTO = """
-copias AS (
-  SELECT id, estado, fan_pk, promo_id FROM codigos
-  WHERE programa_id = %(programa)s AND codigo = %(codigo)s
-  ORDER BY id
-  FOR NO KEY UPDATE
-), elegida AS (
-  SELECT * FROM copias
-  ORDER BY array_position(CAST(%(preferencia)s AS text[]), estado), id
-  LIMIT 1
-)"""
-
-_POR_COPIAS = """
-elegida AS (
-  SELECT id, estado, fan_pk, promo_id FROM codigos
-  WHERE programa_id = %(programa)s AND id = ANY(CAST(%(ids)s AS bigint[]))
-)"""
-
-
-def _statement(choice: str, *, one_fan: bool) -> str:
-    """Redeem the `asignado` rows of the CTE `elegida` (id, estado, fan_pk, promo_id),
-    credit them, and read each chosen copy as it was with what this statement credited:
-    its promotion's points when it was `asignado` and the key is live (an `asignado` code
-    has a fan: the check fan_si_entregado), read in the statement's snapshot as `quemada`
-    reads them. Not a join on `quemada`: reading a data-modifying CTE's rows again cost
-    the single form 4 % (docs/performance.md)."""
-    return f"""
-WITH {choice}, quemada AS (
-  UPDATE codigos SET estado = '{EstadoCodigo.CANJEADO.value}', canjeado_en = %(ts)s,
-         canje_terminal = %(terminal)s, canje_clave_id = %(clave_id)s,
-         canje_registrado = %(ahora)s
-  FROM elegida
-  WHERE codigos.id = elegida.id AND elegida.estado = '{EstadoCodigo.ASIGNADO.value}'
-  RETURNING codigos.fan_pk,
-            CASE WHEN %(vivo)s
-                 THEN (SELECT puntos_canje FROM promos WHERE id = codigos.promo_id)
-                 ELSE 0 END AS puntos,
-            NULL::integer AS venta_id, codigos.id AS codigo_id
-), {move_ctes("quemada", one_fan=one_fan)}
-SELECT elegida.id, elegida.estado, p.nombre, p.puntos_canje, f.correo,
-       CASE WHEN %(vivo)s AND elegida.estado = '{EstadoCodigo.ASIGNADO.value}'
-            THEN p.puntos_canje ELSE 0 END
-FROM elegida
-JOIN promos p ON p.id = elegida.promo_id
-LEFT JOIN fans f ON f.pk = elegida.fan_pk
-"""  # noqa: S608 (only constants are interpolated)
-
-
-# The single form's fan is the one of its one copy: the balance UPDATE takes its lock
-# (store/ledger.move_ctes); a batch's fans are locked first, in pk order.
-REDEEM_TEXT = _statement(_POR_TEXTO, one_fan=True)
-REDEEM_COPIES = _statement(_POR_COPIAS, one_fan=False)
+# Both forms are the function `loyalty_redeem` (migration 0014), called in the one form Citus
+# delegates to the node of the program's shard: `p_codigo` for `ByText` (autocommit), `p_ids`
+# for `ByCopies` (in the batch's transaction: registered with force_delegation,
+# store/distribution.py).
+REDEEM = """
+SELECT * FROM loyalty_redeem(%(programa)s, %(codigo)s, CAST(%(ids)s AS bigint[]),
+                             CAST(%(preferencia)s AS text[]), CAST(%(ts)s AS timestamptz),
+                             %(terminal)s, CAST(%(clave_id)s AS bigint),
+                             CAST(%(ahora)s AS timestamptz), %(vivo)s)
+"""
 
 
 @dataclass(frozen=True)
@@ -163,15 +125,12 @@ def redeem(db: Db, values: RedeemValues, choice: Choice) -> list[RedeemRow]:
         "clave_id": values.clave_id,
         "ahora": values.ahora,
         "vivo": values.vivo,
-        "motivo": Motivo.CANJE.value,
-        "nota": "",
+        "preferencia": list(PREFERENCIA),
     }
     if isinstance(choice, ByText):
-        sql = REDEEM_TEXT
-        params |= {"codigo": choice.codigo, "preferencia": list(PREFERENCIA)}
+        params |= {"codigo": choice.codigo, "ids": None}
     elif choice.ids:
-        sql = REDEEM_COPIES
-        params["ids"] = list(choice.ids)
+        params |= {"codigo": None, "ids": list(choice.ids)}
     else:
         return []
     return [
@@ -183,7 +142,7 @@ def redeem(db: Db, values: RedeemValues, choice: Choice) -> list[RedeemRow]:
             correo=correo or "",
             credited=int(credited),
         )
-        for copia, estado, promo, puntos_canje, correo, credited in _rows(db, sql, params)
+        for copia, estado, promo, puntos_canje, correo, credited in _rows(db, REDEEM, params)
     ]
 
 
@@ -203,13 +162,19 @@ def lock_copies(
 ) -> tuple[dict[str, list[Copy]], dict[int, Locked]]:
     """A batch's first step: lock every copy of `texts` in the program, in id order, in the
     caller's transaction (one round trip). Their current states by text, and each copy's
-    promotion and fan by id. The promotion's and fan's fields are scalar subqueries so that
-    they are read for the row version the lock returns."""
+    promotion and fan by id. The promotion's and fan's fields are scalar subqueries (on
+    (programa_id, key), like every join of a redemption) so that they are read for the row
+    version the lock returns."""
     if not texts:
         return {}, {}
-    promo = select(promos.c.nombre).where(promos.c.id == codigos.c.promo_id)
-    puntos = select(promos.c.puntos_canje).where(promos.c.id == codigos.c.promo_id)
-    correo = select(fans.c.correo).where(fans.c.pk == codigos.c.fan_pk)
+    # The program named in each subquery too: Citus routes a SELECT … FOR UPDATE only
+    # when every table it reads is pinned to the one shard.
+    of_promo = (promos.c.programa_id == programa, promos.c.id == codigos.c.promo_id)
+    promo = select(promos.c.nombre).where(*of_promo)
+    puntos = select(promos.c.puntos_canje).where(*of_promo)
+    correo = select(fans.c.correo).where(
+        fans.c.programa_id == programa, fans.c.pk == codigos.c.fan_pk
+    )
     rows = conn.execute(
         select(
             codigos.c.id,
@@ -243,28 +208,33 @@ def lock_copies(
     return copias, locked
 
 
-# What the redemptions of the copies %(ids)s credited: each copy's latest `canje` ledger
-# entry (0 when it has none: redeemed with a test key, a promotion worth 0 points, a code
-# recorded as `canjeado` by a fixture). The entry belongs to the code's fan (a redemption
-# credits the code's fan, and a redeemed code keeps it; a fixture that moves a redeemed
-# code to another fan makes it 0), so the fan's ledger index (ix_movimientos_fan) finds it
-# among that fan's entries, with no index of its own to write on every redemption. Its cost
-# grows with the fan's ledger (EXPLAIN ANALYZE: 0.2-0.3 ms for a fan with 2,500 entries),
-# on the duplicate path only.
+# What the redemptions of the program's copies %(ids)s credited: each copy's latest `canje`
+# ledger entry (0 when it has none: redeemed with a test key, a promotion worth 0 points, a
+# code recorded as `canjeado` by a fixture). The entry belongs to the code's fan (a
+# redemption credits the code's fan, and a redeemed code keeps it; a fixture that moves a
+# redeemed code to another fan makes it 0), so the fan's ledger index
+# (ix_movimientos_programa_id_fan_pk_id) finds it among that fan's entries, with no index of
+# its own to write on every redemption. Its cost grows with the fan's ledger (EXPLAIN
+# ANALYZE: 0.2-0.3 ms for a fan with 2,500 entries), on the duplicate path only. The latest
+# is by (creado, id): on a cluster ids are unique but do not grow within a shard (each node
+# hands out a range of its own, and a shard may move), so the entry's time orders first.
+# The subquery names the program itself: correlated on c.programa_id only, Citus sends the
+# statement to every shard (EXPLAIN: one task per shard), not to the program's.
 CREDITED = f"""
 SELECT c.id, coalesce((
   SELECT m.puntos FROM movimientos m
-  WHERE m.fan_pk = c.fan_pk AND m.codigo_id = c.id AND m.motivo = '{Motivo.CANJE.value}'
-  ORDER BY m.id DESC LIMIT 1), 0)
+  WHERE m.programa_id = %(programa)s AND m.fan_pk = c.fan_pk AND m.codigo_id = c.id
+    AND m.motivo = '{Motivo.CANJE.value}'
+  ORDER BY m.creado DESC, m.id DESC LIMIT 1), 0)
 FROM codigos c
-WHERE c.id = ANY(CAST(%(ids)s AS bigint[]))
+WHERE c.programa_id = %(programa)s AND c.id = ANY(CAST(%(ids)s AS bigint[]))
 """  # noqa: S608 (only constants are interpolated)
 
 
-def credited_by_redemptions(db: Db, copias: Collection[int]) -> dict[int, int]:
-    """What the redemptions of these copies credited when they were applied, by copy id
-    (one statement: autocommit on an Engine, in the transaction on a Connection)."""
+def credited_by_redemptions(db: Db, programa: str, copias: Collection[int]) -> dict[int, int]:
+    """What the redemptions of the program's copies credited when they were applied, by
+    copy id (one statement: autocommit on an Engine, in the transaction on a Connection)."""
     if not copias:
         return {}
-    rows = _rows(db, CREDITED, {"ids": sorted(copias)})
+    rows = _rows(db, CREDITED, {"programa": programa, "ids": sorted(copias)})
     return {int(copia): int(puntos) for copia, puntos in rows}

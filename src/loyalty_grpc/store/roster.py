@@ -1,21 +1,29 @@
-"""The roster page's reads: the REPEATABLE READ, read-only snapshot a page is read in, a
-page of the snapshot (fans by pk) and a page of changes (fans by position, (cambio_xid,
-pk), below the horizon). Why the feed reads this way: services/pos/roster.py. The cursor
-bookkeeping (the page's horizon, the record of each cursor issued): store/roster_cursors.py.
+"""The roster page's read: one statement, `SELECT * FROM loyalty_roster_page(…)` (migration
+0013), that returns where the page stands (its horizon, the program's newest change, the
+placement identity `lugar`, whether the cursor it continues from was issued there) and the
+page's fans, all read in the statement's one snapshot: a page of the snapshot (fans by pk)
+or a page of changes (fans by position, (cambio_xid, pk), below the horizon). Why the feed
+reads this way: services/pos/roster.py. The record of each cursor issued:
+store/roster_cursors.py.
+
+One call, not a transaction of several statements, so that on Citus the whole page runs
+on the node of the program's `fans` shard (store/distribution.py delegates the function
+there): its snapshot and horizon are that node's, in the transaction ids the `fans_cambio`
+trigger stamps there. On PostgreSQL without Citus it is the same call. Citus delegates a
+call only in exactly this form (no WHERE or ORDER BY around it, constant arguments, not in
+a transaction block), hence autocommit on the pool's psycopg connection. The rows come in
+the order the function returns them (plpgsql's RETURN QUERY keeps its ORDER BY): the state
+row first, then the fans in feed order.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
 from datetime import datetime
 from typing import Any, NamedTuple
 
-from sqlalchemy import Connection, Engine, Row, Select, select, tuple_
-
 from loyalty_grpc.domain.promos import EstadoFan
-from loyalty_grpc.domain.roster_cursor import Posicion
-from loyalty_grpc.store.tables import fans
+from loyalty_grpc.store.autocommit import fetch_all
+from loyalty_grpc.store.db import Database
 
 
 class RosterEntry(NamedTuple):
@@ -42,85 +50,52 @@ class PageRows(NamedTuple):
     last: tuple[int, int] | None
 
 
-_COLUMNS = (
-    fans.c.pk,
-    fans.c.cambio_xid,
-    fans.c.fan_id,
-    fans.c.nombre,
-    fans.c.correo,
-    fans.c.socio_desde,
-    fans.c.puntos,
-    fans.c.estado,
-    fans.c.baja_en,
-    fans.c.baja_motivo,
-    fans.c.actualizado,
+class PageState(NamedTuple):
+    """Where a page stands, read in the page's snapshot."""
+
+    # pg_snapshot_xmin of the page's snapshot (on the node that read it).
+    horizon: int
+    # The program's newest change position below the snapshot's xmax (None: none).
+    newest_change: int | None
+    # The placement identity (migration 0013, loyalty_lugar): the cluster's
+    # system_identifier on PostgreSQL, as PostgreSQL shows it (signed); on Citus a value
+    # of the node and the program's shard placement; None when the page was not read on
+    # the node holding the shard (then no fans were read).
+    lugar: int | None
+    # The cursor the page continues from was issued under `lugar` (its record exists).
+    emitido: bool
+
+
+# Fase of the cursor (domain/roster_cursor.Fase values), xid, pk; NULLs for a new snapshot.
+PAGE = (
+    "SELECT * FROM loyalty_roster_page(%(programa)s::text, %(fase)s::integer, "
+    "%(xid)s::bigint, %(pk)s::bigint, %(limite)s::integer)"
 )
 
 _ESTADOS = {e.value: e for e in EstadoFan}
 
 
-def _entry(row: Row[*tuple[Any, ...]]) -> RosterEntry:
-    # Unpacked in _COLUMNS order (cheaper than attribute access, 2,000 times a page).
-    _pk, _xid, fan_id, nombre, correo, socio_desde, puntos, estado, baja_en, motivo, actualizado = (
-        row
-    )
+def _entry(row: tuple[Any, ...]) -> RosterEntry:
+    # The state's four columns, pk, cambio_xid, then the entry's fields in order.
     return RosterEntry(
-        fan_id, nombre, correo, socio_desde, puntos, _ESTADOS[estado], baja_en, motivo, actualizado
+        row[6], row[7], row[8], row[9], row[10], _ESTADOS[row[11]], row[12], row[13], row[14]
     )
 
 
-def _page(rows: Sequence[Row[*tuple[Any, ...]]], limite: int) -> PageRows:
-    served = rows[:limite]
-    last = (served[-1].cambio_xid, served[-1].pk) if served else None
-    return PageRows([_entry(r) for r in served], len(rows) > limite, last)
-
-
-@contextmanager
-def page_snapshot(engine: Engine) -> Iterator[Connection]:
-    """A connection in one REPEATABLE READ, READ ONLY transaction (it never takes a
-    transaction id), for the reads of one page; committed when the block ends."""
-    conn = engine.connect().execution_options(
-        isolation_level="REPEATABLE READ", postgresql_readonly=True
+def read_page(
+    engine: Database, programa_id: str, desde: tuple[int, int, int] | None, limite: int
+) -> tuple[PageState, PageRows]:
+    """One page of the program's feed, read in one snapshot: after `desde` = (fase, xid,
+    pk), or from the start of a new snapshot when None. No fans when the state's `lugar`
+    is None, or when `desde` was not issued under it (`emitido` false)."""
+    fase, xid, pk = desde if desde is not None else (None, None, None)
+    rows = fetch_all(
+        engine,
+        PAGE,
+        {"programa": programa_id, "fase": fase, "xid": xid, "pk": pk, "limite": limite},
     )
-    with conn, conn.begin():
-        yield conn
-
-
-def snapshot_query(programa_id: str, after_pk: int, limite: int) -> Select[Any]:
-    """A snapshot page (and one row more, to tell whether another page follows): one
-    range scan of ix_fans_programa_pk (or of the primary key, filtered by program, when
-    the planner finds the program's rows dense enough in it)."""
-    return (
-        select(*_COLUMNS)
-        .where(fans.c.programa_id == programa_id, fans.c.pk > after_pk)
-        .order_by(fans.c.pk)
-        .limit(limite + 1)
-    )
-
-
-def changes_query(programa_id: str, after: Posicion, horizon: int, limite: int) -> Select[Any]:
-    """A page of changes (and one row more): one range scan of ix_fans_programa_cambio_xid,
-    from just after the cursor's position up to the horizon, in position order."""
-    return (
-        select(*_COLUMNS)
-        .where(
-            fans.c.programa_id == programa_id,
-            tuple_(fans.c.cambio_xid, fans.c.pk) > tuple_(after.xid, after.pk),
-            fans.c.cambio_xid < horizon,
-        )
-        .order_by(fans.c.cambio_xid, fans.c.pk)
-        .limit(limite + 1)
-    )
-
-
-def snapshot_page(conn: Connection, programa_id: str, after_pk: int, limite: int) -> PageRows:
-    """The program's fans after `after_pk`, by pk, as they are in `conn`'s snapshot."""
-    return _page(conn.execute(snapshot_query(programa_id, after_pk, limite)).all(), limite)
-
-
-def changes_page(
-    conn: Connection, programa_id: str, after: Posicion, horizon: int, limite: int
-) -> PageRows:
-    """The program's fans at positions after `after` and below `horizon`, in position
-    order."""
-    return _page(conn.execute(changes_query(programa_id, after, horizon, limite)).all(), limite)
+    horizon, newest_change, lugar, emitido = rows[0][:4]
+    state = PageState(horizon, newest_change, lugar, bool(emitido))
+    served = rows[1 : limite + 1]
+    last = (served[-1][5], served[-1][4]) if served else None
+    return state, PageRows([_entry(r) for r in served], len(rows) > limite + 1, last)

@@ -1,6 +1,8 @@
-"""The roster feed's statements about its cursors: where a page stands (its horizon, the
-cluster's identity, whether the cursor it continues from was issued here) and the record
-of each cursor handed out (table `roster_cursores`).
+"""The record of each roster cursor handed out (table `roster_cursores`), under the placement
+identity the page was read under (`lugar`: the cluster's system identifier; on Citus, the
+node and shard placement of the program's fans). Where a page stands (its horizon, its
+`lugar`, whether the cursor it continues from was recorded under it) is read with the
+page, in one statement: store/roster.py.
 
 Why a record (docs/roster.md "Cursors across a failover or a restore"): a cursor passes
 every change at or before its position. It is written in its own transaction after the
@@ -22,28 +24,9 @@ WAL and waits for nothing).
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
-from sqlalchemy import Connection, Engine, text
+from sqlalchemy import Engine
 
 from loyalty_grpc.store.autocommit import autocommit
-
-# The page's horizon (oldest running transaction); the program's newest change position
-# below the newest transaction id the database has handed out (one descent of
-# ix_fans_programa_cambio_xid; a position at or above it, restored from another cluster's
-# counter, is served once the counter passes it); the cluster's identity; and whether the
-# cursor (:fase, :xid, :pk; NULLs for a new snapshot) was issued by this cluster (one probe
-# of pk_roster_cursores). The reading transaction itself never takes an id (READ ONLY).
-FEED_STATE = text(
-    "SELECT pg_snapshot_xmin(s)::text::bigint AS horizon, "
-    "(SELECT max(f.cambio_xid) FROM fans f WHERE f.programa_id = :programa "
-    " AND f.cambio_xid < pg_snapshot_xmax(s)::text::bigint) AS newest_change, "
-    "c.system_identifier AS sistema, "
-    "EXISTS (SELECT FROM roster_cursores r WHERE r.programa_id = :programa "
-    " AND r.sistema = c.system_identifier AND r.fase = :fase AND r.xid = :xid "
-    " AND r.pk = :pk) AS emitido "
-    "FROM pg_current_snapshot() AS s, pg_control_system() AS c"
-)
 
 _INSERT = (
     "INSERT INTO roster_cursores (programa_id, sistema, fase, xid, pk) "
@@ -55,24 +38,6 @@ _RECORD_SNAPSHOT = (
 )
 
 
-class FeedState(NamedTuple):
-    horizon: int
-    # None when the program has no change below the newest transaction id.
-    newest_change: int | None
-    # pg_control_system().system_identifier, as PostgreSQL shows it (signed).
-    sistema: int
-    emitido: bool
-
-
-def feed_state(conn: Connection, programa_id: str, desde: tuple[int, int, int] | None) -> FeedState:
-    """Where a page read in `conn`'s snapshot stands; `desde` = (fase, xid, pk)."""
-    fase, xid, pk = desde if desde is not None else (None, None, None)
-    row = conn.execute(
-        FEED_STATE, {"programa": programa_id, "fase": fase, "xid": xid, "pk": pk}
-    ).one()
-    return FeedState(*row)
-
-
 def record_cursor(
     engine: Engine,
     programa_id: str,
@@ -81,8 +46,11 @@ def record_cursor(
     *,
     snapshot_page: bool,
 ) -> None:
-    """Record that this database issued `cursor` = (fase, xid, pk), committed (and, with a
-    synchronous standby, replicated) when this returns. `snapshot_page`: the cursor ends a
+    """Record that this database issued `cursor` = (fase, xid, pk) under the placement
+    identity `sistema`, committed (and, with a synchronous standby, replicated) when this
+    returns. On Citus a router INSERT to the program's shard: the node the page was read
+    on, unless the shard moved in between (then the record, under the old `lugar`, is
+    never matched: the cursor is refused at its next use). `snapshot_page`: the cursor ends a
     page of the snapshot (see the module's docstring)."""
     fase, xid, pk = cursor
     params = {"programa": programa_id, "sistema": sistema, "fase": fase, "xid": xid, "pk": pk}

@@ -1,13 +1,16 @@
-"""A sale (`tx`) as ONE statement: find the fan, insert the sale unless its id_externo is
-known (`ON CONFLICT DO NOTHING` on the unique (program, mode, id_externo) index), credit
-its points through the ledger's CTEs (store/ledger.py) and write the wallet outbox row;
-one round trip, atomic (store/autocommit.py).
+"""A sale (`tx`) as ONE call, `loyalty_tx` (migration 0014): find the fan (the readings of
+store/fan_lookup.py, by form), insert the sale under the folio the caller took
+(store/folios.py) unless its id_externo is known (`ON CONFLICT DO NOTHING` on the unique
+(program, mode, id_externo) index), credit its points through the ledger rule
+(`loyalty_move`, store/ledger.py) with its wallet outbox row; one round trip, atomic
+(store/autocommit.py). Every table it names is read or written by the program, and the
+fan's rows by (programa_id, pk); on Citus the call runs on the node of the program's shard.
 
 An identical sale running concurrently makes the INSERT wait for it to commit, and then do
 nothing: so 50 identical calls credit once. The answer then comes from `ORIGINAL` (a second
-statement, only on that path): the first sale's folio, fan, amount and points (what it
-credited when it was applied: `ventas.puntos`, never changed, not even by a void), and the
-fan's current balance.
+statement, only on that path; the folio this call took stays unused): the first sale's
+folio, fan, amount and points (what it credited when it was applied: `ventas.puntos`,
+never changed, not even by a void), and the fan's current balance.
 """
 
 from __future__ import annotations
@@ -17,34 +20,24 @@ from datetime import datetime
 
 from sqlalchemy import Engine
 
-from loyalty_grpc.domain.fan_ref import FanRef, Forma
+from loyalty_grpc.domain.fan_ref import FanRef
 from loyalty_grpc.store.autocommit import fetch_one
-from loyalty_grpc.store.fan_lookup import LOOKUP, lookup_params
-from loyalty_grpc.store.ledger import Motivo, move_ctes
+from loyalty_grpc.store.fan_lookup import lookup_params
 
-_SALE = """
-WITH fan AS ({lookup}),
-venta AS (
-  INSERT INTO ventas (programa_id, modo, id_externo, fan_pk, importe_centavos, moneda,
-                      terminal, sitio, ts, puntos, clave_id)
-  SELECT %(programa)s, %(modo)s, %(id_externo)s, fan.pk, %(centavos)s, %(moneda)s,
-         %(terminal)s, %(sitio)s, %(ts)s, %(puntos)s, %(clave_id)s
-  FROM fan
-  ON CONFLICT (programa_id, modo, id_externo) DO NOTHING
-  RETURNING id AS venta_id, fan_pk, puntos, NULL::bigint AS codigo_id
-), {move}
-SELECT fan.pk, fan.fan_id, fan.correo, fan.puntos, venta.venta_id, movido.saldo
-FROM fan LEFT JOIN venta ON true LEFT JOIN movido ON true
+# The sale is the function `loyalty_tx` (migration 0014): a statement with INSERT CTEs is
+# never router-planned by Citus, so the steps are simple statements in a function Citus
+# runs on the node of the program's shard; called in the one form it delegates.
+SALE = """
+SELECT * FROM loyalty_tx(%(programa)s, %(forma)s, %(valor)s, %(crudo)s,
+                         CAST(%(folio)s AS integer), %(modo)s, %(id_externo)s,
+                         CAST(%(centavos)s AS bigint), %(moneda)s, %(terminal)s, %(sitio)s,
+                         CAST(%(ts)s AS timestamptz), CAST(%(puntos)s AS bigint),
+                         CAST(%(clave_id)s AS bigint))
 """
-
-SALE: dict[Forma, str] = {
-    forma: _SALE.format(lookup=lookup, move=move_ctes("venta", one_fan=True))
-    for forma, lookup in LOOKUP.items()
-}
 
 ORIGINAL = """
 SELECT v.id, v.fan_pk, v.importe_centavos, v.puntos, f.puntos
-FROM ventas v JOIN fans f ON f.pk = v.fan_pk
+FROM ventas v JOIN fans f ON f.programa_id = v.programa_id AND f.pk = v.fan_pk
 WHERE v.programa_id = %(programa)s AND v.modo = %(modo)s AND v.id_externo = %(id_externo)s
 """
 
@@ -73,6 +66,8 @@ class OriginalSale:
 
 @dataclass(frozen=True)
 class SaleValues:
+    # The folio the sale gets when it is new (store/folios.py).
+    folio: int
     programa: str
     modo: str
     id_externo: str
@@ -89,9 +84,11 @@ def insert_sale(engine: Engine, sale: SaleValues, ref: FanRef) -> SaleRow | None
     """The sale for the active fan `ref` names; None when no such fan (nothing written)."""
     row = fetch_one(
         engine,
-        SALE[ref.forma],
+        SALE,
         {
             **lookup_params(sale.programa, ref),
+            "forma": ref.forma.value,
+            "folio": sale.folio,
             "modo": sale.modo,
             "id_externo": sale.id_externo,
             "centavos": sale.centavos,
@@ -101,8 +98,6 @@ def insert_sale(engine: Engine, sale: SaleValues, ref: FanRef) -> SaleRow | None
             "ts": sale.ts,
             "puntos": sale.puntos,
             "clave_id": sale.clave_id,
-            "motivo": Motivo.VENTA.value,
-            "nota": "",
         },
     )
     if row is None:

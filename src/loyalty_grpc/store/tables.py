@@ -17,12 +17,14 @@ from sqlalchemy import (
     Date,
     DateTime,
     ForeignKey,
-    Identity,
+    ForeignKeyConstraint,
     Index,
     Integer,
     LargeBinary,
     MetaData,
     Numeric,
+    PrimaryKeyConstraint,
+    Sequence,
     SmallInteger,
     Table,
     Text,
@@ -57,6 +59,20 @@ def _now() -> Column[object]:
     return Column("creado", DateTime(timezone=True), nullable=False, server_default=func.now())
 
 
+def _numbered(name: str, sequence: str, type_: type[Integer] = BigInteger) -> Column[int]:
+    """A surrogate key taking its value from `sequence` (a plain default, not an identity:
+    Citus distributes a default; migration 0012). Unique, not a count: on Citus each
+    worker hands out numbers of its own range."""
+    Sequence(sequence, data_type=type_, metadata=metadata)
+    return Column(name, type_, nullable=False, server_default=text(f"nextval('{sequence}')"))
+
+
+def _of_a_fan() -> ForeignKeyConstraint:
+    """The row belongs to a fan of its own program: the program first, as Citus requires
+    of a key between tables distributed by program."""
+    return ForeignKeyConstraint(["programa_id", "fan_pk"], ["fans.programa_id", "fans.pk"])
+
+
 programas = Table(
     "programas",
     metadata,
@@ -74,7 +90,7 @@ programas = Table(
 claves = Table(
     "claves",
     metadata,
-    Column("id", BigInteger, Identity(), primary_key=True),
+    _numbered("id", "claves_id_seq"),
     Column("programa_id", Text, ForeignKey("programas.id"), nullable=False),
     # SHA-256 of the whole key; the key itself is never stored.
     Column("hash", LargeBinary(32), nullable=False, unique=True),
@@ -85,13 +101,14 @@ claves = Table(
     Column("sufijo", Text, nullable=False),
     _now(),
     Column("revocada", DateTime(timezone=True)),
+    PrimaryKeyConstraint("id"),
     CheckConstraint(_one_of("modo", Modo), name="modo"),
 )
 
 fans = Table(
     "fans",
     metadata,
-    Column("pk", BigInteger, Identity(), primary_key=True),
+    _numbered("pk", "fans_pk_seq"),
     Column("programa_id", Text, ForeignKey("programas.id"), nullable=False),
     # Canonical Fan ID: upper case, no whitespace.
     Column("fan_id", Text, nullable=False),
@@ -102,15 +119,20 @@ fans = Table(
     Column("qr_token", Text, nullable=False),
     # Balance cache; always the sum of the fan's movimientos.
     Column("puntos", BigInteger, nullable=False, server_default="0"),
+    # Bumped by the trigger fans_cambio whenever `puntos` changes (migration 0016): for one
+    # fan, the order of its balance changes on any node and across shard moves. The
+    # wallet sender compares it to tell the newer balance (wallet_outbox.version).
+    Column("saldo_version", BigInteger, nullable=False, server_default=text("0")),
     Column("estado", Text, nullable=False, server_default=EstadoFan.ACTIVO.value),
     Column("baja_en", DateTime(timezone=True)),
     Column("baja_motivo", Text),
     _now(),
-    # Roster feed: when and in which transaction an entry field last changed, and a
-    # change number. Maintained by the trigger fans_cambio (see the migration). The feed
-    # orders changes by (cambio_xid, pk) and serves only those below the oldest running
-    # transaction (services/pos/roster.py, store/roster.py); cambio_seq is a plain change
-    # counter, read by no feed (ordering by it skips changes committed out of order).
+    # Roster feed: when and in which transaction an entry field last changed (or the row
+    # was inserted). Maintained by the trigger fans_cambio (migrations 0001, 0012, 0020),
+    # which runs where the row is written (on Citus, the worker), so that the xid is the
+    # one that node's roster page compares with. The feed orders changes by
+    # (cambio_xid, pk) and serves only those below the oldest running transaction
+    # (services/pos/roster.py, store/roster.py).
     Column("actualizado", DateTime(timezone=True), nullable=False, server_default=func.now()),
     Column(
         "cambio_xid",
@@ -118,9 +140,7 @@ fans = Table(
         nullable=False,
         server_default=text("pg_current_xact_id()::text::bigint"),
     ),
-    Column(
-        "cambio_seq", BigInteger, nullable=False, server_default=text("nextval('fans_cambio_seq')")
-    ),
+    PrimaryKeyConstraint("programa_id", "pk"),
     CheckConstraint(_one_of("estado", EstadoFan), name="estado"),
     CheckConstraint("(estado = 'baja') = (baja_en IS NOT NULL)", name="baja_en"),
     CheckConstraint(
@@ -137,20 +157,17 @@ fans = Table(
         func.lower(text('correo COLLATE "C"')),
         unique=True,
     ),
-    # The previous version's e-mail lookup (lower() under the database's collation), kept
-    # indexed while it may still serve during a rolling upgrade (migration 0009); dropped
-    # by the next release's migration.
-    Index("ix_fans_programa_correo_anterior", "programa_id", func.lower(text("correo"))),
     Index("uq_fans_programa_qr_token", "programa_id", "qr_token", unique=True),
     # Roster feed: a page of changes, a snapshot page (each one index range scan).
     Index("ix_fans_programa_cambio_xid", "programa_id", "cambio_xid", "pk"),
-    Index("ix_fans_programa_pk", "programa_id", "pk"),
 )
 
 promos = Table(
     "promos",
     metadata,
-    Column("id", Integer, Identity(), primary_key=True),
+    # The promotion's id in the contract (int32). Created only by the back office, through
+    # the coordinator on Citus (a worker cannot hand out `integer` sequence values).
+    _numbered("id", "promos_id_seq", Integer),
     Column("programa_id", Text, ForeignKey("programas.id"), nullable=False),
     Column("nombre", Text, nullable=False),
     Column("descripcion", Text, nullable=False, server_default=""),
@@ -159,6 +176,7 @@ promos = Table(
     # What a live redemption of one of its codes credits to the code's fan.
     Column("puntos_canje", Integer, nullable=False, server_default="0"),
     _now(),
+    PrimaryKeyConstraint("programa_id", "id"),
     CheckConstraint(_one_of("estado", EstadoPromo), name="estado"),
     CheckConstraint("puntos_canje >= 0", name="puntos_canje"),
     Index("uq_promos_programa_nombre", "programa_id", func.lower(text("nombre")), unique=True),
@@ -167,15 +185,15 @@ promos = Table(
 codigos = Table(
     "codigos",
     metadata,
-    Column("id", BigInteger, Identity(), primary_key=True),
-    Column("promo_id", Integer, ForeignKey("promos.id"), nullable=False),
+    _numbered("id", "codigos_id_seq"),
+    Column("promo_id", Integer, nullable=False),
     # Denormalised from the promotion: redeem and resolve look codes up by program.
     Column("programa_id", Text, ForeignKey("programas.id"), nullable=False),
     # Upper case, trimmed.
     Column("codigo", Text, nullable=False),
     Column("estado", Text, nullable=False, server_default=EstadoCodigo.DISPONIBLE.value),
     # The fan the code was delivered to (asignado, canjeado, and liberado after delivery).
-    Column("fan_pk", BigInteger, ForeignKey("fans.pk")),
+    Column("fan_pk", BigInteger),
     Column("asignado_en", DateTime(timezone=True)),
     # The redemption: the POS's time (`ts`, or the server's when absent), its terminal, the
     # key that redeemed it (a test key redeems too) and when the server recorded it.
@@ -185,27 +203,41 @@ codigos = Table(
     Column("canje_registrado", DateTime(timezone=True)),
     Column("liberado_en", DateTime(timezone=True)),
     _now(),
+    PrimaryKeyConstraint("programa_id", "id"),
+    ForeignKeyConstraint(["programa_id", "promo_id"], ["promos.programa_id", "promos.id"]),
+    _of_a_fan(),
     CheckConstraint(_one_of("estado", EstadoCodigo), name="estado"),
     CheckConstraint(
         "estado NOT IN ('asignado', 'canjeado') OR fan_pk IS NOT NULL", name="fan_si_entregado"
     ),
-    Index("uq_codigos_promo_codigo", "promo_id", "codigo", unique=True),
+    # The deposit's `ON CONFLICT` target: a code is deposited once per promotion.
+    Index(
+        "uq_codigos_programa_id_promo_id_codigo", "programa_id", "promo_id", "codigo", unique=True
+    ),
     Index("ix_codigos_programa_codigo", "programa_id", "codigo"),
-    Index("ix_codigos_fan", "fan_pk"),
+    Index("ix_codigos_programa_id_fan_pk", "programa_id", "fan_pk"),
     # Inventory counts per promotion and state (GET /api/v1/promos).
-    Index("ix_codigos_promo_estado", "promo_id", "estado"),
+    Index("ix_codigos_programa_id_promo_id_estado", "programa_id", "promo_id", "estado"),
 )
 
 ventas = Table(
     "ventas",
     metadata,
-    # The folio (`tx`).
-    Column("id", Integer, Identity(), primary_key=True),
+    # The folio (`tx`, an int32 JSON number), unique across programs: the sale passes it,
+    # taken from `ventas_folio_seq` in blocks (store/folios.py); the default serves SQL
+    # that names no folio (migration 0020), never this version's.
+    Column(
+        "id",
+        Integer,
+        nullable=False,
+        autoincrement=False,
+        server_default=text("nextval('ventas_folio_seq')"),
+    ),
     Column("programa_id", Text, ForeignKey("programas.id"), nullable=False),
     # Test sales live in their own idempotency namespace.
     Column("modo", Text, nullable=False),
     Column("id_externo", Text, nullable=False),
-    Column("fan_pk", BigInteger, ForeignKey("fans.pk"), nullable=False),
+    Column("fan_pk", BigInteger, nullable=False),
     Column("importe_centavos", BigInteger, nullable=False),
     Column("moneda", Text, nullable=False),
     Column("terminal", Text),
@@ -215,42 +247,64 @@ ventas = Table(
     Column("clave_id", BigInteger, ForeignKey("claves.id"), nullable=False),
     _now(),
     Column("anulada_en", DateTime(timezone=True)),
+    PrimaryKeyConstraint("programa_id", "id"),
+    _of_a_fan(),
     CheckConstraint(_one_of("modo", Modo), name="modo"),
     CheckConstraint("importe_centavos >= 0", name="importe"),
     Index("uq_ventas_programa_modo_id_externo", "programa_id", "modo", "id_externo", unique=True),
 )
 
+# The folio source (migration 0012): the sale takes its folios from it in blocks
+# (store/folios.py); `integer`, as `tx` is.
+folio_sequence = Sequence("ventas_folio_seq", data_type=Integer, metadata=metadata)
+
 movimientos = Table(
     "movimientos",
     metadata,
-    Column("id", BigInteger, Identity(), primary_key=True),
-    Column("fan_pk", BigInteger, ForeignKey("fans.pk"), nullable=False),
+    _numbered("id", "movimientos_id_seq"),
+    # The fan's program (migration 0012): every program table is keyed by it.
+    Column("programa_id", Text, nullable=False),
+    Column("fan_pk", BigInteger, nullable=False),
     Column("puntos", BigInteger, nullable=False),
     # venta, canje, ajuste, anulacion.
     Column("motivo", Text, nullable=False),
-    Column("venta_id", Integer, ForeignKey("ventas.id")),
-    Column("codigo_id", BigInteger, ForeignKey("codigos.id")),
+    Column("venta_id", Integer),
+    Column("codigo_id", BigInteger),
     Column("nota", Text, nullable=False, server_default=""),
     _now(),
+    PrimaryKeyConstraint("programa_id", "id"),
+    _of_a_fan(),
+    ForeignKeyConstraint(["programa_id", "venta_id"], ["ventas.programa_id", "ventas.id"]),
+    ForeignKeyConstraint(["programa_id", "codigo_id"], ["codigos.programa_id", "codigos.id"]),
     CheckConstraint("motivo IN ('venta', 'canje', 'ajuste', 'anulacion')", name="motivo"),
-    Index("ix_movimientos_fan", "fan_pk", "id"),
+    Index("ix_movimientos_programa_id_fan_pk_id", "programa_id", "fan_pk", "id"),
 )
 
 # Wallet pass (DESIGN.md §2): every balance change appends the fan's new balance here, in
 # the transaction of the change (store/ledger.move_points). Balance changes only INSERT here
 # (no row a sender locks), so a sale never waits for the sender. The sender
-# (loyalty_grpc.wallet.outbox) takes the oldest rows by id (DELETE … ORDER BY id LIMIT n
-# FOR UPDATE SKIP LOCKED) and folds the latest balance per fan into wallet_pases: the
-# primary key is the only index it needs, so a sale writes one index entry here.
+# (loyalty_grpc.wallet.outbox) takes each program's oldest rows by its key (programa_id,
+# id) (FOR UPDATE SKIP LOCKED) and folds the latest balance per fan into wallet_pases
+# (migration 0016's loyalty_wallet_turno). `ix_wallet_outbox_id` serves the previous
+# version's sender, which takes every program's oldest rows at once (a contract revision
+# drops it): until then a sale writes two index entries here.
 # Autovacuum runs after every 10,000 deleted rows: until it has, a scan for the oldest ids
 # steps over the index entries of rows already taken.
 wallet_outbox = Table(
     "wallet_outbox",
     metadata,
-    Column("id", BigInteger, Identity(), primary_key=True),
-    Column("fan_pk", BigInteger, ForeignKey("fans.pk"), nullable=False),
+    _numbered("id", "wallet_outbox_id_seq"),
+    Column("programa_id", Text, nullable=False),
+    Column("fan_pk", BigInteger, nullable=False),
     Column("saldo", BigInteger, nullable=False),
     _now(),
+    # The fan's `saldo_version` after the change, filled by the trigger
+    # wallet_outbox_version when the insert does not give it (migration 0016); NULL in
+    # rows written before it (counted as 0).
+    Column("version", BigInteger),
+    PrimaryKeyConstraint("programa_id", "id"),
+    _of_a_fan(),
+    Index("ix_wallet_outbox_id", "id"),
     postgresql_with={"autovacuum_vacuum_scale_factor": "0", "autovacuum_vacuum_threshold": "10000"},
 )
 
@@ -260,14 +314,16 @@ wallet_outbox = Table(
 # delivery: a fold only ever replaces it with a newer one), `pendiente_desde` when the
 # oldest balance still waiting was written. `proximo_intento` is both the claim lease
 # (while a delivery runs) and the retry back-off (after a failure); a fan with a balance
-# waiting is due when it has passed. A claim is one range scan of ix_wallet_pases_due.
+# waiting is due when it has passed. A claim is one range scan of
+# ix_wallet_pases_programa_due (ix_wallet_pases_due: the previous version's, until a contract).
 # The partial indexes name `pendiente_desde`, not `saldo_pendiente`: folding a newer
 # balance into one already waiting changes no indexed column, so PostgreSQL can make it a
 # HOT update (no index entries), for which fillfactor 80 leaves room on the page.
 wallet_pases = Table(
     "wallet_pases",
     metadata,
-    Column("fan_pk", BigInteger, ForeignKey("fans.pk"), primary_key=True),
+    Column("programa_id", Text, nullable=False),
+    Column("fan_pk", BigInteger, nullable=False),
     # Consecutive failed attempts (0 after a delivery).
     Column("intentos", Integer, nullable=False, server_default="0"),
     Column("proximo_intento", DateTime(timezone=True), nullable=False, server_default=func.now()),
@@ -277,7 +333,11 @@ wallet_pases = Table(
     Column("entregado_en", DateTime(timezone=True)),
     Column("saldo_pendiente", BigInteger),
     Column("saldo_id", BigInteger),
+    # The version of `saldo_pendiente` (wallet_outbox.version; NULL: before 0016, as 0).
+    Column("saldo_version", BigInteger),
     Column("pendiente_desde", DateTime(timezone=True)),
+    PrimaryKeyConstraint("programa_id", "fan_pk"),
+    _of_a_fan(),
     CheckConstraint("intentos >= 0", name="intentos"),
     CheckConstraint(
         "(saldo_pendiente IS NULL) = (pendiente_desde IS NULL) "
@@ -287,6 +347,14 @@ wallet_pases = Table(
     # The claim: due fans with a balance waiting, longest-waiting first.
     Index(
         "ix_wallet_pases_due",
+        "proximo_intento",
+        "pendiente_desde",
+        postgresql_where=text("pendiente_desde IS NOT NULL"),
+    ),
+    # One program's claim (the sender runs by program, migration 0016).
+    Index(
+        "ix_wallet_pases_programa_due",
+        "programa_id",
         "proximo_intento",
         "pendiente_desde",
         postgresql_where=text("pendiente_desde IS NOT NULL"),
@@ -308,16 +376,19 @@ wallet_pases = Table(
 wallet_entregas = Table(
     "wallet_entregas",
     metadata,
-    Column("id", BigInteger, Identity(), primary_key=True),
-    Column("fan_pk", BigInteger, ForeignKey("fans.pk"), nullable=False),
+    _numbered("id", "wallet_entregas_id_seq"),
+    Column("programa_id", Text, nullable=False),
+    Column("fan_pk", BigInteger, nullable=False),
     Column("saldo", BigInteger, nullable=False),
     Column("proveedor", Text, nullable=False),
     Column("entregado", DateTime(timezone=True), nullable=False, server_default=func.now()),
-    Index("ix_wallet_entregas_fan", "fan_pk", "id"),
+    PrimaryKeyConstraint("programa_id", "id"),
+    _of_a_fan(),
+    Index("ix_wallet_entregas_programa_id_fan_pk_id", "programa_id", "fan_pk", "id"),
 )
 
 # The per-key call limit (domain/rate_limit.py, store/rate_limit.py): one row per key,
-# updated by one INSERT ... ON CONFLICT DO UPDATE per batch of calls a process reserves
+# updated by one call of loyalty_limit_reserve per batch of calls a process reserves
 # (services/rate_limit.py), so the row lock serialises a key's requests across every
 # process and host sharing the database. UNLOGGED: no WAL per
 # call; after a crash the table is empty, i.e. every key gets a fresh minute. No index
@@ -326,7 +397,10 @@ wallet_entregas = Table(
 limite_llamadas = Table(
     "limite_llamadas",
     metadata,
-    Column("clave_id", BigInteger, ForeignKey("claves.id", ondelete="CASCADE"), primary_key=True),
+    # The key's program and id. No foreign key to `claves`: keys are revoked, never
+    # deleted, and on Citus this UNLOGGED table has a colocation group of its own.
+    Column("programa_id", Text, primary_key=True),
+    Column("clave_id", BigInteger, primary_key=True),
     # Newest whole second (database clock, epoch seconds) a call of the key was seen in.
     Column("segundo", BigInteger, nullable=False),
     # 61 counters of granted calls, oldest first; the last one is `segundo`.
@@ -375,7 +449,9 @@ peticiones = Table(
 # Balance sanity: `puntos_ok` compares cache and ledger (used by tests and `loyalty status`).
 LEDGER_MISMATCH_SQL = """
 SELECT f.pk FROM fans f
-LEFT JOIN (SELECT fan_pk, sum(puntos) AS s FROM movimientos GROUP BY fan_pk) m ON m.fan_pk = f.pk
+LEFT JOIN (
+  SELECT programa_id, fan_pk, sum(puntos) AS s FROM movimientos GROUP BY programa_id, fan_pk
+) m ON m.programa_id = f.programa_id AND m.fan_pk = f.pk
 WHERE f.puntos <> coalesce(m.s, 0)
 """
 
@@ -383,6 +459,7 @@ __all__ = [
     "claves",
     "codigos",
     "fans",
+    "folio_sequence",
     "limite_llamadas",
     "metadata",
     "movimientos",

@@ -2,36 +2,43 @@
 backlog, wallet/providers.py records local deliveries): tables `wallet_outbox`,
 `wallet_pases` and `wallet_entregas`.
 
-- `ingest` (`INGEST_SQL`, one statement): delete the oldest outbox rows by id (`ORDER BY
-  id LIMIT n FOR UPDATE SKIP LOCKED`: an index range scan of the primary key) and fold the
-  latest balance per fan into the fan's `wallet_pases` row (`saldo_pendiente`,
-  `saldo_id`), creating it when needed. A fold only replaces a balance with one from a
-  higher outbox id: for one fan, ids follow the order of its balance changes (each holds
-  the fan's row lock until it commits), so that is the newer balance, even when two
-  senders fold a fan's rows in the wrong order. Rows of different fans commit out of id
-  order; a row committed after a run took higher ids is simply the lowest one left for the
-  next run (no high-water mark, nothing skipped). Rows are upserted in fan order, so
-  concurrent senders cannot deadlock; delete and fold commit together, so a sender that
-  dies loses nothing.
-- `claim` (`CLAIM_SQL`): up to `batch` fans whose balance waits and whose
-  `proximo_intento` has passed (a range scan of the partial index ix_wallet_pases_due,
-  longest-waiting first, `FOR UPDATE SKIP LOCKED`: several processes never claim the same
-  fan), setting `proximo_intento` to the lease's end.
-- `record_outcomes` (`RECORD_SQL`, one statement for the batch), only where the lease is
-  still ours (`proximo_intento` unchanged), locking the rows in fan order first (no
-  deadlock with an ingest): a settled attempt (delivered, or dropped as a permanent
-  failure) clears the balance if it is still the one attempted (a newer one folded in
-  meanwhile stays, due at once); otherwise the balance stays with the attempts and next
-  try given.
-- `backlog_counts` (`BACKLOG_SQL`): bounded counts of the backlog (wallet/backlog.py says
-  what they mean).
+The sender works program by program (on Citus each program's rows live on one node): its
+two statements are calls of plpgsql functions (migration 0016), `SELECT * FROM f(…)` in
+autocommit, each its own transaction, which store/distribution.py delegates on a Citus
+coordinator to the node of the program's shard. The same calls serve PostgreSQL without
+Citus.
+
+- `turn` (`loyalty_wallet_turno`): one program's turn of a run. Ingest: delete up to
+  `filas` of the program's oldest outbox rows (by id, `FOR UPDATE SKIP LOCKED`) and fold
+  the latest balance per fan into the fan's `wallet_pases` row (`saldo_pendiente`,
+  `saldo_version`, `saldo_id`), creating it when needed. A fold only replaces a balance
+  with a newer one: a higher `version`, the fan's `saldo_version` counter that the
+  balance UPDATE bumps under the fan's row lock (so versions follow the order of a fan's
+  balance changes, on any node and across shard moves, where outbox ids need not), the
+  outbox id breaking ties only between rows written before migration 0016 (version 0).
+  So two senders folding a fan's rows in the wrong order leave the newer balance. Rows
+  of different fans commit out of id order; a row committed after a run took higher ids
+  is simply the lowest one left for the next run (no high-water mark, nothing skipped).
+  Rows are upserted in fan order, so concurrent senders cannot deadlock; delete and fold
+  commit together, so a sender that dies loses nothing. Then claim: up to `fans` of the
+  program's fans whose balance waits and whose `proximo_intento` has passed (a range
+  scan of ix_wallet_pases_programa_due, longest-waiting first, `FOR UPDATE SKIP LOCKED`:
+  several processes never claim the same fan), setting `proximo_intento` to the lease's
+  end. A program with nothing waiting costs one call of two index probes.
+- `record_outcomes` (`loyalty_wallet_record`, one call per program of the batch), only
+  where the lease is still ours (`proximo_intento` unchanged), locking the rows in fan
+  order first (no deadlock with an ingest): a settled attempt (delivered, or dropped as a
+  permanent failure) clears the balance if it is still the one attempted (its version
+  and outbox id; a newer one folded in meanwhile stays, due at once); otherwise the
+  balance stays with the attempts and next try given.
+- `backlog_counts` (`BACKLOG_SQL`): bounded counts of the backlog over every program
+  (wallet/backlog.py says what they mean; on Citus a multi-shard read, no locks).
 - `record_deliveries`: the local provider's deliveries, a batch per INSERT.
 
 A sale never waits for a sender: senders lock only `wallet_pases` rows and the outbox rows
-they take. Every statement is SQL text built once, here. The sender's connections plan
-each execution for its parameters (`plan_cache_mode = force_custom_plan`, see
-`custom_plans`): a plan cached while the outbox was empty (a sequential scan) must never
-serve a backlog of a million rows.
+they take. Both functions run with `plan_cache_mode = force_custom_plan` (a function
+setting, migration 0016): a plan cached while the outbox was empty (a sequential scan)
+must never serve a backlog of a million rows.
 """
 
 from __future__ import annotations
@@ -42,78 +49,33 @@ from typing import Final, NamedTuple
 
 from sqlalchemy import Connection, text
 
+from loyalty_grpc.store.autocommit import fetch_all
+from loyalty_grpc.store.db import Database
+
 # `proximo_intento` of a fan that is due at once, whatever a sender's clock says (several
 # processes' clocks differ a little; `now` is injectable).
 DUE_AT_ONCE = datetime(1970, 1, 1, tzinfo=UTC)
 
-INGEST_SQL: Final = text("""
-WITH tomadas AS (
-    DELETE FROM wallet_outbox
-    WHERE id = ANY (ARRAY(SELECT id FROM wallet_outbox ORDER BY id
-                          LIMIT :n FOR UPDATE SKIP LOCKED))
-    RETURNING fan_pk, id, saldo, creado
-), ultimas AS (
-    SELECT fan_pk, max(id) AS id, (array_agg(saldo ORDER BY id DESC))[1] AS saldo,
-           min(creado) AS desde
-    FROM tomadas GROUP BY fan_pk
-), plegadas AS (
-    INSERT INTO wallet_pases AS p (fan_pk, saldo_pendiente, saldo_id, pendiente_desde,
-                                   proximo_intento)
-    SELECT fan_pk, saldo, id, desde, :due FROM ultimas ORDER BY fan_pk
-    ON CONFLICT (fan_pk) DO UPDATE
-        SET saldo_pendiente = excluded.saldo_pendiente, saldo_id = excluded.saldo_id,
-            pendiente_desde = least(p.pendiente_desde, excluded.pendiente_desde)
-        WHERE p.saldo_id IS NULL OR p.saldo_id < excluded.saldo_id
-    RETURNING 1
-)
-SELECT (SELECT count(*) FROM tomadas) AS filas, (SELECT count(*) FROM plegadas) AS fans
-""")
+# The programs, in a fixed order (a reference table on Citus: read on the coordinator).
+PROGRAMS_SQL: Final = "SELECT id FROM programas ORDER BY id"
 
-CLAIM_SQL: Final = text("""
-UPDATE wallet_pases AS p SET proximo_intento = :lease_until
-FROM fans AS f
-WHERE p.fan_pk = ANY (ARRAY(
-        SELECT fan_pk FROM wallet_pases
-        WHERE pendiente_desde IS NOT NULL AND proximo_intento <= :now
-        ORDER BY proximo_intento, pendiente_desde
-        LIMIT :n FOR UPDATE SKIP LOCKED))
-  AND f.pk = p.fan_pk
-RETURNING p.fan_pk, p.saldo_pendiente, p.saldo_id, p.intentos, p.pendiente_desde,
-          f.programa_id, f.fan_id
-""")
+# Filas: outbox rows to ingest at most; fans: fans to claim at most.
+TURN_SQL: Final = (
+    "SELECT * FROM loyalty_wallet_turno(%(programa)s::text, %(filas)s::integer, "
+    "%(fans)s::integer, %(due)s::timestamptz, %(now)s::timestamptz, "
+    "%(lease_until)s::timestamptz)"
+)
 
 # Per fan: `cubierto` — the attempt settled the balance (delivered, or dropped as a
 # permanent failure); `intentos`, `proximo` — the new values; `entregado` — the balance
 # delivered; `error` — the new `ultimo_error`. NULL means unchanged.
-RECORD_SQL: Final = text("""
-WITH r AS (
-    SELECT * FROM unnest(CAST(:fan_pks AS bigint[]), CAST(:saldo_ids AS bigint[]),
-                         CAST(:cubiertos AS boolean[]), CAST(:intentos AS integer[]),
-                         CAST(:proximos AS timestamptz[]), CAST(:entregados AS bigint[]),
-                         CAST(:errores AS text[]))
-        AS r(fan_pk, saldo_id, cubierto, intentos, proximo, entregado, error)
-), nuestras AS MATERIALIZED (
-    SELECT fan_pk FROM wallet_pases
-    WHERE fan_pk = ANY (CAST(:fan_pks AS bigint[])) AND proximo_intento = :lease_until
-    ORDER BY fan_pk
-    FOR UPDATE
+RECORD_SQL: Final = (
+    "SELECT * FROM loyalty_wallet_record(%(programa)s::text, %(fan_pks)s::bigint[], "
+    "%(saldo_ids)s::bigint[], %(versiones)s::bigint[], %(cubiertos)s::boolean[], "
+    "%(intentos)s::integer[], %(proximos)s::timestamptz[], %(entregados)s::bigint[], "
+    "%(errores)s::text[], %(lease_until)s::timestamptz, %(due)s::timestamptz, "
+    "%(at)s::timestamptz)"
 )
-UPDATE wallet_pases AS p SET
-    intentos = r.intentos,
-    proximo_intento = CASE WHEN r.cubierto AND p.saldo_id = r.saldo_id
-                           THEN CAST(:due AS timestamptz) ELSE r.proximo END,
-    saldo_pendiente = CASE WHEN r.cubierto AND p.saldo_id = r.saldo_id
-                           THEN NULL ELSE p.saldo_pendiente END,
-    pendiente_desde = CASE WHEN r.cubierto AND p.saldo_id = r.saldo_id THEN NULL
-                           WHEN r.cubierto THEN now() ELSE p.pendiente_desde END,
-    entregado_saldo = coalesce(r.entregado, p.entregado_saldo),
-    entregado_en = CASE WHEN r.entregado IS NULL THEN p.entregado_en ELSE :at END,
-    ultimo_error = coalesce(r.error, p.ultimo_error),
-    error_en = CASE WHEN r.error IS NULL THEN p.error_en ELSE :at END
-FROM r JOIN nuestras AS n ON n.fan_pk = r.fan_pk
-WHERE p.fan_pk = r.fan_pk
-RETURNING p.fan_pk
-""")
 
 BACKLOG_SQL: Final = text("""
 WITH p AS (
@@ -141,77 +103,98 @@ SELECT (SELECT count(*) FROM p) AS pases,
 
 # A whole batch of local deliveries: one statement, rows in the batch's order.
 RECORD_DELIVERIES_SQL: Final = text(
-    "INSERT INTO wallet_entregas (fan_pk, saldo, proveedor) "
-    "SELECT d.fan_pk, d.saldo, :proveedor "
-    "FROM unnest(CAST(:fan_pks AS bigint[]), CAST(:saldos AS bigint[])) AS d(fan_pk, saldo)"
+    "INSERT INTO wallet_entregas (programa_id, fan_pk, saldo, proveedor) "
+    "SELECT d.programa_id, d.fan_pk, d.saldo, :proveedor "
+    "FROM unnest(CAST(:programas AS text[]), CAST(:fan_pks AS bigint[]), "
+    "CAST(:saldos AS bigint[])) AS d(programa_id, fan_pk, saldo)"
 )
 
-_CUSTOM_PLANS: Final = "SET plan_cache_mode = force_custom_plan"
 _CUSTOM_PLANS_HERE: Final = "SET LOCAL plan_cache_mode = force_custom_plan"
 
 
-def custom_plans(conn: Connection) -> None:
-    """Make this pooled connection plan every execution for its parameters, once per
-    database connection (the setting stays with it). Call it first on a connection just
-    checked out: it commits. psycopg prepares a statement after a few executions, and
-    PostgreSQL may then reuse one generic plan: chosen while the outbox was nearly empty,
-    that is a sequential scan and a sort, which on a large backlog costs seconds per
-    claim. Planning these statements costs well under a millisecond."""
-    if conn.info.get("loyalty_custom_plans"):
-        return
-    conn.exec_driver_sql(_CUSTOM_PLANS)
-    conn.commit()
-    conn.info["loyalty_custom_plans"] = True
-
-
-def ingest(conn: Connection, *, limit: int) -> tuple[int, int]:
-    """Fold up to `limit` of the oldest outbox rows into wallet_pases, in the connection's
-    transaction (see the module doc): (rows taken, fans whose balance changed). Folded
-    balances are due at once."""
-    rows, fans = conn.execute(INGEST_SQL, {"n": limit, "due": DUE_AT_ONCE}).one()
-    return int(rows), int(fans)
+def programs(engine: Database) -> list[str]:
+    """Every program, in id order."""
+    return [str(r[0]) for r in fetch_all(engine, PROGRAMS_SQL, {})]
 
 
 class ClaimedPass(NamedTuple):
-    """A fan claimed for delivery: its balance waiting (`saldo_pendiente`, from outbox row
-    `saldo_id`), its failed attempts so far, since when a balance waits, and its pass."""
+    """A fan claimed for delivery: its balance waiting (`saldo_pendiente`, version
+    `saldo_version`, from outbox row `saldo_id`), its failed attempts so far, since when a
+    balance waits, and its pass."""
 
     fan_pk: int
     saldo_pendiente: int
     saldo_id: int
+    saldo_version: int
     intentos: int
     pendiente_desde: datetime
     programa_id: str
     fan_id: str
 
 
-def claim(
-    conn: Connection, *, batch: int, now: datetime, lease_until: datetime
-) -> list[ClaimedPass]:
-    """Claim up to `batch` fans due at `now` until `lease_until`, in the connection's
-    transaction (see the module doc); in no particular order."""
-    rows = conn.execute(CLAIM_SQL, {"n": batch, "now": now, "lease_until": lease_until}).all()
-    return [
-        ClaimedPass(
-            int(r.fan_pk),
-            int(r.saldo_pendiente),
-            int(r.saldo_id),
-            int(r.intentos),
-            r.pendiente_desde,
-            r.programa_id,
-            r.fan_id,
-        )
-        for r in rows
-    ]
+class Turn(NamedTuple):
+    """What one program's turn did: outbox rows ingested, fans whose balance changed, and
+    the fans claimed (in no particular order)."""
+
+    filas: int
+    plegados: int
+    claimed: list[ClaimedPass]
+
+
+def turn(
+    engine: Database,
+    programa_id: str,
+    *,
+    filas: int,
+    fans: int,
+    now: datetime,
+    lease_until: datetime,
+) -> Turn:
+    """One program's turn (see the module doc), its own transaction: fold up to `filas` of
+    its oldest outbox rows into wallet_pases (folded balances are due at once), then claim
+    up to `fans` fans due at `now` until `lease_until`."""
+    rows = fetch_all(
+        engine,
+        TURN_SQL,
+        {
+            "programa": programa_id,
+            "filas": filas,
+            "fans": fans,
+            "due": DUE_AT_ONCE,
+            "now": now,
+            "lease_until": lease_until,
+        },
+    )
+    taken, folded = rows[0][:2]
+    return Turn(
+        int(taken),
+        int(folded),
+        [
+            ClaimedPass(
+                int(r[2]), int(r[3]), int(r[4]), int(r[5]), int(r[6]), r[7], programa_id, r[8]
+            )
+            for r in rows[1:]
+        ],
+    )
+
+
+def ingest(engine: Database, programa_id: str, *, limit: int) -> tuple[int, int]:
+    """Fold up to `limit` of the program's oldest outbox rows into wallet_pases, claiming
+    nothing: (rows taken, fans whose balance changed)."""
+    done = turn(engine, programa_id, filas=limit, fans=0, now=DUE_AT_ONCE, lease_until=DUE_AT_ONCE)
+    return done.filas, done.plegados
 
 
 class Outcome(NamedTuple):
-    """What to record of one claimed fan's attempt (RECORD_SQL's columns): `cubierto`, the
-    balance `saldo_id` is settled; `intentos` and `proximo` (next try), the new values;
+    """What to record of one claimed fan's attempt (loyalty_wallet_record's columns; the
+    fan is (`programa_id`, `fan_pk`)): `cubierto`, the balance (`saldo_version`,
+    `saldo_id`) is settled; `intentos` and `proximo` (next try), the new values;
     `entregado`, the balance delivered; `error`, the new `ultimo_error` (None: unchanged)."""
 
+    programa_id: str
     fan_pk: int
     saldo_id: int
+    saldo_version: int
     cubierto: bool
     intentos: int
     proximo: datetime
@@ -220,25 +203,36 @@ class Outcome(NamedTuple):
 
 
 def record_outcomes(
-    conn: Connection, outcomes: Sequence[Outcome], *, lease_until: datetime, at: datetime
-) -> set[int]:
-    """Record every outcome in one statement, in the connection's transaction, for the fans
-    whose lease (`lease_until`) is still ours; `at` is the time of deliveries and errors.
-    Returns the fans recorded."""
-    columns = {
-        "fan_pks": [o.fan_pk for o in outcomes],
-        "saldo_ids": [o.saldo_id for o in outcomes],
-        "cubiertos": [o.cubierto for o in outcomes],
-        "intentos": [o.intentos for o in outcomes],
-        "proximos": [o.proximo for o in outcomes],
-        "entregados": [o.entregado for o in outcomes],
-        "errores": [o.error for o in outcomes],
-    }
-    return set(
-        conn.execute(
-            RECORD_SQL, {**columns, "lease_until": lease_until, "due": DUE_AT_ONCE, "at": at}
-        ).scalars()
-    )
+    engine: Database, outcomes: Sequence[Outcome], *, lease_until: datetime, at: datetime
+) -> set[tuple[str, int]]:
+    """Record every outcome, one call (one transaction) per program, for the fans whose
+    lease (`lease_until`) is still ours; `at` is the time of deliveries and errors.
+    Returns the fans recorded, (program, fan_pk)."""
+    by_program: dict[str, list[Outcome]] = {}
+    for o in outcomes:
+        by_program.setdefault(o.programa_id, []).append(o)
+    recorded: set[tuple[str, int]] = set()
+    for programa_id, mine in by_program.items():
+        rows = fetch_all(
+            engine,
+            RECORD_SQL,
+            {
+                "programa": programa_id,
+                "fan_pks": [o.fan_pk for o in mine],
+                "saldo_ids": [o.saldo_id for o in mine],
+                "versiones": [o.saldo_version for o in mine],
+                "cubiertos": [o.cubierto for o in mine],
+                "intentos": [o.intentos for o in mine],
+                "proximos": [o.proximo for o in mine],
+                "entregados": [o.entregado for o in mine],
+                "errores": [o.error for o in mine],
+                "lease_until": lease_until,
+                "due": DUE_AT_ONCE,
+                "at": at,
+            },
+        )
+        recorded.update((programa_id, int(r[0])) for r in rows)
+    return recorded
 
 
 class BacklogCounts(NamedTuple):
@@ -259,7 +253,7 @@ class BacklogCounts(NamedTuple):
 def backlog_counts(conn: Connection, *, cap: int, now: datetime) -> BacklogCounts:
     """The backlog's counts, each part up to `cap`; `now` is the sender's clock for
     `esperando`. Runs in the connection's transaction, planned for its parameters (as the
-    sender's statements are, see `custom_plans`)."""
+    sender's statements are)."""
     conn.exec_driver_sql(_CUSTOM_PLANS_HERE)
     row = conn.execute(BACKLOG_SQL, {"cap": cap, "now": now}).one()
     return BacklogCounts(
@@ -274,10 +268,20 @@ def backlog_counts(conn: Connection, *, cap: int, now: datetime) -> BacklogCount
 
 
 def record_deliveries(
-    conn: Connection, proveedor: str, fan_pks: Sequence[int], saldos: Sequence[int]
+    conn: Connection,
+    proveedor: str,
+    programas: Sequence[str],
+    fan_pks: Sequence[int],
+    saldos: Sequence[int],
 ) -> None:
-    """Record one delivery per (fan_pks[i], saldos[i]) by `proveedor`, in one statement."""
+    """Record one delivery per fan (programas[i], fan_pks[i]) of saldos[i] by `proveedor`,
+    in one statement."""
     conn.execute(
         RECORD_DELIVERIES_SQL,
-        {"proveedor": proveedor, "fan_pks": list(fan_pks), "saldos": list(saldos)},
+        {
+            "proveedor": proveedor,
+            "programas": list(programas),
+            "fan_pks": list(fan_pks),
+            "saldos": list(saldos),
+        },
     )

@@ -42,7 +42,7 @@ def backlog(
     """The backlog (see the module doc); `cap=None` counts everything exactly (a scan of
     the whole backlog). `now`: the sender's clock for `waiting` (default: this host's).
     Runs in the connection's transaction, planned for its parameters (as the sender's
-    statements are, see `store.wallet.custom_plans`)."""
+    statements are)."""
     limit = 2**62 if cap is None else cap + 1
     row = wallet_store.backlog_counts(conn, cap=limit, now=now or utcnow())
     exact = row.pases < limit and row.filas < limit

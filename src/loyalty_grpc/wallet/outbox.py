@@ -4,16 +4,23 @@ per run bounded by its batch sizes, whatever the backlog.
 Sales only ever INSERT (fan, balance) into `wallet_outbox`. One run (`send_pending`; the
 statements, their locking and what each guarantees are in store/wallet.py):
 
-1. Ingest (`store.wallet.ingest`): fold the oldest outbox rows into each fan's
-   `wallet_pases` row, the latest balance per fan. Up to `ingest_rounds` statements of
-   `ingest_batch` rows, each committed, the last in the claim's transaction; a backlog
-   larger than that is coalesced over the next runs (rows ingested before fans are
-   claimed: a fan's many balances go out as one).
-2. Claim (`store.wallet.claim`): up to `batch` due fans, longest-waiting first, never a
-   fan another process claimed, leased until now + `lease`: the lease keeps other senders
-   off the fan while its delivery runs, without any transaction or row lock held across
-   the provider call (a long transaction would hold back vacuum and the roster feed's
-   horizon).
+1-2. Rounds over the programs (`programas`), program by program (on Citus each program's
+   rows are on one node): each program's turn (`store.wallet.turn`, one call, its own
+   transaction) folds up to `ingest_batch` of its oldest outbox rows into each fan's
+   `wallet_pases` row, the latest balance per fan (rows ingested before fans are claimed:
+   a fan's many balances go out as one), then claims up to its share of the batch: due
+   fans, longest-waiting first, never a fan another process claimed, leased until now +
+   `lease` (the lease keeps other senders off the fan while its delivery runs, without
+   any transaction or row lock held across the provider call: a long transaction would
+   hold back vacuum and the roster feed's horizon). Fair: the first round gives every
+   program a turn with an equal share of the batch (at least one fan), starting after
+   the program where the previous run's first round stopped (`Rotation`), so a program
+   with a huge backlog cannot starve the others; a program with nothing waiting costs
+   one cheap call. Later rounds, up to `ingest_rounds` in all, go only to the programs
+   that filled their share or their ingest, with what is left of the batch (a round of
+   ingest alone once the batch is full, while the outbox rows taken stay under
+   `ingest_rounds` × `ingest_batch`); a backlog larger than that is coalesced over the
+   next runs.
 3. Deliver, outside any transaction: one `deliver_batch` call for a BatchWalletProvider
    (the local one: one INSERT), else `deliver` per fan, `workers` at a time.
 4. Record (`store.wallet.record_outcomes`, one statement for the batch), only where the
@@ -33,6 +40,7 @@ run starts no new delivery after half the lease and hands its remaining claims b
 
 from __future__ import annotations
 
+import bisect
 import logging
 import threading
 import time
@@ -121,7 +129,31 @@ class _Claim:
     fan: FanPass
     saldo: int
     saldo_id: int
+    saldo_version: int
     intentos: int
+
+
+class Rotation:
+    """Where the next run's first round starts: after the program where the previous
+    one's stopped (one process's runs; thread-safe)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._after = ""
+
+    def order(self, programs: Sequence[str]) -> list[str]:
+        """`programs` (sorted) starting after the last one recorded, wrapping round."""
+        with self._lock:
+            i = bisect.bisect_right(programs, self._after)
+        return [*programs[i:], *programs[:i]]
+
+    def stopped_after(self, programa_id: str) -> None:
+        with self._lock:
+            self._after = programa_id
+
+
+# The rotation of this process's runs (a test may pass its own).
+ROTATION = Rotation()
 
 
 class _NotAttemptedError(Exception):
@@ -139,9 +171,11 @@ def send_pending(
     stop: threading.Event | None = None,
     ingest_batch: int = INGEST_BATCH,
     ingest_rounds: int = INGEST_ROUNDS,
+    rotation: Rotation | None = None,
 ) -> SendReport:
-    """One run (see the module doc): fold in up to `ingest_rounds` × `ingest_batch` outbox
-    rows, then deliver the latest balance of up to `batch` due fans, up to `workers`
+    """One run (see the module doc): fold in up to `ingest_batch` outbox rows per program
+    and round (`ingest_rounds` × `ingest_batch` at most once the batch is full), then
+    deliver the latest balance of up to `batch` due fans, up to `workers`
     provider calls at a time for a provider without `deliver_batch` (a wallet API is
     latency-bound; the provider must be thread-safe when `workers` > 1). `now` is the
     clock of leases and back-off (tests pass their own). `more` in the report: call again
@@ -149,23 +183,18 @@ def send_pending(
     if min(batch, workers, ingest_batch, ingest_rounds) < 1:
         raise ValueError("batch, workers, ingest_batch and ingest_rounds must be at least 1")
     deadline = time.monotonic() + lease.total_seconds() / 2
-    with engine.connect() as conn:
-        wallet_store.custom_plans(conn)
-        ingested, outbox_left = 0, True
-        for _ in range(ingest_rounds):
-            rows, _fans = wallet_store.ingest(conn, limit=ingest_batch)
-            ingested += rows
-            if rows < ingest_batch:
-                outbox_left = False
-                break
-            conn.commit()
-        claimed_at = now()
-        lease_until = claimed_at + lease
-        claims = _claims(
-            wallet_store.claim(conn, batch=batch, now=claimed_at, lease_until=lease_until)
-        )
-        conn.commit()
-    more = outbox_left or len(claims) == batch
+    claimed_at = now()
+    lease_until = claimed_at + lease
+    claimed, ingested, more = _rounds(
+        engine,
+        (rotation or ROTATION),
+        batch=batch,
+        ingest_batch=ingest_batch,
+        ingest_rounds=ingest_rounds,
+        now=claimed_at,
+        lease_until=lease_until,
+    )
+    claims = _claims(claimed)
     if not claims:
         return SendReport(ingested=ingested, more=more)
 
@@ -208,12 +237,71 @@ def drain(
     return total
 
 
+def _rounds(
+    engine: Database,
+    rotation: Rotation,
+    *,
+    batch: int,
+    ingest_batch: int,
+    ingest_rounds: int,
+    now: datetime,
+    lease_until: datetime,
+) -> tuple[list[ClaimedPass], int, bool]:
+    """The run's rounds over the programs (see the module doc): the fans claimed, the
+    outbox rows ingested, and whether work is left for another run at once."""
+    claimed: list[ClaimedPass] = []
+    ingested = 0
+    order = rotation.order(wallet_store.programs(engine))
+    if not order:
+        return claimed, ingested, False
+    turns = order
+    refolded = False
+    for round_ in range(ingest_rounds):
+        left = batch - len(claimed)
+        if left == 0 and ingested >= ingest_rounds * ingest_batch:
+            break
+        share = max(1, left // len(turns))
+        hungry: list[str] = []
+        for i, programa_id in enumerate(turns):
+            fans = min(share, batch - len(claimed))
+            if fans == 0 and round_ == 0:
+                # The batch is full: the next run's first round starts here.
+                rotation.stopped_after(turns[i - 1])
+                return claimed, ingested, True
+            done = wallet_store.turn(
+                engine,
+                programa_id,
+                filas=ingest_batch,
+                fans=fans,
+                now=now,
+                lease_until=lease_until,
+            )
+            ingested += done.filas
+            claimed.extend(done.claimed)
+            # A later round's fold may have refreshed a fan claimed before it: that fan
+            # (and any fan folded and not claimed) is due again at once after this run.
+            refolded = refolded or (round_ > 0 and done.plegados > 0)
+            if done.filas == ingest_batch or (fans > 0 and len(done.claimed) == fans):
+                hungry.append(programa_id)
+        if round_ == 0:
+            rotation.stopped_after(order[0])
+        turns = hungry
+        if not turns:
+            break
+    # More at once: a full batch, a program still hungry, or a fan refreshed meanwhile.
+    return claimed, ingested, refolded or len(claimed) == batch or bool(turns)
+
+
 def _claims(claimed: Sequence[ClaimedPass]) -> list[_Claim]:
     # Longest-waiting first.
     rows = sorted(claimed, key=lambda r: r.pendiente_desde)
     return [
         _Claim(
-            FanPass(r.fan_pk, r.programa_id, r.fan_id), r.saldo_pendiente, r.saldo_id, r.intentos
+            FanPass(r.fan_pk, r.programa_id, r.fan_id),
+            r.saldo_pendiente,
+            r.saldo_id,
+            r.saldo_version,
+            r.intentos,
         )
         for r in rows
     ]
@@ -274,7 +362,7 @@ def _record(
     lease_until: datetime,
     at: datetime,
 ) -> SendReport:
-    """Write every outcome in one statement (see the module doc)."""
+    """Write every outcome, one call per program (see the module doc)."""
     recorded: list[Outcome] = []
     delivered = retrying = dropped = released = 0
     for claim, outcome in zip(claims, outcomes, strict=True):
@@ -310,13 +398,20 @@ def _record(
                 error = f"{type(outcome).__name__}: {outcome}"[:_ERROR_CHARS]
             proximo = at + wait
         recorded.append(
-            Outcome(fan.fan_pk, claim.saldo_id, cubierto, intentos, proximo, entregado, error)
+            Outcome(
+                fan.programa_id,
+                fan.fan_pk,
+                claim.saldo_id,
+                claim.saldo_version,
+                cubierto,
+                intentos,
+                proximo,
+                entregado,
+                error,
+            )
         )
-    with engine.connect() as conn:
-        wallet_store.custom_plans(conn)
-        owned = wallet_store.record_outcomes(conn, recorded, lease_until=lease_until, at=at)
-        conn.commit()
-    lost = [c.fan for c in claims if c.fan.fan_pk not in owned]
+    owned = wallet_store.record_outcomes(engine, recorded, lease_until=lease_until, at=at)
+    lost = [c.fan for c in claims if (c.fan.programa_id, c.fan.fan_pk) not in owned]
     if lost:
         log.warning(
             "wallet: the lease on %d fans (%s/%s …) expired during delivery; their "

@@ -85,6 +85,10 @@ class LocalProvider:
     def deliver_batch(self, batch: Sequence[Delivery]) -> list[Exception | None]:
         with self._engine.begin() as conn:
             wallet_store.record_deliveries(
-                conn, self.name, [d.fan.fan_pk for d in batch], [d.saldo for d in batch]
+                conn,
+                self.name,
+                [d.fan.programa_id for d in batch],
+                [d.fan.fan_pk for d in batch],
+                [d.saldo for d in batch],
             )
         return [None] * len(batch)

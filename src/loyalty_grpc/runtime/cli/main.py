@@ -55,7 +55,7 @@ def _run(args: argparse.Namespace, settings: Settings) -> int:  # noqa: PLR0911 
     if args.command == "migrate":
         from loyalty_grpc.runtime.cli.migrate import migrate_command
 
-        return migrate_command(settings.data_dir, settings.database_url)
+        return migrate_command(settings.data_dir, settings.database_url, contract=args.contract)
     if args.command == "status":
         from loyalty_grpc.runtime.cli.status import status_command
 

@@ -259,6 +259,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="apply database migrations (LOYALTY_DATABASE_URL "
         "or the embedded PostgreSQL in --data-dir)",
     )
+    migrate.add_argument(
+        "--contract",
+        action="store_true",
+        help="also apply contract revisions, which the previous version cannot run on: "
+        'once every server runs this version (docs/deployment.md "Upgrades")',
+    )
     _data_dir_flag(migrate)
 
     status = sub.add_parser(

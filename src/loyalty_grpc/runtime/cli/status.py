@@ -279,6 +279,14 @@ def database_lines(engine: Engine, url: str) -> list[Line]:
         lines.append(
             Line("migrations", f"{current} applied, newer than this version's head {head}")
         )
+    elif schema.state is migrate.SchemaState.CONTRACT_PENDING:
+        lines.append(
+            Line(
+                "migrations",
+                f"{current} applied, head is {head}: contract pending "
+                f"(`{command('migrate')} --contract` once every server runs this version)",
+            )
+        )
     else:
         lines.append(Line("migrations", f"{current} (head)"))
     with engine.connect() as conn:

@@ -10,7 +10,7 @@ from pathlib import Path
 from loyalty_grpc.runtime import metrics
 from loyalty_grpc.runtime.admin_token import ensure_admin_token
 from loyalty_grpc.runtime.cli.demo import demo_lines, load_demo
-from loyalty_grpc.runtime.console import say
+from loyalty_grpc.runtime.console import command, say
 from loyalty_grpc.runtime.gateway import envoy, reloaded
 from loyalty_grpc.runtime.gateway.tls import (
     TlsFiles,
@@ -71,7 +71,9 @@ def up(settings: Settings, *, demo: bool) -> int:
     admin_token = _up_admin_token(settings)
     db = _database(settings)
     try:
-        migrate.upgrade(db.url)
+        schema = migrate.Schema.of(migrate.upgrade(db.url))
+        if schema.state is migrate.SchemaState.CONTRACT_PENDING:
+            log.info("%s", schema.contract_note(command("migrate")))
         demo_banner = demo_lines(load_demo(db.url)) if demo else []
         server = server_settings(settings, database_url=db.url, admin_token=admin_token)
         with serving(settings, server, command=UP) as supervisor:

@@ -22,7 +22,7 @@ __all__ = ["CodigoInfo", "assign_code", "assign_next_code", "release_code"]
 
 def _locked_code(uow: UnitOfWork, programa: str, promo_id: int, codigo: str) -> LockedCode:
     lookups.require_promo(uow.conn, programa, promo_id)
-    code = codes_store.lock_code(uow.conn, promo_id, codigo)
+    code = codes_store.lock_code(uow.conn, programa, promo_id, codigo)
     if code is None:
         raise LoyaltyError(
             CodigoError.CODIGO_NO_ENCONTRADO,
@@ -43,8 +43,8 @@ def assign_code(
     if fan.estado != EstadoFan.ACTIVO:
         raise LoyaltyError(CodigoError.FAN_NO_ENCONTRADO, f"fan: {shown(fid)} está de baja")
     check_transicion_codigo(codigo, code.estado, EstadoCodigo.ASIGNADO)
-    codes_store.mark_assigned(uow.conn, code.id, fan.pk)
-    return codes_store.code_info(uow.conn, code.id)
+    codes_store.mark_assigned(uow.conn, programa, code.id, fan.pk)
+    return codes_store.code_info(uow.conn, programa, code.id)
 
 
 def release_code(uow: UnitOfWork, programa: str, promo_id: int, codigo: str) -> CodigoInfo:
@@ -53,8 +53,8 @@ def release_code(uow: UnitOfWork, programa: str, promo_id: int, codigo: str) -> 
     codigo = normalize_code(codigo)
     code = _locked_code(uow, programa, promo_id, codigo)
     check_transicion_codigo(codigo, code.estado, EstadoCodigo.LIBERADO)
-    codes_store.mark_released(uow.conn, code.id)
-    return codes_store.code_info(uow.conn, code.id)
+    codes_store.mark_released(uow.conn, programa, code.id)
+    return codes_store.code_info(uow.conn, programa, code.id)
 
 
 def assign_next_code(uow: UnitOfWork, programa: str, promo_id: int, fan_id: str) -> CodigoInfo:
@@ -68,12 +68,12 @@ def assign_next_code(uow: UnitOfWork, programa: str, promo_id: int, fan_id: str)
     fan = lookups.require_fan(uow.conn, programa, fid, lock=True)
     if fan.estado != EstadoFan.ACTIVO:
         raise LoyaltyError(CodigoError.FAN_NO_ENCONTRADO, f"fan: {shown(fid)} está de baja")
-    code_pk = codes_store.lock_next_available(uow.conn, promo_id)
+    code_pk = codes_store.lock_next_available(uow.conn, programa, promo_id)
     if code_pk is None:
         raise LoyaltyError(
             CodigoError.CODIGO_NO_ENCONTRADO,
             f"promo_id: la promoción {promo_id} no tiene códigos "
             "disponibles (deposite más con `admin codes import`)",
         )
-    codes_store.mark_assigned(uow.conn, code_pk, fan.pk)
-    return codes_store.code_info(uow.conn, code_pk)
+    codes_store.mark_assigned(uow.conn, programa, code_pk, fan.pk)
+    return codes_store.code_info(uow.conn, programa, code_pk)

@@ -156,4 +156,4 @@ def _change_estado(
 ) -> FanInfo:
     current = lookups.require_fan(uow.conn, programa, fid, lock=True)
     check_transicion_fan(fid, current.estado, nuevo)
-    return store.set_estado(uow.conn, current.pk, nuevo, baja_motivo=baja_motivo)
+    return store.set_estado(uow.conn, programa, current.pk, nuevo, baja_motivo=baja_motivo)

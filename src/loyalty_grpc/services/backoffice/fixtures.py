@@ -31,7 +31,6 @@ from loyalty_grpc.domain.errors import CodigoError, LoyaltyError
 from loyalty_grpc.domain.fixture import (
     ClaveFixture,
     CodigoFixture,
-    FanFixture,
     ProgramaFixture,
     parse_fixture,
 )
@@ -79,7 +78,7 @@ def apply_fixture(uow: UnitOfWork, document: str) -> list[ApplyCount]:
             now=now,
             tally=tally["codigos"],
         )
-        _apply_ajustes(uow, programa.fans, fan_pks, balances, tally["ajustes"])
+        _apply_ajustes(uow, programa, fan_pks, balances, tally["ajustes"])
     return [
         ApplyCount(entidad, t.creados, t.actualizados, t.sin_cambios)
         for entidad, t in tally.items()
@@ -99,8 +98,9 @@ class _Batch:
     statement and the changed ones updated by primary key in one executemany
     (`store.fixtures.write_rows`)."""
 
-    def __init__(self, entidad: Entidad) -> None:
+    def __init__(self, entidad: Entidad, programa_id: str | None = None) -> None:
         self.entidad = entidad
+        self.programa_id = programa_id  # the program of its rows (fans, promos, codigos)
         self.new: list[dict[str, Any]] = []
         self.changed: list[tuple[StoredRow, dict[str, Any]]] = []
         self.unchanged = 0
@@ -117,7 +117,9 @@ class _Batch:
 
     def write(self, uow: UnitOfWork, tally: _Tally, key: str | None = None) -> dict[Any, int]:
         """Returns {key: primary key} of the inserted rows when `key` (a column) is given."""
-        created = fixtures_store.write_rows(uow.conn, self.entidad, self.new, self.changed, key=key)
+        created = fixtures_store.write_rows(
+            uow.conn, self.entidad, self.new, self.changed, programa_id=self.programa_id, key=key
+        )
         tally.creados += len(self.new)
         tally.actualizados += len(self.changed)
         tally.sin_cambios += self.unchanged
@@ -185,7 +187,7 @@ def _apply_fans(
         return {}, {}
     _check_free(uow, programa)
     existing = fixtures_store.fans_for_update(uow.conn, programa.id, (f.fan_id for f in wanted))
-    batch = _Batch("fans")
+    batch = _Batch("fans", programa.id)
     for f in wanted:
         row = existing.get(f.fan_id)
         baja_en: datetime | None = None
@@ -220,7 +222,7 @@ def _apply_promos(uow: UnitOfWork, programa: ProgramaFixture, tally: _Tally) -> 
     existing = fixtures_store.promos_for_update(
         uow.conn, programa.id, (p.nombre.lower() for p in wanted)
     )
-    batch = _Batch("promos")
+    batch = _Batch("promos", programa.id)
     for p in wanted:
         batch.add(
             existing.get(p.nombre.lower()),
@@ -254,9 +256,9 @@ def _apply_codigos(
             continue
         promo_id = promo_ids[promo.nombre.lower()]
         existing = fixtures_store.codigos_for_update(
-            uow.conn, promo_id, (c.codigo for c in promo.codigos)
+            uow.conn, programa.id, promo_id, (c.codigo for c in promo.codigos)
         )
-        batch = _Batch("codigos")
+        batch = _Batch("codigos", programa.id)
         for c in promo.codigos:
             row = existing.get(c.codigo)
             fan_pk = fan_pks[c.fan] if c.fan is not None else None
@@ -273,16 +275,19 @@ def _apply_codigos(
 
 def _apply_ajustes(
     uow: UnitOfWork,
-    wanted: Sequence[FanFixture],
+    programa: ProgramaFixture,
     fan_pks: Mapping[str, int],
     balances: Mapping[str, int],
     tally: _Tally,
 ) -> None:
-    """One ledger adjustment per fan whose balance is not the fixture's `puntos`."""
-    for f in wanted:
+    """One ledger adjustment per fan of the program whose balance is not the fixture's
+    `puntos`."""
+    for f in programa.fans:
         difference = f.puntos - balances.get(f.fan_id, 0)
         if difference:
-            move_points(uow.conn, fan_pks[f.fan_id], difference, Motivo.AJUSTE, nota=_NOTA)
+            move_points(
+                uow.conn, programa.id, fan_pks[f.fan_id], difference, Motivo.AJUSTE, nota=_NOTA
+            )
             tally.creados += 1
         else:
             tally.sin_cambios += 1

@@ -75,7 +75,7 @@ def get_ledger(
     programa = program_id(programa, "programa")
     fid = canonical_fan_id(fan_id, "fan")
     fan = lookups.require_fan(uow.conn, programa, fid)
-    return fan.info, store.ledger(uow.conn, fan.pk)
+    return fan.info, store.ledger(uow.conn, programa, fan.pk)
 
 
 def adjust_points(
@@ -99,8 +99,8 @@ def adjust_points(
             CodigoError.SOLICITUD_INVALIDA,
             f"puntos: el saldo es {fan.puntos}; un cargo de {-puntos} lo dejaría negativo",
         )
-    move_points(uow.conn, fan.pk, puntos, Motivo.AJUSTE, nota=nota)
-    return store.last_entry(uow.conn, fan.pk)
+    move_points(uow.conn, programa, fan.pk, puntos, Motivo.AJUSTE, nota=nota)
+    return store.last_entry(uow.conn, programa, fan.pk)
 
 
 # ------------------------------------------------------------------ sales
@@ -129,10 +129,12 @@ def void_sale(uow: UnitOfWork, programa: str, folio: int, motivo: str) -> VoidRe
         )
     if sale.info.anulada_en is not None:
         return VoidResult(sale.info, revertidos=0, ya_anulada=True)
-    anulada_en = store.mark_voided(uow.conn, folio)
-    credited = store.credited(uow.conn, folio, sale.fan_pk)
+    anulada_en = store.mark_voided(uow.conn, programa, folio)
+    credited = store.credited(uow.conn, programa, folio, sale.fan_pk)
     if credited != 0:
-        move_points(uow.conn, sale.fan_pk, -credited, Motivo.ANULACION, venta_id=folio, nota=nota)
+        move_points(
+            uow.conn, programa, sale.fan_pk, -credited, Motivo.ANULACION, venta_id=folio, nota=nota
+        )
     return VoidResult(
         replace(sale.info, anulada_en=anulada_en), revertidos=credited, ya_anulada=False
     )

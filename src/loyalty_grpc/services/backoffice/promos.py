@@ -86,6 +86,7 @@ def update_promo(
         return promos_store.promo_info(current)
     return promos_store.update_promo(
         uow.conn,
+        programa,
         current.id,
         estado=nuevo,
         vigencia_fin=fin,

@@ -64,7 +64,7 @@ def deposit_codes(
         promo = _find_promo(uow, programa, ref, campo)
         check_admite_codigos(promo.nombre, promo.estado)
         agregados = codes_store.insert_new_codes(uow.conn, programa, promo.id, batch.codigos)
-        inventario = promo_inventory(uow.conn, promo.id)
+        inventario = promo_inventory(uow.conn, programa, promo.id)
         uow.commit()
     recibidos = len(batch.codigos)
     return DepositResult(

@@ -133,7 +133,9 @@ def redeem_code(
         correo=row.correo,
         puntos_otorgados=row.credited,
         puntos_acreditados=(
-            row.credited if nuevo else credited_by_redemptions(engine, [row.copia])[row.copia]
+            row.credited
+            if nuevo
+            else credited_by_redemptions(engine, caller.programa_id, [row.copia])[row.copia]
         ),
     )
 
@@ -174,7 +176,7 @@ def _redeem(
         for p in steps
         if p.outcome is Outcome.DUPLICADO and p.copia is not None and p.copia not in credited
     }
-    credited |= credited_by_redemptions(uow.conn, before)
+    credited |= credited_by_redemptions(uow.conn, caller.programa_id, before)
     outcomes: list[tuple[Step, RedeemResult | None]] = []
     for step in steps:
         result = None

@@ -4,9 +4,9 @@ The design (DESIGN.md §2 "Roster feed": the writer's transaction id, read only 
 oldest running transaction):
 
 - Every change of an entry field stamps the fan's row with the writer's 64-bit transaction
-  id, `cambio_xid` (the trigger fans_cambio; an insert takes it as its default). A row's
+  id, `cambio_xid` (the trigger fans_cambio, on inserts too, where the row is written). A row's
   position in the feed is (cambio_xid, pk).
-- A page is read in one REPEATABLE READ snapshot whose horizon h is
+- A page is read in one snapshot (one statement: store/roster.read_page) whose horizon h is
   `pg_snapshot_xmin(pg_current_snapshot())`: every transaction with an id below h had
   ended when the snapshot was taken, and every transaction that had not (running, or not
   yet started, or not yet holding an id) has, or will get, an id >= h. So every version a
@@ -19,10 +19,10 @@ oldest running transaction):
   cursor the feed has issued, even when writers commit out of order (a change number
   taken first and committed last is the classic way such feeds skip).
 - Without `desde`, a snapshot: the horizon W of the first page is kept in the cursor and
-  the fans are paged by pk (ix_fans_programa_pk), each page showing the fans as they are
-  when it is read; the last page continues with the changes from (W, 0). Every version of
-  a fan newer than the one visible at the first page has a transaction id >= W, so it comes
-  again in the changes: delivery is at least once, never a skip.
+  the fans are paged by pk (the primary key, (programa_id, pk)), each page showing the
+  fans as they are when it is read; the last page continues with the changes from (W, 0).
+  Every version of a fan newer than the one visible at the first page has a transaction id
+  >= W, so it comes again in the changes: delivery is at least once, never a skip.
 
 The price is latency, not correctness: a transaction left open anywhere in the database
 cluster holds the horizon back, and changes committed after it started wait (they are
@@ -35,18 +35,23 @@ once every earlier id has ended; each page shows every fan once, in its current 
 
 Cursors (domain/roster_cursor.py) hold positions in the database's 64-bit transaction
 counter, which never wraps and survives restarts, physical backups and replica promotion,
-and the system identifier of the cluster that counts them. A cursor is honoured only by
-that cluster and only when the database holds the record that it issued the cursor
-(store/roster_cursors.py), written before the page is answered: a database restored to a
-point before a cursor was issued, or any other database, answers cursor_invalido and the
-follower takes a new snapshot, never skipping a change. A logical dump restored into a new
+and the placement identity (`lugar`) of what counts them: the cluster's system identifier;
+on Citus the node and shard placement of the program's fans (a shard move gives the
+program another counter, so its cursors are refused and followers take a new snapshot).
+A cursor is honoured only by that cluster (placement) and only when the database holds the
+record that it issued the cursor (store/roster_cursors.py), written before the page is
+answered: a database restored to a point before a cursor was issued, or any other
+database, answers cursor_invalido and the follower takes a new snapshot, never skipping a
+change. A logical dump restored into a new
 cluster (whose counter may be behind the restored rows' positions) therefore needs no
 counter surgery: old cursors are refused by identity, and the new cluster's cursors hold
 positions of its own counter (rows stamped ahead of it are served, again, once it passes
 them).
 
-The statements: store/roster.py (the page's snapshot and its two queries) and
-store/roster_cursors.py (the page's horizon, the record of the cursors issued).
+The statements: store/roster.py (a page, state and fans, in one call of
+loyalty_roster_page, run on Citus on the program's shard's node; a page it could not read
+there answers servicio_no_disponible) and store/roster_cursors.py (the record of the
+cursors issued).
 """
 
 from __future__ import annotations
@@ -62,12 +67,13 @@ from loyalty_grpc.domain.roster_cursor import (
     check_issued,
     decode_cursor,
     encode_cursor,
+    placement_unavailable,
     sistema_of,
 )
 from loyalty_grpc.store import roster as roster_store
 from loyalty_grpc.store.db import Database
 from loyalty_grpc.store.roster import RosterEntry
-from loyalty_grpc.store.roster_cursors import feed_state, record_cursor
+from loyalty_grpc.store.roster_cursors import record_cursor
 
 __all__ = ["SETTLE_SECONDS", "RosterEntry", "RosterPage", "read_roster"]
 
@@ -93,42 +99,43 @@ class _Read:
     siguiente: Posicion
     # Committed changes of the program wait behind a running transaction.
     waiting: bool
-    # The cluster's system identifier, as PostgreSQL shows it.
+    # The placement identity the page was read under (store/roster.PageState.lugar).
     sistema: int
     # A page of the snapshot (its fans as they are now), not of changes.
     snapshot_page: bool
 
 
 def _read(engine: Database, programa_id: str, desde: Cursor | None, limite: int) -> _Read:
-    with roster_store.page_snapshot(engine) as conn:
-        p = None if desde is None else desde.posicion
-        state = feed_state(conn, programa_id, None if p is None else (p.fase.value, p.xid, p.pk))
-        if desde is not None:
-            check_issued(desde, sistema_of(state.sistema), state.emitido)
-        horizon = state.horizon
-        if p is None or p.fase is Fase.FOTO:
-            watermark = horizon if p is None else p.xid
-            page = roster_store.snapshot_page(conn, programa_id, 0 if p is None else p.pk, limite)
-            if page.hay_mas and page.last is not None:
-                return _Read(
-                    page.fans,
-                    True,
-                    Posicion(Fase.FOTO, watermark, page.last[1]),
-                    False,
-                    state.sistema,
-                    True,
-                )
+    p = None if desde is None else desde.posicion
+    state, page = roster_store.read_page(
+        engine, programa_id, None if p is None else (p.fase.value, p.xid, p.pk), limite
+    )
+    if state.lugar is None:
+        raise placement_unavailable()
+    if desde is not None:
+        check_issued(desde, sistema_of(state.lugar), state.emitido)
+    horizon = state.horizon
+    if p is None or p.fase is Fase.FOTO:
+        watermark = horizon if p is None else p.xid
+        if page.hay_mas and page.last is not None:
             return _Read(
-                page.fans, False, Posicion(Fase.CAMBIOS, watermark, 0), False, state.sistema, True
+                page.fans,
+                True,
+                Posicion(Fase.FOTO, watermark, page.last[1]),
+                False,
+                state.lugar,
+                True,
             )
-        page = roster_store.changes_page(conn, programa_id, p, horizon, limite)
-        # The last position served; the cursor itself when nothing was (a quiet poll gets
-        # its cursor back: the feed hands out, and records, a cursor per page of data).
-        end = p if page.last is None else Posicion(Fase.CAMBIOS, *page.last)
-        waiting = not page.hay_mas and (
-            state.newest_change is not None and state.newest_change >= horizon
+        return _Read(
+            page.fans, False, Posicion(Fase.CAMBIOS, watermark, 0), False, state.lugar, True
         )
-        return _Read(page.fans, page.hay_mas, end, waiting, state.sistema, False)
+    # The last position served; the cursor itself when nothing was (a quiet poll gets
+    # its cursor back: the feed hands out, and records, a cursor per page of data).
+    end = p if page.last is None else Posicion(Fase.CAMBIOS, *page.last)
+    waiting = not page.hay_mas and (
+        state.newest_change is not None and state.newest_change >= horizon
+    )
+    return _Read(page.fans, page.hay_mas, end, waiting, state.lugar, False)
 
 
 def read_roster(

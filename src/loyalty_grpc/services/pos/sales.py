@@ -1,7 +1,10 @@
 """`tx`: register a closed sale and credit its points, exactly once per `id_externo`.
 
 One statement (store/sale.py): the fan lookup, the sale, its ledger entry, the new balance
-and the wallet-pass outbox row, atomic, in one round trip. Idempotency rests on the unique
+and the wallet-pass outbox row, atomic, in one round trip. The sale's folio is taken before
+it, from the process's block of folios (store/folios.py: one round trip per 64 sales); a
+sale that turns out to be a duplicate leaves its folio unused (folios have gaps, never
+repeats). Idempotency rests on the unique
 (program, mode, id_externo) index: `INSERT … ON CONFLICT DO NOTHING` makes a concurrent
 identical call wait for the first to commit and then see it, so 50 identical calls credit
 once. The program's rate and currency come with the authenticated key (api/key_cache.py).
@@ -29,6 +32,7 @@ from loyalty_grpc.domain.errors import CodigoError, LoyaltyError
 from loyalty_grpc.domain.fan_ref import FanRef, not_found
 from loyalty_grpc.domain.integers import INT32_MAX
 from loyalty_grpc.store.db import Database
+from loyalty_grpc.store.folios import Folios
 from loyalty_grpc.store.sale import SaleRow, SaleValues, insert_sale, original_sale
 
 # Responses carry points as int32 (DESIGN.md §3).
@@ -94,7 +98,9 @@ def _replay(engine: Database, caller: Caller, sale: NewSale, fan: SaleRow) -> Sa
     )
 
 
-def register_sale(engine: Database, caller: Caller, sale: NewSale) -> SaleResult:
+def register_sale(engine: Database, folios: Folios, caller: Caller, sale: NewSale) -> SaleResult:
+    """The sale, new (its folio taken from `folios`, the process's) or a duplicate's
+    answer; its errors raised."""
     if ascii_upper(sale.moneda) != caller.moneda:
         raise LoyaltyError(
             CodigoError.MONEDA_NO_SOPORTADA,
@@ -106,6 +112,7 @@ def register_sale(engine: Database, caller: Caller, sale: NewSale) -> SaleResult
     row = insert_sale(
         engine,
         SaleValues(
+            folio=folios.take(),
             programa=caller.programa_id,
             modo=caller.modo.value,
             id_externo=sale.id_externo,
