@@ -20,6 +20,7 @@ head.
 from __future__ import annotations
 
 import enum
+import functools
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -59,12 +60,24 @@ def _config() -> Config:
     return cfg
 
 
+@functools.cache
+def _shipped() -> tuple[tuple[str, ...], frozenset[str]]:
+    """The package's revisions, oldest first, and its contract revisions: read once (the
+    scripts do not change while the process runs)."""
+    script = ScriptDirectory.from_config(_config())
+    revisions = list(reversed(list(script.walk_revisions())))
+    return (
+        tuple(rev.revision for rev in revisions),
+        frozenset(r.revision for r in revisions if getattr(r.module, "CONTRACT", False) is True),
+    )
+
+
 def head() -> str:
     """The newest revision the package ships."""
-    revision = ScriptDirectory.from_config(_config()).get_current_head()
-    if revision is None:
+    revisions = _shipped()[0]
+    if not revisions:
         raise RuntimeError("no migrations found")
-    return revision
+    return revisions[-1]
 
 
 def known() -> frozenset[str]:
@@ -74,18 +87,12 @@ def known() -> frozenset[str]:
 
 def history() -> list[str]:
     """Every revision the package ships, oldest first."""
-    script = ScriptDirectory.from_config(_config())
-    return [rev.revision for rev in reversed(list(script.walk_revisions()))]
+    return list(_shipped()[0])
 
 
 def contracts() -> frozenset[str]:
     """The contract revisions: those the previous version cannot run on."""
-    script = ScriptDirectory.from_config(_config())
-    return frozenset(
-        rev.revision
-        for rev in script.walk_revisions()
-        if getattr(rev.module, "CONTRACT", False) is True
-    )
+    return _shipped()[1]
 
 
 def needed() -> str:
