@@ -109,9 +109,9 @@ Db = Engine | Connection
 def _rows(db: Db, sql: str, params: Mapping[str, object]) -> Sequence[Sequence[Any]]:
     """The rows of one statement: on an Engine in autocommit (one round trip), on a
     Connection in its transaction."""
-    if isinstance(db, Engine):
-        return fetch_all(db, sql, params)
-    return db.exec_driver_sql(sql, dict(params)).all()
+    if isinstance(db, Connection):
+        return db.exec_driver_sql(sql, dict(params)).all()
+    return fetch_all(db, sql, params)
 
 
 def redeem(db: Db, values: RedeemValues, choice: Choice) -> list[RedeemRow]:
