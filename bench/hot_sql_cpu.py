@@ -3,6 +3,7 @@ test): the statements before issue 27, the functions of migrations 0014-0016, an
 current head's (migration 0017).
 
     .venv/bin/python bench/hot_sql_cpu.py [--rounds 2] [--calls 2000] [--fans 20000]
+        [--keys 64] [--old-snapshot]
 
 It starts a fresh embedded PostgreSQL in a temporary directory with three databases:
 - `before`: commit 7187527 (the last before issue 27), its source taken with `git archive`
@@ -13,17 +14,21 @@ It starts a fresh embedded PostgreSQL in a temporary directory with three databa
   (`CREATE OR REPLACE` from those migrations' frozen text), called with store/'s
   statements;
 - `head`: today's schema and functions at head, called with store/'s statements.
-Each gets one program, one key, `--fans` fans and as many sales (with their ledger rows),
-then VACUUM ANALYZE. Then `--rounds` rounds; in each, for
-both operations (`sale`: a new sale of a random fan, 10 points; `ping`: the call limit's
-request of one call for the key), every database in turn (the order rotates) runs
-`--calls` calls in autocommit on its own connection, as the service does (psycopg,
-prepared after 5 uses). Measured: the CPU time of that connection's backend process
-(/proc/<pid>/schedstat, nanoseconds: PostgreSQL runs as this user), so the load other
-processes put on the machine counts little; the first round's block is a warm-up (plans
-cached, data read) and is not counted. It prints, per operation and database, the
-microseconds of backend CPU per call (median over the rounds, and each round) and the
-ratio to `before`.
+Each gets one program, `--keys` keys, `--fans` fans and as many sales (with their ledger
+rows), then VACUUM ANALYZE (the call limit's table is empty then, as on a new database).
+Then `--rounds` rounds; in each, for both operations (`sale`: a new sale of a random fan,
+10 points; `ping`: the call limit's request of one call, the keys in turn), every database
+in turn (the order rotates) runs `--calls` calls in autocommit on its own connection, as
+the service does (psycopg, prepared after 5 uses). Measured: the CPU time of that
+connection's backend process (/proc/<pid>/schedstat, nanoseconds: PostgreSQL runs as this
+user), so the load other processes put on the machine counts little; the first round's
+block is a warm-up (plans cached, data read) and is not counted. It prints, per operation
+and database, the microseconds of backend CPU per call (median over the rounds, and each
+round) and the ratio to `before`, then per database the ledger audit and how
+`limite_llamadas` was read (sequential or index scans). `--old-snapshot` holds a snapshot
+open on every database while measuring, as a long transaction of a concurrent load does:
+the call limit's updated rows keep their old versions, which a sequential scan reads every
+time.
 
 Needs git and the repository's history (commit 7187527).
 """
@@ -55,7 +60,8 @@ PROGRAM = "bench"
 LOAD = [
     "INSERT INTO programas (id, nombre, tasa_puntos) VALUES ('bench', 'Bench', 0.1)",
     "INSERT INTO claves (programa_id, hash, modo, integracion, sufijo) "
-    "VALUES ('bench', '\\x01', 'vivo', 'bench', '0001')",
+    "SELECT 'bench', int4send(g), 'vivo', 'bench ' || g, lpad(g::text, 4, '0') "
+    "FROM generate_series(1, %(keys)s) AS g",
     "INSERT INTO fans (programa_id, fan_id, nombre, correo, socio_desde, qr_token) "
     "SELECT 'bench', 'F' || g, 'Fan ' || g, 'f' || g || '@example.com', 2020, 'q' || g "
     "FROM generate_series(1, %(fans)s) AS g",
@@ -64,7 +70,7 @@ LOAD = [
     "INSERT INTO ventas (programa_id, modo, id_externo, fan_pk, importe_centavos, moneda, ts, "
     "puntos, clave_id) "
     "SELECT 'bench', 'vivo', 'v' || g, 1 + g %% %(fans)s, 1000, 'MXN', now(), 10, "
-    "(SELECT id FROM claves) FROM generate_series(1, %(fans)s) AS g",
+    "(SELECT min(id) FROM claves) FROM generate_series(1, %(fans)s) AS g",
     # (no programa_id: 0011's movimientos has none; at head a trigger fills it)
     "INSERT INTO movimientos (fan_pk, puntos, motivo, venta_id) "
     "SELECT fan_pk, puntos, 'venta', id FROM ventas",
@@ -123,28 +129,28 @@ def put_back_0014_0015(url: str) -> None:
             conn.execute(text.replace("CREATE FUNCTION", "CREATE OR REPLACE FUNCTION", 1))
 
 
-def load(url: str, fans: int) -> int:
+def load(url: str, fans: int, keys: int) -> list[int]:
+    """The data set; the keys' ids."""
     with psycopg.connect(url, autocommit=True) as conn:
         for statement in LOAD:
-            conn.execute(statement, {"fans": fans})
+            conn.execute(statement, {"fans": fans, "keys": keys})
         conn.execute("VACUUM ANALYZE")
-        row = conn.execute("SELECT id FROM claves").fetchone()
-        assert row is not None
-        return int(row[0])
+        return [int(r[0]) for r in conn.execute("SELECT id FROM claves ORDER BY id")]
 
 
 class Target:
     """One database, one connection, its statements."""
 
-    def __init__(self, name: str, url: str, sale: str, reserve: str, clave_id: int) -> None:
+    def __init__(self, name: str, url: str, sale: str, reserve: str) -> None:
         self.name = name
+        self.url = url
         self.conn = psycopg.connect(url, autocommit=True)
         row = self.conn.execute("SELECT pg_backend_pid()").fetchone()
         assert row is not None
         self.pid = int(row[0])
         self.sale_sql = sale
         self.reserve_sql = reserve
-        self.clave_id = clave_id
+        self.claves: list[int] = []
         self.folio = 50_000_000
         self.sales = 0
 
@@ -168,7 +174,7 @@ class Target:
                 "sitio": None,
                 "ts": datetime.now(UTC),
                 "puntos": 10,
-                "clave_id": self.clave_id,
+                "clave_id": self.claves[0],
                 "motivo": "venta",
                 "nota": "",
             },
@@ -176,12 +182,12 @@ class Target:
         assert row is not None
         assert row[5] is not None, row  # credited
 
-    def ping(self, _: int) -> None:
+    def ping(self, n: int) -> None:
         row = self.conn.execute(
             self.reserve_sql,
             {
                 "programa": PROGRAM,
-                "clave_id": self.clave_id,
+                "clave_id": self.claves[n % len(self.claves)],
                 "pedidas": 1,
                 "limite": 1_000_000_000,
                 "holgura": 0,
@@ -214,11 +220,59 @@ def audit(url: str) -> int:
         return int(row[0])
 
 
+def scans(url: str) -> str:
+    """How the call limit's rows were found: sequential scans read the whole table."""
+    with psycopg.connect(url) as conn:
+        row = conn.execute(
+            "SELECT seq_scan, coalesce(idx_scan, 0), pg_relation_size('limite_llamadas') / 8192 "
+            "FROM pg_stat_user_tables WHERE relname = 'limite_llamadas'"
+        ).fetchone()
+        assert row is not None
+        return f"limite_llamadas: {row[0]} sequential scans, {row[1]} index scans, {row[2]} pages"
+
+
+OPS = ("sale", "ping")
+
+
+def measure(targets: list[Target], rounds: int, calls: int, fans: int) -> dict[str, list[float]]:
+    """Per "op database": microseconds per call of each counted round."""
+    rng = random.Random(27)
+    results: dict[str, list[float]] = {}
+    for rnd in range(rounds + 1):
+        for op in OPS:
+            chosen = [rng.randint(1, fans) for _ in range(calls)]
+            for t in targets[rnd % 3 :] + targets[: rnd % 3]:
+                us = t.block(op, chosen)
+                if rnd > 0:
+                    results.setdefault(f"{op} {t.name}", []).append(us)
+    return results
+
+
+def report(results: dict[str, list[float]], names: list[str]) -> None:
+    print(f"{'op':<6} {'database':<10} {'median':>8} {'vs before':>10}  rounds")
+    for op in OPS:
+        base_us = statistics.median(results[f"{op} before"])
+        for name in names:
+            runs = results[f"{op} {name}"]
+            med = statistics.median(runs)
+            print(
+                f"{op:<6} {name:<10} {med:8.1f} {med / base_us:9.2f}x  "
+                + " ".join(f"{r:.1f}" for r in runs)
+            )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--calls", type=int, default=2000)
     parser.add_argument("--fans", type=int, default=20_000)
+    parser.add_argument("--keys", type=int, default=64)
+    parser.add_argument(
+        "--old-snapshot",
+        action="store_true",
+        help="hold a snapshot open on each database while measuring (a long transaction: "
+        "old row versions stay, as under a concurrent load)",
+    )
     args = parser.parse_args()
 
     from loyalty_grpc.runtime.postgres import start_embedded
@@ -242,42 +296,34 @@ def main() -> None:
                 migrate.upgrade(urls[name])
             put_back_0014_0015(urls["functions"])
             targets = [
-                Target("before", urls["before"], old["sale"], old["reserve"], 0),
-                Target("functions", urls["functions"], SALE, _RESERVE, 0),
-                Target("head", urls["head"], SALE, _RESERVE, 0),
+                Target("before", urls["before"], old["sale"], old["reserve"]),
+                Target("functions", urls["functions"], SALE, _RESERVE),
+                Target("head", urls["head"], SALE, _RESERVE),
             ]
             for t in targets:
-                t.clave_id = load(urls[t.name], args.fans)
-            rng = random.Random(27)
-            ops = ("sale", "ping")
-            results: dict[tuple[str, str], list[float]] = {}
+                t.claves = load(urls[t.name], args.fans, args.keys)
+            holders = []
+            if args.old_snapshot:
+                for url in urls.values():
+                    holder = psycopg.connect(url)
+                    holder.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+                    holder.execute("SELECT count(*) FROM fans")
+                    holders.append(holder)
             started = time.perf_counter()
-            for rnd in range(args.rounds + 1):
-                for op in ops:
-                    fans = [rng.randint(1, args.fans) for _ in range(args.calls)]
-                    order = targets[rnd % 3 :] + targets[: rnd % 3]
-                    for t in order:
-                        us = t.block(op, fans)
-                        if rnd > 0:
-                            results.setdefault((op, t.name), []).append(us)
+            results = measure(targets, args.rounds, args.calls, args.fans)
             elapsed = time.perf_counter() - started
+            for holder in holders:
+                holder.close()
             print(
                 f"backend CPU per call, microseconds ({args.rounds} rounds of {args.calls} "
-                f"calls; {args.fans} fans; {elapsed:.0f} s; os.cpu_count()={os.cpu_count()})"
+                f"calls; {args.fans} fans; {args.keys} keys"
+                f"{'; a snapshot held' if args.old_snapshot else ''}; {elapsed:.0f} s; "
+                f"os.cpu_count()={os.cpu_count()})"
             )
-            print(f"{'op':<6} {'database':<10} {'median':>8} {'vs before':>10}  rounds")
-            for op in ops:
-                base_us = statistics.median(results[(op, "before")])
-                for t in targets:
-                    runs = results[(op, t.name)]
-                    med = statistics.median(runs)
-                    print(
-                        f"{op:<6} {t.name:<10} {med:8.1f} {med / base_us:9.2f}x  "
-                        + " ".join(f"{r:.1f}" for r in runs)
-                    )
+            report(results, list(urls))
             for t in targets:
                 t.conn.close()
-                print(f"ledger audit {t.name}: {audit(urls[t.name])} fans off")
+                print(f"{t.name}: ledger audit {audit(t.url)} fans off; {scans(t.url)}")
         finally:
             db.stop()
 

@@ -1,12 +1,13 @@
-"""The sale's and the single redemption's ledger entry without arrays, and the outbox row's
-version from the balance UPDATE: the hot paths' PostgreSQL cost back to before 0014.
+"""The sale's and the single redemption's ledger entry without arrays, the outbox row's
+version from the balance UPDATE, the call limit's rows found by their index: the hot
+paths' PostgreSQL cost back to before 0014.
 
 Revision ID: 0017
 Revises: 0016
 Create Date: 2026-11-28
 
-Expand: one new function and `CREATE OR REPLACE` of three with the same signatures and
-results; nothing else. The previous version never calls any of them.
+Expand: one new function, `CREATE OR REPLACE` of three with the same signatures and
+results, a setting on two; nothing else. The previous version never calls any of them.
 
 - `loyalty_move1(p_programa, p_fan_pk, p_puntos, p_venta_id, p_codigo_id, p_motivo,
   p_nota)`: the ledger rule for ONE fan and one entry, the only text of it: 0 points or
@@ -25,6 +26,15 @@ results; nothing else. The previous version never calls any of them.
   a tuplestore, the row read back).
 - `loyalty_redeem`: the single form credits its copy through `loyalty_move1`; a batch
   through `loyalty_move`, as before.
+- `loyalty_limit_reserve` and `loyalty_limit_settle` (0015) run with `enable_seqscan =
+  off` (`ALTER FUNCTION … SET`): `limite_llamadas` holds one row per key, so small that
+  the planner reads it whole (the plan cached for the session) rather than through its
+  key's index, and its rows are updated on every request: under a concurrent load (any
+  open snapshot) their old versions stay, and every request read all of them, twice (the
+  lock, the UPDATE) — 2.2 times the CPU of the previous version's upsert, whose conflict
+  check always goes through the index. With the setting both go by the key's index;
+  the request stays 0015's steps (lock, clock, update: 0015 says why), measured as cheap
+  as the upsert once its rows are found by the index.
 
 Measured with bench/hot_sql_cpu.py (docs/performance.md). On a Citus coordinator
 store/distribution.py registers `loyalty_move1` with the others: it runs inside the
@@ -288,14 +298,25 @@ def _0014(name: str) -> str:
     return text.replace("CREATE FUNCTION", "CREATE OR REPLACE FUNCTION", 1)
 
 
+RESERVE = (
+    "loyalty_limit_reserve(text, bigint, integer, integer, integer, bigint, bigint, integer, "
+    "integer)"
+)
+SETTLE = "loyalty_limit_settle(text, bigint[], bigint[], integer[], integer[])"
+
+
 def upgrade() -> None:
     op.execute(MOVE1)
     op.execute(MOVE)
     op.execute(TX)
     op.execute(REDEEM)
+    op.execute(f"ALTER FUNCTION {RESERVE} SET enable_seqscan = off")
+    op.execute(f"ALTER FUNCTION {SETTLE} SET enable_seqscan = off")
 
 
 def downgrade() -> None:
+    op.execute(f"ALTER FUNCTION {SETTLE} RESET enable_seqscan")
+    op.execute(f"ALTER FUNCTION {RESERVE} RESET enable_seqscan")
     op.execute(_0014("REDEEM"))
     op.execute(_0014("TX"))
     op.execute(_0014("MOVE"))
