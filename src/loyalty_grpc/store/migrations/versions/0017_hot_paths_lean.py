@@ -31,7 +31,7 @@ results, a setting on two; nothing else. The previous version never calls any of
   the planner reads it whole (the plan cached for the session) rather than through its
   key's index, and its rows are updated on every request: under a concurrent load (any
   open snapshot) their old versions stay, and every request read all of them, twice (the
-  lock, the UPDATE) — 2.2 times the CPU of the previous version's upsert, whose conflict
+  lock, the UPDATE) — 2.2–2.8 times the CPU of the previous version's upsert, whose conflict
   check always goes through the index. With the setting both go by the key's index;
   the request stays 0015's steps (lock, clock, update: 0015 says why), measured as cheap
   as the upsert once its rows are found by the index.
