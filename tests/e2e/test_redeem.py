@@ -158,7 +158,11 @@ def stored(stack: Stack, codigo: str, promo: str = "Hot Dog") -> dict[str, objec
         return dict(
             conn.execute(
                 select(codigos)
-                .join(promos, promos.c.id == codigos.c.promo_id)
+                .join(
+                    promos,
+                    (promos.c.programa_id == codigos.c.programa_id)
+                    & (promos.c.id == codigos.c.promo_id),
+                )
                 .where(
                     codigos.c.programa_id == P, codigos.c.codigo == codigo, promos.c.nombre == promo
                 )
