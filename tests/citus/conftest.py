@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import itertools
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 
@@ -42,6 +42,18 @@ def citus_url(citus_cluster: Cluster) -> Iterator[str]:
     url = citus_cluster.create_database(name)
     yield url
     citus_cluster.drop_database(name)
+
+
+@pytest.fixture(scope="session")
+def create_database(citus_cluster: Cluster) -> Callable[[], str]:
+    """tests/conftest.py's `create_database` on the cluster: a new empty database on the
+    three nodes, Citus in each, the workers added (not migrated: `loyalty migrate` on it
+    distributes); the coordinator's URL. Dropped with the cluster at the session's end."""
+
+    def create() -> str:
+        return citus_cluster.create_database(f"citus{next(_databases)}")
+
+    return create
 
 
 @pytest.fixture(scope="module")
