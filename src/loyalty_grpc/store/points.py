@@ -117,10 +117,10 @@ def ledger(conn: Connection, programa: str, fan_pk: int) -> list[LedgerEntryInfo
 
 def last_entry(conn: Connection, programa: str, fan_pk: int) -> LedgerEntryInfo:
     """The program's fan's newest entry by (creado, id), with the balance after it (the fan
-    has one): in a transaction that locked the fan and then moved its points, the entry it
-    wrote (an entry committed meanwhile by a transaction that began after it and took the
-    fan first is the one exception: it waits for no lock, so its window is the moment
-    between the BEGIN and the lock, which travel together)."""
+    has one). In a transaction that locked the fan and then moved its points, the entry it
+    wrote; the one exception, an entry of a transaction that began after this one and
+    locked the fan first, can only come in the moment between this one's BEGIN and its
+    lock of the fan, which are sent together."""
     entries = _ledger_query(programa, fan_pk).subquery()
     newest = select(entries).order_by(entries.c.creado.desc(), entries.c.id.desc()).limit(1)
     return _entry(conn.execute(newest).one())
