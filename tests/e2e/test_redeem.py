@@ -101,18 +101,21 @@ PROMOS: list[dict[str, object]] = [
         "codigos": [asignado(f"L-{i:04}", "RED02") for i in range(1, LOTE + 1)],
     },
 ]
-_pool = itertools.count(1)
+_pool = {"next": itertools.count(1)}  # renewed with each database (`keys`)
 
 
 def fresh() -> str:
     """An `asignado` code of RED01 no other test redeems."""
-    number = next(_pool)
+    number = next(_pool["next"])
     assert number <= POOL, "raise POOL"
     return f"HD-{number:03}"
 
 
 @pytest.fixture(scope="module")
 def keys(stack: Stack) -> dict[str, str]:
+    """The module's programs on `stack`, a new pool of `fresh` codes with them (the module's
+    tests run on a second database too: tests/citus imports them, one module object)."""
+    _pool["next"] = itertools.count(1)
     stack.program(
         OTRO,
         fans=[fan("OTR01")],
@@ -158,7 +161,11 @@ def stored(stack: Stack, codigo: str, promo: str = "Hot Dog") -> dict[str, objec
         return dict(
             conn.execute(
                 select(codigos)
-                .join(promos, promos.c.id == codigos.c.promo_id)
+                .join(
+                    promos,
+                    (promos.c.programa_id == codigos.c.programa_id)
+                    & (promos.c.id == codigos.c.promo_id),
+                )
                 .where(
                     codigos.c.programa_id == P, codigos.c.codigo == codigo, promos.c.nombre == promo
                 )

@@ -42,8 +42,9 @@ def _backend_pid(engine: Engine) -> int:
 
 
 def _terminate(engine: Engine, pid: int) -> None:
+    # The pid cast: Citus adds pg_terminate_backend(bigint, bigint) (its global pids).
     with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
-        conn.execute(text("SELECT pg_terminate_backend(:pid, 5000)"), {"pid": pid})
+        conn.execute(text("SELECT pg_terminate_backend(CAST(:pid AS integer), 5000)"), {"pid": pid})
 
 
 def test_the_connection_goes_back_to_the_pool_transactional(one_connection: Engine):

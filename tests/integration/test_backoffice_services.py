@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import hashlib
 import threading
-import time
 from concurrent.futures import ThreadPoolExecutor
 from datetime import date
 from decimal import Decimal
@@ -23,7 +22,7 @@ from loyalty_grpc.store.tables import LEDGER_MISMATCH_SQL, claves, codigos
 from loyalty_grpc.store.tables import fans as fans_table
 from loyalty_grpc.store.tables import promos as promos_table
 from loyalty_grpc.store.uow import UnitOfWork, run_in_uow
-from tests.support import fails
+from tests.support import fails, wait_for_lock_waiters
 
 P = "halcones"
 OTRO = "otro"
@@ -364,23 +363,6 @@ def test_concurrent_registration_same_email(engine, round_):
     assert results == ["correo_duplicado", "ok"]
 
 
-def _wait_for_lock_waiter(engine: Engine) -> None:
-    """Until some session of this database waits on a lock (the racing insert)."""
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        with engine.connect() as conn:
-            waiting = conn.execute(
-                text(
-                    "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
-                    "AND wait_event_type = 'Lock'"
-                )
-            ).scalar_one()
-        if waiting:
-            return
-        time.sleep(0.02)
-    raise AssertionError("the racing registration never waited on the unique index")
-
-
 @pytest.mark.parametrize(
     ("field", "codigo"),
     [
@@ -404,7 +386,7 @@ def test_race_past_the_pre_check_is_translated(engine, field, codigo):
         )
         with ThreadPoolExecutor(1) as pool:
             future = pool.submit(new_fan, engine, **mine)
-            _wait_for_lock_waiter(engine)
+            wait_for_lock_waiters(engine, 1)  # on Citus: on any node
             other.commit()
             with pytest.raises(LoyaltyError) as err:
                 future.result(timeout=10)

@@ -416,8 +416,11 @@ def test_code_may_name_a_fan_already_in_the_database(engine: Engine) -> None:
         assert (
             conn.execute(
                 select(fans.c.fan_id)
-                .join(codigos, codigos.c.fan_pk == fans.c.pk)
-                .where(codigos.c.codigo == "N-1")
+                .join(
+                    codigos,
+                    (codigos.c.programa_id == fans.c.programa_id) & (codigos.c.fan_pk == fans.c.pk),
+                )
+                .where(codigos.c.programa_id == "previos", codigos.c.codigo == "N-1")
             ).scalar_one()
             == "HAL0002"
         )
@@ -635,7 +638,8 @@ def test_demo_fixture_applies(engine: Engine) -> None:
         states = conn.execute(
             text(
                 "SELECT p.estado, c.estado, count(*) FROM codigos c JOIN promos p "
-                "ON p.id = c.promo_id WHERE c.programa_id = 'demo' GROUP BY 1, 2"
+                "ON p.programa_id = c.programa_id AND p.id = c.promo_id "
+                "WHERE c.programa_id = 'demo' GROUP BY 1, 2"
             )
         ).all()
     assert {c for p, c, _ in states if p == "activa"} == {

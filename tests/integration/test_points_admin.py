@@ -281,7 +281,9 @@ def test_concurrent_debits_never_go_below_zero(engine):
     with engine.connect() as other:
         other.begin()
         other.execute(
-            select(fans_table.c.pk).where(fans_table.c.pk == fan_pk(engine, fan)).with_for_update()
+            select(fans_table.c.pk)
+            .where(fans_table.c.programa_id == P, fans_table.c.pk == fan_pk(engine, fan))
+            .with_for_update()
         )
         with ThreadPoolExecutor(2) as pool:
             futures = [pool.submit(debit) for _ in range(2)]
@@ -419,7 +421,11 @@ def _void_race(engine: Engine, folio: int, *, hold_lock: bool) -> list[tuple[int
     with engine.connect() as other:
         other.begin()
         if hold_lock:
-            other.execute(select(ventas.c.id).where(ventas.c.id == folio).with_for_update())
+            other.execute(
+                select(ventas.c.id)
+                .where(ventas.c.programa_id == P, ventas.c.id == folio)
+                .with_for_update()
+            )
         with ThreadPoolExecutor(2) as pool:
             futures = [pool.submit(void) for _ in range(2)]
             if hold_lock:

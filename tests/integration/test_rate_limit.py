@@ -32,7 +32,7 @@ from loyalty_grpc.gen.loyalty.v1 import backoffice_service_pb2_grpc as bo_grpc
 from loyalty_grpc.gen.loyalty.v1 import pos_service_pb2 as pos
 from loyalty_grpc.gen.loyalty.v1 import pos_service_pb2_grpc as pos_grpc
 from loyalty_grpc.services.rate_limit import RateLimiter
-from loyalty_grpc.store.rate_limit import PgCounters, Reservation
+from loyalty_grpc.store.rate_limit import _RESERVE, _SETTLE, PgCounters, Reservation
 from loyalty_grpc.store.tables import claves, limite_llamadas, programas
 from tests.support import Admin, error_info, free_port
 
@@ -193,6 +193,53 @@ def test_settlements_in_opposite_key_orders_never_deadlock(engine: Engine, key_i
         for future in done:
             future.result()
     assert time.monotonic() - began < 30
+
+
+def test_the_request_and_the_settlement_find_the_row_by_its_index(
+    engine: Engine, key_ids: Keys
+) -> None:
+    """Never the table read whole (migration 0017): it is small enough that the planner
+    would, and its rows' old versions, kept while any snapshot is open, would be read on
+    every request. The scans of one transaction, counted by PostgreSQL itself."""
+    _no_counters(engine)
+    PgCounters(engine).reserve(key_ids[0], 1, 100, slack_calls=0, second=7000)
+    with engine.connect() as conn:
+        conn.execute(text("ANALYZE limite_llamadas"))  # the statistics of a tiny table
+        conn.commit()
+    # This backend's scans not yet flushed to the statistics (none is within a transaction).
+    scans = text(
+        "SELECT seq_scan, idx_scan FROM pg_stat_xact_user_tables WHERE relname = 'limite_llamadas'"
+    )
+    with engine.begin() as conn:
+        seq0, idx0 = conn.execute(scans).one()
+        for i, clave_id in enumerate(key_ids):
+            conn.exec_driver_sql(
+                _RESERVE,
+                {
+                    "programa": clave_id.programa_id,
+                    "clave_id": clave_id.clave_id,
+                    "pedidas": 2,
+                    "limite": 100,
+                    "holgura": 1,
+                    "segundo": 7000 + i,
+                    "dev_segundo": None,
+                    "dev": 0,
+                    "dev_reservadas": 0,
+                },
+            )
+        conn.exec_driver_sql(
+            _SETTLE,
+            {
+                "programa": key_ids[0].programa_id,
+                "claves": [k.clave_id for k in key_ids],
+                "segundos": [7003] * len(key_ids),
+                "cuantas": [1] * len(key_ids),
+                "reservadas": [1] * len(key_ids),
+            },
+        )
+        seq, idx = conn.execute(scans).one()
+    assert seq - seq0 == 0
+    assert idx - idx0 >= 2 * len(key_ids)
 
 
 def _no_counters(engine: Engine) -> None:

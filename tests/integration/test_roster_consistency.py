@@ -47,7 +47,7 @@ from statistics import median
 from typing import Any
 
 import pytest
-from sqlalchemy import Engine, func, select, text, tuple_, update
+from sqlalchemy import ColumnElement, Engine, func, select, text, tuple_, update
 from sqlalchemy.exc import DBAPIError
 
 from loyalty_grpc.domain.caller import Caller
@@ -521,6 +521,11 @@ def test_naive_sequence_cursor_experiment(proof_engine):
 # ---------------------------------------------------------------- the skip, step by step
 
 
+def _of(p: Program, fan_id: str) -> ColumnElement[bool]:
+    """The program's fan `fan_id`, by (programa_id, pk) as every statement names a row."""
+    return (fans.c.programa_id == p.programa) & (fans.c.pk == p.pks[fan_id])
+
+
 def test_change_number_taken_first_committed_last(proof_engine):
     """T1 changes fan A (change number n, transaction id x) and stays open; T2 changes fan B
     (n + 1, x + 1) and commits; the readers read; T1 commits. The naive cursor has moved
@@ -534,9 +539,9 @@ def test_change_number_taken_first_committed_last(proof_engine):
         pass
     with proof_engine.connect() as t1:
         t1.begin()
-        t1.execute(update(fans).where(fans.c.pk == p.pks[a]).values(nombre="T1"))
+        t1.execute(update(fans).where(_of(p, a)).values(nombre="T1"))
         with proof_engine.begin() as t2:
-            t2.execute(update(fans).where(fans.c.pk == p.pks[b]).values(nombre="T2"))
+            t2.execute(update(fans).where(_of(p, b)).values(nombre="T2"))
         naive.step()
         assert naive.mirror[b].nombre == "T2"
         feed.step()  # B waits behind T1 (no settle wait here)
@@ -560,7 +565,9 @@ def test_settle_waits_for_an_older_transaction_then_delivers(proof_engine):
     for ends_in_time in (True, False):
         with proof_engine.connect() as holder:
             holder.begin()
-            holder.execute(text("SELECT pg_current_xact_id()"))  # takes an id, holds it
+            # Takes an id where the program's rows are (on Citus, its shard's node) and holds
+            # it; a name written as it was is no roster change.
+            holder.execute(update(fans).where(_of(p, p.fan_ids[0])).values(nombre=fans.c.nombre))
             run_in_uow(
                 proof_engine, update_fan, p.programa, p.fan_ids[2], nombre=f"S{ends_in_time}"
             )

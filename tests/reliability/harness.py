@@ -753,8 +753,10 @@ def audit(stack: Stack) -> Audited:
         sales = conn.execute(
             text(
                 "SELECT v.id, v.id_externo, v.modo, v.fan_pk, v.importe_centavos, v.puntos,"
-                " (SELECT count(*) FROM movimientos m WHERE m.venta_id = v.id) AS entries,"
-                " (SELECT coalesce(sum(m.puntos), 0) FROM movimientos m WHERE m.venta_id = v.id"
+                " (SELECT count(*) FROM movimientos m"
+                "  WHERE m.programa_id = v.programa_id AND m.venta_id = v.id) AS entries,"
+                " (SELECT coalesce(sum(m.puntos), 0) FROM movimientos m"
+                "  WHERE m.programa_id = v.programa_id AND m.venta_id = v.id"
                 "  AND m.motivo = 'venta' AND m.fan_pk = v.fan_pk) AS credited"
                 " FROM ventas v WHERE v.programa_id = :p"
             ),
@@ -763,8 +765,10 @@ def audit(stack: Stack) -> Audited:
         codes = conn.execute(
             text(
                 "SELECT c.id, c.codigo, c.estado, c.fan_pk,"
-                " (SELECT count(*) FROM movimientos m WHERE m.codigo_id = c.id) AS entries,"
-                " (SELECT coalesce(sum(m.puntos), 0) FROM movimientos m WHERE m.codigo_id = c.id"
+                " (SELECT count(*) FROM movimientos m"
+                "  WHERE m.programa_id = c.programa_id AND m.codigo_id = c.id) AS entries,"
+                " (SELECT coalesce(sum(m.puntos), 0) FROM movimientos m"
+                "  WHERE m.programa_id = c.programa_id AND m.codigo_id = c.id"
                 "  AND m.motivo = 'canje' AND m.fan_pk = c.fan_pk) AS credited"
                 " FROM codigos c WHERE c.programa_id = :p"
             ),
@@ -774,7 +778,8 @@ def audit(stack: Stack) -> Audited:
             text(
                 "SELECT m.fan_pk, m.motivo, count(*) AS n, sum(m.puntos) AS puntos"
                 " FROM movimientos m"
-                " JOIN fans f ON f.pk = m.fan_pk WHERE f.programa_id = :p"
+                " JOIN fans f ON f.programa_id = m.programa_id AND f.pk = m.fan_pk"
+                " WHERE f.programa_id = :p"
                 " GROUP BY m.fan_pk, m.motivo"
             ),
             {"p": PROGRAM},

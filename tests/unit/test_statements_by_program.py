@@ -75,16 +75,31 @@ def _texts() -> dict[str, str]:
 HOT_FUNCTIONS = "loyalty_grpc.store.migrations.versions.0014_hot_paths"
 
 
+# Their leaner replacements (migration 0017: the one-fan ledger rule, and the three that
+# call it).
+LEAN_FUNCTIONS = "loyalty_grpc.store.migrations.versions.0017_hot_paths_lean"
+
+
 def _function_texts() -> dict[str, str]:
     module = importlib.import_module(HOT_FUNCTIONS)
-    return {f"0014.{name}": getattr(module, name) for name in ("MOVE", "TX", "REDEEM", "DEPOSIT")}
+    lean = importlib.import_module(LEAN_FUNCTIONS)
+    return {
+        f"0014.{name}": getattr(module, name) for name in ("MOVE", "TX", "REDEEM", "DEPOSIT")
+    } | {f"0017.{name}": getattr(lean, name) for name in ("MOVE1", "MOVE", "TX", "REDEEM")}
 
 
 TEXTS = _texts() | _function_texts()
 
 
 def test_the_texts_are_found() -> None:
-    for name in ("sale.SALE", "redeem.REDEEM", "ledger.MOVE", "0014.MOVE", "migration_0016.TURNO"):
+    for name in (
+        "sale.SALE",
+        "redeem.REDEEM",
+        "ledger.MOVE",
+        "0014.MOVE",
+        "0017.MOVE1",
+        "migration_0016.TURNO",
+    ):
         assert any(label.startswith(name) for label in TEXTS), name
 
 

@@ -57,6 +57,9 @@ FUNCTIONS = [
         ANCHOR,
     ),
     ("loyalty_codes_deposit(text,integer,text[])", "p_programa", ANCHOR),
+    # The ledger rule for one fan (migration 0017), called inside the sale and the single
+    # redemption on their node.
+    ("loyalty_move1(text,bigint,bigint,integer,bigint,text,text)", "p_programa", ANCHOR),
     # The call limit (migration 0015): the key's row locked and the clock read on its
     # shard's node. Called in autocommit: no force_delegation.
     (

@@ -94,12 +94,17 @@ def list_keys(conn: Connection, programa: str) -> list[ClaveInfo]:
 def revoke_key(conn: Connection, clave_id: int) -> ClaveInfo | None:
     """Revoke the key from now on (revoking it again keeps the first time); None when
     there is no such key."""
+    # Two statements, not `SET revocada = coalesce(revocada, now())`: Citus refuses a
+    # function that is not IMMUTABLE inside COALESCE or CASE (`claves` is a reference
+    # table there). A revocation racing this one waits on the row, then finds it revoked.
     row = conn.execute(
         update(claves)
-        .where(claves.c.id == clave_id)
-        .values(revocada=func.coalesce(claves.c.revocada, func.now()))
+        .where(claves.c.id == clave_id, claves.c.revocada.is_(None))
+        .values(revocada=func.now())
         .returning(*_COLUMNS)
     ).one_or_none()
+    if row is None:
+        row = conn.execute(select(*_COLUMNS).where(claves.c.id == clave_id)).one_or_none()
     return None if row is None else _info(row)
 
 

@@ -1,7 +1,9 @@
 """The one place where points move: a ledger entry, the cached balance and the wallet-pass
 outbox change together, in the caller's transaction.
 
-The rule is one database function, `loyalty_move` (migration 0014): entries (fan, points,
+The rule is one database function, `loyalty_move` (migration 0014; its one-fan case is
+`loyalty_move1`, migration 0017, which the sale and the single redemption call directly,
+no arrays): entries (fan, points,
 sale, code) of the program's fans; entries with 0 points change nothing; one ledger row per
 entry, one balance change and one outbox row per fan, the outbox row written after the
 balance UPDATE (so one fan's outbox ids follow the order of its balance changes:

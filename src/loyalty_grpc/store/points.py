@@ -67,9 +67,14 @@ class SaleRow:
 
 def _ledger_query(programa: str, fan_pk: int) -> Select[Any]:
     """The program's fan's entries, oldest first, each with the balance after it (a window
-    sum)."""
+    sum). Oldest is by (creado, id), as CREDITED's latest (store/redeem.py): on a cluster
+    ids are unique but do not grow within a program (each node hands out a range of its
+    own, and a program's shard may move to another node), so the entry's time orders
+    first and the id only among one transaction's entries (the same `creado`, one node).
+    Entries of transactions that overlap are by their transactions' start; the last
+    entry's balance is the fan's whatever the order."""
     m = movimientos.c
-    saldo = cast(func.sum(m.puntos).over(order_by=m.id), BigInteger)
+    saldo = cast(func.sum(m.puntos).over(order_by=(m.creado, m.id)), BigInteger)
     return (
         select(
             m.id,
@@ -87,7 +92,7 @@ def _ledger_query(programa: str, fan_pk: int) -> Select[Any]:
             )
         )
         .where(m.programa_id == programa, m.fan_pk == fan_pk)
-        .order_by(m.id)
+        .order_by(m.creado, m.id)
     )
 
 
@@ -111,9 +116,14 @@ def ledger(conn: Connection, programa: str, fan_pk: int) -> list[LedgerEntryInfo
 
 
 def last_entry(conn: Connection, programa: str, fan_pk: int) -> LedgerEntryInfo:
-    """The program's fan's newest entry, with the balance after it (the fan has one)."""
+    """The program's fan's newest entry by (creado, id), with the balance after it (the fan
+    has one). In a transaction that locked the fan and then moved its points, the entry it
+    wrote; the one exception, an entry of a transaction that began after this one and
+    locked the fan first, can only come in the moment between this one's BEGIN and its
+    lock of the fan, which are sent together."""
     entries = _ledger_query(programa, fan_pk).subquery()
-    return _entry(conn.execute(select(entries).order_by(entries.c.id.desc()).limit(1)).one())
+    newest = select(entries).order_by(entries.c.creado.desc(), entries.c.id.desc()).limit(1)
+    return _entry(conn.execute(newest).one())
 
 
 # ------------------------------------------------------------------ sales

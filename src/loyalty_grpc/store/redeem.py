@@ -1,7 +1,8 @@
 """Redeeming coupon codes: one function, `loyalty_redeem` (migration 0014), for both forms
 of `redeem`, so that a redemption writes the same columns whichever form asks for it (the
 code's state, the POS's time, the terminal, the key, the server's time) and credits through
-the ledger rule (`loyalty_move`, store/ledger.py) in the same round trip.
+the ledger rule (`loyalty_move1` for the single form, `loyalty_move` for a batch: migration
+0017, store/ledger.py) in the same round trip.
 
 What is redeemed (`Choice`):
 - `ByText`, the single form, the cashier's hot path: the statement locks every copy of the

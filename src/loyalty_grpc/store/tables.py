@@ -298,9 +298,10 @@ wallet_outbox = Table(
     Column("fan_pk", BigInteger, nullable=False),
     Column("saldo", BigInteger, nullable=False),
     _now(),
-    # The fan's `saldo_version` after the change, filled by the trigger
-    # wallet_outbox_version when the insert does not give it (migration 0016); NULL in
-    # rows written before it (counted as 0).
+    # The fan's `saldo_version` after the change: given by the ledger rule's functions
+    # (from their balance UPDATE, migration 0017), else filled by the trigger
+    # wallet_outbox_version (migration 0016: the previous version's writers, SQL written
+    # for the schema before 0012); NULL in rows written before 0016 (counted as 0).
     Column("version", BigInteger),
     PrimaryKeyConstraint("programa_id", "id"),
     _of_a_fan(),
