@@ -5,11 +5,11 @@ all of it, bodies imported): counters, latency, pool gauges, the request id, the
 from tests.integration.conftest import (  # noqa: F401 (fixtures collected here)
     channel,
     server,
-    server_settings,
 )
 from tests.integration.test_observability import (  # noqa: F401 (fixtures and tests collected here)
     captured,
     clave_id,
+    server_settings,
     stub,
     test_counters_move_per_method_and_codigo,
     test_errors_carry_the_request_id_and_keep_their_status,
