@@ -94,6 +94,7 @@ TESTS_NOT_ON_CITUS: dict[str, str] = {
     "tests.integration.test_roster_cursors::test_a_cursor_of_another_database_of_the_same_cluster_is_refused": "compares with the coordinator's identity; on Citus a cursor carries the shard node's (test_roster.py)",
     "tests.integration.test_roster_cursors::test_every_cursor_handed_out_is_recorded_with_the_clusters_identity": "compares with the coordinator's identity; on Citus a cursor carries the shard node's (test_roster.py)",
     "tests.integration.test_wallet::test_every_sender_statement_reads_a_bounded_part_of_the_backlog": "reads one PostgreSQL's plans; on the coordinator the plans are Citus's",
+    "tests.integration.test_wallet::test_the_record_never_reads_its_arrays_once_per_row": "reads one PostgreSQL's plans; on the cluster the statement runs inside the call delegated to a node",
     "tests.integration.test_wallet_sender_failures::test_a_database_refusing_connections_fails_runs_quietly_until_it_is_back": "fails differently on Citus (the coordinator answers, a worker refuses)",
     "tests.integration.test_wallet_sender_failures::test_a_missing_table_fails_runs_quietly_until_it_is_back": "drops a distributed table, which Citus does differently",
     "tests.reliability.test_under_load::test_calls_cut_by_a_worker_kill_get_the_envelope": "what Envoy answers for a call a kill cut, the database incidental; 40-80 s",

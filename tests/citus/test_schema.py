@@ -72,6 +72,25 @@ def test_the_roster_trigger_is_on_every_shard_of_fans(migrated: str) -> None:
     assert {(success, result) for _shard, success, result in shards} == {(True, "1")}
 
 
+def test_the_delegated_functions_carry_their_settings_on_every_node(migrated: str) -> None:
+    """A delegated call runs the node's copy of the function: its settings (`SET` of
+    migrations 0016–0018: custom plans, the call limit's index, the wallet record's hash
+    join) must be there too, not only on the coordinator."""
+    for signature, _argument, _colocated in distribution.FUNCTIONS:
+        query = (
+            "SELECT coalesce(proconfig::text, '') FROM pg_proc "
+            f"WHERE oid = '{signature}'::regprocedure"
+        )
+        [(here,)] = _rows(migrated, query)
+        nodes = _rows(migrated, f"SELECT success, result FROM run_command_on_workers($${query}$$)")
+        assert nodes == [(True, here)] * 2, (signature, here, nodes)
+    [(record,)] = _rows(
+        migrated,
+        "SELECT proconfig::text FROM pg_proc WHERE proname = 'loyalty_wallet_record'",
+    )
+    assert "enable_nestloop=off" in record
+
+
 def test_migrating_again_places_nothing(migrated: str) -> None:
     assert migrate.upgrade(migrated) == migrate.head()
     engine = create_engine(sqlalchemy_url(migrated), poolclass=NullPool)

@@ -135,17 +135,17 @@ def _unfilled(url: str) -> dict[str, int]:
 
 
 def test_an_existing_database_stops_before_the_contract(at_0011: str) -> None:
-    assert migrate.upgrade(at_0011) == "0017"
+    assert migrate.upgrade(at_0011) == "0018"
     schema = migrate.check(at_0011)
     assert schema.state is SchemaState.CONTRACT_PENDING
     assert schema.usable
     assert schema.contract_note("loyalty migrate") == (
-        "the database schema is at revision 0017; contract revision(s) 0020 wait for "
+        "the database schema is at revision 0018; contract revision(s) 0020 wait for "
         "`loyalty migrate --contract`, to run once every server runs this version "
         '(docs/deployment.md "Upgrades")'
     )
     # Again: still there, nothing applied behind the operator's back.
-    assert migrate.upgrade(at_0011) == "0017"
+    assert migrate.upgrade(at_0011) == "0018"
     assert _unfilled(at_0011) == dict.fromkeys(FILLED, 0)
 
 
@@ -229,7 +229,7 @@ def test_a_new_database_goes_straight_to_head(create_database: Callable[[], str]
 
 def test_the_contracts_and_what_this_code_needs() -> None:
     assert migrate.contracts() == frozenset({"0020"})
-    assert migrate.needed() == "0017"
+    assert migrate.needed() == "0018"
     assert migrate.pending_contracts("0011") == ["0020"]
     assert migrate.pending_contracts("0020") == []
     assert migrate.pending_contracts(None) == []

@@ -846,10 +846,9 @@ def _assert_bounded(conn: Connection, statement: TextClause, params: dict[str, o
     return len(reads)
 
 
-def _bounded_inside(engine: Engine, call: str, params: dict[str, object]) -> int:
-    """Every statement a function call runs (auto_explain's plans of nested statements,
-    sent as notices; the call rolled back) reads wallet_outbox and wallet_pases only as
-    `_assert_bounded` allows. Returns how many such reads they have."""
+def _plans_inside(engine: Engine, call: str, params: dict[str, object]) -> list[dict[str, Any]]:
+    """The plans of the statements a function call runs (auto_explain's plans of nested
+    statements, sent as notices; the call rolled back), without the call's own."""
     plans: list[dict[str, Any]] = []
     with autocommit(engine) as conn:
 
@@ -873,10 +872,14 @@ def _bounded_inside(engine: Engine, call: str, params: dict[str, object]) -> int
         conn.execute("ROLLBACK")
         conn.execute("RESET ALL")
         conn.remove_notice_handler(keep)
+    return [plan for plan in plans if "loyalty_wallet" not in plan["Query Text"]]
+
+
+def _bounded_inside(engine: Engine, call: str, params: dict[str, object]) -> int:
+    """Every statement a function call runs reads wallet_outbox and wallet_pases only as
+    `_assert_bounded` allows. Returns how many such reads they have."""
     reads = 0
-    for plan in plans:
-        if "loyalty_wallet" in plan["Query Text"]:
-            continue  # the call itself
+    for plan in _plans_inside(engine, call, params):
         for node, limited in _scans(plan["Plan"]):
             if node["Relation Name"] not in ("wallet_outbox", "wallet_pases"):
                 continue
@@ -953,6 +956,83 @@ def test_every_sender_statement_reads_a_bounded_part_of_the_backlog(
         assert _assert_bounded(conn, BACKLOG_SQL, {"cap": 101, "now": T0}) >= 6
 
 
+def _nodes(plan: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    yield plan
+    for child in plan.get("Plans", []):
+        yield from _nodes(child)
+
+
+def test_the_record_never_reads_its_arrays_once_per_row(
+    engine: Engine,
+    new_fan: Callable[[], int],
+) -> None:
+    """The record's UPDATE joins the claimed rows to `unnest` of its arrays by hash
+    (migration 0018): the lease it finds them by is a value the statistics have never
+    seen, so the planner expects about one row and, left to itself, chose by a hair's
+    cost (seen both ways on the same data) between a hash join and a nested loop that reads
+    the whole unnest again per row (quadratic: 0.9 s for 1,000 fans in the reference
+    benchmark's run). The function's setting (test_the_sender_plans_every_execution_…)
+    must reach its statement: 2,000 fans waiting, analyzed, 200 claimed."""
+    new_fan()
+    with engine.begin() as conn:
+        conn.execute(
+            text(
+                "INSERT INTO fans (programa_id, fan_id, nombre, correo, socio_desde, qr_token) "
+                "SELECT 'halcones', 'HASH' || g, 'n', 'hash' || g || '@x.example', 2020, "
+                "'hash' || g FROM generate_series(1, 2000) AS g"
+            )
+        )
+        conn.execute(
+            text(
+                "INSERT INTO wallet_outbox (programa_id, fan_pk, saldo) "
+                "SELECT programa_id, pk, 5 FROM fans WHERE fan_id LIKE 'HASH%' ORDER BY pk"
+            )
+        )
+    assert ingest(engine, "halcones", limit=2000) == (2000, 2000)
+    with engine.connect() as conn:
+        conn.execution_options(isolation_level="AUTOCOMMIT").exec_driver_sql(
+            "ANALYZE wallet_outbox, wallet_pases"
+        )
+    lease = T0 + timedelta(minutes=5)
+    turn = {
+        "programa": "halcones",
+        "filas": 0,
+        "fans": 200,
+        "due": DUE_AT_ONCE,
+        "now": T0,
+        "lease_until": lease,
+    }
+    with autocommit(engine) as conn:
+        claimed = [row[2] for row in conn.execute(TURN_SQL, turn).fetchall()[1:]]
+    assert len(claimed) == 200
+    random.Random(7).shuffle(claimed)  # the order the provider's outcomes come back in
+    record = {
+        "programa": "halcones",
+        "fan_pks": claimed,
+        "saldo_ids": [1] * 200,
+        "versiones": [0] * 200,
+        "cubiertos": [True] * 200,
+        "intentos": [0] * 200,
+        "proximos": [T0] * 200,
+        "entregados": [5] * 200,
+        "errores": [None] * 200,
+        "lease_until": lease,
+        "due": T0,
+        "at": T0,
+    }
+    [update] = [
+        plan
+        for plan in _plans_inside(engine, RECORD_SQL, record)
+        if plan["Query Text"].lstrip().startswith("UPDATE")
+    ]
+    joins = [
+        node["Node Type"]
+        for node in _nodes(update["Plan"])
+        if "Join" in node["Node Type"] or node["Node Type"] == "Nested Loop"
+    ]
+    assert joins == ["Hash Join"], joins
+
+
 def test_the_sender_plans_every_execution_for_its_parameters(
     db_url: str,
     new_fan: Callable[[], int],
@@ -979,8 +1059,11 @@ def test_the_sender_plans_every_execution_for_its_parameters(
     finally:
         single.dispose()
     # The sender's statements run inside its two functions, which plan them afresh.
-    assert len(settings) == 2
-    assert all(config == ["plan_cache_mode=force_custom_plan"] for _, config in settings)
+    # The record also never joins in a nested loop (migration 0018).
+    assert dict(settings) == {
+        "loyalty_wallet_turno": ["plan_cache_mode=force_custom_plan"],
+        "loyalty_wallet_record": ["plan_cache_mode=force_custom_plan", "enable_nestloop=off"],
+    }
 
 
 def test_backlog_figures(engine: Engine, new_fan: Callable[[], int]) -> None:

@@ -1,10 +1,10 @@
 """Keys by program, contract: only for this version, once no server of the previous runs.
 
 Revision ID: 0020
-Revises: 0017
+Revises: 0018
 Create Date: 2026-11-27
 
-Numbered 0020, after this release's expand revisions (0012–0017), which the previous
+Numbered 0020, after this release's expand revisions (0012–0018), which the previous
 version runs on too: a contract revision is the last of its release.
 
 CONTRACT = True: `loyalty migrate` applies it to an existing database only with
@@ -44,7 +44,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0020"
-down_revision: str | Sequence[str] | None = "0017"
+down_revision: str | Sequence[str] | None = "0018"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
