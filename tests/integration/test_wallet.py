@@ -893,6 +893,26 @@ def _bounded_inside(engine: Engine, call: str, params: dict[str, object]) -> int
     return reads
 
 
+def _delivered(fan_pks: list[int], lease: datetime) -> dict[str, object]:
+    """RECORD_SQL's parameters: every fan of `fan_pks` (of halcones, leased until `lease`)
+    delivered a balance of 1 (saldo id 1, version 0)."""
+    n = len(fan_pks)
+    return {
+        "programa": "halcones",
+        "fan_pks": fan_pks,
+        "saldo_ids": [1] * n,
+        "versiones": [0] * n,
+        "cubiertos": [True] * n,
+        "intentos": [0] * n,
+        "proximos": [T0] * n,
+        "entregados": [1] * n,
+        "errores": [None] * n,
+        "lease_until": lease,
+        "due": T0,
+        "at": T0,
+    }
+
+
 def test_every_sender_statement_reads_a_bounded_part_of_the_backlog(
     engine: Engine,
     new_fan: Callable[[], int],
@@ -937,21 +957,7 @@ def test_every_sender_statement_reads_a_bounded_part_of_the_backlog(
     # rows, then the fold; claim: the due fans, then the lease; record: the lock, then the
     # update).
     assert _bounded_inside(engine, TURN_SQL, turn) >= 3
-    record = {
-        "programa": "halcones",
-        "fan_pks": fan_pks,
-        "saldo_ids": [1] * 100,
-        "versiones": [0] * 100,
-        "cubiertos": [True] * 100,
-        "intentos": [0] * 100,
-        "proximos": [T0] * 100,
-        "entregados": [1] * 100,
-        "errores": [None] * 100,
-        "lease_until": T0,
-        "due": T0,
-        "at": T0,
-    }
-    assert _bounded_inside(engine, RECORD_SQL, record) >= 2
+    assert _bounded_inside(engine, RECORD_SQL, _delivered(fan_pks, T0)) >= 2
     with engine.begin() as conn:
         assert _assert_bounded(conn, BACKLOG_SQL, {"cap": 101, "now": T0}) >= 6
 
@@ -1006,23 +1012,9 @@ def test_the_record_never_reads_its_arrays_once_per_row(
         claimed = [row[2] for row in conn.execute(TURN_SQL, turn).fetchall()[1:]]
     assert len(claimed) == 200
     random.Random(7).shuffle(claimed)  # the order the provider's outcomes come back in
-    record = {
-        "programa": "halcones",
-        "fan_pks": claimed,
-        "saldo_ids": [1] * 200,
-        "versiones": [0] * 200,
-        "cubiertos": [True] * 200,
-        "intentos": [0] * 200,
-        "proximos": [T0] * 200,
-        "entregados": [5] * 200,
-        "errores": [None] * 200,
-        "lease_until": lease,
-        "due": T0,
-        "at": T0,
-    }
     [update] = [
         plan
-        for plan in _plans_inside(engine, RECORD_SQL, record)
+        for plan in _plans_inside(engine, RECORD_SQL, _delivered(claimed, lease))
         if plan["Query Text"].lstrip().startswith("UPDATE")
     ]
     joins = [
