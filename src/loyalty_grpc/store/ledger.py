@@ -3,11 +3,11 @@ outbox change together, in the caller's transaction.
 
 The rule is one database function, `loyalty_move` (migration 0014; its one-fan case is
 `loyalty_move1`, migration 0017, which the sale and the single redemption call directly,
-no arrays): entries (fan, points,
-sale, code) of the program's fans; entries with 0 points change nothing; one ledger row per
-entry, one balance change and one outbox row per fan, the outbox row written after the
-balance UPDATE (so one fan's outbox ids follow the order of its balance changes:
-store/wallet.py's claim relies on it); a fan that does not exist writes nothing.
+no arrays): entries (fan, points, sale, code) of the program's fans; entries with 0 points
+change nothing; one ledger row per entry, one balance change and one outbox row per fan,
+the outbox row written after the balance UPDATE (so one fan's outbox ids follow the order
+of its balance changes: store/wallet.py's claim relies on it); a fan that does not exist
+writes nothing.
 `move_points` calls it for one fan inside a unit of work (back office, fixtures),
 `move_many` for a set; the hot paths' functions (`loyalty_tx`, `loyalty_redeem`: store/
 sale.py, store/redeem.py) call it inside the database, so a sale or a redemption is one

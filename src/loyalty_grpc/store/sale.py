@@ -3,8 +3,9 @@ store/fan_lookup.py, by form), insert the sale under the folio the caller took
 (store/folios.py) unless its id_externo is known (`ON CONFLICT DO NOTHING` on the unique
 (program, mode, id_externo) index), credit its points through the ledger rule for one fan
 (`loyalty_move1`, migration 0017; store/ledger.py) with its wallet outbox row; one round
-trip, atomic (store/autocommit.py). Every table it names is read or written by the program, and the
-fan's rows by (programa_id, pk); on Citus the call runs on the node of the program's shard.
+trip, atomic (store/autocommit.py). Every table it names is read or written by the
+program, and the fan's rows by (programa_id, pk); on Citus the call runs on the node of the
+program's shard.
 
 An identical sale running concurrently makes the INSERT wait for it to commit, and then do
 nothing: so 50 identical calls credit once. The answer then comes from `ORIGINAL` (a second
