@@ -893,6 +893,37 @@ def _bounded_inside(engine: Engine, call: str, params: dict[str, object]) -> int
     return reads
 
 
+def _waiting(engine: Engine, prefix: str, fans: int, *, rows_each: int) -> None:
+    """`fans` new fans of halcones (Fan IDs `prefix` + n), `rows_each` outbox rows each,
+    the oldest row of every fan folded into wallet_pases (a balance waiting), both tables
+    analyzed."""
+    with engine.begin() as conn:
+        conn.execute(
+            text(
+                "INSERT INTO fans (programa_id, fan_id, nombre, correo, socio_desde, qr_token) "
+                "SELECT 'halcones', :prefix || g, 'n', :prefix || g || '@x.example', 2020, "
+                ":prefix || g FROM generate_series(1, :fans) AS g"
+            ),
+            {"prefix": prefix, "fans": fans},
+        )
+        conn.execute(
+            text(
+                # Ordered: the first `fans` rows (ids) one per fan, whichever way the
+                # planner joins (unordered, a plan that looped over g inside each fan put
+                # both of a fan's rows first, and the ingest below took half the fans).
+                "INSERT INTO wallet_outbox (programa_id, fan_pk, saldo) "
+                "SELECT programa_id, pk, g FROM fans, generate_series(1, :rows_each) AS g "
+                "WHERE fan_id LIKE :prefix || '%' ORDER BY g, pk"
+            ),
+            {"prefix": prefix, "rows_each": rows_each},
+        )
+    assert ingest(engine, "halcones", limit=fans) == (fans, fans)
+    with engine.connect() as conn:
+        conn.execution_options(isolation_level="AUTOCOMMIT").exec_driver_sql(
+            "ANALYZE wallet_outbox, wallet_pases"
+        )
+
+
 def _delivered(fan_pks: list[int], lease: datetime) -> dict[str, object]:
     """RECORD_SQL's parameters: every fan of `fan_pks` (of halcones, leased until `lease`)
     delivered a balance of 1 (saldo id 1, version 0)."""
@@ -921,29 +952,7 @@ def test_every_sender_statement_reads_a_bounded_part_of_the_backlog(
     the record and the backlog figures read them only by index, under a Limit or by key:
     no sequential scan, sort or aggregate over the outbox or over wallet_pases."""
     new_fan()
-    with engine.begin() as conn:
-        conn.execute(
-            text(
-                "INSERT INTO fans (programa_id, fan_id, nombre, correo, socio_desde, qr_token) "
-                "SELECT 'halcones', 'PLAN' || g, 'n', 'plan' || g || '@x.example', 2020, "
-                "'plan' || g FROM generate_series(1, 4000) AS g"
-            )
-        )
-        conn.execute(
-            text(
-                # Ordered: the first 4,000 rows (ids) one per fan, whichever way the
-                # planner joins (unordered, a plan that loops over g inside each fan put
-                # both of a fan's rows first, and the ingest below took 2,000 fans).
-                "INSERT INTO wallet_outbox (programa_id, fan_pk, saldo) "
-                "SELECT programa_id, pk, g FROM fans, "
-                "generate_series(1, 2) AS g WHERE fan_id LIKE 'PLAN%' ORDER BY g, pk"
-            )
-        )
-    assert ingest(engine, "halcones", limit=4000) == (4000, 4000)
-    with engine.connect() as conn:
-        conn.execution_options(isolation_level="AUTOCOMMIT").exec_driver_sql(
-            "ANALYZE wallet_outbox, wallet_pases"
-        )
+    _waiting(engine, "PLAN", 4000, rows_each=2)
     fan_pks = list(pending(engine))[:100]
     turn = {
         "programa": "halcones",
@@ -980,25 +989,7 @@ def test_the_record_never_reads_its_arrays_once_per_row(
     benchmark's run). The function's setting (test_the_sender_plans_every_execution_…)
     must reach its statement: 2,000 fans waiting, analyzed, 200 claimed."""
     new_fan()
-    with engine.begin() as conn:
-        conn.execute(
-            text(
-                "INSERT INTO fans (programa_id, fan_id, nombre, correo, socio_desde, qr_token) "
-                "SELECT 'halcones', 'HASH' || g, 'n', 'hash' || g || '@x.example', 2020, "
-                "'hash' || g FROM generate_series(1, 2000) AS g"
-            )
-        )
-        conn.execute(
-            text(
-                "INSERT INTO wallet_outbox (programa_id, fan_pk, saldo) "
-                "SELECT programa_id, pk, 5 FROM fans WHERE fan_id LIKE 'HASH%' ORDER BY pk"
-            )
-        )
-    assert ingest(engine, "halcones", limit=2000) == (2000, 2000)
-    with engine.connect() as conn:
-        conn.execution_options(isolation_level="AUTOCOMMIT").exec_driver_sql(
-            "ANALYZE wallet_outbox, wallet_pases"
-        )
+    _waiting(engine, "HASH", 2000, rows_each=1)
     lease = T0 + timedelta(minutes=5)
     turn = {
         "programa": "halcones",
