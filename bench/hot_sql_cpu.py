@@ -210,7 +210,8 @@ class Target:
 
 
 def audit(url: str) -> int:
-    """Fans whose balance is not the sum of their ledger (0 expected)."""
+    """Fans whose balance is not the sum of their ledger (0 expected). Not store/tables.py's
+    LEDGER_MISMATCH_SQL: `before` is at 0011, whose ledger has no `programa_id`."""
     with psycopg.connect(url) as conn:
         row = conn.execute(
             "SELECT count(*) FROM fans f WHERE f.puntos <> coalesce("
